@@ -1,0 +1,385 @@
+"""`Vocabulary`: token id -> bytes, the model's logits width, and end-of-sequence ids.
+
+Loaders, one per tokenizer source:
+  Vocabulary.from_token_bytes   explicit list of byte strings (None = no text).
+  Vocabulary.from_gguf          the `tokenizer.ggml.*` fields of a GGUF model file.
+  Vocabulary.from_sentencepiece a SentencePiece model file, serialized proto or processor.
+  Vocabulary.from_tokenizer_json a Hugging Face `tokenizer.json` (byte-level BPE, or
+                                metaspace pieces with byte fallback).
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from constrained_decoding.errors import VocabularyError
+
+FORMAT_VERSION = 1
+
+# Piece conventions shared by SentencePiece-style vocabularies.
+_METASPACE = "\u2581"
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+# Control tokens that end a turn in common chat formats; they count as end of sequence.
+_END_OF_TURN_PIECES = (
+    "<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "</s>", "<eos>",
+)
+
+# GGUF `tokenizer.ggml.token_type` values (llama.cpp's llama_token_type).
+_GGUF_NORMAL, _GGUF_UNKNOWN, _GGUF_CONTROL, _GGUF_USER_DEFINED, _GGUF_UNUSED, _GGUF_BYTE = (
+    1, 2, 3, 4, 5, 6)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Vocabulary:
+  """The bytes of every token, and how the model's logits are laid out.
+
+  ```python
+  vocab = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [None],
+                                      eos_ids=[256])
+  ```
+
+  Attributes:
+    token_bytes: For each token id below the tokenizer's size, the bytes it adds to the
+      text, or None for tokens without text (control and special tokens, `<unk>`, unused
+      slots). Byte-fallback pieces `<0xNN>` are the single byte 0xNN; SentencePiece's `▁`
+      is a space. A token that decodes to b"" is treated like None: it can never be
+      produced under a constraint, since it would not advance the text.
+    vocab_size: Width of the model's logits; may exceed `len(token_bytes)` (padded
+      embedding tables). Ids in `[len(token_bytes), vocab_size)` are never allowed.
+    eos_ids: Tokens that end the sequence; allowed exactly where the constraint accepts.
+    fingerprint: Hex digest identifying `token_bytes`, `vocab_size` and `eos_ids`; keys
+      on-disk caches and guards against mixing tables of different vocabularies.
+  """
+
+  token_bytes: tuple[bytes | None, ...]
+  vocab_size: int
+  eos_ids: tuple[int, ...]
+  fingerprint: str = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    token_bytes = tuple(None if not b else bytes(b) for b in self.token_bytes)
+    object.__setattr__(self, "token_bytes", token_bytes)
+    if self.vocab_size < len(token_bytes):
+      raise VocabularyError(
+          f"vocab_size {self.vocab_size} is smaller than the tokenizer's "
+          f"{len(token_bytes)} tokens. Expected the model's logits width, which is at "
+          f"least the tokenizer size; pass vocab_size=None to use the tokenizer size."
+      )
+    eos_ids = tuple(sorted(set(int(i) for i in self.eos_ids)))
+    if not eos_ids:
+      raise VocabularyError(
+          "eos_ids is empty. Expected at least one end-of-sequence token id; pass "
+          "eos_ids=[...] explicitly."
+      )
+    for i in eos_ids:
+      if not 0 <= i < self.vocab_size:
+        raise VocabularyError(
+            f"End-of-sequence id {i} is outside the vocabulary [0, {self.vocab_size}). "
+            f"Expected ids of the model's tokens."
+        )
+    object.__setattr__(self, "eos_ids", eos_ids)
+    object.__setattr__(self, "fingerprint", _fingerprint(token_bytes, self.vocab_size, eos_ids))
+
+  def __repr__(self) -> str:
+    return (f"Vocabulary(num_tokens={len(self.token_bytes)}, vocab_size={self.vocab_size}, "
+            f"eos_ids={self.eos_ids}, fingerprint={self.fingerprint[:12]})")
+
+  def __eq__(self, other) -> bool:
+    return isinstance(other, Vocabulary) and other.fingerprint == self.fingerprint
+
+  def __hash__(self) -> int:
+    return hash(self.fingerprint)
+
+  @property
+  def num_tokens(self) -> int:
+    """Number of token ids the tokenizer defines (`len(token_bytes)`)."""
+    return len(self.token_bytes)
+
+  @property
+  def control_ids(self) -> tuple[int, ...]:
+    """Token ids without text (control, special, unknown and unused tokens)."""
+    return tuple(i for i, b in enumerate(self.token_bytes) if b is None)
+
+  @property
+  def is_byte_complete(self) -> bool:
+    """Whether every single byte 0x00..0xFF is a token by itself."""
+    singles = {b for b in self.token_bytes if b is not None and len(b) == 1}
+    return len(singles) == 256
+
+  def decode(self, token_ids: Iterable[int]) -> bytes:
+    """Concatenates the bytes of `token_ids` (tokens without text add nothing)."""
+    out = []
+    for t in token_ids:
+      t = int(t)
+      if 0 <= t < len(self.token_bytes) and self.token_bytes[t] is not None:
+        out.append(self.token_bytes[t])
+    return b"".join(out)
+
+  # ---------------------------------------------------------------- loaders
+
+  @classmethod
+  def from_token_bytes(
+      cls,
+      token_bytes: Sequence[bytes | None],
+      *,
+      eos_ids: Iterable[int],
+      vocab_size: int | None = None,
+  ) -> "Vocabulary":
+    """A vocabulary from explicit byte strings (None or b"" for tokens without text)."""
+    token_bytes = tuple(token_bytes)
+    return cls(token_bytes, len(token_bytes) if vocab_size is None else vocab_size,
+               tuple(eos_ids))
+
+  @classmethod
+  def from_gguf(
+      cls,
+      path: str | os.PathLike,
+      *,
+      vocab_size: int | None = None,
+      eos_ids: Iterable[int] | None = None,
+  ) -> "Vocabulary":
+    """Reads the `tokenizer.ggml.*` fields of a GGUF model file.
+
+    Supports `tokenizer.ggml.model` "llama" (SentencePiece pieces) and "gpt2" (byte-level
+    BPE). The logits width defaults to the rows of `token_embd.weight` (or `output.weight`)
+    and the end-of-sequence ids to `eos_token_id`, `eot_token_id` and the control tokens
+    that end a chat turn (e.g. Gemma's `<end_of_turn>`).
+    """
+    from constrained_decoding.vocab._gguf_file import read_gguf  # pylint: disable=g-import-not-at-top
+
+    gguf = read_gguf(path)
+    meta = gguf.metadata
+    model = meta.get("tokenizer.ggml.model")
+    pieces = meta.get("tokenizer.ggml.tokens")
+    if model is None or pieces is None:
+      raise VocabularyError(
+          f"GGUF file {os.fspath(path)!r} has no tokenizer (tokenizer.ggml.model/tokens). "
+          f"Expected a model file with an embedded tokenizer."
+      )
+    types = meta.get("tokenizer.ggml.token_type")
+    if types is None:
+      types = np.full(len(pieces), _GGUF_NORMAL, np.int32)
+    if model == "llama":
+      token_bytes = [_spm_piece_bytes(p.decode("utf-8", "replace"), int(t)) for p, t in
+                     zip(pieces, types)]
+    elif model == "gpt2":
+      decoder = _byte_level_decoder()
+      token_bytes = [
+          _byte_level_bytes(p.decode("utf-8", "replace"), decoder)
+          if t in (_GGUF_NORMAL, _GGUF_BYTE) else
+          (p if t == _GGUF_USER_DEFINED else None)
+          for p, t in zip(pieces, types)
+      ]
+    else:
+      raise VocabularyError(
+          f"GGUF tokenizer model {model!r} is not supported. Expected 'llama' "
+          f"(SentencePiece) or 'gpt2' (byte-level BPE)."
+      )
+    if vocab_size is None:
+      vocab_size = len(pieces)
+      for name in ("token_embd.weight", "output.weight"):
+        if name in gguf.tensors and len(gguf.tensors[name].shape) == 2:
+          vocab_size = max(vocab_size, int(gguf.tensors[name].shape[1]))
+          break
+    if eos_ids is None:
+      eos_ids = {int(meta[k]) for k in ("tokenizer.ggml.eos_token_id",
+                                        "tokenizer.ggml.eot_token_id") if k in meta}
+      eos_ids |= _end_of_turn_ids(
+          (i, p.decode("utf-8", "replace")) for i, (p, t) in enumerate(zip(pieces, types))
+          if t == _GGUF_CONTROL)
+    return cls(tuple(token_bytes), vocab_size, tuple(eos_ids))
+
+  @classmethod
+  def from_sentencepiece(
+      cls,
+      model: Any,
+      *,
+      vocab_size: int | None = None,
+      eos_ids: Iterable[int] | None = None,
+  ) -> "Vocabulary":
+    """Reads a SentencePiece model: a `.model` path, serialized proto bytes, or a processor.
+
+    Control, unknown and unused pieces have no bytes; `<0xNN>` byte pieces are single
+    bytes; `▁` is a space.
+    """
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+
+    if isinstance(model, spm.SentencePieceProcessor):
+      sp = model
+    else:
+      sp = spm.SentencePieceProcessor()
+      try:
+        if isinstance(model, (bytes, bytearray)):
+          sp.LoadFromSerializedProto(bytes(model))
+        else:
+          sp.Load(os.fspath(model))
+      except (OSError, RuntimeError) as e:
+        raise VocabularyError(
+            f"Could not load SentencePiece model {str(model)[:100]!r}: {e}. Expected a "
+            f".model file or serialized ModelProto bytes."
+        ) from e
+    token_bytes = []
+    for i in range(sp.GetPieceSize()):
+      piece = sp.IdToPiece(i)
+      if sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i):
+        token_bytes.append(None)
+      elif sp.IsByte(i):
+        token_bytes.append(_spm_piece_bytes(piece, _GGUF_BYTE))
+      else:
+        token_bytes.append(piece.replace(_METASPACE, " ").encode("utf-8"))
+    if eos_ids is None:
+      eos_ids = {sp.eos_id()} if sp.eos_id() >= 0 else set()
+      eos_ids |= _end_of_turn_ids((i, sp.IdToPiece(i)) for i in range(sp.GetPieceSize())
+                                  if token_bytes[i] is None)
+    return cls(tuple(token_bytes), len(token_bytes) if vocab_size is None else vocab_size,
+               tuple(eos_ids))
+
+  @classmethod
+  def from_tokenizer_json(
+      cls,
+      source: str | os.PathLike | dict,
+      *,
+      vocab_size: int | None = None,
+      eos_ids: Iterable[int] | None = None,
+  ) -> "Vocabulary":
+    """Reads a Hugging Face `tokenizer.json` (a path, JSON text or the parsed dict).
+
+    Supported: BPE or Unigram models whose pieces are byte-level (GPT-2 style byte to
+    Unicode mapping, detected by a `ByteLevel` decoder or pre-tokenizer) or metaspace
+    pieces (`▁` for space, `<0xNN>` byte fallback). Special added tokens have no bytes;
+    other added tokens are their literal content.
+    """
+    spec = _load_json(source)
+    model = spec.get("model") or {}
+    model_type = model.get("type")
+    if model_type == "BPE":
+      pieces = dict(model.get("vocab") or {})
+    elif model_type == "Unigram":
+      pieces = {p[0]: i for i, p in enumerate(model.get("vocab") or [])}
+    else:
+      raise VocabularyError(
+          f"tokenizer.json model type {model_type!r} is not supported. Expected 'BPE' or "
+          f"'Unigram' (WordPiece vocabularies do not map tokens to exact text)."
+      )
+    added = spec.get("added_tokens") or []
+    size = max([*pieces.values(), *(a["id"] for a in added), -1]) + 1
+    token_bytes: list[bytes | None] = [None] * size
+    if _uses_byte_level(spec):
+      decoder = _byte_level_decoder()
+      for piece, i in pieces.items():
+        token_bytes[i] = _byte_level_bytes(piece, decoder)
+    else:
+      for piece, i in pieces.items():
+        match = _BYTE_PIECE.fullmatch(piece)
+        token_bytes[i] = (bytes([int(match.group(1), 16)]) if match and model.get("byte_fallback", True)
+                          else piece.replace(_METASPACE, " ").encode("utf-8"))
+    specials = []
+    for a in added:
+      if a.get("special", False):
+        token_bytes[a["id"]] = None
+        specials.append((a["id"], a["content"]))
+      else:
+        token_bytes[a["id"]] = a["content"].encode("utf-8")
+    unk = model.get("unk_token")
+    if unk is not None and unk in pieces:
+      token_bytes[pieces[unk]] = None
+    if eos_ids is None:
+      eos_ids = _end_of_turn_ids(specials)
+      if not eos_ids:
+        raise VocabularyError(
+            "tokenizer.json names no end-of-sequence token among its special tokens. "
+            "Expected one of " + ", ".join(_END_OF_TURN_PIECES) + "; pass eos_ids=[...]."
+        )
+    return cls(tuple(token_bytes), size if vocab_size is None else vocab_size,
+               tuple(eos_ids))
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _fingerprint(token_bytes: tuple[bytes | None, ...], vocab_size: int,
+                 eos_ids: tuple[int, ...]) -> str:
+  h = hashlib.sha256()
+  h.update(f"v{FORMAT_VERSION}|{vocab_size}|{eos_ids}|{len(token_bytes)}|".encode())
+  lengths = np.array([-1 if b is None else len(b) for b in token_bytes], np.int64)
+  h.update(lengths.tobytes())
+  h.update(b"".join(b for b in token_bytes if b is not None))
+  return h.hexdigest()
+
+
+def _spm_piece_bytes(piece: str, token_type: int) -> bytes | None:
+  """Bytes of one SentencePiece piece given its GGUF/llama.cpp token type."""
+  if token_type in (_GGUF_CONTROL, _GGUF_UNKNOWN, _GGUF_UNUSED):
+    return None
+  if token_type == _GGUF_BYTE:
+    match = _BYTE_PIECE.fullmatch(piece)
+    if not match:
+      raise VocabularyError(
+          f"Byte token {piece!r} is not of the form <0xNN>. Expected byte-fallback pieces "
+          f"such as '<0x0A>'."
+      )
+    return bytes([int(match.group(1), 16)])
+  return piece.replace(_METASPACE, " ").encode("utf-8")
+
+
+def _end_of_turn_ids(id_pieces: Iterable[tuple[int, str]]) -> set[int]:
+  return {i for i, p in id_pieces if p in _END_OF_TURN_PIECES}
+
+
+def _byte_level_decoder() -> dict[str, int]:
+  """Inverse of GPT-2's byte -> printable character table used by byte-level BPE."""
+  printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+  mapping = {b: b for b in printable}
+  extra = 0
+  for b in range(256):
+    if b not in mapping:
+      mapping[b] = 256 + extra
+      extra += 1
+  return {chr(c): b for b, c in mapping.items()}
+
+
+def _byte_level_bytes(piece: str, decoder: dict[str, int]) -> bytes:
+  try:
+    return bytes(decoder[c] for c in piece)
+  except KeyError as e:
+    raise VocabularyError(
+        f"Byte-level piece {piece!r} contains {e.args[0]!r}, which is not in the byte-level "
+        f"alphabet. Expected a GPT-2 style byte-level BPE vocabulary."
+    ) from None
+
+
+def _uses_byte_level(spec: dict) -> bool:
+  def types(node):
+    if not node:
+      return []
+    found = [node.get("type")]
+    for key in ("decoders", "pretokenizers"):
+      for child in node.get(key) or []:
+        found += types(child)
+    return found
+
+  return "ByteLevel" in types(spec.get("decoder")) + types(spec.get("pre_tokenizer"))
+
+
+def _load_json(source: str | os.PathLike | dict) -> dict:
+  if isinstance(source, dict):
+    return source
+  text = os.fspath(source)
+  if not text.lstrip().startswith("{"):
+    try:
+      with open(text, encoding="utf-8") as f:
+        text = f.read()
+    except OSError as e:
+      raise VocabularyError(f"Could not read tokenizer.json {text!r}: {e}.") from e
+  try:
+    return json.loads(text)
+  except json.JSONDecodeError as e:
+    raise VocabularyError(
+        f"tokenizer.json is not valid JSON: {e}. Expected a Hugging Face tokenizer file."
+    ) from e
