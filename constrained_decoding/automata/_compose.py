@@ -1,0 +1,170 @@
+"""Token-level composition: a byte DFA composed with the vocabulary trie (Alg. 2).
+
+`A ∘ T_V` for the trie form of T_V, computed directly with numpy: for every byte-DFA
+state q, walk the trie and the DFA in lockstep from (root, q); every trie node spelling
+a token t reached in DFA state q' gives the token edge q --t--> q'. Because the byte DFA
+is deterministic and each token has exactly one byte path, the result is already
+deterministic in tokens, so Alg. 2's `DETERMINIZE` has nothing left to do. It is then
+trimmed: only states reachable from the start at token boundaries and able to reach
+acceptance are kept, so decoding can never be steered into a dead end.
+
+Public functions:
+  compose_token_dfa(dfa, trie, ...)  -> TokenDfa
+"""
+
+import dataclasses
+import time
+
+import numpy as np
+
+from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
+from constrained_decoding.automata._detokenizer import VocabTrie
+from constrained_decoding.errors import CompileBudgetError
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokenDfa:
+  """A trimmed deterministic automaton over token ids.
+
+  Attributes:
+    num_states: Number of states; the start state is 0.
+    accepting: bool `[S]`; end of sequence is allowed here.
+    edge_source, edge_token, edge_target: int32 `[E]` edges, sorted by (source, token).
+  """
+
+  num_states: int
+  accepting: np.ndarray
+  edge_source: np.ndarray
+  edge_token: np.ndarray
+  edge_target: np.ndarray
+
+
+def _emit(trie: VocabTrie, node, state, origin):
+  """Token edges (origin, t, state) for every token t spelled by a frontier node."""
+  k = trie.token_start[node + 1] - trie.token_start[node]
+  hit = np.nonzero(k)[0]
+  if not len(hit):
+    return None
+  k_hit = k[hit]
+  if (k_hit == 1).all():  # the common case: one token per byte string
+    return origin[hit], trie.token_ids[trie.token_start[node[hit]]], state[hit]
+  rep = np.repeat(hit, k_hit)
+  slot = np.repeat(trie.token_start[node[hit]] - (np.cumsum(k_hit) - k_hit), k_hit)
+  return origin[rep], trie.token_ids[slot + np.arange(len(rep))], state[rep]
+
+
+def _walk(dfa: ByteDfa, trie: VocabTrie, *, max_edges: int, deadline: float, what: str):
+  """All token edges (q, t, q') of the byte DFA composed with the trie, for every q."""
+  # Level 1 straight from the DFA table: (q, b) with a transition and a root child b.
+  root = trie.child_start[0], trie.child_start[1]
+  root_bytes = trie.child_byte[root[0]:root[1]]
+  next_state = dfa.transitions[:, root_bytes]
+  origin, slot = np.nonzero(next_state != NO_STATE)
+  state = next_state[origin, slot]
+  node = trie.child_node[root[0] + slot]
+  origin = origin.astype(np.int32)
+  parts = []
+  num_edges = 0
+  while len(node):
+    found = _emit(trie, node, state, origin)
+    if found is not None:
+      parts.append(found)
+      num_edges += len(found[0])
+      if num_edges > max_edges:
+        raise CompileBudgetError(
+            f"{what} needs more than {max_edges} token edges. Expected at most "
+            f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
+            f"sub-expressions such as '.*' (free text is what makes token automata large)."
+        )
+    if time.perf_counter() > deadline:
+      raise CompileBudgetError(
+          f"{what} exceeded its compile time budget during composition with the "
+          f"vocabulary. Raise CompileOptions.max_seconds or simplify the constraint."
+      )
+    # Expand every frontier pair (node, state) into the node's children.
+    first = trie.child_start[node]
+    counts = trie.child_start[node + 1] - first
+    total = int(counts.sum())
+    if total == 0:
+      break
+    pair = np.repeat(np.arange(len(node), dtype=np.int32), counts)
+    slot = np.arange(total, dtype=np.int32) + np.repeat(first - (np.cumsum(counts) - counts), counts)
+    nxt = dfa.transitions[state[pair], trie.child_byte[slot]]
+    keep = np.nonzero(nxt != NO_STATE)[0]
+    node, state, origin = trie.child_node[slot[keep]], nxt[keep], origin[pair[keep]]
+  if not parts:
+    empty = np.zeros(0, np.int32)
+    return empty, empty, empty
+  return tuple(np.concatenate(column).astype(np.int32) for column in zip(*parts))
+
+
+def _live_states(num_states: int, src: np.ndarray, dst: np.ndarray, start: int,
+                 accepting: np.ndarray) -> np.ndarray:
+  """States reachable from `start` that can also reach an accepting state."""
+  # Collapse parallel token edges to the state graph first: at most Q^2 pairs.
+  pairs = np.unique(src.astype(np.int64) * num_states + dst)
+  forward: dict[int, list[int]] = {}
+  backward: dict[int, list[int]] = {}
+  for a, b in zip((pairs // num_states).tolist(), (pairs % num_states).tolist()):
+    forward.setdefault(a, []).append(b)
+    backward.setdefault(b, []).append(a)
+
+  def closure(seeds, graph):
+    seen = set(seeds)
+    stack = list(seeds)
+    while stack:
+      for r in graph.get(stack.pop(), ()):
+        if r not in seen:
+          seen.add(r)
+          stack.append(r)
+    return seen
+
+  live = np.zeros(num_states, bool)
+  both = closure([start], forward) & closure(np.nonzero(accepting)[0].tolist(), backward)
+  live[list(both)] = True
+  return live
+
+
+def compose_token_dfa(
+    dfa: ByteDfa,
+    trie: VocabTrie,
+    *,
+    max_edges: int = 50_000_000,
+    deadline: float = float("inf"),
+    what: str = "The constraint",
+) -> TokenDfa:
+  """The trimmed token-level DFA accepting token sequences whose bytes `dfa` accepts.
+
+  Args:
+    dfa: A deterministic byte automaton.
+    trie: The vocabulary trie.
+    max_edges: Budget on token edges (raises `CompileBudgetError` beyond it).
+    deadline: `time.perf_counter()` value after which composition gives up.
+    what: How to name the constraint in error messages.
+
+  Returns:
+    A `TokenDfa` whose start state is 0, or one with zero states when no token sequence
+    of this vocabulary is accepted.
+  """
+  empty = TokenDfa(0, np.zeros(0, bool), *(np.zeros(0, np.int32),) * 3)
+  if dfa.num_states == 0:
+    return empty
+  src, tok, dst = _walk(dfa, trie, max_edges=max_edges, deadline=deadline, what=what)
+  q = dfa.num_states
+  live = _live_states(q, src, dst, dfa.start, dfa.accepting)
+  if not live[dfa.start]:
+    return empty
+  # Renumber live states, start first, then in byte-DFA order.
+  order = np.concatenate([[dfa.start], np.nonzero(live)[0][np.nonzero(live)[0] != dfa.start]])
+  new_id = np.full(q, -1, np.int32)
+  new_id[order] = np.arange(len(order), dtype=np.int32)
+  keep = live[src] & live[dst]
+  src, tok, dst = new_id[src[keep]], tok[keep], new_id[dst[keep]]
+  by_source_token = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
+  return TokenDfa(
+      num_states=len(order),
+      accepting=dfa.accepting[order].astype(bool),
+      edge_source=src[by_source_token],
+      edge_token=tok[by_source_token],
+      edge_target=dst[by_source_token],
+  )

@@ -1,0 +1,172 @@
+"""The constraint IR: a tiny algebra of byte languages that every front end lowers to.
+
+Front ends (regex, JSON Schema, dataclasses, grammars) build these nodes; only
+`automata/` turns them into pynini automata. Nodes are frozen, hashable dataclasses, so
+sub-expressions can be cached and specs compared.
+
+Nodes (each denotes a set of byte strings):
+  Bytes(data)            the single string `data` (b"" is the empty string).
+  CharClass(ranges)      one Unicode scalar value from `ranges`, encoded as UTF-8.
+  ByteClass(ranges)      one raw byte from `ranges` (for non-text constraints).
+  Concat(parts)          concatenation.
+  Union(alternatives)    union; `Union(())` is the empty language.
+  Repeat(node, min, max) `node` repeated min..max times (`max=None`: unbounded).
+  Terminal(name, arg)    a terminal label (Sec. 2.5.1); reserved for the extensions issue.
+"""
+
+import dataclasses
+from typing import Union as _TypingUnion
+
+MAX_CODE_POINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bytes:
+  """The language {data}."""
+
+  data: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class CharClass:
+  """One Unicode scalar value in `ranges`, as UTF-8 bytes.
+
+  `ranges` are inclusive `(lo, hi)` code point pairs, sorted, disjoint and
+  non-adjacent, containing no surrogates (use `char_class` to normalize).
+  """
+
+  ranges: tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteClass:
+  """One byte whose value lies in `ranges` (inclusive pairs within 0..255)."""
+
+  ranges: tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Concat:
+  """Concatenation of `parts`, in order."""
+
+  parts: tuple["Node", ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Union:
+  """Union of `alternatives`; the empty union is the empty language."""
+
+  alternatives: tuple["Node", ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Repeat:
+  """`node` repeated between `min` and `max` times (`max=None` for no upper bound)."""
+
+  node: "Node"
+  min: int
+  max: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Terminal:
+  """A terminal label such as `QUOTED_TEXT` (Sec. 2.5.1); `argument` is label-specific."""
+
+  name: str
+  argument: str = ""
+
+
+Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal]
+
+EPSILON = Bytes(b"")
+NOTHING = Union(())
+
+
+def normalize_ranges(
+    ranges, *, limit: int = MAX_CODE_POINT, exclude_surrogates: bool = True
+) -> tuple[tuple[int, int], ...]:
+  """Sorts, clips and merges inclusive `(lo, hi)` ranges; drops surrogates if asked."""
+  pieces = []
+  for lo, hi in ranges:
+    lo, hi = max(0, lo), min(limit, hi)
+    if lo > hi:
+      continue
+    if exclude_surrogates and lo <= SURROGATES[1] and hi >= SURROGATES[0]:
+      if lo < SURROGATES[0]:
+        pieces.append((lo, SURROGATES[0] - 1))
+      if hi > SURROGATES[1]:
+        pieces.append((SURROGATES[1] + 1, hi))
+    else:
+      pieces.append((lo, hi))
+  pieces.sort()
+  merged: list[tuple[int, int]] = []
+  for lo, hi in pieces:
+    if merged and lo <= merged[-1][1] + 1:
+      merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+    else:
+      merged.append((lo, hi))
+  return tuple(merged)
+
+
+def complement_ranges(
+    ranges: tuple[tuple[int, int], ...], *, limit: int = MAX_CODE_POINT
+) -> tuple[tuple[int, int], ...]:
+  """The code points (or bytes, with `limit=255`) in 0..limit not in normalized `ranges`."""
+  out = []
+  nxt = 0
+  for lo, hi in ranges:
+    if lo > nxt:
+      out.append((nxt, lo - 1))
+    nxt = hi + 1
+  if nxt <= limit:
+    out.append((nxt, limit))
+  return normalize_ranges(out, limit=limit, exclude_surrogates=limit == MAX_CODE_POINT)
+
+
+def char_class(ranges) -> CharClass:
+  """A normalized `CharClass` from any iterable of inclusive code point ranges."""
+  return CharClass(normalize_ranges(ranges))
+
+
+def byte_class(ranges) -> ByteClass:
+  """A normalized `ByteClass` from any iterable of inclusive byte ranges."""
+  return ByteClass(normalize_ranges(ranges, limit=255, exclude_surrogates=False))
+
+
+def concat(*parts: Node) -> Node:
+  """Concatenation, flattening nested `Concat`s and dropping empty strings."""
+  flat: list[Node] = []
+  for part in parts:
+    if isinstance(part, Concat):
+      flat.extend(part.parts)
+    elif part != EPSILON:
+      flat.append(part)
+  if any(p == NOTHING for p in flat):
+    return NOTHING
+  if len(flat) == 1:
+    return flat[0]
+  return Concat(tuple(flat))
+
+
+def union(*alternatives: Node) -> Node:
+  """Union, flattening nested `Union`s and dropping duplicates (order kept)."""
+  flat: list[Node] = []
+  for alt in alternatives:
+    for a in alt.alternatives if isinstance(alt, Union) else (alt,):
+      if a not in flat:
+        flat.append(a)
+  if len(flat) == 1:
+    return flat[0]
+  return Union(tuple(flat))
+
+
+def repeat(node: Node, min_count: int, max_count: int | None) -> Node:
+  """`node{min_count,max_count}`, with the trivial cases simplified."""
+  if max_count is not None and max_count < min_count:
+    raise ValueError(f"Repeat bounds {{{min_count},{max_count}}} have max < min.")
+  if max_count == 0 or node == EPSILON:
+    return EPSILON
+  if min_count == max_count == 1:
+    return node
+  return Repeat(node, min_count, max_count)

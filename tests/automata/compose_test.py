@@ -1,0 +1,73 @@
+"""Token-level composition against OpenFst: determinize(project(T_V ∘ A)) (Alg. 2)."""
+
+import numpy as np
+import pynini
+import pytest
+
+import constrained_decoding as cd
+from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _openfst_io
+
+_PATTERNS = [
+    r"Red|Orange|Yellow|Green|Blue|Indigo|Violet",
+    r"\d{4}-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-5]\d([+][0-2]\d:[0-5]\d|Z)",
+    r"((25[0-5]|2[0-4]\d|[01]?\d\d?)\.){3}(25[0-5]|2[0-4]\d|[01]?\d\d?)",
+    r"(foo)+d",
+    r"[a-c]{2,5}x?",
+    r"é|naïve|中文",
+    r'"[^"\n]{0,3}"',
+    r"\s*(true|false)\s*",
+    r"a\x00b",
+    r"(ab|abab)*",
+]
+
+
+def _openfst_token_dfa(trie, node) -> pynini.Fst:
+  """The paper's construction with OpenFst operations only."""
+  t_v = _detokenizer.detokenizing_fst(trie)
+  a = _fsa.ir_to_fst(node)
+  composed = pynini.compose(t_v, a.arcsort("input")).project("input")
+  return pynini.determinize(composed.rmepsilon()).minimize()
+
+
+def _ours_as_fst(token_dfa) -> pynini.Fst:
+  return _openfst_io.fst_from_arrays(
+      num_states=token_dfa.num_states, start=0, final=token_dfa.accepting,
+      arc_source=token_dfa.edge_source, arc_ilabel=token_dfa.edge_token + 1,
+      arc_olabel=token_dfa.edge_token + 1, arc_target=token_dfa.edge_target)
+
+
+@pytest.mark.parametrize("pattern", _PATTERNS)
+def test_equals_openfst_composition_gemma(pattern, gemma_compiler):
+  node = cd.Regex(pattern).to_ir()
+  ours = _compose.compose_token_dfa(_fsa.compile_byte_dfa(node), gemma_compiler.trie)
+  reference = _openfst_token_dfa(gemma_compiler.trie, node)
+  assert pynini.equivalent(_ours_as_fst(ours), reference)
+
+
+def test_result_is_trimmed_and_deterministic(gemma_compiler):
+  node = cd.Regex(r"ab(c|d)e|abx").to_ir()
+  ours = _compose.compose_token_dfa(_fsa.compile_byte_dfa(node), gemma_compiler.trie)
+  pairs = ours.edge_source.astype(np.int64) * (1 << 32) + ours.edge_token
+  assert len(np.unique(pairs)) == len(pairs)  # deterministic
+  # Every state reaches acceptance and is reached from the start.
+  fst = _ours_as_fst(ours)
+  assert fst.num_states() == pynini.connect(fst.copy()).num_states()
+
+
+def test_vocabulary_without_needed_bytes_gives_empty():
+  vocab = cd.Vocabulary.from_token_bytes([b"a", b"b", None], eos_ids=[2])
+  trie = _detokenizer.build_trie(vocab)
+  dfa = _fsa.compile_byte_dfa(cd.Regex("ac|b").to_ir())
+  token_dfa = _compose.compose_token_dfa(dfa, trie)
+  assert token_dfa.num_states == 2  # only "b" survives
+  dfa = _fsa.compile_byte_dfa(cd.Regex("ac").to_ir())
+  assert _compose.compose_token_dfa(dfa, trie).num_states == 0
+
+
+def test_edge_budget(gemma_compiler):
+  dfa = _fsa.compile_byte_dfa(cd.Regex(r".{0,3}").to_ir())
+  with pytest.raises(cd.CompileBudgetError, match=r"more than 1000 token edges"):
+    _compose.compose_token_dfa(dfa, gemma_compiler.trie, max_edges=1000)

@@ -1,0 +1,80 @@
+"""The vocabulary trie and the detokenizing FST T_V (Alg. 1) against the vocabulary."""
+
+import random
+import time
+
+import numpy as np
+import pynini
+
+import constrained_decoding as cd
+from constrained_decoding.automata import _detokenizer
+
+
+def _token_string_fst(ids) -> pynini.Fst:
+  f = pynini.Fst()
+  f.add_states(len(ids) + 1)
+  f.set_start(0)
+  f.set_final(len(ids))
+  one = pynini.Weight.one("tropical")
+  for k, i in enumerate(ids):
+    f.add_arc(k, pynini.Arc(i + 1, i + 1, one, k + 1))
+  return f
+
+
+def _output_bytes(fst: pynini.Fst) -> bytes:
+  path = pynini.shortestpath(fst.project("output").rmepsilon()).topsort()
+  out, state = [], path.start()
+  while True:
+    arcs = list(path.arcs(state))
+    if not arcs:
+      return bytes(out)
+    out.append(arcs[0].ilabel - 1)
+    state = arcs[0].nextstate
+
+
+def test_trie_spells_every_token(gemma_vocab, gemma_compiler):
+  trie = gemma_compiler.trie
+  rng = random.Random(0)
+  for token in rng.sample(range(gemma_vocab.num_tokens), 2000):
+    data = gemma_vocab.token_bytes[token]
+    node = 0
+    for b in data or b"":
+      lo, hi = trie.child_start[node], trie.child_start[node + 1]
+      slot = lo + np.searchsorted(trie.child_byte[lo:hi], b)
+      assert trie.child_byte[slot] == b
+      node = trie.child_node[slot]
+    if data is None:
+      assert token not in trie.token_ids
+    else:
+      assert trie.node_depth[node] == len(data)
+      assert token in trie.token_ids[trie.token_start[node]:trie.token_start[node + 1]]
+  assert len(trie.token_ids) == sum(b is not None for b in gemma_vocab.token_bytes)
+
+
+def test_detokenizing_fst_transduces_tokens_to_bytes(gemma_vocab, gemma_compiler):
+  started = time.perf_counter()
+  fst = _detokenizer.detokenizing_fst(gemma_compiler.trie)
+  assert time.perf_counter() - started < 5  # generous here; benchmarked separately
+  rng = random.Random(1)
+  texted = [i for i, b in enumerate(gemma_vocab.token_bytes) if b is not None]
+  for _ in range(20):
+    ids = rng.sample(texted, rng.randint(1, 6)) + [238]  # 238 is <0x00>
+    out = pynini.compose(_token_string_fst(ids), fst)
+    assert _output_bytes(out) == gemma_vocab.decode(ids)
+
+
+def test_trie_disk_cache_round_trip(byte_vocab, tmp_path):
+  built = _detokenizer.load_or_build_trie(byte_vocab, str(tmp_path))
+  loaded = _detokenizer.load_or_build_trie(byte_vocab, str(tmp_path))
+  for name in ("child_start", "child_byte", "child_node", "node_depth", "token_start",
+               "token_ids"):
+    np.testing.assert_array_equal(getattr(built, name), getattr(loaded, name))
+  assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_duplicate_token_bytes_share_a_node():
+  vocab = cd.Vocabulary.from_token_bytes([b"ab", b"a", b"ab", None, b"\x00"], eos_ids=[3])
+  trie = _detokenizer.build_trie(vocab)
+  assert trie.num_nodes == 4  # root, "\0", "a", "ab"
+  node_ab = int(np.nonzero(trie.node_depth == 2)[0][0])
+  assert sorted(trie.token_ids[trie.token_start[node_ab]:trie.token_start[node_ab + 1]]) == [0, 2]
