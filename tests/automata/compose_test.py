@@ -28,7 +28,7 @@ def _openfst_token_dfa(trie, node) -> pynini.Fst:
   """The paper's construction with OpenFst operations only."""
   t_v = _detokenizer.detokenizing_fst(trie)
   a = _fsa.ir_to_fst(node)
-  composed = pynini.compose(t_v, a.arcsort("input")).project("input")
+  composed = pynini.compose(t_v, a.arcsort("ilabel")).project("input")
   return pynini.determinize(composed.rmepsilon()).minimize()
 
 

@@ -1,0 +1,1 @@
+"""Host side: IR -> pynini automata, the detokenizing FST, token-level composition."""

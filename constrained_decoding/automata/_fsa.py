@@ -1,0 +1,549 @@
+"""Constraint IR -> pynini acceptor -> minimal `ByteDfa`: the only place IR meets pynini.
+
+Labels: an acceptor over bytes in which byte `b` carries label `b + 1`, because
+OpenFst reserves label 0 for epsilon. Unicode classes become UTF-8 byte automata.
+
+Public functions:
+  utf8_sequences(lo, hi)  the UTF-8 byte-range sequences encoding scalar values lo..hi.
+  ir_to_fst(node)         an (epsilon-)NFA acceptor for the IR node, as a `pynini.Fst`.
+  fst_to_byte_dfa(fst)    rmepsilon + determinize + minimize, exported as a `ByteDfa`.
+  compile_byte_dfa(node)  the same DFA as `fst_to_byte_dfa(ir_to_fst(node))`, faster.
+
+Speed matters (a regex is compiled per request; the budget is a fraction of a
+millisecond), so `compile_byte_dfa`:
+  * builds the NFA over byte *ranges* in plain Python lists and removes its few
+    epsilon arcs there;
+  * labels arcs with byte classes (maximal byte ranges that no NFA range splits)
+    rather than bytes, so OpenFst handles a `\\d` as 1-5 arcs instead of 10;
+  * hands the NFA to OpenFst in one piece, as the binary `vector` format parsed by
+    `read_from_string` (about 2x faster than `add_arc` per arc, loops included);
+  * skips determinization when the NFA is already deterministic (`Red|Blue|...`);
+  * reads the minimal DFA back by converting it to the `const` format, whose
+    fixed-size records numpy parses without a Python loop over states or arcs.
+`tests/automata/fsa_test.py` checks these fast paths against the plain pipeline.
+"""
+
+import struct
+
+import numpy as np
+import pynini
+import pywrapfst
+
+from constrained_decoding import errors
+from constrained_decoding.automata import _byte_dfa
+from constrained_decoding.constraints import _ir as ir
+
+EPSILON_LABEL = 0
+
+_MAGIC = 2125659606  # OpenFst's binary FST magic number.
+_FILE_VERSION = 2  # VectorFst file version.
+# kExpanded | kMutable | kAcceptor: what `VectorFst` itself would set for our NFA.
+# The other property bits stay "unknown", so OpenFst computes them when it needs them.
+_NFA_PROPERTIES = 0x1 | 0x2 | 0x10000
+# Tropical weights: Zero (inf) marks a non-final state; One (0.0, the word 0) is the
+# weight of every arc and of final states.
+_ZERO = float("inf")
+_INF_BITS = 0x7F800000  # `_ZERO` as the bits of a little-endian float32.
+
+
+def _string_field(text: bytes) -> bytes:
+  return struct.pack("<i", len(text)) + text
+
+
+# Magic, fst type, arc type, version, flags (0: no symbol tables); then come the
+# properties (uint64), start, number of states and number of arcs (int64 each).
+_HEADER_PREFIX = (
+    struct.pack("<i", _MAGIC)
+    + _string_field(b"vector")
+    + _string_field(b"standard")
+    + struct.pack("<ii", _FILE_VERSION, 0)
+)
+# The same for the `const` format, and its fixed-size state record (ConstFst::State).
+_CONST_HEADER_PREFIX = (
+    struct.pack("<i", _MAGIC)
+    + _string_field(b"const")
+    + _string_field(b"standard")
+    + struct.pack("<ii", _FILE_VERSION, 0)
+)
+_CONST_STATE = np.dtype([
+    ("final", "<f4"), ("first_arc", "<u4"), ("num_arcs", "<u4"),
+    ("num_input_epsilons", "<u4"), ("num_output_epsilons", "<u4"),
+])
+
+# Boundaries of the UTF-8 encoding lengths: the largest scalar value of 1, 2 and 3 bytes.
+_MAX_SCALAR_BY_LENGTH = (0x7F, 0x7FF, 0xFFFF)
+
+
+def utf8_sequences(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+  """Splits the scalar values `lo..hi` into UTF-8 byte-range sequences.
+
+  The classic "utf8-ranges" algorithm (as in RE2 and Rust's regex-syntax): each
+  sequence is a tuple of inclusive byte ranges `((lo_1, hi_1), ..., (lo_n, hi_n))`,
+  denoting the byte strings `b_1 ... b_n` with `lo_i <= b_i <= hi_i`.
+
+  The language: the union of the sequences is exactly
+  `{chr(c).encode() for c in range(lo, hi + 1) if c is not a surrogate}`; the sequences
+  are pairwise disjoint and come in increasing code point order. This works because,
+  once a range is split at the encoding-length boundaries and at multiples of 64**k,
+  every byte position of the encodings varies independently over a contiguous range.
+
+  Args:
+    lo: First code point (inclusive), >= 0.
+    hi: Last code point (inclusive), <= 0x10FFFF.
+
+  Returns:
+    The sequences, in increasing order; empty if the range holds no scalar value.
+  """
+  out = []
+  stack = [(lo, hi)]
+  while stack:
+    lo, hi = stack.pop()
+    while True:
+      # Surrogates have no UTF-8 encoding: split around them.
+      if lo <= ir.SURROGATES[1] and hi >= ir.SURROGATES[0]:
+        if hi > ir.SURROGATES[1]:
+          stack.append((ir.SURROGATES[1] + 1, hi))
+        hi = ir.SURROGATES[0] - 1
+      if lo > hi:
+        break
+      # Split at the encoding-length boundaries.
+      split = next((m for m in _MAX_SCALAR_BY_LENGTH if lo <= m < hi), None)
+      if split is not None:
+        stack.append((split + 1, hi))
+        hi = split
+        continue
+      if hi <= 0x7F:
+        out.append(((lo, hi),))
+        break
+      # Split until all but one byte position vary over a full aligned block.
+      for i in range(1, 4):
+        m = (1 << (6 * i)) - 1
+        if lo & ~m != hi & ~m:
+          if lo & m:
+            stack.append(((lo | m) + 1, hi))
+            hi = lo | m
+            break
+          if hi & m != m:
+            stack.append((hi & ~m, hi))
+            hi = (hi & ~m) - 1
+            break
+      else:
+        out.append(tuple(zip(chr(lo).encode(), chr(hi).encode())))
+        break
+  return tuple(out)
+
+
+class _Nfa:
+  """An epsilon-NFA over byte ranges under construction.
+
+  State 0 is the start and state 1 the final state. Ranges become labels only when
+  packing, either one label per byte or one per byte class (see `_pack_bytes`).
+
+  Attributes:
+    arcs: `arcs[s]` is the flat list `[lo, hi, next, lo, hi, next, ...]` of the arcs
+      leaving `s`, one per byte range `lo..hi`.
+    epsilons: `epsilons[s]` lists the targets of the epsilon arcs leaving `s`.
+    bounds: Every `lo` and `hi + 1` of a range: the edges of the byte classes.
+  """
+
+  __slots__ = ("arcs", "epsilons", "bounds")
+
+  def __init__(self):
+    self.arcs: list[list[int]] = [[], []]
+    self.epsilons: dict[int, list[int]] = {}
+    self.bounds = {0, 256}
+
+  def new_state(self) -> int:
+    self.arcs.append([])
+    return len(self.arcs) - 1
+
+  def add_epsilon(self, src: int, dst: int) -> None:
+    if src != dst:
+      self.epsilons.setdefault(src, []).append(dst)
+
+  def add_range(self, src: int, lo: int, hi: int, dst: int) -> None:
+    self.arcs[src] += (lo, hi, dst)
+    self.bounds.add(lo)
+    self.bounds.add(hi + 1)
+
+
+def _remove_epsilons(nfa: _Nfa) -> set[int]:
+  """Removes the epsilon arcs in place; returns the final states.
+
+  Each state with epsilon arcs gets the byte arcs of every state in its epsilon
+  closure, and is final if the closure holds the final state 1. Regexes have few
+  epsilons (optional and starred parts), so this beats a call to OpenFst's rmepsilon.
+  """
+  finals = {1}
+  epsilons = nfa.epsilons
+  if not epsilons:
+    return finals
+  arcs = nfa.arcs
+  own = [len(a) for a in arcs]  # Arcs before any copying.
+  for state in list(epsilons):
+    closure = {state}
+    stack = [state]
+    while stack:
+      for target in epsilons.get(stack.pop(), ()):
+        if target not in closure:
+          closure.add(target)
+          stack.append(target)
+    closure.discard(state)
+    for other in closure:
+      arcs[state] += arcs[other][: own[other]]
+    if 1 in closure:
+      finals.add(state)
+  epsilons.clear()
+  return finals
+
+
+def _byte_classes(bounds) -> list[int]:
+  """The sorted edges of the byte classes: class k holds bytes `edges[k]..edges[k+1]-1`.
+
+  Every range of the NFA is a union of whole classes, so the DFA over class labels,
+  read through `byte -> class`, is the DFA over bytes, with far fewer arcs (a `\\d`
+  is one to five classes, a UTF-8 continuation range one) for OpenFst to process.
+  """
+  return sorted(bounds)
+
+
+def _pack_bytes(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
+  """The NFA in OpenFst's binary `vector` format, label `k + 1` meaning class `k`.
+
+  `read_from_string` parses this in one C++ call, about twice as fast as `add_arc`.
+  Every field of a state record is one or two 32-bit words (weights are float32, the
+  arc count an int64), so the records are packed as one list of ints: weight One (0.0)
+  is the word 0 and Zero (inf) is `_INF_BITS`.
+
+  Returns:
+    The bytes, and whether the NFA is already deterministic (no epsilon arcs, no
+    label twice on one state), in which case determinization can be skipped.
+  """
+  class_of = {edge: k for k, edge in enumerate(edges)}
+  words: list[int] = []
+  extend = words.extend
+  epsilons = nfa.epsilons
+  deterministic = not epsilons
+  for state, arcs in enumerate(nfa.arcs):
+    final = 0 if state in finals else _INF_BITS
+    num_ranges = len(arcs)
+    if num_ranges == 3 and state not in epsilons:  # Fast path: one arc, one class.
+      lo, hi, dst = arcs
+      label = class_of[lo] + 1
+      if label == class_of[hi + 1]:
+        extend((final, 1, 0, label, label, 0, dst))
+        continue
+    header = len(words)
+    extend((final, 0, 0))
+    for target in epsilons.get(state, ()):
+      extend((EPSILON_LABEL, EPSILON_LABEL, 0, target))
+    labels = set()
+    for k in range(0, num_ranges, 3):
+      dst = arcs[k + 2]
+      first, last = class_of[arcs[k]] + 1, class_of[arcs[k + 1] + 1]
+      for label in range(first, last + 1):
+        extend((label, label, 0, dst))
+      if deterministic:
+        labels.update(range(first, last + 1))
+    count = (len(words) - header - 3) // 4
+    words[header + 1] = count
+    if deterministic and len(labels) != count:
+      deterministic = False
+  num_arcs = (len(words) - 3 * len(nfa.arcs)) // 4
+  header = _HEADER_PREFIX + struct.pack(
+      "<Qqqq", _NFA_PROPERTIES, 0, len(nfa.arcs), num_arcs
+  )
+  # `struct.pack` converts a list of ints faster than `array` or numpy do.
+  return header + struct.pack(f"<{len(words)}i", *words), deterministic
+
+
+_BYTE_EDGES = list(range(257))  # One class per byte: label b + 1 is byte b.
+
+
+def _add_char_class(nfa: _Nfa, node: ir.CharClass, src: int, dst: int) -> None:
+  """Adds paths src -> dst spelling the UTF-8 encoding of each scalar value of `node`.
+
+  States are shared between sequences with the same byte-range suffix (all the
+  `[80-BF]` continuation tails), so large Unicode classes stay small before minimization.
+  """
+  ranges = node.ranges
+  if ranges and ranges[-1][1] < 0x80:  # ASCII only: one arc per range (inlined).
+    arcs, bounds = nfa.arcs[src], nfa.bounds
+    for lo, hi in ranges:
+      arcs += (lo, hi, dst)
+      bounds.add(lo)
+      bounds.add(hi + 1)
+    return
+  suffix_states: dict[tuple, int] = {}
+
+  def state_for(suffix: tuple) -> int:
+    state = suffix_states.get(suffix)
+    if state is None:
+      state = suffix_states[suffix] = nfa.new_state()
+      target = dst if len(suffix) == 1 else state_for(suffix[1:])
+      nfa.add_range(state, *suffix[0], target)
+    return state
+
+  for lo, hi in ranges:
+    if hi < 0x80:
+      nfa.add_range(src, lo, hi, dst)
+      continue
+    for seq in utf8_sequences(lo, hi):
+      target = dst if len(seq) == 1 else state_for(seq[1:])
+      nfa.add_range(src, *seq[0], target)
+
+
+def _add_bytes(nfa: _Nfa, node: ir.Bytes, src: int, dst: int) -> None:
+  data = node.data
+  if not data:
+    nfa.add_epsilon(src, dst)
+    return
+  arcs, bounds = nfa.arcs, nfa.bounds
+  state = src
+  last = len(data) - 1
+  for i, b in enumerate(data):
+    if i == last:
+      nxt = dst
+    else:
+      nxt = len(arcs)
+      arcs.append([])
+    arcs[state] += (b, b, nxt)
+    bounds.add(b)
+    bounds.add(b + 1)
+    state = nxt
+
+
+def _add_byte_class(nfa: _Nfa, node: ir.ByteClass, src: int, dst: int) -> None:
+  for lo, hi in node.ranges:
+    nfa.add_range(src, lo, hi, dst)
+
+
+def _add_concat(nfa: _Nfa, node: ir.Concat, src: int, dst: int) -> None:
+  parts = node.parts
+  if not parts:
+    nfa.add_epsilon(src, dst)
+    return
+  state = src
+  last = len(parts) - 1
+  adders = _ADDERS
+  for i, part in enumerate(parts):
+    nxt = dst if i == last else nfa.new_state()
+    adders.get(type(part), _add_unknown)(nfa, part, state, nxt)
+    state = nxt
+
+
+def _add_union(nfa: _Nfa, node: ir.Union, src: int, dst: int) -> None:
+  adders = _ADDERS
+  for alternative in node.alternatives:
+    adders.get(type(alternative), _add_unknown)(nfa, alternative, src, dst)
+
+
+def _add_repeat(nfa: _Nfa, node: ir.Repeat, src: int, dst: int) -> None:
+  """Adds `body{min,max}` (max None: unbounded) between src and dst."""
+  body, min_count, max_count = node.node, node.min, node.max
+  state = src
+  if max_count is None:
+    # x{m,} = x^(m-1) x+: one copy fewer than x^m x*.
+    for _ in range(max(min_count - 1, 0)):
+      nxt = nfa.new_state()
+      _add_node(nfa, body, state, nxt)
+      state = nxt
+    loop_in, loop_out = nfa.new_state(), nfa.new_state()
+    nfa.add_epsilon(state, loop_in)
+    _add_node(nfa, body, loop_in, loop_out)
+    nfa.add_epsilon(loop_out, loop_in)
+    nfa.add_epsilon(loop_out, dst)
+    if min_count == 0:
+      nfa.add_epsilon(state, dst)
+    return
+  # x{m,n} = x^m (eps | x (eps | x (...))): one optional copy per extra repetition.
+  for i in range(max_count):
+    nxt = dst if i == max_count - 1 else nfa.new_state()
+    if i >= min_count:
+      nfa.add_epsilon(state, dst)
+    _add_node(nfa, body, state, nxt)
+    state = nxt
+  if max_count == 0:
+    nfa.add_epsilon(src, dst)
+
+
+def _add_terminal(nfa: _Nfa, node: ir.Terminal, src: int, dst: int) -> None:
+  del nfa, src, dst  # Unused.
+  raise errors.UnsupportedFeatureError(
+      f"Terminal {node.name!r} cannot be compiled to a byte automaton yet. Expected only"
+      " bytes, classes, concatenations, unions and repeats. Terminal labels are"
+      " compiled with the token-level automaton (extensions issue)."
+  )
+
+
+_ADDERS = {
+    ir.Bytes: _add_bytes,
+    ir.CharClass: _add_char_class,
+    ir.ByteClass: _add_byte_class,
+    ir.Concat: _add_concat,
+    ir.Union: _add_union,
+    ir.Repeat: _add_repeat,
+    ir.Terminal: _add_terminal,
+}
+
+
+def _add_unknown(nfa: _Nfa, node, src: int, dst: int) -> None:
+  del nfa, src, dst  # Unused.
+  raise TypeError(f"Expected a constraint IR node, got {node!r} instead.")
+
+
+def _add_node(nfa: _Nfa, node: ir.Node, src: int, dst: int) -> None:
+  """Adds paths src -> dst spelling exactly the language of `node`.
+
+  Invariant that makes shared endpoints safe (unions build every alternative between
+  the same two states): a call only adds arcs leaving `src` or entering `dst`, and
+  every loop goes through fresh states. (Hot loops call `_ADDERS` directly.)
+  """
+  _ADDERS.get(type(node), _add_unknown)(nfa, node, src, dst)
+
+
+def _build_nfa(node: ir.Node) -> _Nfa:
+  nfa = _Nfa()
+  _add_node(nfa, node, 0, 1)
+  return nfa
+
+
+def ir_to_fst(node: ir.Node) -> pynini.Fst:
+  """An acceptor for the byte language of `node` (byte b has label b + 1).
+
+  The result may contain epsilon arcs and be nondeterministic; `fst_to_byte_dfa`
+  cleans it up.
+
+  Raises:
+    UnsupportedFeatureError: `node` contains a `Terminal` (compiled at token level).
+  """
+  data, _ = _pack_bytes(_build_nfa(node), _BYTE_EDGES, {1})
+  return pynini.Fst.read_from_string(data)
+
+
+def _minimize(
+    fst: pywrapfst.MutableFst, *, has_epsilons: bool = True, deterministic: bool = False
+) -> pywrapfst.Fst:
+  """rmepsilon, determinize and minimize (which also trims); may modify `fst`.
+
+  Plain `pywrapfst` functions, not pynini's wrappers: the result never leaves this
+  module, and they skip pynini's per-call conversions.
+
+  Args:
+    fst: An acceptor.
+    has_epsilons: False if `fst` is known to have no epsilon arcs.
+    deterministic: True if `fst` is known to be deterministic (then it has no
+      epsilons either); regexes without shared prefixes (`Red|Blue`) often are.
+  """
+  if deterministic:
+    return fst.minimize()
+  if has_epsilons:
+    fst.rmepsilon()
+    if fst.num_states() == 0:  # rmepsilon trims: the empty language.
+      return fst
+  return pywrapfst.determinize(fst).minimize()
+
+
+def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteDfa:
+  """Builds a `ByteDfa` from arc arrays over class labels, renumbered so that start is 0.
+
+  Args:
+    start: The start state (ignored when there are no states).
+    accepting: bool `[Q]`, whether each state is final.
+    src, labels, dst: The arcs, as int arrays; label k + 1 means byte class k.
+    edges: Class k is the bytes `edges[k]..edges[k+1]-1` (`_BYTE_EDGES`: one per byte).
+  """
+  num_states = len(accepting)
+  if num_states == 0:
+    return _byte_dfa.ByteDfa(
+        transitions=np.zeros((0, 256), np.int32),
+        accepting=np.zeros((0,), bool),
+        start=_byte_dfa.NO_STATE,
+    )
+  table = np.full((num_states, len(edges) - 1), _byte_dfa.NO_STATE, np.int32)
+  table[src, labels - 1] = dst
+  if start != 0:  # Swap `start` and 0 so that the start state is 0.
+    order = np.arange(num_states)
+    order[[0, start]] = order[[start, 0]]  # An involution: old <-> new numbering.
+    table = np.where(table >= 0, order[table], table)[order].astype(np.int32)
+    accepting = accepting[order]
+  if len(edges) != 257:
+    table = table[:, np.repeat(np.arange(len(edges) - 1), np.diff(edges))]
+  return _byte_dfa.ByteDfa(transitions=table, accepting=accepting, start=0)
+
+
+def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:
+  """Exports a DFA through OpenFst's binary `const` format, parsed with numpy.
+
+  A `ConstFst` stores fixed-size state records and then all arcs in state order, so
+  (unlike the `vector` format, whose records have variable length) the whole file is
+  read by two `np.frombuffer` calls; converting to `const` costs about a microsecond.
+  """
+  data = pywrapfst.convert(fst, "const").write_to_string()
+  if not data.startswith(_CONST_HEADER_PREFIX):
+    raise ValueError(
+        "Expected a ConstFst over standard arcs without symbol tables, got the header"
+        f" {data[:40]!r} instead."
+    )
+  offset = len(_CONST_HEADER_PREFIX) + 8  # Skip the properties.
+  start, num_states, num_arcs = struct.unpack_from("<qqq", data, offset)
+  offset += 24
+  states = np.frombuffer(data, _CONST_STATE, num_states, offset)
+  arcs = np.frombuffer(data, "<i4", 4 * num_arcs, offset + _CONST_STATE.itemsize * num_states)
+  labels = arcs[0::4]
+  if labels.size and labels.min() <= EPSILON_LABEL:
+    raise ValueError("Expected an epsilon-free automaton, got epsilon arcs instead.")
+  return _dfa_from_arcs(
+      start, states["final"] != _ZERO, np.repeat(np.arange(num_states), states["num_arcs"]),
+      labels, arcs[3::4], edges,
+  )
+
+
+def _export_slow(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:
+  """Exports a DFA by iterating states and arcs in Python (the reference for tests)."""
+  zero = pywrapfst.Weight.zero(fst.weight_type())
+  accepting, src, labels, dst = [], [], [], []
+  for state in fst.states():
+    accepting.append(fst.final(state) != zero)
+    for arc in fst.arcs(state):
+      src.append(state)
+      labels.append(arc.ilabel)
+      dst.append(arc.nextstate)
+  return _dfa_from_arcs(
+      fst.start(), np.array(accepting, bool), np.array(src, np.int64),
+      np.array(labels, np.int32), np.array(dst, np.int32), edges,
+  )
+
+
+def fst_to_byte_dfa(fst: pynini.Fst) -> _byte_dfa.ByteDfa:
+  """The minimal trimmed `ByteDfa` of a byte acceptor (labels b + 1, 0 = epsilon).
+
+  Removes epsilons, determinizes and minimizes with OpenFst, keeps only states that
+  are accessible and co-accessible, and renumbers so that the start state is 0. The
+  empty language gives a DFA with 0 states and `start == NO_STATE`. `fst` is not
+  modified; symbol tables, if any, are ignored.
+  """
+  fst = fst.copy()
+  fst.set_input_symbols(None)
+  fst.set_output_symbols(None)
+  return _export_fast(_minimize(fst))
+
+
+def compile_byte_dfa(node: ir.Node) -> _byte_dfa.ByteDfa:
+  """The minimal `ByteDfa` of an IR node; the same as `fst_to_byte_dfa(ir_to_fst(node))`.
+
+  Faster than that composition: OpenFst works over byte classes (sets of bytes that
+  no range of the NFA separates) instead of single bytes, and the classes are expanded
+  back to bytes only in the exported table.
+
+  Raises:
+    UnsupportedFeatureError: `node` contains a `Terminal`.
+  """
+  nfa = _build_nfa(node)
+  finals = _remove_epsilons(nfa)
+  edges = _byte_classes(nfa.bounds)
+  data, deterministic = _pack_bytes(nfa, edges, finals)
+  fst = _minimize(
+      pywrapfst.Fst.read_from_string(data), has_epsilons=False, deterministic=deterministic
+  )
+  return _export_fast(fst, edges)

@@ -1,0 +1,791 @@
+"""Regex front end: Python `re` syntax -> constraint IR, with full-match semantics.
+
+Public functions:
+  parse_regex(pattern, *, unicode=False)  the IR of the texts that `re.fullmatch` accepts.
+
+The pattern is parsed by the standard library's own parser (`re._parser`, formerly
+`sre_parse`), so the syntax is exactly Python's; this module only walks the parse tree.
+The language of `parse_regex(p)` is the set of UTF-8 encodings `s.encode()` of the
+strings `s` without surrogates such that `re.fullmatch(p, s, re.ASCII)` matches
+(`re.fullmatch(p, s)` with `unicode=True`). Decisions that this entails:
+
+* Mode. By default `\\d \\w \\s` (and `(?i)`) follow `re.ASCII`: `\\d` = [0-9],
+  `\\w` = [A-Za-z0-9_], `\\s` = [ \\t\\n\\r\\f\\v]; their negations are complements over
+  all of Unicode. `unicode=True` or an inline `(?u)` selects Python's Unicode semantics;
+  an inline `(?a)` forces ASCII even with `unicode=True`. Local `(?a:...)` / `(?u:...)`
+  switch the mode inside the group, as in `re`.
+* `.` is any scalar value except `\\n` (with `(?s)`, any scalar value). Classes and
+  negated classes range over U+0000..U+10FFFF minus surrogates. A literal surrogate
+  (`\\ud800`) can never occur in UTF-8 text, so it matches nothing.
+* `(?i)` is exactly `re.IGNORECASE` for the mode, quirks included (e.g. Python's
+  `(?i)[a\\U00010400]` matches neither U+10400 nor U+10428): the sets are computed by
+  mirroring `re._compiler._optimize_charset` and `_sre`'s matching, and a test checks
+  them against `re` over all code points.
+* Anchors. `^`, `\\A` at the start and `$`, `\\Z` at the end (of the pattern, or of an
+  alternative or group that is itself at the start/end) are no-ops under full match;
+  in particular `$` does not admit a trailing newline, since `re.fullmatch('a$', 'a\\n')`
+  is None. `(?m)` changes nothing there. Anchors anywhere else raise.
+* Lazy quantifiers denote the same language as greedy ones. Possessive quantifiers,
+  atomic groups, lookaround, backreferences, conditionals and `\\b`/`\\B` raise
+  `UnsupportedRegexError` with the character offset of the construct.
+* Named groups `(?P<name>...)` raise: the syntax is reserved for terminal labels
+  (`(?P<QUOTED_TEXT>)`, Sec. 2.5.1 of the paper), to be added by a later issue.
+"""
+
+import bisect
+import ctypes
+import dataclasses
+import functools
+import re
+from re import _constants as sre
+from re import _parser as sre_parse
+from re._casefix import _EXTRA_CASES
+
+import _sre
+import numpy as np
+
+from constrained_decoding import errors
+from constrained_decoding.constraints import _ir as ir
+
+_ASCII = sre.SRE_FLAG_ASCII
+_UNICODE = sre.SRE_FLAG_UNICODE
+_TYPE_FLAGS = _ASCII | _UNICODE | sre.SRE_FLAG_LOCALE
+_IGNORECASE = sre.SRE_FLAG_IGNORECASE
+_DOTALL = sre.SRE_FLAG_DOTALL
+_VERBOSE = sre.SRE_FLAG_VERBOSE
+
+_BOL = frozenset({sre.AT_BEGINNING, sre.AT_BEGINNING_STRING})  # ^ \A
+_EOL = frozenset({sre.AT_END, sre.AT_END_STRING})  # $ \Z
+_UNSUPPORTED_OPS = {  # Parse items the scan reports with a position; names for fallback.
+    sre.POSSESSIVE_REPEAT: "a possessive quantifier",
+    sre.ATOMIC_GROUP: "an atomic group",
+    sre.ASSERT: "a lookahead",
+    sre.ASSERT_NOT: "a negative lookahead",
+    sre.GROUPREF: "a backreference",
+    sre.GROUPREF_EXISTS: "a conditional group",
+}
+
+# Hot-loop aliases (module globals are faster than attribute lookups).
+_LITERAL, _IN, _AT, _SUBPATTERN, _BRANCH = sre.LITERAL, sre.IN, sre.AT, sre.SUBPATTERN, sre.BRANCH
+_MAX_REPEAT, _MIN_REPEAT, _MAXREPEAT = sre.MAX_REPEAT, sre.MIN_REPEAT, sre.MAXREPEAT
+_Bytes, _CharClass, _Concat, _Union = ir.Bytes, ir.CharClass, ir.Concat, ir.Union
+_NOTHING = ir.NOTHING
+_MAYBE_EMPTY = frozenset({sre.AT, sre.SUBPATTERN, sre.BRANCH})  # Items `_eol_like` can accept.
+_SURROGATE_LO, _SURROGATE_HI = ir.SURROGATES
+_ALL_SCALARS = ir.normalize_ranges(((0, ir.MAX_CODE_POINT),))
+_NOT_NEWLINE = ir.normalize_ranges(((0, 9), (11, ir.MAX_CODE_POINT)))
+_BMP_MAX = 0xFFFF
+
+_NEGATED_CATEGORIES = {
+    sre.CATEGORY_NOT_DIGIT: sre.CATEGORY_DIGIT,
+    sre.CATEGORY_NOT_WORD: sre.CATEGORY_WORD,
+    sre.CATEGORY_NOT_SPACE: sre.CATEGORY_SPACE,
+}
+
+
+def _with_negations(table: dict) -> dict:
+  """`table` ({category: ranges} for \\d \\w \\s) plus the complements for \\D \\W \\S."""
+  return table | {
+      negated: ir.complement_ranges(table[positive])
+      for negated, positive in _NEGATED_CATEGORIES.items()
+  }
+
+
+_ASCII_CATEGORIES = _with_negations({
+    sre.CATEGORY_DIGIT: ((0x30, 0x39),),
+    sre.CATEGORY_WORD: ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
+    sre.CATEGORY_SPACE: ((0x09, 0x0D), (0x20, 0x20)),
+})
+
+
+def parse_regex(pattern: str, *, unicode: bool = False) -> ir.Node:
+  """The constraint IR of the strings that fully match `pattern`.
+
+  ```python
+  parse_regex(r"\\d{2}-[01]|x")
+  # Union((Concat((Repeat(CharClass(((48, 57),)), 2, 2), Bytes(b"-"),
+  #                CharClass(((48, 49),)))), Bytes(b"x")))
+  ```
+
+  Args:
+    pattern: A Python `re` pattern, matched against the whole text.
+    unicode: Use Python's Unicode semantics for `\\d \\w \\s` and `(?i)` instead of
+      `re.ASCII`'s (an inline `(?u)` or `(?a)` in the pattern takes precedence).
+
+  Returns:
+    An IR node whose byte language is the UTF-8 encoding of the matching strings.
+
+  Raises:
+    TypeError: `pattern` is not a `str` (e.g. a `bytes` pattern).
+    RegexSyntaxError: `re` cannot parse `pattern`.
+    UnsupportedRegexError: `pattern` uses a construct that is not supported here
+      (lookaround, backreferences, anchors in the middle, named groups, ...).
+  """
+  if not isinstance(pattern, str):
+    raise TypeError(
+        f"Expected the regex pattern as a str, got {type(pattern).__name__} {pattern!r}"
+        " instead. Decode a bytes pattern first, e.g. pattern.decode('utf-8')."
+    )
+  try:
+    tree = sre_parse.parse(pattern, 0)
+  except re.error as e:
+    raise errors.RegexSyntaxError(
+        f"Regex '{pattern}' is not a valid regular expression: {e.msg} at position"
+        f" {e.pos}. Expected Python `re` syntax; fix the pattern at that position."
+    ) from e
+  except ValueError as e:  # Incompatible flags, detected after parsing.
+    raise errors.RegexSyntaxError(
+        f"Regex '{pattern}' is not a valid regular expression: {e}. Expected Python"
+        " `re` syntax; remove one of the conflicting inline flags."
+    ) from e
+  walker = _Walker(pattern, bool(tree.state.flags & _VERBOSE))
+  if tree.state.groupdict:
+    walker.unsupported("a named group")
+  flags = tree.state.flags & ~_TYPE_FLAGS
+  if tree.state.flags & _ASCII:  # An inline (?a).
+    flags |= _ASCII
+  elif unicode or _has_global_unicode_flag(pattern):
+    flags |= _UNICODE
+  else:
+    flags |= _ASCII
+  return walker.walk(tree.data, flags, True, True)
+
+
+def _has_global_unicode_flag(pattern: str) -> bool:
+  """Whether `pattern` (already known to parse) has an inline global `(?u)`.
+
+  `re` adds UNICODE to every str pattern, so the parse tree cannot tell; but parsing
+  again with `re.ASCII` fails exactly when the pattern itself turns UNICODE on.
+  """
+  if "(?" not in pattern or "u" not in pattern:
+    return False
+  try:
+    sre_parse.parse(pattern, _ASCII)
+  except ValueError:
+    return True
+  return False
+
+
+def _combine_flags(flags: int, add_flags: int, del_flags: int) -> int:
+  """Flags inside `(?add-del:...)`, as `re._compiler._combine_flags` computes them."""
+  if add_flags & _TYPE_FLAGS:
+    flags &= ~_TYPE_FLAGS
+  return (flags | add_flags) & ~del_flags
+
+
+def _bol_like(op, av) -> bool:
+  """Whether an item only matches the empty string at the start (`^`, `\\A`, `(?:^|)`)."""
+  if op is sre.AT:
+    return av in _BOL
+  if op is sre.SUBPATTERN:
+    return all(_bol_like(*item) for item in av[3].data)
+  if op is sre.BRANCH:
+    return all(_bol_like(*item) for alt in av[1] for item in alt.data)
+  return False
+
+
+def _eol_like(op, av) -> bool:
+  """Whether an item only matches the empty string at the end (`$`, `\\Z`, `(?:$|)`)."""
+  if op is sre.AT:
+    return av in _EOL
+  if op is sre.SUBPATTERN:
+    return all(_eol_like(*item) for item in av[3].data)
+  if op is sre.BRANCH:
+    return all(_eol_like(*item) for alt in av[1] for item in alt.data)
+  return False
+
+
+class _Walker:
+  """Lowers an `re._parser` parse tree of `pattern` to IR.
+
+  Attributes:
+    pattern: The source, for error messages.
+    verbose: Whether the pattern is in verbose mode from the start (for error positions).
+  """
+
+  __slots__ = ("pattern", "verbose")
+
+  def __init__(self, pattern: str, verbose: bool):
+    self.pattern = pattern
+    self.verbose = verbose
+
+  def unsupported(self, construct: str):
+    """Raises `UnsupportedRegexError` for the first unsupported construct in the text."""
+    found = _first_unsupported(self.pattern, self.verbose)
+    if found is None:  # The scanner and the tree disagree; still say what is wrong.
+      raise errors.UnsupportedRegexError(
+          f"Regex '{self.pattern}' uses {construct}, which is not supported."
+          f" {_FIXES.get(construct, '')}"
+      )
+    position, construct, fix = found
+    raise errors.UnsupportedRegexError(
+        f"Regex '{self.pattern}' uses {construct} at position {position}, which is not"
+        f" supported. {fix}"
+    )
+
+  def walk(self, items: list, flags: int, leading: bool, trailing: bool) -> ir.Node:
+    """The IR of a sequence of parse items (a concatenation).
+
+    Args:
+      items: The `(opcode, argument)` pairs of one `SubPattern` (its `data`).
+      flags: The `re` flags in force (with exactly one of ASCII and UNICODE set).
+      leading: Nothing can have been consumed before `items` (`^` is a no-op here).
+      trailing: Nothing can be consumed after `items` (`$` is a no-op here).
+    """
+    if len(items) == 1:  # Fast path for the many one-item sequences (alternatives).
+      op, av = items[0]
+      if op is _IN:
+        return _CharClass(_class_ranges(av, flags))
+      if op is _LITERAL and not flags & _IGNORECASE and not (
+          _SURROGATE_LO <= av <= _SURROGATE_HI):
+        return _Bytes(chr(av).encode())
+    # Items after `last_consuming` match only the empty string at the end.
+    last_consuming = len(items) - 1
+    while last_consuming >= 0 and items[last_consuming][0] in _MAYBE_EMPTY and _eol_like(
+        *items[last_consuming]):
+      last_consuming -= 1
+    folding = flags & _IGNORECASE
+    parts: list[ir.Node] = []
+    run = b""  # Pending literal bytes, emitted as one `Bytes`.
+    at_start = leading
+    for k, (op, av) in enumerate(items):
+      if op is _LITERAL and not (folding and _case_fold(flags).iscased(av)):
+        if _SURROGATE_LO <= av <= _SURROGATE_HI:
+          return _NOTHING  # Never present in UTF-8 text.
+        run += chr(av).encode()
+        at_start = False
+        continue
+      if op is _IN:
+        if run:
+          parts.append(_Bytes(run))
+          run = b""
+        parts.append(_CharClass(_class_ranges(av, flags)))
+        at_start = False
+        continue
+      item_trailing = trailing and k >= last_consuming
+      if op is _AT:
+        if (av in _BOL and at_start) or (av in _EOL and item_trailing):
+          continue  # A no-op under full match.
+        self.unsupported("a word boundary" if av not in _BOL | _EOL else "an anchor")
+      node = self._item(op, av, flags, at_start, item_trailing)
+      kind = type(node)
+      if kind is _Union and not node.alternatives:
+        return _NOTHING
+      for part in node.parts if kind is _Concat else (node,):
+        if type(part) is _Bytes:  # Merge literal runs across groups: (?i:x)yz, a(b)c.
+          run += part.data
+        else:
+          if run:
+            parts.append(_Bytes(run))
+            run = b""
+          parts.append(part)
+      at_start = at_start and _bol_like(op, av)
+    if run:
+      parts.append(_Bytes(run))
+    if len(parts) == 1:
+      return parts[0]
+    return _Concat(tuple(parts)) if parts else ir.EPSILON
+
+  def _item(self, op, av, flags: int, leading: bool, trailing: bool) -> ir.Node:
+    """The IR of one parse item other than a plain literal, a class or an anchor."""
+    if op is _SUBPATTERN:
+      _, add_flags, del_flags, sub = av
+      if add_flags or del_flags:
+        flags = _combine_flags(flags, add_flags, del_flags)
+      return self.walk(sub.data, flags, leading, trailing)
+    if op is _BRANCH:
+      alternatives = []
+      for alt in av[1]:
+        node = self.walk(alt.data, flags, leading, trailing)
+        if type(node) is _Union:
+          alternatives += node.alternatives
+        else:
+          alternatives.append(node)
+      return alternatives[0] if len(alternatives) == 1 else _Union(tuple(alternatives))
+    if op is _MAX_REPEAT or op is _MIN_REPEAT:  # Greedy and lazy: the same language.
+      min_count, max_count, sub = av
+      body = self.walk(sub.data, flags, False, False)
+      if max_count is _MAXREPEAT:
+        max_count = None
+      elif max_count == 0 or min_count == max_count == 1:
+        return ir.EPSILON if max_count == 0 else body
+      if type(body) is _Bytes and not body.data:
+        return ir.EPSILON
+      return ir.Repeat(body, min_count, max_count)
+    if op is _LITERAL:  # Case-insensitive.
+      return _CharClass(_case_fold(flags).literal(av))
+    if op is sre.NOT_LITERAL:
+      if flags & _IGNORECASE:
+        return _CharClass(ir.complement_ranges(_case_fold(flags).literal(av)))
+      return _CharClass(ir.complement_ranges(ir.normalize_ranges(((av, av),))))
+    if op is sre.ANY:
+      return _CharClass(_ALL_SCALARS if flags & _DOTALL else _NOT_NEWLINE)
+    if op in _UNSUPPORTED_OPS:
+      self.unsupported(_UNSUPPORTED_OPS[op])
+    raise errors.UnsupportedRegexError(
+        f"Regex '{self.pattern}' uses the `re` parse item {op}, which is not supported."
+        " Please report this pattern."
+    )
+
+
+# --- Character classes ---------------------------------------------------------------
+
+
+def _class_ranges(items, flags: int) -> tuple[tuple[int, int], ...]:
+  """The scalar values matched by the class `[items]` (an `IN` argument)."""
+  if flags & _IGNORECASE:
+    return _case_fold(flags).char_class(items, flags)
+  if len(items) == 1:  # Fast paths for `\d`, `[0-5]`, ... (already normalized).
+    op, av = items[0]
+    if op is sre.CATEGORY:
+      return _category_ranges(av, flags)
+    if op is sre.RANGE and (av[1] < _SURROGATE_LO or av[0] > _SURROGATE_HI):
+      return (av,)
+  ranges = []
+  negate = False
+  for op, av in items:
+    if op is sre.LITERAL:
+      ranges.append((av, av))
+    elif op is sre.RANGE:
+      ranges.append(av)
+    elif op is sre.CATEGORY:
+      ranges.extend(_category_ranges(av, flags))
+    elif op is sre.NEGATE:
+      negate = True
+    else:
+      raise ValueError(f"Expected a class item, got {op} {av!r} instead.")
+  normalized = ir.normalize_ranges(ranges)
+  return ir.complement_ranges(normalized) if negate else normalized
+
+
+def _category_ranges(category, flags: int) -> tuple[tuple[int, int], ...]:
+  """The scalar values of `\\d \\w \\s \\D \\W \\S` in the mode given by `flags`."""
+  table = _unicode_categories() if flags & _UNICODE else _ASCII_CATEGORIES
+  if category not in table:
+    raise ValueError(f"Expected a \\d \\w \\s category, got {category} instead.")
+  return table[category]
+
+
+@functools.cache
+def _all_code_points() -> str:
+  """All of U+0000..U+10FFFF (surrogates included) as one string, index = code point."""
+  codes = np.arange(ir.MAX_CODE_POINT + 1, dtype="<u4").tobytes()
+  return codes.decode("utf-32-le", "surrogatepass")
+
+
+def _mask_ranges(mask: np.ndarray) -> tuple[tuple[int, int], ...]:
+  """The normalized code point ranges where the boolean `mask` (index = code point) holds."""
+  edges = np.diff(mask.astype(np.int8), prepend=0, append=0)
+  starts = np.flatnonzero(edges == 1)
+  ends = np.flatnonzero(edges == -1) - 1
+  return ir.normalize_ranges(zip(starts.tolist(), ends.tolist()))
+
+
+@functools.cache
+def _unicode_categories() -> dict:
+  """`\\d \\w \\s` under Unicode semantics, computed once with `_sre`'s predicates.
+
+  `_sre` uses Py_UNICODE_ISDECIMAL, Py_UNICODE_ISALNUM (or '_') and Py_UNICODE_ISSPACE,
+  which are what `str.isdecimal`, `str.isalnum` and `str.isspace` test on one character.
+  """
+  text = _all_code_points()
+
+  def where(predicate) -> np.ndarray:
+    return np.fromiter(map(predicate, text), dtype=bool, count=len(text))
+
+  word = where(str.isalnum)
+  word[ord("_")] = True
+  return _with_negations({
+      sre.CATEGORY_DIGIT: _mask_ranges(where(str.isdecimal)),
+      sre.CATEGORY_WORD: _mask_ranges(word),
+      sre.CATEGORY_SPACE: _mask_ranges(where(str.isspace)),
+  })
+
+
+# --- Case-insensitive matching -----------------------------------------------------------
+
+
+def _difference(a, b) -> tuple[tuple[int, int], ...]:
+  """Normalized ranges `a` minus normalized ranges `b`."""
+  return ir.complement_ranges(ir.normalize_ranges(ir.complement_ranges(a) + b))
+
+
+def _contains(ranges, starts: list[int], value: int) -> bool:
+  """Whether `value` lies in normalized `ranges` (with `starts` their lower bounds)."""
+  k = bisect.bisect_right(starts, value) - 1
+  return k >= 0 and value <= ranges[k][1]
+
+
+@functools.cache
+def _unicode_case_tables() -> tuple[dict[int, int], list[int]]:
+  """({ch: tolower(ch)} where they differ, sorted cased characters), as `_sre` sees them."""
+  size = ir.MAX_CODE_POINT + 1
+  lower = np.fromiter(map(_sre.unicode_tolower, range(size)), np.int64, size)
+  changed = np.flatnonzero(lower != np.arange(size)).tolist()
+  cased = np.fromiter(map(_sre.unicode_iscased, range(size)), bool, size)
+  return dict(zip(changed, lower[changed].tolist())), np.flatnonzero(cased).tolist()
+
+
+@functools.cache
+def _unicode_upper_table() -> dict[int, int]:
+  """{x: toupper(x)} where they differ, with `_sre`'s simple uppercase mapping.
+
+  Only `_sre`'s RANGE_UNI_IGNORE (a case-insensitive class range reaching beyond
+  U+FFFF) uses the uppercase mapping, and Python exposes it only in C
+  (`_PyUnicode_ToUppercase`); a character with toupper(x) != x is cased by definition.
+  """
+  try:
+    upper = ctypes.pythonapi._PyUnicode_ToUppercase
+  except AttributeError as e:
+    raise errors.UnsupportedRegexError(
+        "Case-insensitive character classes with a range beyond U+FFFF need CPython's"
+        " _PyUnicode_ToUppercase, which this interpreter does not export. Expected (?i)"
+        " class ranges within U+0000..U+FFFF; list the cases explicitly instead."
+    ) from e
+  upper.restype = ctypes.c_uint32
+  upper.argtypes = [ctypes.c_uint32]
+  _, cased = _unicode_case_tables()
+  return {x: u for x in cased if (u := upper(x)) != x}
+
+
+class _CaseFold:
+  """`re.IGNORECASE` in one mode, as set operations on code point ranges.
+
+  `re` compiles a case-insensitive item to a set M of lowercase values and matches a
+  character ch iff tolower(ch) is in M (plus a few quirks mirrored below). So every
+  language here is a preimage under `tolower`; only the characters whose lowercase
+  differs from themselves (1,433 in Unicode, 26 in ASCII) need individual care.
+  """
+
+  def __init__(self, unicode: bool):
+    if unicode:
+      self.tolower = _sre.unicode_tolower
+      self.iscased = _sre.unicode_iscased
+      self.fixes = _EXTRA_CASES
+      self.lower_of, self.cased = _unicode_case_tables()
+    else:
+      self.tolower = _sre.ascii_tolower
+      self.iscased = _sre.ascii_iscased
+      self.fixes = {}
+      self.lower_of = {c: c + 32 for c in range(0x41, 0x5B)}
+      self.cased = list(range(0x41, 0x5B)) + list(range(0x61, 0x7B))
+    self.changed = sorted(self.lower_of)  # Characters whose lowercase is another one.
+    self.changed_ranges = ir.normalize_ranges((c, c) for c in self.changed)
+
+  def preimage(self, ranges) -> tuple[tuple[int, int], ...]:
+    """{ch : tolower(ch) in ranges}, for normalized `ranges`."""
+    starts = [lo for lo, _ in ranges]
+    extra = [(c, c) for c, lo in self.lower_of.items() if _contains(ranges, starts, lo)]
+    return ir.normalize_ranges(_difference(ranges, self.changed_ranges) + tuple(extra))
+
+  def image(self, lo: int, hi: int) -> list[tuple[int, int]]:
+    """{tolower(i) : lo <= i <= hi} plus the extra cases `re` adds for those values."""
+    out = list(_difference(((lo, hi),), self.changed_ranges))
+    first = bisect.bisect_left(self.changed, lo)
+    last = bisect.bisect_right(self.changed, hi)
+    out += ((self.lower_of[c],) * 2 for c in self.changed[first:last])
+    if self.fixes:
+      image = ir.normalize_ranges(out)
+      starts = [a for a, _ in image]
+      for key, extra in self.fixes.items():
+        if _contains(image, starts, key):
+          out += ((k, k) for k in extra)
+    return out
+
+  def any_cased(self, lo: int, hi: int) -> bool:
+    k = bisect.bisect_left(self.cased, lo)
+    return k < len(self.cased) and self.cased[k] <= hi
+
+  def literal(self, av: int) -> tuple[tuple[int, int], ...]:
+    """The characters a case-insensitive literal `av` matches (`_compile`, LITERAL)."""
+    if not self.iscased(av):
+      return ir.normalize_ranges(((av, av),))
+    lo = self.tolower(av)
+    return self.preimage(ir.normalize_ranges((k, k) for k in (lo, *self.fixes.get(lo, ()))))
+
+  def char_class(self, items, flags: int) -> tuple[tuple[int, int], ...]:
+    """A case-insensitive class, mirroring `re._compiler._optimize_charset` + `_sre`."""
+    values: list[tuple[int, int]] = []  # The set M that tolower(ch) is tested against.
+    hascased = negate = False
+    for op, av in items:
+      if op is sre.LITERAL:
+        lo = self.tolower(av)
+        if lo > _BMP_MAX:  # Beyond the charmap: kept as is, compared with tolower(ch).
+          hascased = True
+          values.append((av, av))
+        else:
+          values.append((lo, lo))
+          values += ((k, k) for k in self.fixes.get(lo, ()))
+          hascased = hascased or bool(self.iscased(av))
+      elif op is sre.RANGE:
+        lo, hi = av
+        # tolower never crosses the BMP boundary (checked by a test), so the charmap
+        # gets exactly the BMP part before `re` falls back to RANGE_UNI_IGNORE.
+        if lo <= _BMP_MAX:
+          values += self.image(lo, min(hi, _BMP_MAX))
+        if hi > _BMP_MAX:
+          hascased = True
+          values += self._range_uni_ignore(lo, hi)
+        else:
+          hascased = hascased or self.any_cased(lo, hi)
+      elif op is sre.CATEGORY:
+        values.extend(_category_ranges(av, flags))
+      elif op is sre.NEGATE:
+        negate = True
+      else:
+        raise ValueError(f"Expected a class item, got {op} {av!r} instead.")
+    matched = ir.normalize_ranges(values)
+    if hascased:
+      matched = self.preimage(matched)
+    return ir.complement_ranges(matched) if negate else matched
+
+  def _range_uni_ignore(self, lo: int, hi: int) -> list[tuple[int, int]]:
+    """{x : lo <= x <= hi or lo <= toupper(x) <= hi}: `_sre`'s RANGE_UNI_IGNORE."""
+    upper_of = _unicode_upper_table()
+    return [(lo, hi)] + [(x, x) for x, u in upper_of.items() if lo <= u <= hi]
+
+
+@functools.cache
+def _case_fold_for(unicode: bool) -> _CaseFold:
+  return _CaseFold(unicode)
+
+
+def _case_fold(flags: int) -> _CaseFold:
+  return _case_fold_for(bool(flags & _UNICODE))
+
+
+# --- Positions of unsupported constructs ----------------------------------------------------
+
+_LOOKAROUND_FIX = (
+    "Rewrite the pattern without lookaround: the constraint is a regular language"
+    " matched against the whole text."
+)
+_FIXES = {
+    "a named group": (
+        "Named groups are reserved for terminal labels such as QUOTED_TEXT; use (?:...)"
+        " to group."
+    ),
+    "an anchor": (
+        "Use ^ or \\A only at the very start and $ or \\Z only at the very end (the whole"
+        " text is always matched); elsewhere remove them."
+    ),
+    "a lookahead": _LOOKAROUND_FIX,
+    "a negative lookahead": _LOOKAROUND_FIX,
+    "a lookbehind": _LOOKAROUND_FIX,
+    "a negative lookbehind": _LOOKAROUND_FIX,
+    "an atomic group": (
+        "Atomic groups can change the language; use (?:...) if backtracking into the"
+        " group cannot matter."
+    ),
+    "a possessive quantifier": (
+        "Possessive quantifiers can change the language; use the greedy form (*, +, ?,"
+        " {m,n}) if that is what you mean."
+    ),
+    "a backreference": (
+        "Backreferences are not regular; repeat the sub-pattern itself instead."
+    ),
+    "a conditional group": (
+        "Conditionals depend on what a group captured; use an alternation instead."
+    ),
+    "a word boundary": (
+        "Word boundaries look at neighbouring characters; spell out the characters"
+        " allowed on each side instead."
+    ),
+}
+_QUANTIFIER = re.compile(r"\{(?!\})\d*(?:,\d*)?\}")
+_INLINE_FLAGS = re.compile(r"([aiLmsux]*)(?:-([imsx]*))?([:)])")
+_VERBOSE_SPACE = frozenset(" \t\n\r\v\f")
+_OCTAL = frozenset("01234567")
+_DIGITS = frozenset("0123456789")
+_GROUP_PREFIXES = (  # What follows "(?", and the unsupported group it opens.
+    ("=", "a lookahead"),
+    ("!", "a negative lookahead"),
+    ("<=", "a lookbehind"),
+    ("<!", "a negative lookbehind"),
+    (">", "an atomic group"),
+)
+
+
+@dataclasses.dataclass
+class _Token:
+  """One item of the light scan: an atom, an anchor ('bol'/'eol') or a group."""
+
+  kind: str
+  position: int
+  alternatives: list = dataclasses.field(default_factory=list)
+  quantified: bool = False
+
+
+def _first_unsupported(pattern: str, verbose: bool):
+  """(position, construct, fix) of the first unsupported construct, or None.
+
+  `re`'s parse tree has no positions, so this is a light scan of the (already valid)
+  pattern that follows `re._parser`'s tokenization: escapes, classes, groups, inline
+  flags, verbose-mode whitespace and comments, quantifiers. Anchors are judged with the
+  same rule as the tree walk (only at the start or end, outside repeats).
+  """
+  scanner = _Scanner(pattern)
+  alternatives = scanner.alternatives(verbose)
+  _check_anchors(alternatives, leading=True, trailing=True, issues=scanner.issues)
+  if not scanner.issues:
+    return None
+  position, construct = min(scanner.issues)
+  return position, construct, _FIXES[construct.split(" '")[0]]
+
+
+class _Scanner:
+  """The light scan behind `_first_unsupported`; collects `(position, construct)`."""
+
+  def __init__(self, pattern: str):
+    self.pattern = pattern
+    self.pos = 0
+    self.issues: list[tuple[int, str]] = []
+
+  def alternatives(self, verbose: bool) -> list[list[_Token]]:
+    """Scans alternatives up to an unmatched ')' or the end."""
+    p = self.pattern
+    alternatives: list[list[_Token]] = [[]]
+    while self.pos < len(p) and p[self.pos] != ")":
+      if p[self.pos] == "|":
+        alternatives.append([])
+        self.pos += 1
+      else:
+        self._item(alternatives[-1], verbose)
+    return alternatives
+
+  def _item(self, seq: list[_Token], verbose: bool) -> None:
+    p, i = self.pattern, self.pos
+    c = p[i]
+    if verbose and c in _VERBOSE_SPACE:
+      self.pos += 1
+    elif verbose and c == "#":
+      end = p.find("\n", i)
+      self.pos = len(p) if end < 0 else end + 1
+    elif c == "(":
+      self._group(seq, verbose)
+    elif c == "[":
+      self._skip_class()
+      seq.append(_Token("atom", i))
+    elif c == "\\":
+      seq.append(_Token(self._escape(), i))
+    elif c in "^$":
+      seq.append(_Token("bol" if c == "^" else "eol", i))
+      self.pos += 1
+    elif c in "*+?" or (c == "{" and _QUANTIFIER.match(p, i)):
+      end = i + 1 if c != "{" else _QUANTIFIER.match(p, i).end()
+      if seq:
+        seq[-1].quantified = True
+      if p.startswith("+", end):
+        self.issues.append((i, "a possessive quantifier"))
+        end += 1
+      elif p.startswith("?", end):
+        end += 1
+      self.pos = end
+    else:
+      seq.append(_Token("atom", i))
+      self.pos += 1
+
+  def _skip_class(self) -> None:
+    p = self.pattern
+    j = self.pos + 1
+    if p.startswith("^", j):
+      j += 1
+    if p.startswith("]", j):
+      j += 1
+    while j < len(p) and p[j] != "]":
+      j += 2 if p[j] == "\\" else 1
+    self.pos = j + 1
+
+  def _escape(self) -> str:
+    """Scans one escape; returns its token kind and records unsupported ones."""
+    p, i = self.pattern, self.pos
+    d = p[i + 1] if i + 1 < len(p) else ""
+    self.pos = i + 2
+    if d in "bB":
+      self.issues.append((i, f"a word boundary '\\{d}'"))
+    elif d == "A":
+      return "bol"
+    elif d == "Z":
+      return "eol"
+    elif d in _DIGITS and d != "0":
+      digits = d
+      if i + 2 < len(p) and p[i + 2] in _DIGITS:
+        digits += p[i + 2]
+        if d in _OCTAL and p[i + 2] in _OCTAL and i + 3 < len(p) and p[i + 3] in _OCTAL:
+          self.pos = i + 4  # A three-digit octal escape.
+          return "atom"
+      self.pos = i + 1 + len(digits)
+      self.issues.append((i, f"a backreference '\\{digits}'"))
+    elif d == "N" and p.startswith("{", i + 2):
+      self.pos = p.index("}", i) + 1
+    return "atom"
+
+  def _group(self, seq: list[_Token], verbose: bool) -> None:
+    p, start = self.pattern, self.pos
+    inner_verbose = verbose
+    if not p.startswith("(?", start):
+      self.pos = start + 1
+    else:
+      j = start + 2
+      if p.startswith("#", j):  # A comment, up to the first unescaped ')'.
+        while p[j] != ")":
+          j += 2 if p[j] == "\\" else 1
+        self.pos = j + 1
+        return
+      if p.startswith("P=", j):
+        name = p[j + 2 : p.index(")", j)]
+        self.issues.append((start, f"a backreference '(?P={name})'"))
+        self.pos = p.index(")", j) + 1
+        seq.append(_Token("atom", start))
+        return
+      if p.startswith("P<", j):
+        name = p[j + 2 : p.index(">", j)]
+        self.issues.append((start, f"a named group '{name}'"))
+        self.pos = p.index(">", j) + 1
+      elif p.startswith("(", j):
+        self.issues.append((start, "a conditional group"))
+        self.pos = p.index(")", j) + 1
+      else:
+        for prefix, construct in _GROUP_PREFIXES:
+          if p.startswith(prefix, j):
+            self.issues.append((start, construct))
+            self.pos = j + len(prefix)
+            break
+        else:
+          flags = _INLINE_FLAGS.match(p, j)
+          self.pos = flags.end()
+          if flags.group(3) == ")":  # Global flags: no group.
+            return
+          if "x" in flags.group(1):
+            inner_verbose = True
+          elif "x" in (flags.group(2) or ""):
+            inner_verbose = False
+    alternatives = self.alternatives(inner_verbose)
+    self.pos += 1  # The closing ')'.
+    seq.append(_Token("group", start, alternatives))
+
+
+def _token_like(token: _Token, kind: str) -> bool:
+  """Whether a token matches only the empty string, at the start ('bol') or end ('eol')."""
+  if token.kind == "group" and not token.quantified:
+    return all(_token_like(t, kind) for alt in token.alternatives for t in alt)
+  return token.kind == kind
+
+
+def _check_anchors(alternatives, *, leading: bool, trailing: bool, issues: list) -> None:
+  """Records anchors that are not at the start/end, with the rule of `_Walker.walk`."""
+  for seq in alternatives:
+    last_consuming = max(
+        (k for k, t in enumerate(seq) if not _token_like(t, "eol")), default=-1
+    )
+    at_start = leading
+    for k, token in enumerate(seq):
+      item_trailing = trailing and k >= last_consuming
+      if token.kind == "bol" and not at_start or token.kind == "eol" and not item_trailing:
+        issues.append((token.position, "an anchor"))
+      if token.kind == "group":
+        _check_anchors(
+            token.alternatives, leading=at_start and not token.quantified,
+            trailing=item_trailing and not token.quantified, issues=issues,
+        )
+      at_start = at_start and _token_like(token, "bol")
