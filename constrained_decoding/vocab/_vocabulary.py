@@ -112,7 +112,7 @@ class Vocabulary:
     singles = {b for b in self.token_bytes if b is not None and len(b) == 1}
     return len(singles) == 256
 
-  def decode(self, token_ids: Iterable[int]) -> bytes:
+  def decode(self, token_ids: Iterable[int] | np.ndarray) -> bytes:
     """Concatenates the bytes of `token_ids` (tokens without text add nothing)."""
     out = []
     for t in token_ids:

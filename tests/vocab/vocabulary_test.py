@@ -49,18 +49,19 @@ def _train_spm(tmp_path, **kwargs) -> spm.SentencePieceProcessor:
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n".join(lines), encoding="utf-8")
   spm.SentencePieceTrainer.Train(
-      input=str(corpus), model_prefix=str(tmp_path / "m"), vocab_size=120,
-      model_type="bpe", byte_fallback=True, character_coverage=1.0, **kwargs)
+      input=str(corpus), model_prefix=str(tmp_path / "m"), vocab_size=340,
+      model_type="bpe", byte_fallback=True, character_coverage=1.0, minloglevel=2,
+      num_threads=1, **kwargs)
   return spm.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
 
 
 def test_from_sentencepiece_trained_model(tmp_path):
   sp = _train_spm(tmp_path, add_dummy_prefix=False)
-  vocab = cd.Vocabulary.from_sentencepiece(str(tmp_path / "m.model"), vocab_size=128)
-  assert vocab.vocab_size == 128 and vocab.num_tokens == sp.GetPieceSize()
+  vocab = cd.Vocabulary.from_sentencepiece(str(tmp_path / "m.model"), vocab_size=512)
+  assert vocab.vocab_size == 512 and vocab.num_tokens == sp.GetPieceSize()
   assert vocab.is_byte_complete
   assert vocab.eos_ids == (sp.eos_id(),)
-  same = cd.Vocabulary.from_sentencepiece(sp.serialized_model_proto(), vocab_size=128)
+  same = cd.Vocabulary.from_sentencepiece(sp.serialized_model_proto(), vocab_size=512)
   assert same.fingerprint == vocab.fingerprint
   for text in ["alpha beta", "naïve café 中文 ☃ 😀", "x=1 {y}\tz"]:
     ids = sp.EncodeAsIds(text)
@@ -95,7 +96,7 @@ def test_from_tokenizer_json_byte_level(tmp_path):
   tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
   tok.decoder = tokenizers.decoders.ByteLevel()
   trainer = tokenizers.trainers.BpeTrainer(
-      vocab_size=400, special_tokens=["<|endoftext|>"],
+      vocab_size=340, special_tokens=["<|endoftext|>"],
       initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
   tok.train_from_iterator(["hello world café 中文 😀 x=1"] * 50, trainer=trainer)
   path = tmp_path / "tokenizer.json"

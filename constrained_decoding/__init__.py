@@ -1,0 +1,67 @@
+"""constrained_decoding: make a language model's output follow a formal language.
+
+```python
+import constrained_decoding as cd
+
+vocab = cd.Vocabulary.from_gguf(cd.models.default_gguf_path())
+tables = cd.Compiler(vocab).compile(cd.Regex(r"\\d{4}-\\d{2}-\\d{2}"))
+state = cd.init_state(tables, batch_size=1)
+logits = cd.mask_logits(tables, state, logits)   # inside your jitted step
+state = cd.advance(tables, state, tokens)
+```
+
+Names are loaded lazily, so that importing the device side (`constrained_decoding.runtime`)
+never imports pynini and importing the host side never imports jax.
+"""
+
+import importlib
+
+_EXPORTS = {
+    # Host: vocabularies, specs, compilation, tables.
+    "Vocabulary": "constrained_decoding.vocab",
+    "Regex": "constrained_decoding.constraints",
+    "Compiler": "constrained_decoding._compiler",
+    "CompileOptions": "constrained_decoding._compiler",
+    "CompileInfo": "constrained_decoding._compiler",
+    "ConstraintTables": "constrained_decoding.tables",
+    "stack_tables": "constrained_decoding.tables",
+    "tables_nbytes": "constrained_decoding.tables",
+    # Device: runtime.
+    "ConstraintState": "constrained_decoding.runtime",
+    "init_state": "constrained_decoding.runtime",
+    "allowed_tokens": "constrained_decoding.runtime",
+    "mask_logits": "constrained_decoding.runtime",
+    "advance": "constrained_decoding.runtime",
+    # Device: decoding.
+    "generate": "constrained_decoding.sampling",
+    "generate_stream": "constrained_decoding.sampling",
+    "SamplingConfig": "constrained_decoding.sampling",
+    "Completion": "constrained_decoding.sampling",
+    # Errors.
+    "ConstraintError": "constrained_decoding.errors",
+    "UnsupportedFeatureError": "constrained_decoding.errors",
+    "UnsupportedRegexError": "constrained_decoding.errors",
+    "RegexSyntaxError": "constrained_decoding.errors",
+    "EmptyConstraintError": "constrained_decoding.errors",
+    "CompileBudgetError": "constrained_decoding.errors",
+    "VocabularyError": "constrained_decoding.errors",
+    "VocabularyMismatchError": "constrained_decoding.errors",
+}
+_SUBMODULES = ("models", "runtime", "sampling", "tables", "errors", "vocab", "constraints", "automata")
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+
+
+def __getattr__(name: str):
+  if name in _EXPORTS:
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+  elif name in _SUBMODULES:
+    value = importlib.import_module(f"constrained_decoding.{name}")
+  else:
+    raise AttributeError(f"module 'constrained_decoding' has no attribute {name!r}")
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return __all__

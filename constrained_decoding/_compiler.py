@@ -1,0 +1,185 @@
+"""`Compiler`: the host front door, bound to one vocabulary.
+
+spec -> constraint IR -> minimal byte DFA (pynini) -> token DFA (composition with the
+vocabulary trie, Alg. 2) -> `ConstraintTables`.
+"""
+
+import collections
+import dataclasses
+import os
+import time
+from typing import Protocol, runtime_checkable
+
+from constrained_decoding import tables as _tables
+from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _detokenizer
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.errors import CompileBudgetError
+from constrained_decoding.errors import EmptyConstraintError
+from constrained_decoding.vocab._vocabulary import Vocabulary
+
+# Bump when compiled tables for the same spec and vocabulary would change.
+FORMAT_VERSION = 1
+DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "constrained_decoding")
+
+
+@runtime_checkable
+class Spec(Protocol):
+  """What `Compiler.compile` accepts: `Regex`, and later `JsonSchema`, `Grammar`, ..."""
+
+  def to_ir(self) -> ir.Node: ...
+
+  def describe(self) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompileOptions:
+  """Budgets, padding and caching for `Compiler`.
+
+  Attributes:
+    max_states: Most states a byte or token automaton may have before compilation stops
+      with `CompileBudgetError` (a guard against state explosion, e.g. `(a|b)*a(a|b){20}`).
+    max_edges: Most token edges the token automaton may have.
+    max_table_bytes: Most bytes the packed tables may take (device memory). Edge arrays
+      are padded to the widest state, so bounded repetitions of wide classes such as
+      `[^"]{0,200}` (200 states, each allowing ~255k tokens) hit this first; prefer `*`.
+    max_seconds: Wall-clock budget for one compilation.
+    min_bucket: Smallest padded size of the state, edge and mask axes. Sizes are padded
+      to powers of two: a fixed bucket avoids recompiling the step function when the
+      constraint changes, at the cost of up to 2x padding.
+    cache_dir: Where per-vocabulary work (the token trie) is cached on disk; None
+      disables the disk cache.
+    memoize: Keep compiled tables in memory, keyed by spec; `Compiler.compile` then
+      returns the same object for an equal spec.
+    memo_size: Number of compiled tables kept by `memoize`.
+  """
+
+  max_states: int = 100_000
+  max_edges: int = 20_000_000
+  max_table_bytes: int = 512 << 20
+  max_seconds: float = 120.0
+  min_bucket: int = _tables.DEFAULT_MIN_BUCKET
+  cache_dir: str | None = DEFAULT_CACHE_DIR
+  memoize: bool = True
+  memo_size: int = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileInfo:
+  """What a compilation produced and what it cost (host-side; not part of the tables).
+
+  Attributes:
+    description: The spec, e.g. `Regex('a|b')`.
+    byte_states: States of the minimal byte DFA.
+    token_states: States of the trimmed token DFA.
+    token_edges: Explicit token edges.
+    num_masks: Distinct allowed-token sets.
+    nbytes: Size of the packed tables, per array and total.
+    seconds: Wall-clock time per stage.
+  """
+
+  description: str
+  byte_states: int
+  token_states: int
+  token_edges: int
+  num_masks: int
+  nbytes: dict[str, int]
+  seconds: dict[str, float]
+
+
+class Compiler:
+  """Compiles constraint specs into `ConstraintTables` for one vocabulary.
+
+  ```python
+  compiler = cd.Compiler(vocab)
+  tables = compiler.compile(cd.Regex(r"(yes|no)"))
+  ```
+
+  The per-vocabulary work (the token trie, i.e. the detokenizing FST T_V of Alg. 1) is
+  done once here and cached on disk by the vocabulary's fingerprint.
+  """
+
+  def __init__(self, vocab: Vocabulary, options: CompileOptions | None = None):
+    if not isinstance(vocab, Vocabulary):
+      raise TypeError(f"Compiler got {type(vocab).__name__}. Expected a cd.Vocabulary.")
+    self.vocab = vocab
+    self.options = options or CompileOptions()
+    self.trie = _detokenizer.load_or_build_trie(vocab, self.options.cache_dir)
+    self._memo: collections.OrderedDict = collections.OrderedDict()
+
+  def compile(self, spec: Spec) -> _tables.ConstraintTables:
+    """Compiles `spec` into tables for this vocabulary (memoized by spec)."""
+    if self.options.memoize and spec in self._memo:
+      self._memo.move_to_end(spec)
+      return self._memo[spec]
+    tables, _ = self.compile_with_info(spec)
+    if self.options.memoize:
+      self._memo[spec] = tables
+      while len(self._memo) > self.options.memo_size:
+        self._memo.popitem(last=False)
+    return tables
+
+  def compile_with_info(self, spec: Spec) -> tuple[_tables.ConstraintTables, CompileInfo]:
+    """Compiles `spec` (never memoized) and reports sizes and stage timings.
+
+    Raises:
+      UnsupportedFeatureError: The spec uses a construct that is not supported.
+      EmptyConstraintError: No token sequence of this vocabulary satisfies the spec.
+      CompileBudgetError: The automaton exceeds `CompileOptions` budgets.
+    """
+    from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+
+    opts = self.options
+    what = spec.describe()
+    t0 = time.perf_counter()
+    deadline = t0 + opts.max_seconds
+    node = spec.to_ir()
+    t1 = time.perf_counter()
+    dfa = _fsa.compile_byte_dfa(node)
+    t2 = time.perf_counter()
+    if dfa.num_states > opts.max_states:
+      raise CompileBudgetError(
+          f"{what} needs {dfa.num_states} byte-automaton states. Expected at most "
+          f"CompileOptions.max_states={opts.max_states}. Raise the budget, or bound "
+          f"repetitions such as '{{1000}}' and nested alternations that multiply states."
+      )
+    if dfa.num_states == 0:
+      raise EmptyConstraintError(
+          f"{what} matches no string at all. Expected a constraint with at least one "
+          f"match; check for empty classes such as '[^\\x00-\\U0010ffff]'."
+      )
+    token_dfa = _compose.compose_token_dfa(
+        dfa, self.trie, max_edges=opts.max_edges, deadline=deadline, what=what)
+    t3 = time.perf_counter()
+    if token_dfa.num_states == 0:
+      raise EmptyConstraintError(
+          f"{what} matches strings, but no sequence of tokens of {self.vocab!r} spells "
+          f"one. Expected a constraint this vocabulary can produce; check for bytes the "
+          f"vocabulary has no token for."
+      )
+    if token_dfa.num_states > opts.max_states:
+      raise CompileBudgetError(
+          f"{what} needs {token_dfa.num_states} token-automaton states. Expected at most "
+          f"CompileOptions.max_states={opts.max_states}. Raise the budget or simplify."
+      )
+    packed_bytes = _tables.estimate_nbytes(token_dfa, self.vocab, min_bucket=opts.min_bucket)
+    if packed_bytes > opts.max_table_bytes:
+      raise CompileBudgetError(
+          f"{what} would need {packed_bytes / 2**20:.0f} MiB of tables "
+          f"({token_dfa.num_states} states, up to {_tables.max_out_degree(token_dfa)} "
+          f"token edges per state). Expected at most CompileOptions.max_table_bytes="
+          f"{opts.max_table_bytes}. Replace bounded repetitions of wide classes such as "
+          f"'[^\"]{{0,200}}' with '*', or raise the budget.")
+    tables = _tables.pack_tables(token_dfa, self.vocab, min_bucket=opts.min_bucket)
+    t4 = time.perf_counter()
+    info = CompileInfo(
+        description=what,
+        byte_states=dfa.num_states,
+        token_states=token_dfa.num_states,
+        token_edges=len(token_dfa.edge_token),
+        num_masks=int(tables.state_mask[:token_dfa.num_states].max()) + 1,
+        nbytes=_tables.tables_nbytes(tables),
+        seconds={"parse": t1 - t0, "byte_dfa": t2 - t1, "compose": t3 - t2,
+                 "pack": t4 - t3, "total": t4 - t0},
+    )
+    return tables, info
