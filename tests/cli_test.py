@@ -1,0 +1,54 @@
+"""The command line: stdout carries only completions; errors are clear, with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from constrained_decoding import cli
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, "-m", "constrained_decoding", *args],
+                        capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_generate_choices_and_regex_with_the_default_model():
+  out = _run("generate", "--prompt", "Q: Is the sky blue? A:", "--choices", " yes, no",
+             "--max-new-tokens", "4")
+  assert out.returncode == 0, out.stderr
+  assert out.stdout in (" yes\n", " no\n")
+  assert "model loaded" in out.stderr
+  out = _run("generate", "--prompt", "The year the Berlin wall fell was ", "--regex",
+             r"\d{4}", "--batch-size", "2", "--temperature", "1", "--no-stream",
+             "--max-new-tokens", "6")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.splitlines()
+  assert len(lines) == 2 and all(len(l) == 4 and l.isdigit() for l in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--regex", "(?=a)b"], r"UnsupportedRegexError: Regex '\(\?=a\)b' uses a lookahead at position 0"),
+    (["--regex", "a(b"], r"RegexSyntaxError"),
+    (["--choices", "a,,b"], r"has an empty choice"),
+    (["--regex", "a", "--batch-size", "0"], r"--batch-size 0 is below 1"),
+    (["--regex", "a", "--top-p", "2"], r"top_p 2.0 is outside"),
+])
+def test_errors_go_to_stderr(args, message, capsys):
+  code = cli.main(["generate", "--prompt", "x", *args])
+  captured = capsys.readouterr()
+  assert code == 2 and captured.out == ""
+  assert __import__("re").search(message, captured.err), captured.err
+
+
+def test_demo_prompt_examples_conform():
+  from constrained_decoding import demo  # pylint: disable=g-import-not-at-top
+  import re  # pylint: disable=g-import-not-at-top
+
+  answers = re.findall(r"Answer: (\{.*\})", demo.FEW_SHOT)
+  assert len(answers) == 2
+  for answer in answers:
+    assert re.fullmatch(demo.ANSWER_REGEX, answer)
+    assert json.loads(answer)["Final Answer"] in "ABCD"
