@@ -138,24 +138,27 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
   eos = np.asarray(vocab.eos_ids, np.int64)
   w = num_words(vocab.vocab_size)
   counts = np.bincount(src, minlength=s)
-  offsets = np.concatenate([[0], np.cumsum(counts)])
+  offsets = np.zeros(s + 1, np.int64)
+  np.cumsum(counts, out=offsets[1:])
   # Deduplicate allowed sets: one mask row per distinct (accepting, tokens) pair.
   row_of_state = np.zeros(s, np.int32)
   rows: dict[bytes, int] = {}
-  representative = []
-  for q in range(s):
-    key = (b"\1" if token_dfa.accepting[q] else b"\0") + tok[offsets[q]:offsets[q + 1]].tobytes()
-    row = rows.setdefault(key, len(rows))
-    if row == len(representative):
-      representative.append(q)
+  is_representative = np.zeros(s, bool)
+  tok_bytes = tok.tobytes()
+  accepting_list = token_dfa.accepting.tolist()
+  for q, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
+    key = (b"\1" if accepting_list[q] else b"\0") + tok_bytes[4 * lo:4 * hi]
+    new_row = len(rows)
+    row = rows.setdefault(key, new_row)
+    is_representative[q] = row == new_row
     row_of_state[q] = row
-  m = len(representative)
+  m = len(rows)
   mask_bits = np.zeros((bucket_size(m, min_bucket), w), np.uint32)
-  rep = np.asarray(representative)
-  rep_counts = counts[rep]
-  rep_rows = np.repeat(np.arange(m), rep_counts)
-  rep_tokens = np.concatenate([tok[offsets[q]:offsets[q + 1]] for q in rep]) if m else tok
-  accepting_rows = np.nonzero(token_dfa.accepting[rep])[0]
+  # Representatives are the first state of each row, so their rows come in order.
+  rep_edges = is_representative[src]
+  rep_rows = row_of_state[src[rep_edges]]
+  rep_tokens = tok[rep_edges]
+  accepting_rows = row_of_state[is_representative & token_dfa.accepting]
   all_rows = np.concatenate([rep_rows, np.repeat(accepting_rows, len(eos))])
   all_tokens = np.concatenate([rep_tokens, np.tile(eos, len(accepting_rows))]).astype(np.int64)
   _set_bits(mask_bits, all_rows, all_tokens)

@@ -151,9 +151,18 @@ def compose_token_dfa(
     return empty
   src, tok, dst = _walk(dfa, trie, max_edges=max_edges, deadline=deadline, what=what)
   q = dfa.num_states
-  live = _live_states(q, src, dst, dfa.start, dfa.accepting)
+  if trie.is_byte_complete:
+    # Every byte is a token and `ByteDfa`s are trimmed, so each state is reached and can
+    # finish at token boundaries too (spell the bytes one by one): nothing to prune.
+    live = np.ones(q, bool)
+  else:
+    live = _live_states(q, src, dst, dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return empty
+  if live.all() and dfa.start == 0:
+    order = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
+    return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
+                    edge_source=src[order], edge_token=tok[order], edge_target=dst[order])
   # Renumber live states, start first, then in byte-DFA order.
   order = np.concatenate([[dfa.start], np.nonzero(live)[0][np.nonzero(live)[0] != dfa.start]])
   new_id = np.full(q, -1, np.int32)

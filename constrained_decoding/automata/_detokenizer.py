@@ -13,6 +13,7 @@ Public functions:
 """
 
 import dataclasses
+import functools
 import os
 import sys
 import tempfile
@@ -56,6 +57,13 @@ class VocabTrie:
   @property
   def num_nodes(self) -> int:
     return int(self.node_depth.shape[0])
+
+  @functools.cached_property
+  def is_byte_complete(self) -> bool:
+    """Whether every single byte is a token (then every byte path is tokenizable)."""
+    lo, hi = self.child_start[0], self.child_start[1]
+    children = self.child_node[lo:hi]
+    return bool(hi - lo == 256) and bool((self.token_start[children + 1] > self.token_start[children]).all())
 
 
 def build_trie(vocab: Vocabulary) -> VocabTrie:

@@ -71,3 +71,17 @@ def test_edge_budget(gemma_compiler):
   dfa = _fsa.compile_byte_dfa(cd.Regex(r".{0,3}").to_ir())
   with pytest.raises(cd.CompileBudgetError, match=r"more than 1000 token edges"):
     _compose.compose_token_dfa(dfa, gemma_compiler.trie, max_edges=1000)
+
+
+@pytest.mark.parametrize("pattern", [r"(ab|c)*d?", r"a[bc]{1,3}", r"(abc|ab)+", r"c*d"])
+def test_equals_openfst_composition_partial_vocabulary(pattern):
+  # Not byte complete: "d" only appears inside "cd", so pruning is needed here.
+  vocab = cd.Vocabulary.from_token_bytes([b"a", b"ab", b"b", b"abc", b"cd", b"c", None],
+                                         eos_ids=[6])
+  trie = _detokenizer.build_trie(vocab)
+  assert not trie.is_byte_complete
+  node = cd.Regex(pattern).to_ir()
+  ours = _compose.compose_token_dfa(_fsa.compile_byte_dfa(node), trie)
+  reference = _openfst_token_dfa(trie, node)
+  assert pynini.equivalent(_ours_as_fst(ours), reference)
+  assert _ours_as_fst(ours).num_states() == pynini.connect(_ours_as_fst(ours)).num_states()
