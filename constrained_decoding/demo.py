@@ -75,7 +75,11 @@ def main(argv=None) -> int:
     seconds = time.perf_counter() - started
     print(f"--- {name} ({len(out.token_ids)} tokens, {seconds:.1f} s) ---")
     print(out.text.strip("\n") if out.text.strip() else repr(out.text))
-    print(f"[{_conforms(out.text.strip())}]")
+    verdict = f"whole output: {_conforms(out.text.strip())}"
+    if not out.finished:  # a base model rarely stops by itself: judge its first line too
+      first_line = out.text.strip().split("\n")[0]
+      verdict += f"; first line: {_conforms(first_line)}; did not stop"
+    print(f"[{verdict}]")
     print()
   return 0
 

@@ -10,6 +10,7 @@ Public functions:
   build_trie(vocab)                  VocabTrie from a Vocabulary (~1 s for 262k tokens).
   load_or_build_trie(vocab, cache_dir) the same, cached on disk by fingerprint.
   detokenizing_fst(trie)             T_V as a pynini.Fst (tokens -> bytes, labels + 1).
+  load_or_build_detokenizing_fst(vocab, cache_dir)  the same, cached on disk.
 """
 
 import dataclasses
@@ -172,3 +173,23 @@ def detokenizing_fst(trie: VocabTrie):
       arc_olabel=np.concatenate([byte_of[inner] + 1, byte_of[token_nodes] + 1]),
       arc_target=np.concatenate([state_of[inner], np.zeros(len(token_nodes), np.int64)]),
   )
+
+
+def load_or_build_detokenizing_fst(vocab: Vocabulary, cache_dir: str | None):
+  """`detokenizing_fst`, cached in `cache_dir` as an OpenFst file (None: no cache)."""
+  import pynini  # pylint: disable=g-import-not-at-top
+
+  if cache_dir is None:
+    return detokenizing_fst(build_trie(vocab))
+  path = os.path.join(cache_dir, f"tv-v{TRIE_FORMAT_VERSION}-{vocab.fingerprint}.fst")
+  if os.path.exists(path):
+    try:
+      return pynini.Fst.read(path)
+    except pynini.FstIOError:
+      pass  # Unreadable: rebuild below.
+  fst = detokenizing_fst(load_or_build_trie(vocab, cache_dir))
+  fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".fst")
+  os.close(fd)
+  fst.write(tmp)
+  os.replace(tmp, path)
+  return fst

@@ -77,3 +77,13 @@ def test_duplicate_token_bytes_share_a_node():
   assert trie.num_nodes == 4  # root, "\0", "a", "ab"
   node_ab = int(np.nonzero(trie.node_depth == 2)[0][0])
   assert sorted(trie.token_ids[trie.token_start[node_ab]:trie.token_start[node_ab + 1]]) == [0, 2]
+
+
+def test_detokenizing_fst_disk_cache(byte_vocab, tmp_path):
+  import pynini  # pylint: disable=g-import-not-at-top,redefined-outer-name,reimported
+
+  built = _detokenizer.load_or_build_detokenizing_fst(byte_vocab, str(tmp_path))
+  loaded = _detokenizer.load_or_build_detokenizing_fst(byte_vocab, str(tmp_path))
+  assert pynini.equal(built, loaded)
+  assert built.num_states() == 1  # bytes only: every token is one arc from the root
+  assert sum(1 for _ in built.arcs(0)) == 256
