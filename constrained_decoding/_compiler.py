@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _wide
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.errors import EmptyConstraintError
@@ -49,6 +50,10 @@ class CompileOptions:
       constraint changes, at the cost of up to 2x padding.
     cache_dir: Where per-vocabulary work (the token trie) is cached on disk; None
       disables the disk cache.
+    wide_states: Represent states that loop on a large byte class (string bodies, free
+      text) by one terminal edge with a cached token bitmap instead of ~255k explicit
+      edges (exact; see `automata/_wide.py`). Off only to compare against plain
+      composition.
     memoize: Keep compiled tables in memory, keyed by spec; `Compiler.compile` then
       returns the same object for an equal spec.
     memo_size: Number of compiled tables kept by `memoize`.
@@ -60,6 +65,7 @@ class CompileOptions:
   max_seconds: float = 120.0
   min_bucket: int = _tables.DEFAULT_MIN_BUCKET
   cache_dir: str | None = DEFAULT_CACHE_DIR
+  wide_states: bool = True
   memoize: bool = True
   memo_size: int = 256
 
@@ -73,6 +79,7 @@ class CompileInfo:
     byte_states: States of the minimal byte DFA.
     token_states: States of the trimmed token DFA.
     token_edges: Explicit token edges.
+    num_terminals: Distinct terminal bitmaps (wide states).
     num_masks: Distinct allowed-token sets.
     nbytes: Size of the packed tables, per array and total.
     seconds: Wall-clock time per stage.
@@ -82,6 +89,7 @@ class CompileInfo:
   byte_states: int
   token_states: int
   token_edges: int
+  num_terminals: int
   num_masks: int
   nbytes: dict[str, int]
   seconds: dict[str, float]
@@ -105,6 +113,8 @@ class Compiler:
     self.vocab = vocab
     self.options = options or CompileOptions()
     self.trie = _detokenizer.load_or_build_trie(vocab, self.options.cache_dir)
+    self.wide_states = _wide.WideStates(self.trie, _tables.num_words(vocab.vocab_size),
+                                        self.options.cache_dir)
     self._memo: collections.OrderedDict = collections.OrderedDict()
 
   def compile(self, spec: Spec) -> _tables.ConstraintTables:
@@ -148,8 +158,10 @@ class Compiler:
           f"{what} matches no string at all. Expected a constraint with at least one "
           f"match; check for empty classes such as '[^\\x00-\\U0010ffff]'."
       )
+    wide = self.wide_states.find(dfa) if opts.wide_states else {}
     token_dfa = _compose.compose_token_dfa(
-        dfa, self.trie, max_edges=opts.max_edges, deadline=deadline, what=what)
+        dfa, self.trie, wide=wide, num_words=_tables.num_words(self.vocab.vocab_size),
+        max_edges=opts.max_edges, deadline=deadline, what=what)
     t3 = time.perf_counter()
     if token_dfa.num_states == 0:
       raise EmptyConstraintError(
@@ -177,6 +189,7 @@ class Compiler:
         byte_states=dfa.num_states,
         token_states=token_dfa.num_states,
         token_edges=len(token_dfa.edge_token),
+        num_terminals=int(token_dfa.terminal_bits.shape[0]),
         num_masks=int(tables.state_mask[:token_dfa.num_states].max()) + 1,
         nbytes=_tables.tables_nbytes(tables),
         seconds={"parse": t1 - t0, "byte_dfa": t2 - t1, "compose": t3 - t2,

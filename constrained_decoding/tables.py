@@ -15,6 +15,9 @@ constraints stacked):
                                (int32 max, so rows stay sorted for binary search)
   edge_targets  int32  [S, K]  target state of each edge, padded with NO_STATE (-1)
   eos_bits      uint32 [W]     the end-of-sequence ids as a bitmask
+  terminal_bits uint32 [T, W]  token bitmaps of terminal edges (wide states, Sec. 2.5.1)
+  state_terminals int32 [S, R, 2]  (terminal id, target) per state in precedence order,
+                               -1 padded; consulted only when no explicit edge matches
 
 S, K and M are padded to the next power of two (at least `min_bucket`) so that
 constraints of similar size share one compiled executable. Padding states are dead:
@@ -40,7 +43,7 @@ NO_STATE = -1
 DEFAULT_MIN_BUCKET = 8
 
 _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_mask", "edge_tokens",
-                 "edge_targets", "eos_bits")
+                 "edge_targets", "eos_bits", "terminal_bits", "state_terminals")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,6 +64,9 @@ class ConstraintTables:
     edge_tokens: Explicit edges per state, sorted, padded with PAD_TOKEN (`[S, K]`).
     edge_targets: Target state of each edge in `edge_tokens`, padded with -1 (`[S, K]`).
     eos_bits: The end-of-sequence token ids as a bitmask (`[W]`).
+    terminal_bits: Token bitmaps of terminal edges (`[T, W]`).
+    state_terminals: (terminal id, target state) of each state's terminal edges, in
+      precedence order, -1 padded (`[S, R, 2]`). Explicit edges take precedence.
     vocab_size: Width of the model's logits. Static: it fixes shapes.
   """
 
@@ -72,6 +78,8 @@ class ConstraintTables:
   edge_tokens: Any
   edge_targets: Any
   eos_bits: Any
+  terminal_bits: Any
+  state_terminals: Any
   vocab_size: int
 
   @property
@@ -80,13 +88,14 @@ class ConstraintTables:
 
   @property
   def shape_key(self) -> tuple[int, ...]:
-    """(C, S, K, M, W): tables with equal keys share one compiled step function."""
-    return (self.start.shape[0], *self.edge_tokens.shape, *self.mask_bits.shape)
+    """(C, S, K, M, W, T, R): tables with equal keys share one compiled step function."""
+    return (self.start.shape[0], *self.edge_tokens.shape, *self.mask_bits.shape,
+            self.terminal_bits.shape[0], self.state_terminals.shape[1])
 
   def __repr__(self) -> str:
-    c, s, k, m, w = self.shape_key
+    c, s, k, m, _, t, _ = self.shape_key
     return (f"ConstraintTables(constraints={c}, states={s}, edges_per_state={k}, "
-            f"masks={m}, vocab_size={self.vocab_size}, "
+            f"masks={m}, terminals={t}, vocab_size={self.vocab_size}, "
             f"nbytes={tables_nbytes(self)['total']})")
 
 
@@ -122,7 +131,9 @@ def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -
   s_pad = bucket_size(token_dfa.num_states, min_bucket)
   k_pad = bucket_size(max_out_degree(token_dfa), min_bucket)
   m_pad = bucket_size(token_dfa.num_states, min_bucket)
-  return s_pad * k_pad * 8 + m_pad * num_words(vocab.vocab_size) * 4 + s_pad * 5
+  t_pad = bucket_size(token_dfa.terminal_bits.shape[0], 1)
+  return (s_pad * k_pad * 8 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4 +
+          s_pad * 13)
 
 
 def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
@@ -146,8 +157,10 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
   is_representative = np.zeros(s, bool)
   tok_bytes = tok.tobytes()
   accepting_list = token_dfa.accepting.tolist()
+  terminal_list = token_dfa.state_terminal.tolist()
   for q, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
-    key = (b"\1" if accepting_list[q] else b"\0") + tok_bytes[4 * lo:4 * hi]
+    key = (b"\1" if accepting_list[q] else b"\0") + terminal_list[q].to_bytes(
+        4, "little", signed=True) + tok_bytes[4 * lo:4 * hi]
     new_row = len(rows)
     row = rows.setdefault(key, new_row)
     is_representative[q] = row == new_row
@@ -162,6 +175,9 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
   all_rows = np.concatenate([rep_rows, np.repeat(accepting_rows, len(eos))])
   all_tokens = np.concatenate([rep_tokens, np.tile(eos, len(accepting_rows))]).astype(np.int64)
   _set_bits(mask_bits, all_rows, all_tokens)
+  wide_reps = np.nonzero(is_representative & (token_dfa.state_terminal >= 0))[0]
+  mask_bits[row_of_state[wide_reps]] |= token_dfa.terminal_bits[
+      token_dfa.state_terminal[wide_reps]]
 
   s_pad = bucket_size(s, min_bucket)
   k_pad = bucket_size(int(counts.max()) if s else 0, min_bucket)
@@ -174,6 +190,13 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
   accepting[:s] = token_dfa.accepting
   state_mask = np.zeros(s_pad, np.int32)
   state_mask[:s] = row_of_state
+  num_terminals = token_dfa.terminal_bits.shape[0]
+  terminal_bits = np.zeros((bucket_size(num_terminals, 1), w), np.uint32)
+  terminal_bits[:num_terminals] = token_dfa.terminal_bits
+  state_terminals = np.full((s_pad, 1, 2), NO_STATE, np.int32)
+  has = np.nonzero(token_dfa.state_terminal >= 0)[0]
+  state_terminals[has, 0, 0] = token_dfa.state_terminal[has]
+  state_terminals[has, 0, 1] = has  # wide states loop on their terminal
   return ConstraintTables(
       start=np.zeros(1, np.int32),
       accepting=accepting,
@@ -182,6 +205,8 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
       edge_tokens=edge_tokens,
       edge_targets=edge_targets,
       eos_bits=bitmask(eos, vocab.vocab_size),
+      terminal_bits=terminal_bits,
+      state_terminals=state_terminals,
       vocab_size=vocab.vocab_size,
   )
 
@@ -209,8 +234,10 @@ def _used_sizes(t: ConstraintTables) -> tuple[int, int, int]:
   seen = np.zeros(targets.shape[0], bool)
   frontier = np.unique(t.start)
   seen[frontier] = True
+  terminal_targets = t.state_terminals[:, :, 1]
   while len(frontier):
-    nxt = targets[frontier].reshape(-1)
+    nxt = np.concatenate([targets[frontier].reshape(-1),
+                          terminal_targets[frontier].reshape(-1)])
     nxt = np.unique(nxt[nxt >= 0])
     frontier = nxt[~seen[nxt]]
     seen[frontier] = True
@@ -243,6 +270,9 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
           f"compiled with the same Vocabulary."
       )
   used = [_used_sizes(t) for t in tables]
+  t_used = [int(t.state_terminals[:s, :, 0].max(initial=-1)) + 1 for t, (s, _, _) in
+            zip(tables, used)]
+  r_pad = max(t.state_terminals.shape[1] for t in tables)
   s_tot = sum(s for s, _, _ in used)
   m_tot = sum(m for _, _, m in used)
   s_pad = bucket_size(s_tot, min_bucket)
@@ -254,10 +284,12 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
       state_mask=np.zeros(s_pad, np.int32),
       edge_tokens=np.full((s_pad, k_pad), PAD_TOKEN, np.int32),
       edge_targets=np.full((s_pad, k_pad), NO_STATE, np.int32),
+      terminal_bits=np.zeros((bucket_size(sum(t_used), 1), w), np.uint32),
+      state_terminals=np.full((s_pad, r_pad, 2), NO_STATE, np.int32),
   )
   starts = []
-  s_off = m_off = 0
-  for t, (s, k, m) in zip(tables, used):
+  s_off = m_off = t_off = 0
+  for t, (s, k, m), n_t in zip(tables, used, t_used):
     starts.append(t.start + s_off)
     out["accepting"][s_off:s_off + s] = t.accepting[:s]
     out["mask_bits"][m_off:m_off + m] = t.mask_bits[:m]
@@ -265,8 +297,14 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
     out["edge_tokens"][s_off:s_off + s, :k] = t.edge_tokens[:s, :k]
     targets = t.edge_targets[:s, :k]
     out["edge_targets"][s_off:s_off + s, :k] = np.where(targets >= 0, targets + s_off, NO_STATE)
+    out["terminal_bits"][t_off:t_off + n_t] = t.terminal_bits[:n_t]
+    terms = t.state_terminals[:s]
+    r = terms.shape[1]
+    out["state_terminals"][s_off:s_off + s, :r] = np.where(
+        terms >= 0, terms + np.array([t_off, s_off], np.int32), NO_STATE)
     s_off += s
     m_off += m
+    t_off += n_t
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
                           eos_bits=first.eos_bits, vocab_size=first.vocab_size, **out)
 

@@ -29,7 +29,11 @@ class TokenDfa:
   Attributes:
     num_states: Number of states; the start state is 0.
     accepting: bool `[S]`; end of sequence is allowed here.
-    edge_source, edge_token, edge_target: int32 `[E]` edges, sorted by (source, token).
+    edge_source, edge_token, edge_target: int32 `[E]` explicit edges, sorted by
+      (source, token).
+    terminal_bits: uint32 `[T, W]`; token bitmaps of the terminal edges (wide states).
+    state_terminal: int32 `[S]`; the terminal of each state (a self-loop on the tokens
+      of `terminal_bits[i]`), or -1. Its tokens never also have explicit edges.
   """
 
   num_states: int
@@ -37,6 +41,8 @@ class TokenDfa:
   edge_source: np.ndarray
   edge_token: np.ndarray
   edge_target: np.ndarray
+  terminal_bits: np.ndarray
+  state_terminal: np.ndarray
 
 
 def _emit(trie: VocabTrie, node, state, origin):
@@ -53,16 +59,17 @@ def _emit(trie: VocabTrie, node, state, origin):
   return origin[rep], trie.token_ids[slot + np.arange(len(rep))], state[rep]
 
 
-def _walk(dfa: ByteDfa, trie: VocabTrie, *, max_edges: int, deadline: float, what: str):
-  """All token edges (q, t, q') of the byte DFA composed with the trie, for every q."""
+def _walk(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray, *, max_edges: int,
+          deadline: float, what: str):
+  """All token edges (q, t, q') of the byte DFA composed with the trie, for q in origins."""
   # Level 1 straight from the DFA table: (q, b) with a transition and a root child b.
   root = trie.child_start[0], trie.child_start[1]
   root_bytes = trie.child_byte[root[0]:root[1]]
-  next_state = dfa.transitions[:, root_bytes]
-  origin, slot = np.nonzero(next_state != NO_STATE)
-  state = next_state[origin, slot]
+  next_state = dfa.transitions[origins][:, root_bytes]
+  row, slot = np.nonzero(next_state != NO_STATE)
+  state = next_state[row, slot]
   node = trie.child_node[root[0] + slot]
-  origin = origin.astype(np.int32)
+  origin = origins[row].astype(np.int32)
   parts = []
   num_edges = 0
   while len(node):
@@ -129,16 +136,21 @@ def compose_token_dfa(
     dfa: ByteDfa,
     trie: VocabTrie,
     *,
-    max_edges: int = 50_000_000,
+    wide: dict | None = None,
+    num_words: int = 0,
+    max_edges: int = 20_000_000,
     deadline: float = float("inf"),
     what: str = "The constraint",
 ) -> TokenDfa:
   """The trimmed token-level DFA accepting token sequences whose bytes `dfa` accepts.
 
   Args:
-    dfa: A deterministic byte automaton.
+    dfa: A deterministic, trimmed byte automaton.
     trie: The vocabulary trie.
-    max_edges: Budget on token edges (raises `CompileBudgetError` beyond it).
+    wide: Wide states of `dfa` -> their `LoopTerminal` (see `_wide.py`); these get one
+      terminal edge plus the explicit edges found in the terminal's sub-trie.
+    num_words: Bitmask width, ceil(V / 32) (only used to size empty terminal arrays).
+    max_edges: Budget on explicit token edges (raises `CompileBudgetError` beyond it).
     deadline: `time.perf_counter()` value after which composition gives up.
     what: How to name the constraint in error messages.
 
@@ -146,11 +158,25 @@ def compose_token_dfa(
     A `TokenDfa` whose start state is 0, or one with zero states when no token sequence
     of this vocabulary is accepted.
   """
-  empty = TokenDfa(0, np.zeros(0, bool), *(np.zeros(0, np.int32),) * 3)
+  wide = wide or {}
+  no_terminals = np.zeros((0, num_words), np.uint32)
+  empty = TokenDfa(0, np.zeros(0, bool), *(np.zeros(0, np.int32),) * 3, no_terminals,
+                   np.zeros(0, np.int32))
   if dfa.num_states == 0:
     return empty
-  src, tok, dst = _walk(dfa, trie, max_edges=max_edges, deadline=deadline, what=what)
   q = dfa.num_states
+  budget = dict(max_edges=max_edges, deadline=deadline, what=what)
+  narrow = np.array([s for s in range(q) if s not in wide], np.int64)
+  parts = [_walk(dfa, trie, narrow, **budget)]
+  keys = sorted({t.key for t in wide.values()})
+  terminals = {k: next(t for t in wide.values() if t.key == k) for k in keys}
+  state_terminal = np.full(q, -1, np.int32)
+  for i, key in enumerate(keys):
+    origins = np.array([s for s, t in wide.items() if t.key == key], np.int64)
+    state_terminal[origins] = i
+    parts.append(_walk(dfa, terminals[key].subtrie, origins, **budget))
+  src, tok, dst = (np.concatenate(column) for column in zip(*parts))
+  terminal_bits = (np.stack([terminals[k].bits for k in keys]) if keys else no_terminals)
   if trie.is_byte_complete:
     # Every byte is a token and `ByteDfa`s are trimmed, so each state is reached and can
     # finish at token boundaries too (spell the bytes one by one): nothing to prune.
@@ -162,7 +188,8 @@ def compose_token_dfa(
   if live.all() and dfa.start == 0:
     order = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
     return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
-                    edge_source=src[order], edge_token=tok[order], edge_target=dst[order])
+                    edge_source=src[order], edge_token=tok[order], edge_target=dst[order],
+                    terminal_bits=terminal_bits, state_terminal=state_terminal)
   # Renumber live states, start first, then in byte-DFA order.
   order = np.concatenate([[dfa.start], np.nonzero(live)[0][np.nonzero(live)[0] != dfa.start]])
   new_id = np.full(q, -1, np.int32)
@@ -176,4 +203,6 @@ def compose_token_dfa(
       edge_source=src[by_source_token],
       edge_token=tok[by_source_token],
       edge_target=dst[by_source_token],
+      terminal_bits=terminal_bits,
+      state_terminal=state_terminal[order],
   )

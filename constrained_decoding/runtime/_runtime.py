@@ -153,9 +153,18 @@ def advance(
   is_eos = in_range & (((word >> (safe & 31).astype(jnp.uint32)) & 1) == 1)
   slot, found = _find_edges(tables.edge_tokens, state.state, safe)
   found &= in_range & ~is_eos
+  target = tables.edge_targets[state.state, slot]
+  # Terminal edges, in precedence order, for tokens without an explicit edge.
+  for r in range(tables.state_terminals.shape[1]):
+    terminal = tables.state_terminals[state.state, r]  # [B, 2]: (terminal id, target)
+    bits = tables.terminal_bits[jnp.maximum(terminal[:, 0], 0), safe >> 5]
+    hit = ((bits >> (safe & 31).astype(jnp.uint32)) & 1) == 1
+    hit &= (terminal[:, 0] >= 0) & in_range & ~is_eos & ~found
+    target = jnp.where(hit, terminal[:, 1], target)
+    found |= hit
   accepting = tables.accepting[state.state]
   active = ~(state.done | state.error)
-  new_state = jnp.where(active & found, tables.edge_targets[state.state, slot], state.state)
+  new_state = jnp.where(active & found, target, state.state)
   done = state.done | (active & is_eos & accepting)
   error = state.error | (active & ~found & ~(is_eos & accepting))
   return state.replace(state=new_state, done=done, error=error)

@@ -20,12 +20,17 @@ def reference_allowed(tables: ConstraintTables, state: int) -> np.ndarray:
 
 
 def reference_step(tables: ConstraintTables, state: int, token: int) -> int | None:
-  """The state after `token` (a plain linear scan of the edges), or None if forbidden."""
+  """The state after `token` (a linear scan of explicit, then terminal edges), or None."""
   tokens = np.asarray(tables.edge_tokens)[state]
   hit = np.nonzero(tokens == token)[0]
-  if len(hit) == 0 or token == PAD_TOKEN:
-    return None
-  return int(np.asarray(tables.edge_targets)[state, hit[0]])
+  if len(hit) and token != PAD_TOKEN:
+    return int(np.asarray(tables.edge_targets)[state, hit[0]])
+  for terminal, target in np.asarray(tables.state_terminals)[state]:
+    if terminal >= 0 and 0 <= token < tables.vocab_size:
+      word = int(np.asarray(tables.terminal_bits)[terminal, token // 32])
+      if (word >> (token % 32)) & 1:
+        return int(target)
+  return None
 
 
 def reference_walk(tables: ConstraintTables, tokens, start: int | None = None):

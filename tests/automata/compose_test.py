@@ -21,6 +21,9 @@ _PATTERNS = [
     r"\s*(true|false)\s*",
     r"a\x00b",
     r"(ab|abab)*",
+    r'"[^"\\]*"',  # wide: a terminal edge plus explicit exits such as `",`
+    r".*x",
+    r'\{"a": "[^"\n]*", "b": [0-9]\}',
 ]
 
 
@@ -33,23 +36,37 @@ def _openfst_token_dfa(trie, node) -> pynini.Fst:
 
 
 def _ours_as_fst(token_dfa) -> pynini.Fst:
+  """Explicit edges plus every token of each terminal edge, as one acceptor."""
+  src, tok, dst = [token_dfa.edge_source], [token_dfa.edge_token], [token_dfa.edge_target]
+  for q in np.nonzero(token_dfa.state_terminal >= 0)[0]:
+    bits = token_dfa.terminal_bits[token_dfa.state_terminal[q]]
+    ids = np.nonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))[0]
+    assert not np.isin(ids, token_dfa.edge_token[token_dfa.edge_source == q]).any()
+    src.append(np.full(len(ids), q))
+    tok.append(ids)
+    dst.append(np.full(len(ids), q))
+  src, tok, dst = (np.concatenate(x).astype(np.int64) for x in (src, tok, dst))
   return _openfst_io.fst_from_arrays(
       num_states=token_dfa.num_states, start=0, final=token_dfa.accepting,
-      arc_source=token_dfa.edge_source, arc_ilabel=token_dfa.edge_token + 1,
-      arc_olabel=token_dfa.edge_token + 1, arc_target=token_dfa.edge_target)
+      arc_source=src, arc_ilabel=tok + 1, arc_olabel=tok + 1, arc_target=dst)
+
+
+def _compose_pattern(pattern, compiler):
+  node = cd.Regex(pattern).to_ir()
+  dfa = _fsa.compile_byte_dfa(node)
+  return node, _compose.compose_token_dfa(
+      dfa, compiler.trie, wide=compiler.wide_states.find(dfa), num_words=8192)
 
 
 @pytest.mark.parametrize("pattern", _PATTERNS)
 def test_equals_openfst_composition_gemma(pattern, gemma_compiler):
-  node = cd.Regex(pattern).to_ir()
-  ours = _compose.compose_token_dfa(_fsa.compile_byte_dfa(node), gemma_compiler.trie)
+  node, ours = _compose_pattern(pattern, gemma_compiler)
   reference = _openfst_token_dfa(gemma_compiler.trie, node)
   assert pynini.equivalent(_ours_as_fst(ours), reference)
 
 
 def test_result_is_trimmed_and_deterministic(gemma_compiler):
-  node = cd.Regex(r"ab(c|d)e|abx").to_ir()
-  ours = _compose.compose_token_dfa(_fsa.compile_byte_dfa(node), gemma_compiler.trie)
+  _, ours = _compose_pattern(r"ab(c|d)e|abx", gemma_compiler)
   pairs = ours.edge_source.astype(np.int64) * (1 << 32) + ours.edge_token
   assert len(np.unique(pairs)) == len(pairs)  # deterministic
   # Every state reaches acceptance and is reached from the start.
@@ -85,3 +102,12 @@ def test_equals_openfst_composition_partial_vocabulary(pattern):
   reference = _openfst_token_dfa(trie, node)
   assert pynini.equivalent(_ours_as_fst(ours), reference)
   assert _ours_as_fst(ours).num_states() == pynini.connect(_ours_as_fst(ours)).num_states()
+
+
+def test_wide_states_become_terminals(gemma_compiler):
+  _, ours = _compose_pattern(r'"[^"\\]*"', gemma_compiler)
+  assert ours.terminal_bits.shape[0] == 1
+  assert (ours.state_terminal >= 0).sum() == 1
+  # ~255k tokens in one bitmap; only a few hundred explicit edges remain.
+  bits = np.unpackbits(ours.terminal_bits[0].view(np.uint8)).sum()
+  assert bits > 200_000 and len(ours.edge_token) < 5_000
