@@ -58,28 +58,33 @@ class LoopTerminal:
 
 def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
   """States on cycles through q, in canonical (BFS, byte order) order, q first."""
+  n = dfa.num_states
   trans = dfa.transitions
-  # Forward from q without passing through q again, in BFS order.
-  order, seen = [q], {q}
-  k = 0
+  adjacent = np.zeros((n, n), bool)
+  src, byte = np.nonzero(trans != NO_STATE)
+  adjacent[src, trans[src, byte]] = True
+  not_q = np.ones(n, bool)
+  not_q[q] = False
+  # Reached from q, and reaching q, along paths that do not pass through q in between.
+  ahead, behind = adjacent[q].copy(), adjacent[:, q].copy()
+  while True:
+    more_ahead = ahead | adjacent[ahead & not_q].any(axis=0)
+    more_behind = behind | adjacent[:, behind & not_q].any(axis=1)
+    if (more_ahead == ahead).all() and (more_behind == behind).all():
+      break
+    ahead, behind = more_ahead, more_behind
+  in_loop = ahead & behind
+  in_loop[q] = True
+  # Canonical numbering: BFS from q, successors in order of their first byte.
+  order, k = [q], 0
   while k < len(order):
-    s = order[k]
+    row = trans[order[k]]
     k += 1
-    if s != q or k == 1:
-      for r in trans[s][trans[s] != NO_STATE].tolist():
-        if r not in seen:
-          seen.add(r)
-          order.append(r)
-  # Keep those that can come back to q.
-  back = {q}
-  changed = True
-  while changed:
-    changed = False
-    for s in order:
-      if s not in back and np.isin(trans[s], list(back)).any():
-        back.add(s)
-        changed = True
-  return [s for s in order if s in back]
+    targets, first = np.unique(row, return_index=True)
+    for r in targets[np.argsort(first)].tolist():
+      if r != NO_STATE and in_loop[r] and r not in order:
+        order.append(r)
+  return order
 
 
 def _canonical_loop(dfa: ByteDfa, q: int) -> np.ndarray:
