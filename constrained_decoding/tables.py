@@ -196,7 +196,7 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
   state_terminals = np.full((s_pad, 1, 2), NO_STATE, np.int32)
   has = np.nonzero(token_dfa.state_terminal >= 0)[0]
   state_terminals[has, 0, 0] = token_dfa.state_terminal[has]
-  state_terminals[has, 0, 1] = has  # wide states loop on their terminal
+  state_terminals[has, 0, 1] = token_dfa.terminal_target[has]
   return ConstraintTables(
       start=np.zeros(1, np.int32),
       accepting=accepting,

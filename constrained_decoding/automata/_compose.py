@@ -32,8 +32,9 @@ class TokenDfa:
     edge_source, edge_token, edge_target: int32 `[E]` explicit edges, sorted by
       (source, token).
     terminal_bits: uint32 `[T, W]`; token bitmaps of the terminal edges (wide states).
-    state_terminal: int32 `[S]`; the terminal of each state (a self-loop on the tokens
-      of `terminal_bits[i]`), or -1. Its tokens never also have explicit edges.
+    state_terminal: int32 `[S]`; the terminal of each state, or -1. Its tokens never
+      also have explicit edges.
+    terminal_target: int32 `[S]`; where the terminal edge of each state leads (-1: none).
   """
 
   num_states: int
@@ -43,6 +44,7 @@ class TokenDfa:
   edge_target: np.ndarray
   terminal_bits: np.ndarray
   state_terminal: np.ndarray
+  terminal_target: np.ndarray
 
 
 def _emit(trie: VocabTrie, node, state, origin):
@@ -147,8 +149,9 @@ def compose_token_dfa(
   Args:
     dfa: A deterministic, trimmed byte automaton.
     trie: The vocabulary trie.
-    wide: Wide states of `dfa` -> their `LoopTerminal` (see `_wide.py`); these get one
-      terminal edge plus the explicit edges found in the terminal's sub-trie.
+    wide: Wide states of `dfa` -> (their `LoopTerminal`, its target state), see
+      `_wide.py`; these get one terminal edge plus the explicit edges found in the
+      terminal's sub-trie.
     num_words: Bitmask width, ceil(V / 32) (only used to size empty terminal arrays).
     max_edges: Budget on explicit token edges (raises `CompileBudgetError` beyond it).
     deadline: `time.perf_counter()` value after which composition gives up.
@@ -161,19 +164,21 @@ def compose_token_dfa(
   wide = wide or {}
   no_terminals = np.zeros((0, num_words), np.uint32)
   empty = TokenDfa(0, np.zeros(0, bool), *(np.zeros(0, np.int32),) * 3, no_terminals,
-                   np.zeros(0, np.int32))
+                   np.zeros(0, np.int32), np.zeros(0, np.int32))
   if dfa.num_states == 0:
     return empty
   q = dfa.num_states
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
   narrow = np.array([s for s in range(q) if s not in wide], np.int64)
   parts = [_walk(dfa, trie, narrow, **budget)]
-  keys = sorted({t.key for t in wide.values()})
-  terminals = {k: next(t for t in wide.values() if t.key == k) for k in keys}
+  keys = sorted({t.key for t, _ in wide.values()})
+  terminals = {t.key: t for t, _ in wide.values()}
   state_terminal = np.full(q, -1, np.int32)
+  terminal_target = np.full(q, -1, np.int32)
   for i, key in enumerate(keys):
-    origins = np.array([s for s, t in wide.items() if t.key == key], np.int64)
+    origins = np.array([s for s, (t, _) in wide.items() if t.key == key], np.int64)
     state_terminal[origins] = i
+    terminal_target[origins] = [wide[s][1] for s in origins.tolist()]
     parts.append(_walk(dfa, terminals[key].subtrie, origins, **budget))
   src, tok, dst = (np.concatenate(column) for column in zip(*parts))
   terminal_bits = (np.stack([terminals[k].bits for k in keys]) if keys else no_terminals)
@@ -182,14 +187,17 @@ def compose_token_dfa(
     # finish at token boundaries too (spell the bytes one by one): nothing to prune.
     live = np.ones(q, bool)
   else:
-    live = _live_states(q, src, dst, dfa.start, dfa.accepting)
+    loops = np.nonzero(terminal_target >= 0)[0]
+    live = _live_states(q, np.concatenate([src, loops]), np.concatenate(
+        [dst, terminal_target[loops]]), dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return empty
   if live.all() and dfa.start == 0:
     order = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
     return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
                     edge_source=src[order], edge_token=tok[order], edge_target=dst[order],
-                    terminal_bits=terminal_bits, state_terminal=state_terminal)
+                    terminal_bits=terminal_bits, state_terminal=state_terminal,
+                    terminal_target=terminal_target)
   # Renumber live states, start first, then in byte-DFA order.
   order = np.concatenate([[dfa.start], np.nonzero(live)[0][np.nonzero(live)[0] != dfa.start]])
   new_id = np.full(q, -1, np.int32)
@@ -205,4 +213,6 @@ def compose_token_dfa(
       edge_target=dst[by_source_token],
       terminal_bits=terminal_bits,
       state_terminal=state_terminal[order],
+      terminal_target=np.where(terminal_target[order] >= 0,
+                               new_id[np.maximum(terminal_target[order], 0)], -1),
   )

@@ -1,8 +1,8 @@
 """Wide states: one terminal bitmap instead of ~255k token edges (Sec. 2.5.1, DESIGN.md).
 
 A *wide* state q loops on a large class of bytes (JSON string bodies, free text). Its
-*loop* L(q) is the set of states on cycles through q (q itself plus, e.g., the
-intermediate states of multi-byte UTF-8 characters). A token whose byte path from q
+*loop* L(q) is the set of states on short cycles through q (q itself plus, e.g., the
+intermediate states of multi-byte UTF-8 characters and of escapes). A token whose byte path from q
 stays inside L(q) and ends at q keeps the automaton in q; all such tokens form one
 bitmap, a terminal edge q --bitmap--> q. Every other token that q allows (tokens that
 leave the loop, like `",`, or end inside a multi-byte character) is found by walking a
@@ -28,11 +28,14 @@ from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 
 # Bump when the cached layout changes.
-WIDE_FORMAT_VERSION = 1
+WIDE_FORMAT_VERSION = 3
 # A state is a candidate when this many single bytes loop on it directly.
 MIN_SELF_LOOP_BYTES = 16
 # ... and becomes wide when its bitmap holds at least this many tokens.
 MIN_TERMINAL_TOKENS = 1024
+# Loops are cycles through the wide state of at most this many bytes: a backslash
+# escape followed by a 4-byte character, or a `\uXXXX` escape.
+MAX_LOOP_BYTES = 6
 _SUBTRIE_FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
                    "token_ids")
 
@@ -57,23 +60,32 @@ class LoopTerminal:
 
 
 def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
-  """States on cycles through q, in canonical (BFS, byte order) order, q first."""
+  """States on short cycles through q, in canonical (BFS, byte order) order, q first.
+
+  Only cycles of at most MAX_LOOP_BYTES bytes count (one character, or an escape and a
+  character), so that the loop describes q's character class and nothing of the
+  surrounding constraint: its terminal is then shared by every constraint that has the
+  same class (every JSON string body, say).
+  """
   n = dfa.num_states
   trans = dfa.transitions
   adjacent = np.zeros((n, n), bool)
   src, byte = np.nonzero(trans != NO_STATE)
   adjacent[src, trans[src, byte]] = True
-  not_q = np.ones(n, bool)
-  not_q[q] = False
-  # Reached from q, and reaching q, along paths that do not pass through q in between.
-  ahead, behind = adjacent[q].copy(), adjacent[:, q].copy()
-  while True:
-    more_ahead = ahead | adjacent[ahead & not_q].any(axis=0)
-    more_behind = behind | adjacent[:, behind & not_q].any(axis=1)
-    if (more_ahead == ahead).all() and (more_behind == behind).all():
-      break
-    ahead, behind = more_ahead, more_behind
-  in_loop = ahead & behind
+  # Shortest distances from q and to q, up to the cycle bound.
+  inf = MAX_LOOP_BYTES + 1
+  ahead = np.full(n, inf)
+  behind = np.full(n, inf)
+  ahead[q] = behind[q] = 0
+  front_ahead = np.zeros(n, bool)
+  front_ahead[q] = True
+  front_behind = front_ahead.copy()
+  for step in range(1, MAX_LOOP_BYTES + 1):
+    front_ahead = adjacent[front_ahead].any(axis=0) & (ahead == inf)
+    front_behind = adjacent[:, front_behind].any(axis=1) & (behind == inf)
+    ahead[front_ahead] = step
+    behind[front_behind] = step
+  in_loop = ahead + behind <= MAX_LOOP_BYTES
   in_loop[q] = True
   # Canonical numbering: BFS from q, successors in order of their first byte.
   order, k = [q], 0
@@ -87,20 +99,21 @@ def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
   return order
 
 
-def _canonical_loop(dfa: ByteDfa, q: int) -> np.ndarray:
-  """int32 `[n, 256]`: the loop's transitions renumbered canonically, -1 outside it."""
+def _canonical_loop(dfa: ByteDfa, q: int) -> tuple[list[int], np.ndarray]:
+  """The loop's states (q first) and its transitions renumbered canonically, -1 outside."""
   states = _loop_states(dfa, q)
   index = np.full(dfa.num_states, NO_STATE, np.int32)
   index[states] = np.arange(len(states), dtype=np.int32)
   trans = dfa.transitions[states]
-  return np.where(trans == NO_STATE, NO_STATE, index[np.maximum(trans, 0)]).astype(np.int32)
+  loop = np.where(trans == NO_STATE, NO_STATE, index[np.maximum(trans, 0)]).astype(np.int32)
+  return states, loop
 
 
-def _walk_loop(loop: np.ndarray, trie: VocabTrie) -> np.ndarray:
-  """bool `[N]`: trie nodes whose bytes lead from loop state 0 back to state 0 in the loop."""
+def _walk_loop(loop: np.ndarray, trie: VocabTrie, entry: int) -> np.ndarray:
+  """bool `[N]`: trie nodes whose bytes lead from loop state `entry` to state 0 in the loop."""
   back_home = np.zeros(trie.num_nodes, bool)
   node = np.zeros(1, np.int32)
-  state = np.zeros(1, np.int32)
+  state = np.full(1, entry, np.int32)
   while len(node):
     first = trie.child_start[node]
     counts = trie.child_start[node + 1] - first
@@ -150,10 +163,13 @@ def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str) -> VocabTri
   )
 
 
-def build_loop_terminal(loop: np.ndarray, trie: VocabTrie, num_words: int, key: str
-                        ) -> LoopTerminal:
-  """The bitmap and sub-trie of one canonical loop (walks the whole trie once)."""
-  home = _walk_loop(loop, trie)
+def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words: int,
+                        key: str) -> LoopTerminal:
+  """Bitmap and sub-trie of tokens going from loop state `entry` to the anchor (state 0).
+
+  Walks the whole trie once; the result is cached by the caller.
+  """
+  home = _walk_loop(loop, trie, entry)
   token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
   in_loop = home[token_node]
   tokens = trie.token_ids[in_loop].astype(np.int64)
@@ -174,24 +190,43 @@ class WideStates:
     self.cache_dir = cache_dir
     self._memo: dict[str, LoopTerminal] = {}
 
-  def find(self, dfa: ByteDfa) -> dict[int, LoopTerminal]:
-    """Wide states of `dfa` -> their terminal."""
+  def find(self, dfa: ByteDfa) -> dict[int, tuple[LoopTerminal, int]]:
+    """State -> (terminal, target) for the wide states of `dfa` and their loops.
+
+    A wide state q (one looping on many bytes directly) gets a terminal back to itself.
+    Other states of its loop, such as the state after a backslash in a JSON string
+    (`\\.` returns to q), get a terminal to q too when enough tokens take that path.
+    """
     states = np.arange(dfa.num_states)
     self_loops = (dfa.transitions == states[:, None]).sum(axis=1)
-    wide = {}
-    for q in np.nonzero(self_loops >= MIN_SELF_LOOP_BYTES)[0].tolist():
-      terminal = self.terminal(_canonical_loop(dfa, q))
+    anchors = np.nonzero(self_loops >= MIN_SELF_LOOP_BYTES)[0].tolist()
+    wide: dict[int, tuple[LoopTerminal, int]] = {}
+    loops = []
+    for q in anchors:
+      members, loop = _canonical_loop(dfa, q)
+      loops.append((q, members, loop))
+      terminal = self.terminal(loop, 0)
       if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
-        wide[q] = terminal
+        wide[q] = (terminal, q)
+    for q, members, loop in loops:
+      if q not in wide:
+        continue
+      for entry, p in enumerate(members[1:], start=1):
+        if p in wide:
+          continue  # the state's own loop comes first
+        terminal = self.terminal(loop, entry)
+        if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
+          wide[p] = (terminal, q)
     return wide
 
-  def terminal(self, loop: np.ndarray) -> LoopTerminal:
-    key = hashlib.sha1(loop.tobytes() + bytes([loop.shape[0] % 256])).hexdigest()[:20]
+  def terminal(self, loop: np.ndarray, entry: int) -> LoopTerminal:
+    key = hashlib.sha1(loop.tobytes() + loop.shape[0].to_bytes(4, "little") +
+                       entry.to_bytes(4, "little")).hexdigest()[:20]
     if key in self._memo:
       return self._memo[key]
     terminal = self._load(key)
     if terminal is None:
-      terminal = build_loop_terminal(loop, self.trie, self.num_words, key)
+      terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key)
       self._save(terminal)
     self._memo[key] = terminal
     return terminal

@@ -22,6 +22,7 @@ _PATTERNS = [
     r"a\x00b",
     r"(ab|abab)*",
     r'"[^"\\]*"',  # wide: a terminal edge plus explicit exits such as `",`
+    r'"([^"\\]|\\.)*"',  # the state after a backslash gets a terminal back too
     r".*x",
     r'\{"a": "[^"\n]*", "b": [0-9]\}',
 ]
@@ -44,7 +45,7 @@ def _ours_as_fst(token_dfa) -> pynini.Fst:
     assert not np.isin(ids, token_dfa.edge_token[token_dfa.edge_source == q]).any()
     src.append(np.full(len(ids), q))
     tok.append(ids)
-    dst.append(np.full(len(ids), q))
+    dst.append(np.full(len(ids), token_dfa.terminal_target[q]))
   src, tok, dst = (np.concatenate(x).astype(np.int64) for x in (src, tok, dst))
   return _openfst_io.fst_from_arrays(
       num_states=token_dfa.num_states, start=0, final=token_dfa.accepting,
