@@ -41,9 +41,10 @@ class CompileOptions:
     max_states: Most states a byte or token automaton may have before compilation stops
       with `CompileBudgetError` (a guard against state explosion, e.g. `(a|b)*a(a|b){20}`).
     max_edges: Most token edges the token automaton may have.
-    max_table_bytes: Most bytes the packed tables may take (device memory). Edge arrays
-      are padded to the widest state, so bounded repetitions of wide classes such as
-      `[^"]{0,200}` (200 states, each allowing ~255k tokens) hit this first; prefer `*`.
+    max_table_bytes: Most bytes the packed tables may take (device memory). Every
+      distinct allowed set costs a 32 KiB mask row (262k vocabulary), so bounded
+      repetitions of wide classes such as `[^"]{0,200}` (200 states, each with its own
+      set) hit this first; prefer `*`.
     max_seconds: Wall-clock budget for one compilation.
     min_bucket: Smallest padded size of the state, edge and mask axes. Sizes are padded
       to powers of two: a fixed bucket avoids recompiling the step function when the
@@ -178,10 +179,11 @@ class Compiler:
     if packed_bytes > opts.max_table_bytes:
       raise CompileBudgetError(
           f"{what} would need {packed_bytes / 2**20:.0f} MiB of tables "
-          f"({token_dfa.num_states} states, up to {_tables.max_out_degree(token_dfa)} "
-          f"token edges per state). Expected at most CompileOptions.max_table_bytes="
-          f"{opts.max_table_bytes}. Replace bounded repetitions of wide classes such as "
-          f"'[^\"]{{0,200}}' with '*', or raise the budget.")
+          f"({token_dfa.num_states} states, {len(token_dfa.edge_token)} token edges, one "
+          f"32 KiB mask per distinct allowed set). Expected at most "
+          f"CompileOptions.max_table_bytes={opts.max_table_bytes}. Replace bounded "
+          f"repetitions of wide classes such as '[^\"]{{0,200}}' with '*', or raise the "
+          f"budget.")
     tables = _tables.pack_tables(token_dfa, self.vocab, min_bucket=opts.min_bucket)
     t4 = time.perf_counter()
     info = CompileInfo(

@@ -11,17 +11,20 @@ constraints stacked):
   mask_bits     uint32 [M, W]  deduplicated allowed-token sets; token t is bit t % 32 of
                                word t // 32 (end-of-sequence ids included where accepting)
   state_mask    int32  [S]     row of `mask_bits` holding each state's allowed set
-  edge_tokens   int32  [S, K]  explicit edges sorted by token, padded with PAD_TOKEN
-                               (int32 max, so rows stay sorted for binary search)
-  edge_targets  int32  [S, K]  target state of each edge, padded with NO_STATE (-1)
+  edge_start    int32  [S + 1] explicit edges of state s are edge_start[s]:edge_start[s+1]
+  edge_tokens   int32  [E]     explicit edges, sorted by (state, token), padded at the end
+                               with PAD_TOKEN (int32 max) so binary search stays valid
+  edge_targets  int32  [E]     target state of each edge, padded with NO_STATE (-1)
   eos_bits      uint32 [W]     the end-of-sequence ids as a bitmask
   terminal_bits uint32 [T, W]  token bitmaps of terminal edges (wide states, Sec. 2.5.1)
   state_terminals int32 [S, R, 2]  (terminal id, target) per state in precedence order,
                                -1 padded; consulted only when no explicit edge matches
 
-S, K and M are padded to the next power of two (at least `min_bucket`) so that
-constraints of similar size share one compiled executable. Padding states are dead:
-not accepting, no edges, never the target of an edge.
+S, E and M are padded to the next power of two (at least `min_bucket`) so that
+constraints of similar size share one compiled executable. Edges are one flat CSR
+array rather than a [S, K] matrix padded to the widest state, so one state with 100k
+explicit edges costs 100k entries, not 100k per state. Padding states are dead: not
+accepting, no edges, never the target of an edge.
 
 Public names:
   ConstraintTables             the packed arrays (+ static `vocab_size`).
@@ -42,8 +45,8 @@ PAD_TOKEN = np.iinfo(np.int32).max
 NO_STATE = -1
 DEFAULT_MIN_BUCKET = 8
 
-_ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_mask", "edge_tokens",
-                 "edge_targets", "eos_bits", "terminal_bits", "state_terminals")
+_ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_mask", "edge_start",
+                 "edge_tokens", "edge_targets", "eos_bits", "terminal_bits", "state_terminals")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,8 +64,9 @@ class ConstraintTables:
     mask_bits: Deduplicated allowed-token sets (`[M, W]`); token t is word t // 32,
       bit t % 32.
     state_mask: Row of `mask_bits` holding each state's allowed set (`[S]`).
-    edge_tokens: Explicit edges per state, sorted, padded with PAD_TOKEN (`[S, K]`).
-    edge_targets: Target state of each edge in `edge_tokens`, padded with -1 (`[S, K]`).
+    edge_start: Where each state's explicit edges begin in `edge_tokens` (`[S + 1]`).
+    edge_tokens: Explicit edges sorted by (state, token), padded with PAD_TOKEN (`[E]`).
+    edge_targets: Target state of each edge in `edge_tokens`, padded with -1 (`[E]`).
     eos_bits: The end-of-sequence token ids as a bitmask (`[W]`).
     terminal_bits: Token bitmaps of terminal edges (`[T, W]`).
     state_terminals: (terminal id, target state) of each state's terminal edges, in
@@ -75,6 +79,7 @@ class ConstraintTables:
   accepting: Any
   mask_bits: Any
   state_mask: Any
+  edge_start: Any
   edge_tokens: Any
   edge_targets: Any
   eos_bits: Any
@@ -88,13 +93,13 @@ class ConstraintTables:
 
   @property
   def shape_key(self) -> tuple[int, ...]:
-    """(C, S, K, M, W, T, R): tables with equal keys share one compiled step function."""
-    return (self.start.shape[0], *self.edge_tokens.shape, *self.mask_bits.shape,
-            self.terminal_bits.shape[0], self.state_terminals.shape[1])
+    """(C, S, E, M, W, T, R): tables with equal keys share one compiled step function."""
+    return (self.start.shape[0], self.accepting.shape[0], self.edge_tokens.shape[0],
+            *self.mask_bits.shape, self.terminal_bits.shape[0], self.state_terminals.shape[1])
 
   def __repr__(self) -> str:
-    c, s, k, m, _, t, _ = self.shape_key
-    return (f"ConstraintTables(constraints={c}, states={s}, edges_per_state={k}, "
+    c, s, e, m, _, t, _ = self.shape_key
+    return (f"ConstraintTables(constraints={c}, states={s}, edges={e}, "
             f"masks={m}, terminals={t}, vocab_size={self.vocab_size}, "
             f"nbytes={tables_nbytes(self)['total']})")
 
@@ -129,11 +134,10 @@ def max_out_degree(token_dfa) -> int:
 def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> int:
   """Upper bound on the bytes `pack_tables` would use (masks counted one per state)."""
   s_pad = bucket_size(token_dfa.num_states, min_bucket)
-  k_pad = bucket_size(max_out_degree(token_dfa), min_bucket)
+  e_pad = bucket_size(len(token_dfa.edge_token), min_bucket)
   m_pad = bucket_size(token_dfa.num_states, min_bucket)
   t_pad = bucket_size(token_dfa.terminal_bits.shape[0], 1)
-  return (s_pad * k_pad * 8 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4 +
-          s_pad * 13)
+  return (e_pad * 8 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4 + s_pad * 17)
 
 
 def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
@@ -180,12 +184,13 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
       token_dfa.state_terminal[wide_reps]]
 
   s_pad = bucket_size(s, min_bucket)
-  k_pad = bucket_size(int(counts.max()) if s else 0, min_bucket)
-  edge_tokens = np.full((s_pad, k_pad), PAD_TOKEN, np.int32)
-  edge_targets = np.full((s_pad, k_pad), NO_STATE, np.int32)
-  rank = np.arange(len(src)) - offsets[src]
-  edge_tokens[src, rank] = tok
-  edge_targets[src, rank] = dst
+  e_pad = bucket_size(len(src), min_bucket)
+  edge_start = np.full(s_pad + 1, len(src), np.int32)
+  edge_start[:s + 1] = offsets
+  edge_tokens = np.full(e_pad, PAD_TOKEN, np.int32)
+  edge_targets = np.full(e_pad, NO_STATE, np.int32)
+  edge_tokens[:len(src)] = tok
+  edge_targets[:len(src)] = dst
   accepting = np.zeros(s_pad, bool)
   accepting[:s] = token_dfa.accepting
   state_mask = np.zeros(s_pad, np.int32)
@@ -202,6 +207,7 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
       accepting=accepting,
       mask_bits=mask_bits,
       state_mask=state_mask,
+      edge_start=edge_start,
       edge_tokens=edge_tokens,
       edge_targets=edge_targets,
       eos_bits=bitmask(eos, vocab.vocab_size),
@@ -225,26 +231,26 @@ def _set_bits(bits: np.ndarray, rows: np.ndarray, tokens: np.ndarray) -> None:
 
 
 def _used_sizes(t: ConstraintTables) -> tuple[int, int, int]:
-  """(states, edges per state, masks) actually used, derived from the arrays.
+  """(states, edges, masks) actually used, derived from the arrays.
 
   Real states are numbered before padding and every real state is reachable from a
   start, so the used prefix ends at the largest state id reachable from the starts.
   """
-  targets = t.edge_targets
-  seen = np.zeros(targets.shape[0], bool)
+  seen = np.zeros(t.accepting.shape[0], bool)
   frontier = np.unique(t.start)
   seen[frontier] = True
   terminal_targets = t.state_terminals[:, :, 1]
   while len(frontier):
-    nxt = np.concatenate([targets[frontier].reshape(-1),
+    edges = np.concatenate([np.arange(t.edge_start[f], t.edge_start[f + 1]) for f in frontier])
+    nxt = np.concatenate([t.edge_targets[edges.astype(np.int64)],
                           terminal_targets[frontier].reshape(-1)])
     nxt = np.unique(nxt[nxt >= 0])
     frontier = nxt[~seen[nxt]]
     seen[frontier] = True
   s = int(np.nonzero(seen)[0].max()) + 1
-  k = int((t.edge_tokens[:s] != PAD_TOKEN).sum(axis=1).max()) if s else 0
+  e = int(t.edge_start[s])
   m = int(t.state_mask[:s].max()) + 1
-  return s, k, m
+  return s, e, m
 
 
 def stack_tables(tables: Sequence[ConstraintTables], *,
@@ -274,35 +280,38 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
             zip(tables, used)]
   r_pad = max(t.state_terminals.shape[1] for t in tables)
   s_tot = sum(s for s, _, _ in used)
+  e_tot = sum(e for _, e, _ in used)
   m_tot = sum(m for _, _, m in used)
   s_pad = bucket_size(s_tot, min_bucket)
-  k_pad = bucket_size(max(k for _, k, _ in used), min_bucket)
+  e_pad = bucket_size(e_tot, min_bucket)
   w = first.mask_bits.shape[1]
   out = dict(
       accepting=np.zeros(s_pad, bool),
       mask_bits=np.zeros((bucket_size(m_tot, min_bucket), w), np.uint32),
       state_mask=np.zeros(s_pad, np.int32),
-      edge_tokens=np.full((s_pad, k_pad), PAD_TOKEN, np.int32),
-      edge_targets=np.full((s_pad, k_pad), NO_STATE, np.int32),
+      edge_start=np.full(s_pad + 1, e_tot, np.int32),
+      edge_tokens=np.full(e_pad, PAD_TOKEN, np.int32),
+      edge_targets=np.full(e_pad, NO_STATE, np.int32),
       terminal_bits=np.zeros((bucket_size(sum(t_used), 1), w), np.uint32),
       state_terminals=np.full((s_pad, r_pad, 2), NO_STATE, np.int32),
   )
   starts = []
-  s_off = m_off = t_off = 0
-  for t, (s, k, m), n_t in zip(tables, used, t_used):
+  s_off = m_off = t_off = e_off = 0
+  for t, (s, e, m), n_t in zip(tables, used, t_used):
     starts.append(t.start + s_off)
     out["accepting"][s_off:s_off + s] = t.accepting[:s]
     out["mask_bits"][m_off:m_off + m] = t.mask_bits[:m]
     out["state_mask"][s_off:s_off + s] = t.state_mask[:s] + m_off
-    out["edge_tokens"][s_off:s_off + s, :k] = t.edge_tokens[:s, :k]
-    targets = t.edge_targets[:s, :k]
-    out["edge_targets"][s_off:s_off + s, :k] = np.where(targets >= 0, targets + s_off, NO_STATE)
+    out["edge_start"][s_off:s_off + s + 1] = t.edge_start[:s + 1] + e_off
+    out["edge_tokens"][e_off:e_off + e] = t.edge_tokens[:e]
+    out["edge_targets"][e_off:e_off + e] = t.edge_targets[:e] + s_off
     out["terminal_bits"][t_off:t_off + n_t] = t.terminal_bits[:n_t]
     terms = t.state_terminals[:s]
     r = terms.shape[1]
     out["state_terminals"][s_off:s_off + s, :r] = np.where(
         terms >= 0, terms + np.array([t_off, s_off], np.int32), NO_STATE)
     s_off += s
+    e_off += e
     m_off += m
     t_off += n_t
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),

@@ -18,8 +18,8 @@ def _live_states(t):
 @pytest.mark.parametrize("pattern", _PATTERNS)
 def test_invariants(pattern, gemma_compiler, gemma_vocab):
   t = gemma_compiler.compile(cd.Regex(pattern))
-  s_pad, k_pad = t.edge_tokens.shape
-  for n in (s_pad, k_pad, t.mask_bits.shape[0]):
+  s_pad, e_pad = t.accepting.shape[0], t.edge_tokens.shape[0]
+  for n in (s_pad, e_pad, t.mask_bits.shape[0]):
     assert n & (n - 1) == 0 and n >= 8  # power-of-two buckets
   live = list(_live_states(t))
   eos = np.asarray(gemma_vocab.eos_ids)
@@ -28,14 +28,15 @@ def test_invariants(pattern, gemma_compiler, gemma_vocab):
     assert allowed.any(), f"state {q} allows nothing"
     assert allowed[eos].all() == bool(t.accepting[q])
     assert allowed[eos].any() == bool(t.accepting[q])
-    edges = t.edge_tokens[q][t.edge_tokens[q] != tables_lib.PAD_TOKEN]
+    edges = t.edge_tokens[t.edge_start[q]:t.edge_start[q + 1]]
     assert np.all(np.diff(edges) > 0)  # sorted, distinct
     np.testing.assert_array_equal(np.nonzero(allowed & ~np.isin(np.arange(len(allowed)), eos))[0],
                                   edges)
   # Padding is dead and unreachable.
   padding = np.arange(len(live), s_pad)
   assert not t.accepting[padding].any()
-  assert (t.edge_tokens[padding] == tables_lib.PAD_TOKEN).all()
+  assert (t.edge_start[padding] == t.edge_start[padding + 1]).all()
+  assert (t.edge_tokens[t.edge_start[len(live)]:] == tables_lib.PAD_TOKEN).all()
   assert t.edge_targets.max() < len(live)
 
 

@@ -62,12 +62,18 @@ def _emit(trie: VocabTrie, node, state, origin):
 
 
 def _walk(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray, *, max_edges: int,
-          deadline: float, what: str):
-  """All token edges (q, t, q') of the byte DFA composed with the trie, for q in origins."""
+          deadline: float, what: str, first_bytes: np.ndarray | None = None):
+  """All token edges (q, t, q') of the byte DFA composed with the trie, for q in origins.
+
+  `first_bytes` (bool `[len(origins), 256]`) limits each origin to tokens whose first
+  byte it allows.
+  """
   # Level 1 straight from the DFA table: (q, b) with a transition and a root child b.
   root = trie.child_start[0], trie.child_start[1]
   root_bytes = trie.child_byte[root[0]:root[1]]
   next_state = dfa.transitions[origins][:, root_bytes]
+  if first_bytes is not None:
+    next_state = np.where(first_bytes[:, root_bytes], next_state, NO_STATE)
   row, slot = np.nonzero(next_state != NO_STATE)
   state = next_state[row, slot]
   node = trie.child_node[root[0] + slot]
@@ -169,19 +175,32 @@ def compose_token_dfa(
     return empty
   q = dfa.num_states
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
-  narrow = np.array([s for s in range(q) if s not in wide], np.int64)
-  parts = [_walk(dfa, trie, narrow, **budget)]
-  keys = sorted({t.key for t, _ in wide.values()})
-  terminals = {t.key: t for t, _ in wide.values()}
+  # Full trie for ordinary states, and for entry states the bytes not entering a loop.
+  narrow = np.array([s for s in range(q) if s not in wide or not wide[s].first_bytes.all()],
+                    np.int64)
+  outside = np.stack([~wide[s].first_bytes if s in wide else np.ones(256, bool)
+                      for s in narrow.tolist()]) if len(narrow) else np.ones((0, 256), bool)
+  parts = [_walk(dfa, trie, narrow, first_bytes=outside, **budget)]
+  # Terminal states: each part's sub-trie, limited to the part's first bytes.
+  by_key: dict[str, list] = {}
+  for s, edge in wide.items():
+    for terminal, first in edge.parts:
+      by_key.setdefault(terminal.key, []).append((s, terminal, first))
+  for key in sorted(by_key):
+    group = by_key[key]
+    origins = np.array([s for s, _, _ in group], np.int64)
+    first_bytes = np.stack([np.ones(256, bool) if first is None else first
+                            for _, _, first in group])
+    parts.append(_walk(dfa, group[0][1].subtrie, origins, first_bytes=first_bytes, **budget))
   state_terminal = np.full(q, -1, np.int32)
   terminal_target = np.full(q, -1, np.int32)
-  for i, key in enumerate(keys):
-    origins = np.array([s for s, (t, _) in wide.items() if t.key == key], np.int64)
-    state_terminal[origins] = i
-    terminal_target[origins] = [wide[s][1] for s in origins.tolist()]
-    parts.append(_walk(dfa, terminals[key].subtrie, origins, **budget))
+  bitmaps: dict[bytes, int] = {}
+  for s, edge in wide.items():
+    state_terminal[s] = bitmaps.setdefault(edge.bits.tobytes(), len(bitmaps))
+    terminal_target[s] = edge.target
   src, tok, dst = (np.concatenate(column) for column in zip(*parts))
-  terminal_bits = (np.stack([terminals[k].bits for k in keys]) if keys else no_terminals)
+  terminal_bits = (np.stack([np.frombuffer(b, np.uint32) for b in bitmaps])
+                   if bitmaps else no_terminals)
   if trie.is_byte_complete:
     # Every byte is a token and `ByteDfa`s are trimmed, so each state is reached and can
     # finish at token boundaries too (spell the bytes one by one): nothing to prune.

@@ -18,6 +18,7 @@ Public names:
 """
 
 import dataclasses
+import functools
 import hashlib
 import os
 import tempfile
@@ -28,7 +29,7 @@ from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 
 # Bump when the cached layout changes.
-WIDE_FORMAT_VERSION = 3
+WIDE_FORMAT_VERSION = 4
 # A state is a candidate when this many single bytes loop on it directly.
 MIN_SELF_LOOP_BYTES = 16
 # ... and becomes wide when its bitmap holds at least this many tokens.
@@ -109,11 +110,20 @@ def _canonical_loop(dfa: ByteDfa, q: int) -> tuple[list[int], np.ndarray]:
   return states, loop
 
 
-def _walk_loop(loop: np.ndarray, trie: VocabTrie, entry: int) -> np.ndarray:
-  """bool `[N]`: trie nodes whose bytes lead from loop state `entry` to state 0 in the loop."""
+def _walk_loop(loop: np.ndarray, trie: VocabTrie, entry: int, *, after_first_byte: bool
+               ) -> np.ndarray:
+  """bool `[N]`: trie nodes whose bytes lead from loop state `entry` to state 0 in the loop.
+
+  With `after_first_byte`, the first byte of every node is skipped: the walk starts at
+  `entry` on each child of the root (the first byte is what led into the loop).
+  """
   back_home = np.zeros(trie.num_nodes, bool)
-  node = np.zeros(1, np.int32)
-  state = np.full(1, entry, np.int32)
+  if after_first_byte:
+    node = trie.child_node[trie.child_start[0]:trie.child_start[1]]
+    back_home[node] = entry == 0
+  else:
+    node = np.zeros(1, np.int32)
+  state = np.full(len(node), entry, np.int32)
   while len(node):
     first = trie.child_start[node]
     counts = trie.child_start[node + 1] - first
@@ -164,12 +174,13 @@ def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str) -> VocabTri
 
 
 def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words: int,
-                        key: str) -> LoopTerminal:
+                        key: str, *, after_first_byte: bool = False) -> LoopTerminal:
   """Bitmap and sub-trie of tokens going from loop state `entry` to the anchor (state 0).
 
-  Walks the whole trie once; the result is cached by the caller.
+  With `after_first_byte`, a token's first byte is not read (it is the byte that led
+  into the loop from outside). Walks the whole trie once; the caller caches the result.
   """
-  home = _walk_loop(loop, trie, entry)
+  home = _walk_loop(loop, trie, entry, after_first_byte=after_first_byte)
   token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
   in_loop = home[token_node]
   tokens = trie.token_ids[in_loop].astype(np.int64)
@@ -181,6 +192,54 @@ def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words
                       subtrie=_subtrie(trie, special, f"{trie.fingerprint}/{key}"))
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class WideEdge:
+  """The terminal edge of one state.
+
+  Attributes:
+    parts: (cached terminal, first bytes) pairs. A loop state has one part with
+      first bytes None (all). An entry state has one part per loop state its first
+      byte can lead to, limited to those first bytes. The parts' sub-tries hold the
+      tokens left for explicit edges.
+    bits: uint32 `[W]`; the tokens of this edge.
+    target: The state the edge leads to (the loop's anchor).
+  """
+
+  parts: tuple[tuple[LoopTerminal, np.ndarray | None], ...]
+  bits: np.ndarray
+  target: int
+
+  @property
+  def first_bytes(self) -> np.ndarray:
+    """bool `[256]`: first bytes whose tokens are handled by this edge's parts."""
+    out = np.zeros(256, bool)
+    for _, first in self.parts:
+      out |= True if first is None else first
+    return out
+
+
+def _popcount(bits: np.ndarray) -> int:
+  return int(np.unpackbits(bits.view(np.uint8)).sum())
+
+
+class _FirstByteBits:
+  """For each byte b, the bitmap of the tokens whose first byte is b."""
+
+  def __init__(self, trie: VocabTrie, num_words: int):
+    token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
+    roots = trie.child_node[trie.child_start[0]:trie.child_start[1]]
+    # Trie nodes are numbered in depth-first order: a subtree is a contiguous range.
+    which = np.searchsorted(roots, token_node, side="right") - 1
+    first = trie.child_byte[trie.child_start[0] + which].astype(np.int64)
+    ids = trie.token_ids.astype(np.int64)
+    self.rows = np.zeros((256, num_words), np.uint32)
+    np.bitwise_or.at(self.rows, (first, ids >> 5), np.uint32(1) << (ids & 31).astype(np.uint32))
+
+  def union(self, byte_mask: np.ndarray) -> np.ndarray:
+    """uint32 `[W]`: tokens whose first byte is in bool `byte_mask` [256]."""
+    return np.bitwise_or.reduce(self.rows[byte_mask], axis=0, initial=np.uint32(0))
+
+
 class WideStates:
   """Finds the wide states of byte DFAs for one vocabulary, caching their terminals."""
 
@@ -190,43 +249,66 @@ class WideStates:
     self.cache_dir = cache_dir
     self._memo: dict[str, LoopTerminal] = {}
 
-  def find(self, dfa: ByteDfa) -> dict[int, tuple[LoopTerminal, int]]:
-    """State -> (terminal, target) for the wide states of `dfa` and their loops.
+  def find(self, dfa: ByteDfa) -> dict[int, "WideEdge"]:
+    """State -> its terminal edge, for the wide states of `dfa` and their neighbours.
 
-    A wide state q (one looping on many bytes directly) gets a terminal back to itself.
-    Other states of its loop, such as the state after a backslash in a JSON string
-    (`\\.` returns to q), get a terminal to q too when enough tokens take that path.
+    * A wide state q (one looping on many bytes directly) gets a terminal back to itself.
+    * Other states of its loop, such as the state after a backslash in a JSON string
+      (`\\.` returns to q), get a terminal to q when enough tokens take that path.
+    * A state p outside the loop whose bytes mostly lead to one loop state r (the
+      opening of a string, a key that must differ from declared keys) gets an *entry*
+      terminal: tokens whose first byte goes p -> r and whose rest goes r -> q.
     """
     states = np.arange(dfa.num_states)
-    self_loops = (dfa.transitions == states[:, None]).sum(axis=1)
+    trans = dfa.transitions
+    self_loops = (trans == states[:, None]).sum(axis=1)
     anchors = np.nonzero(self_loops >= MIN_SELF_LOOP_BYTES)[0].tolist()
-    wide: dict[int, tuple[LoopTerminal, int]] = {}
+    wide: dict[int, WideEdge] = {}
     loops = []
     for q in anchors:
       members, loop = _canonical_loop(dfa, q)
-      loops.append((q, members, loop))
       terminal = self.terminal(loop, 0)
       if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
-        wide[q] = (terminal, q)
+        wide[q] = WideEdge(((terminal, None),), terminal.bits, q)
+        loops.append((q, members, loop))
     for q, members, loop in loops:
-      if q not in wide:
-        continue
       for entry, p in enumerate(members[1:], start=1):
-        if p in wide:
-          continue  # the state's own loop comes first
-        terminal = self.terminal(loop, entry)
-        if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
-          wide[p] = (terminal, q)
+        if p not in wide:
+          terminal = self.terminal(loop, entry)
+          if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
+            wide[p] = WideEdge(((terminal, None),), terminal.bits, q)
+    for q, members, loop in loops:
+      into_loop = np.isin(trans, members).sum(axis=1)
+      for p in np.nonzero(into_loop >= MIN_SELF_LOOP_BYTES)[0].tolist():
+        if p in wide or p in members:
+          continue
+        parts, bits = [], np.zeros(self.num_words, np.uint32)
+        for entry, r in enumerate(members):
+          first_bytes = trans[p] == r
+          if first_bytes.any():
+            tail = self.terminal(loop, entry, after_first_byte=True)
+            parts.append((tail, first_bytes))
+            bits |= tail.bits & ~self.first_byte_bits.union(~first_bytes)
+        if _popcount(bits) >= MIN_TERMINAL_TOKENS:
+          wide[p] = WideEdge(tuple(parts), bits, q)
     return wide
 
-  def terminal(self, loop: np.ndarray, entry: int) -> LoopTerminal:
+  @functools.cached_property
+  def first_byte_bits(self) -> "_FirstByteBits":
+    """Token bitmaps by first byte (8 MB for a 262k vocabulary; built on first use)."""
+    return _FirstByteBits(self.trie, self.num_words)
+
+  def terminal(self, loop: np.ndarray, entry: int, *, after_first_byte: bool = False
+               ) -> LoopTerminal:
     key = hashlib.sha1(loop.tobytes() + loop.shape[0].to_bytes(4, "little") +
-                       entry.to_bytes(4, "little")).hexdigest()[:20]
+                       entry.to_bytes(4, "little") + bytes([after_first_byte])
+                       ).hexdigest()[:20]
     if key in self._memo:
       return self._memo[key]
     terminal = self._load(key)
     if terminal is None:
-      terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key)
+      terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
+                                     after_first_byte=after_first_byte)
       self._save(terminal)
     self._memo[key] = terminal
     return terminal

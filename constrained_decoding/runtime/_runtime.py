@@ -119,20 +119,21 @@ def mask_logits(
   return jnp.where(allowed, logits, jnp.asarray(-jnp.inf, logits.dtype))
 
 
-def _find_edges(edge_tokens: Array, state: Array, tokens: Array) -> tuple[Array, Array]:
-  """Binary search of each row's token in its state's sorted edge list: O(log K)."""
-  num_edges = edge_tokens.shape[1]
-  lo = jnp.zeros_like(tokens)
-  hi = jnp.full_like(tokens, num_edges)
+def _find_edges(tables: ConstraintTables, state: Array, tokens: Array) -> tuple[Array, Array]:
+  """Binary search of each row's token among its state's sorted edges: O(log E) steps."""
+  num_edges = tables.edge_tokens.shape[0]
+  lo = tables.edge_start[state]
+  hi = tables.edge_start[state + 1]
+  end = hi
   for _ in range(int(np.ceil(np.log2(num_edges + 1)))):
     mid = (lo + hi) // 2
-    value = edge_tokens[state, jnp.minimum(mid, num_edges - 1)]
+    value = tables.edge_tokens[jnp.minimum(mid, num_edges - 1)]
     right = (value < tokens) & (lo < hi)
     left = (value >= tokens) & (lo < hi)
     lo = jnp.where(right, mid + 1, lo)
     hi = jnp.where(left, mid, hi)
   slot = jnp.minimum(lo, num_edges - 1)
-  found = (lo < num_edges) & (edge_tokens[state, slot] == tokens)
+  found = (lo < end) & (tables.edge_tokens[slot] == tokens)
   return slot, found
 
 
@@ -151,9 +152,9 @@ def advance(
   safe = jnp.where(in_range, tokens, 0)
   word = tables.eos_bits[safe >> 5]
   is_eos = in_range & (((word >> (safe & 31).astype(jnp.uint32)) & 1) == 1)
-  slot, found = _find_edges(tables.edge_tokens, state.state, safe)
+  slot, found = _find_edges(tables, state.state, safe)
   found &= in_range & ~is_eos
-  target = tables.edge_targets[state.state, slot]
+  target = tables.edge_targets[slot]
   # Terminal edges, in precedence order, for tokens without an explicit edge.
   for r in range(tables.state_terminals.shape[1]):
     terminal = tables.state_terminals[state.state, r]  # [B, 2]: (terminal id, target)

@@ -21,10 +21,11 @@ def reference_allowed(tables: ConstraintTables, state: int) -> np.ndarray:
 
 def reference_step(tables: ConstraintTables, state: int, token: int) -> int | None:
   """The state after `token` (a linear scan of explicit, then terminal edges), or None."""
-  tokens = np.asarray(tables.edge_tokens)[state]
+  lo, hi = np.asarray(tables.edge_start)[state:state + 2]
+  tokens = np.asarray(tables.edge_tokens)[lo:hi]
   hit = np.nonzero(tokens == token)[0]
   if len(hit) and token != PAD_TOKEN:
-    return int(np.asarray(tables.edge_targets)[state, hit[0]])
+    return int(np.asarray(tables.edge_targets)[lo + hit[0]])
   for terminal, target in np.asarray(tables.state_terminals)[state]:
     if terminal >= 0 and 0 <= token < tables.vocab_size:
       word = int(np.asarray(tables.terminal_bits)[terminal, token // 32])

@@ -25,6 +25,7 @@ _PATTERNS = [
     r'"([^"\\]|\\.)*"',  # the state after a backslash gets a terminal back too
     r".*x",
     r'\{"a": "[^"\n]*", "b": [0-9]\}',
+    r'"([^a"\\]|a[^b"\\]|ab[^"\\])[^"\\]*"',  # entry terminals: a key other than "ab"
 ]
 
 

@@ -115,7 +115,7 @@ def test_vmap_over_groups_of_rows(gemma_compiler, index):
 
 def test_two_regexes_in_one_bucket_compile_once(gemma_compiler):
   a = gemma_compiler.compile(cd.Regex(r"\d{3}"))
-  b = gemma_compiler.compile(cd.Regex(r"\d{4}"))
+  b = gemma_compiler.compile(cd.Regex(r"[0-4]\d\d"))
   assert a.shape_key == b.shape_key
   traces = []
 
