@@ -46,6 +46,22 @@ _EXPORTS = {
     "CompileBudgetError": "constrained_decoding.errors",
     "VocabularyError": "constrained_decoding.errors",
     "VocabularyMismatchError": "constrained_decoding.errors",
+    # Grammars.
+    "Grammar": "constrained_decoding.constraints",
+    "GrammarIR": "constrained_decoding.constraints",
+    "GrammarError": "constrained_decoding.errors",
+    "GrammarSyntaxError": "constrained_decoding.errors",
+    "UnsupportedGrammarFeatureError": "constrained_decoding.errors",
+    "GrammarRecursionError": "constrained_decoding.errors",
+    "NondeterministicGrammarError": "constrained_decoding.errors",
+    # JSON Schema, schema-free JSON, dataclasses.
+    "JsonSchema": "constrained_decoding.constraints",
+    "Json": "constrained_decoding.constraints",
+    "Dataclass": "constrained_decoding.constraints",
+    "format_dataclass": "constrained_decoding.constraints",
+    "parse_dataclass": "constrained_decoding.constraints",
+    "SchemaError": "constrained_decoding.errors",
+    "UnsupportedSchemaError": "constrained_decoding.errors",
 }
 _SUBMODULES = ("models", "runtime", "sampling", "tables", "errors", "vocab", "constraints", "automata")
 

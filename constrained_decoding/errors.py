@@ -35,3 +35,46 @@ class VocabularyError(ValueError):
 
 class VocabularyMismatchError(ConstraintError):
   """Tables or caches were built for another vocabulary."""
+
+
+class GrammarError(ConstraintError):
+  """A grammar is invalid. `line` and `column` (1-based) locate the problem when known.
+
+  Attributes:
+    line: 1-based line of the offending text in the grammar source, or None.
+    column: 1-based column (in characters) of the offending text, or None.
+  """
+
+  def __init__(self, message: str, *, line: int | None = None, column: int | None = None):
+    super().__init__(message)
+    self.line = line
+    self.column = column
+
+
+class GrammarSyntaxError(GrammarError):
+  """A grammar does not parse, or references a rule it does not define (`line`, `column` set)."""
+
+
+class UnsupportedGrammarFeatureError(GrammarSyntaxError, UnsupportedFeatureError):
+  """A grammar uses syntax this library does not support (Lark templates, priorities, ...)."""
+
+
+class GrammarRecursionError(GrammarError):
+  """A grammar's recursion cannot be handled: left recursion that cannot be eliminated,
+  or a `max_depth` too small for the grammar to produce any string."""
+
+
+class NondeterministicGrammarError(GrammarError):
+  """The grammar's token-level push-down automaton is nondeterministic; names the rules."""
+
+
+class SchemaError(ConstraintError):
+  """A JSON Schema (or dataclass) is malformed or accepts no value."""
+
+
+class UnsupportedSchemaError(UnsupportedFeatureError):
+  """A JSON Schema keyword or combination, or a dataclass field type, is not supported.
+
+  The message names the keyword and its JSON pointer (`#/properties/tags/uniqueItems`),
+  or the dataclass field.
+  """

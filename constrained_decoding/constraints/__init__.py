@@ -1,7 +1,21 @@
 """Host side: constraint specs and their front ends (lowering to the constraint IR)."""
 
 from constrained_decoding.constraints._specs import Regex
+from constrained_decoding.constraints._specs import Grammar
+from constrained_decoding.constraints._grammar import GrammarIR
+from constrained_decoding.constraints._specs import JsonSchema
+from constrained_decoding.constraints._specs import Json
+from constrained_decoding.constraints._specs import Dataclass
+from constrained_decoding.constraints._dataclass import format_dataclass
+from constrained_decoding.constraints._dataclass import parse_dataclass
 
 __all__ = [
     "Regex",
+    "Grammar",
+    "GrammarIR",
+    "JsonSchema",
+    "Json",
+    "Dataclass",
+    "format_dataclass",
+    "parse_dataclass",
 ]

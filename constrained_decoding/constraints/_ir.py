@@ -12,6 +12,8 @@ Nodes (each denotes a set of byte strings):
   Union(alternatives)    union; `Union(())` is the empty language.
   Repeat(node, min, max) `node` repeated min..max times (`max=None`: unbounded).
   Terminal(name, arg)    a terminal label (Sec. 2.5.1); reserved for the extensions issue.
+  RuleRef(name)          the language of grammar rule `name`; only inside a `GrammarIR`
+                         (`constraints/_grammar.py`), never compiled directly.
 """
 
 import dataclasses
@@ -77,7 +79,18 @@ class Terminal:
   argument: str = ""
 
 
-Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal]
+@dataclasses.dataclass(frozen=True)
+class RuleRef:
+  """A reference to the grammar rule `name` (Alg. 3's non-terminals).
+
+  Meaningful only inside a `GrammarIR`, whose analyses inline or unroll it; the byte
+  automaton back end does not accept it.
+  """
+
+  name: str
+
+
+Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal, RuleRef]
 
 EPSILON = Bytes(b"")
 NOTHING = Union(())

@@ -5,6 +5,8 @@ the rest. Specs are cache keys, so they hold only immutable values.
 """
 
 import dataclasses
+import functools
+import importlib.resources
 
 from constrained_decoding.constraints import _ir as ir
 
@@ -46,3 +48,379 @@ class Regex:
 
   def describe(self) -> str:
     return f"Regex({self.pattern!r})"
+
+
+_GRAMMAR_SYNTAXES = ("gbnf", "lark")
+_DEFAULT_START = {"gbnf": "root", "lark": "start"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Grammar:
+  """The output must match a context-free grammar, in GBNF or a subset of Lark.
+
+  ```python
+  spec = Grammar('root ::= "(" root ")" | [a-z]+', max_depth=4)
+  spec = Grammar.builtin("json", max_depth=3)
+  ```
+
+  A grammar without recursion (after inlining, see `constraints/_grammar.py`) is
+  regular and compiles like a `Regex`. A recursive grammar needs `max_depth`: the
+  recursion is unrolled so that at most `max_depth` recursive rules are active at once
+  (the stack depth a push-down automaton would use; a recursive start rule counts as
+  one); alternatives that would go deeper are dropped. The unbounded form needs the
+  push-down runtime, which will consume `grammar_ir()`.
+
+  Syntaxes: `constraints/_gbnf.py` (llama.cpp's GBNF) and `constraints/_lark.py` (the
+  supported Lark subset, with how `%ignore` is applied).
+
+  Attributes:
+    text: The grammar source.
+    syntax: "gbnf" or "lark".
+    start: The start rule; None means "root" for GBNF and "start" for Lark.
+    max_depth: None, or the recursion depth at which to cut a recursive grammar.
+  """
+
+  text: str
+  syntax: str = "gbnf"
+  start: str | None = None
+  max_depth: int | None = None
+
+  def __post_init__(self):
+    if not isinstance(self.text, str):
+      raise TypeError(
+          f"Grammar text {self.text!r:.40} is a {type(self.text).__name__}. Expected str;"
+          " decode bytes first."
+      )
+    if self.syntax not in _GRAMMAR_SYNTAXES:
+      raise ValueError(
+          f"Grammar syntax {self.syntax!r} is not supported. Expected one of"
+          f" {_GRAMMAR_SYNTAXES}. Pass syntax='gbnf' or syntax='lark'."
+      )
+    if self.start is not None and not isinstance(self.start, str):
+      raise TypeError(
+          f"Grammar start {self.start!r} is a {type(self.start).__name__}. Expected the"
+          " name of a rule, or None for the default."
+      )
+    if self.max_depth is not None and (
+        isinstance(self.max_depth, bool) or not isinstance(self.max_depth, int)
+        or self.max_depth < 0):
+      raise ValueError(
+          f"Grammar max_depth {self.max_depth!r} is invalid. Expected None or an int >= 0."
+          " Pass the recursion depth at which to cut, e.g. max_depth=3."
+      )
+
+  @classmethod
+  def builtin(cls, name: str, *, max_depth: int | None = None) -> "Grammar":
+    """A grammar shipped in `constraints/grammars/` ("json", "arithmetic", "sexpr",
+    "sql_select"), by file name without extension; the extension gives the syntax."""
+    text, syntax = _read_builtin_grammar(name)
+    return cls(text, syntax=syntax, max_depth=max_depth)
+
+  @property
+  def start_rule(self) -> str:
+    return self.start if self.start is not None else _DEFAULT_START[self.syntax]
+
+  def parse(self):
+    """The grammar as written (`GrammarIR`, not normalized)."""
+    return _parse_grammar(self.text, self.syntax, self.start_rule)
+
+  def grammar_ir(self):
+    """The normalized `GrammarIR`: only true recursion left as rules (`_grammar.normalize`).
+
+    Raises:
+      GrammarSyntaxError: The text does not parse (with line and column).
+      GrammarRecursionError: Left recursion that cannot be eliminated.
+      EmptyConstraintError: The grammar derives no finite string.
+    """
+    return _normalized_grammar(self.text, self.syntax, self.start_rule)
+
+  def to_ir(self) -> ir.Node:
+    """A regular IR node: the grammar's language, or its strings of depth <= max_depth.
+
+    Raises:
+      UnsupportedFeatureError: The grammar is recursive and `max_depth` is None.
+      GrammarRecursionError: `max_depth` is too small for any string.
+    """
+    from constrained_decoding.constraints import _grammar  # pylint: disable=g-import-not-at-top
+
+    grammar = self.grammar_ir()
+    if self.max_depth is None or not _grammar.recursive_rules(grammar):
+      return _grammar.to_regular(grammar)
+    return _grammar.unroll(grammar, self.max_depth)
+
+  def describe(self) -> str:
+    first = next((line.strip() for line in self.text.splitlines()
+                  if line.strip() and not line.strip().startswith(("#", "//"))), "")
+    depth = "" if self.max_depth is None else f", max_depth={self.max_depth}"
+    return f"Grammar({self.syntax}: {first[:40]!r}{depth})"
+
+
+# Parsing and normalizing are memoized: a spec is a cache key and may be lowered more
+# than once (grammar_ir() for the push-down builder, to_ir() for the regular pipeline).
+@functools.lru_cache(maxsize=64)
+def _parse_grammar(text: str, syntax: str, start: str):
+  if syntax == "gbnf":
+    from constrained_decoding.constraints._gbnf import parse_gbnf  # pylint: disable=g-import-not-at-top
+
+    return parse_gbnf(text, start=start)
+  from constrained_decoding.constraints._lark import parse_lark  # pylint: disable=g-import-not-at-top
+
+  return parse_lark(text, start=start)
+
+
+@functools.lru_cache(maxsize=64)
+def _normalized_grammar(text: str, syntax: str, start: str):
+  from constrained_decoding.constraints import _grammar  # pylint: disable=g-import-not-at-top
+
+  return _grammar.normalize(_parse_grammar(text, syntax, start))
+
+
+_BUILTIN_EXTENSIONS = {".gbnf": "gbnf", ".lark": "lark"}
+
+
+def _read_builtin_grammar(name: str) -> tuple[str, str]:
+  """(text, syntax) of `constraints/grammars/<name>.gbnf` or `.lark`."""
+  folder = importlib.resources.files("constrained_decoding.constraints") / "grammars"
+  available = sorted(
+      entry.name.rsplit(".", 1)[0] for entry in folder.iterdir()
+      if any(entry.name.endswith(ext) for ext in _BUILTIN_EXTENSIONS)
+  )
+  for extension, syntax in _BUILTIN_EXTENSIONS.items():
+    entry = folder / f"{name}{extension}"
+    if isinstance(name, str) and entry.is_file():
+      return entry.read_text(encoding="utf-8"), syntax
+  raise ValueError(
+      f"Built-in grammar {name!r} does not exist. Expected one of {available}. Pass"
+      " Grammar(text, syntax=...) for your own grammar."
+  )
+
+
+# ---- JSON Schema, schema-free JSON and dataclasses. ----
+# (Imported here, not at the top, to keep this section self-contained.)
+import json  # noqa: E402
+import typing  # noqa: E402
+
+from constrained_decoding import errors as _errors  # noqa: E402
+from constrained_decoding.constraints import _dataclass  # noqa: E402
+from constrained_decoding.constraints import _json_schema  # noqa: E402
+from constrained_decoding.constraints import _json_values  # noqa: E402
+
+
+def _check_spec_int(owner: str, name: str, value, minimum: int) -> None:
+  if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    raise ValueError(
+        f"{owner} {name} {value!r} is not an int >= {minimum}. Expected e.g. {max(minimum, 2)}."
+        f" Pass an int."
+    )
+
+
+def _canonical_schema(schema) -> str:
+  """Canonical JSON text (key order kept: it is the property order) of a schema."""
+  if isinstance(schema, type) and hasattr(schema, "model_json_schema"):  # pydantic model
+    schema = schema.model_json_schema()
+  if isinstance(schema, str):
+    try:
+      schema = json.loads(schema)
+    except json.JSONDecodeError as e:
+      raise _errors.SchemaError(
+          f"JSON Schema text {schema[:40]!r} is not valid JSON: {e.msg} at position {e.pos}."
+          " Expected a JSON object or boolean. Fix the text, or pass a dict."
+      ) from e
+  if not isinstance(schema, (dict, bool)):
+    raise _errors.SchemaError(
+        f"JSON Schema {schema!r} is a {type(schema).__name__}. Expected a dict, a bool, JSON"
+        " text or a pydantic model class. Pass the schema as a dict."
+    )
+  try:
+    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+  except (TypeError, ValueError) as e:
+    raise _errors.SchemaError(
+        f"JSON Schema {schema!r} holds a value that is not JSON: {e}. Expected only dicts,"
+        " lists, strings, finite numbers, booleans and None. Remove the offending value."
+    ) from e
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonSchema:
+  """The output must be a JSON text that a JSON Schema accepts.
+
+  ```python
+  spec = JsonSchema({"type": "object",
+                     "properties": {"answer": {"enum": ["A", "B", "C", "D"]}},
+                     "required": ["answer"]}, strict_properties=True)
+  spec.parse('{"answer":"B"}')  # {'answer': 'B'}
+  ```
+
+  Supported keywords, and the narrowings made for generation (property order,
+  whitespace, number and string formatting, ...), are listed in
+  `constraints/_json_schema.py`. A dict schema is canonicalized to JSON text (key order
+  kept) so that the spec is hashable; a pydantic model class is read through its
+  `model_json_schema()`.
+
+  Attributes:
+    schema: The schema as canonical JSON text (a dict, bool, JSON text or pydantic
+      model class may be passed).
+    whitespace: `compact` (no whitespace), `single` (one space after `:` and
+      `,`, like `json.dumps`) or `flexible` (runs of at most `max_whitespace` JSON
+      whitespace characters between any two tokens inside objects and arrays).
+    strict_properties: Forbid additional properties in objects that declare
+      `properties` or `required` unless `additionalProperties` is a schema (by
+      default, as in JSON Schema, they are allowed after the declared ones).
+    lenient: Ignore unsupported keywords instead of raising; see `ignored_keywords()`.
+    max_ref_depth: Most expansions of one recursive `$ref` along a path.
+    free_form_depth: Nesting limit of free-form values (`{}`, `true`, absent `items`,
+      additional property values).
+    max_whitespace: Longest whitespace run under `flexible`.
+  """
+
+  schema: typing.Any
+  whitespace: str = "compact"
+  _: dataclasses.KW_ONLY
+  strict_properties: bool = False
+  lenient: bool = False
+  max_ref_depth: int = 3
+  free_form_depth: int = 2
+  max_whitespace: int = 2
+
+  def __post_init__(self):
+    object.__setattr__(self, "schema", _canonical_schema(self.schema))
+    _json_values.whitespace_policy(self.whitespace, self.max_whitespace)
+    _check_spec_int("JsonSchema", "max_ref_depth", self.max_ref_depth, 1)
+    _check_spec_int("JsonSchema", "free_form_depth", self.free_form_depth, 0)
+
+  @property
+  def schema_value(self):
+    """The schema as Python values (a fresh copy)."""
+    return json.loads(self.schema)
+
+  def options(self) -> "_json_schema.SchemaOptions":
+    return _json_schema.SchemaOptions(
+        whitespace=_json_values.whitespace_policy(self.whitespace, self.max_whitespace),
+        strict_properties=self.strict_properties, lenient=self.lenient,
+        max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth)
+
+  def to_ir(self) -> ir.Node:
+    return _lowered_schema(self)[0]
+
+  def ignored_keywords(self) -> tuple[str, ...]:
+    """JSON pointers of the keywords ignored (or rounded) in lenient mode, e.g.
+    `('#/properties/tags/uniqueItems',)`; always empty in strict mode."""
+    return _lowered_schema(self)[1]
+
+  def parse(self, text: str):
+    """The Python value of a generated text (`json.loads`)."""
+    return json.loads(text)
+
+  def describe(self) -> str:
+    schema = self.schema if len(self.schema) <= 60 else self.schema[:57] + "..."
+    flags = "".join(f", {name}=True" for name in ("strict_properties", "lenient")
+                    if getattr(self, name))
+    return f"JsonSchema({schema}, whitespace={self.whitespace!r}{flags})"
+
+
+@functools.lru_cache(maxsize=64)
+def _lowered_schema(spec: JsonSchema) -> tuple:
+  return _json_schema.lower_json_schema(json.loads(spec.schema), spec.options())
+
+
+@dataclasses.dataclass(frozen=True)
+class Json:
+  """The output must be JSON (any value), with bounded nesting (paper Sec. 5.1).
+
+  ```python
+  spec = Json(max_depth=3, whitespace="single", root="object")
+  ```
+
+  JSON is context-free; bounding how deeply containers nest makes it regular. See
+  `constraints/_json_values.py` for the formatting of numbers, strings and whitespace.
+
+  Attributes:
+    max_depth: Most containers enclosing one another (0: scalars only;
+      `{"a": [1]}` has depth 2).
+    whitespace: `compact` (no whitespace), `single` (one space after `:` and
+      `,`, like `json.dumps`) or `flexible` (runs of at most `max_whitespace` JSON
+      whitespace characters between any two tokens inside objects and arrays).
+    max_object_depth: Most objects enclosing one another (default: `max_depth`).
+    max_array_depth: Most arrays enclosing one another (default: `max_depth`).
+    max_whitespace: Longest whitespace run under `flexible`.
+    root: The top-level value: `any`, `object` or `array`.
+  """
+
+  max_depth: int = 4
+  whitespace: str = "compact"
+  _: dataclasses.KW_ONLY
+  max_object_depth: int | None = None
+  max_array_depth: int | None = None
+  max_whitespace: int = 2
+  root: str = "any"
+
+  def __post_init__(self):
+    _check_spec_int("Json", "max_depth", self.max_depth, 0)
+    for name in ("max_object_depth", "max_array_depth"):
+      if getattr(self, name) is not None:
+        _check_spec_int("Json", name, getattr(self, name), 0)
+    _json_values.whitespace_policy(self.whitespace, self.max_whitespace)
+    if self.root not in ("any", "object", "array"):
+      raise ValueError(
+          f"Json root {self.root!r} is not known. Expected 'any', 'object' or 'array'."
+          " Use 'object' for a JSON object at the top."
+      )
+
+  def to_ir(self) -> ir.Node:
+    return _json_values.json_value(
+        _json_values.whitespace_policy(self.whitespace, self.max_whitespace), self.max_depth,
+        max_object_depth=self.max_object_depth, max_array_depth=self.max_array_depth,
+        root=self.root)
+
+  def parse(self, text: str):
+    """The Python value of a generated text (`json.loads`)."""
+    return json.loads(text)
+
+  def describe(self) -> str:
+    return f"Json(max_depth={self.max_depth}, whitespace={self.whitespace!r}, root={self.root!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataclass:
+  """The output must be a constructor call of a dataclass, parsed back with `parse`.
+
+  ```python
+  @dataclasses.dataclass
+  class Answer:
+    choice: typing.Literal["A", "B", "C", "D"]
+    confidence: float
+
+  spec = Dataclass(Answer)
+  spec.parse('Answer(choice="B", confidence=0.9)')  # Answer(choice='B', confidence=0.9)
+  ```
+
+  The syntax (`Name(field=value, ...)`, double-quoted strings, Enum members as
+  `EnumName.MEMBER`, ...) and the supported field types are listed in
+  `constraints/_dataclass.py`; `format_dataclass(instance)` writes it.
+
+  Attributes:
+    cls: The dataclass type.
+    max_depth: Most expansions of one dataclass along a path (bounds recursion).
+  """
+
+  cls: typing.Any  # A dataclass type (checked in __post_init__, with a clear message).
+  _: dataclasses.KW_ONLY
+  max_depth: int = 3
+
+  def __post_init__(self):
+    if not (isinstance(self.cls, type) and dataclasses.is_dataclass(self.cls)):
+      raise TypeError(
+          f"Dataclass spec got {self.cls!r}. Expected a class decorated with"
+          " @dataclasses.dataclass. Pass the class itself, not an instance."
+      )
+    _check_spec_int("Dataclass", "max_depth", self.max_depth, 1)
+
+  def to_ir(self) -> ir.Node:
+    return _dataclass.dataclass_ir(self.cls, max_depth=self.max_depth)
+
+  def parse(self, text: str):
+    """The instance a generated text denotes (`parse_dataclass`, no `eval`)."""
+    return _dataclass.parse_dataclass(self.cls, text)
+
+  def describe(self) -> str:
+    return f"Dataclass({self.cls.__module__}.{self.cls.__qualname__})"

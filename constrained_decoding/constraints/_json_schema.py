@@ -1,0 +1,1045 @@
+"""JSON Schema front end: a schema -> the constraint IR of the JSON texts it accepts.
+
+Public functions and classes:
+  SchemaOptions                     how to lower: whitespace, strictness, depth bounds.
+  lower_json_schema(schema, opts)   (IR node, JSON pointers of ignored keywords).
+  pattern_ir(pattern)               decoded strings in which `pattern` matches (search).
+  format_ir(name)                   decoded strings of a `format` (date-time, uuid, ...).
+  FORMATS                           the supported `format` names.
+
+A schema limits recursion, so the set of JSON texts it accepts is (with the narrowings
+below) a regular language (paper Sec. 5.1); it is built from the pieces of
+`_json_values.py`. Dialect: draft 2020-12, plus draft-07's `definitions`, array-form
+`items` with `additionalItems`, and draft-04's boolean `exclusiveMinimum`/`Maximum`.
+
+Supported keywords:
+  any type    type (a name or a list), enum, const, anyOf, oneOf, allOf, $ref, $defs,
+              definitions.
+  string      minLength, maxLength (in code points), pattern, format.
+  integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact ranges).
+  number      the same, with integer-valued bounds only.
+  object      properties, required, additionalProperties.
+  array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems: false.
+  ignored     title, description, examples, default, $schema, $id, $comment,
+              deprecated, readOnly, writeOnly (annotations: no effect on validity).
+Every other keyword raises `UnsupportedSchemaError` naming it and its JSON pointer
+(e.g. `#/properties/tags/uniqueItems`), unless `lenient=True`: then it is ignored and
+its pointer recorded (`JsonSchema.ignored_keywords()`); ignoring may *widen* the
+language, so lenient output can violate the ignored keywords. Strict mode never widens.
+
+Narrowings made for generation (every generated text is valid; some valid texts are
+not generated):
+* Whitespace, numbers and string escapes: see `_json_values.py` (policies `compact`,
+  `single`, `flexible` with a cap on whitespace runs; no leading zeros, no `-0`; bounded
+  numbers without exponent; canonical escapes in keys, constants and patterned strings).
+* Integers are written without fraction or exponent (`1.0` is not generated for
+  `integer`).
+* Properties appear in schema order (`properties` first, then `required` names that
+  `properties` does not declare); optional ones may be skipped. Additional properties
+  (allowed when `additionalProperties` is absent, `true` or a schema) come only after
+  the declared ones, with keys that are any string except the declared keys; two
+  additional properties may share a key (preventing it is not regular).
+  `strict_properties=True` forbids additional properties in objects that declare
+  `properties` or `required` unless `additionalProperties` is an explicit schema;
+  `{"type": "object"}` alone stays a free-form object.
+* Free-form values (`{}`, `true`, absent `items`, additional property values) are
+  schema-free JSON nested at most `free_form_depth` containers deep.
+* `enum` and `const` values are written as `json.dumps` writes them (objects in their
+  given key order, whitespace per policy); `1` does not also match `1.0`.
+* A schema without `type` takes the types its keywords apply to (`{"properties": ...}`
+  is an object, `{"minLength": 1}` a string); with no such keyword, any value.
+* `oneOf` is lowered as `anyOf`: exact when the alternatives are disjoint (different
+  types, or a distinguishing `const`), wider otherwise (exclusivity is not enforced).
+* `allOf` is merged keyword by keyword (types intersected, bounds tightened,
+  `properties` merged with each side's `additionalProperties`, `required` united);
+  two different `pattern`s or `format`s, or draft-04 boolean exclusive bounds on both
+  sides, raise `UnsupportedSchemaError`.
+* `$ref` next to other keywords (allowed since 2019-09) means `allOf` of the target and
+  the siblings; the target's properties come first. Draft-07 `additionalItems` without
+  array-form `items` has no effect and is dropped.
+* A recursive `$ref` is expanded at most `max_ref_depth` times along any path; deeper,
+  the alternative that needs it is dropped (an optional property is omitted, an array
+  stays shorter, an `anyOf` branch disappears). If nothing is left, the schema is
+  rejected with `UnsupportedSchemaError`. Only local refs (`#...` JSON pointers).
+* `pattern` has search semantics, as in JSON Schema: `p` accepts strings containing a
+  match, i.e. `(?s:.*)(?:p)(?s:.*)`, except that `^`/`\\A` at the start and `$`/`\\Z` at
+  the end of the pattern (or of one of its top-level alternatives) anchor that side;
+  anchors elsewhere raise. Syntax and semantics are Python's `re` with ASCII classes
+  (`\\d` = [0-9], like ECMAScript); `$` matches only at the very end (ECMAScript), not
+  before a final newline (Python). Python's validators use Unicode `\\d`, `\\w`, so
+  `\\D`, `\\W` here admit non-ASCII digits and letters that Python would reject.
+* String lengths count code points; `pattern`, `format` and `minLength`/`maxLength`
+  cannot be combined in one schema (that needs an intersection of automata). A bounded
+  `maxLength` costs one automaton state per length, each allowing most tokens.
+* Number bounds on `number` must be integers (`lenient=True` rounds others inward);
+  on `integer` any bound works (rounded exactly). `multipleOf` is not supported.
+* Formats (decoded values; uppercase `T` and `Z` only; no leap seconds):
+  date (RFC 3339 full-date with month lengths and leap years, years 0001-9999),
+  time (full-time: `hh:mm:ss[.frac]` then `Z` or `+hh:mm`/`-hh:mm`), date-time (`dateTtime`),
+  uuid (8-4-4-4-12 hex digits, any case), ipv4 (dotted quad, no leading zeros),
+  ipv6 (RFC 4291 text forms, embedded IPv4 included, no zone ids),
+  hostname (1 to 8 dot-separated RFC 1123 labels of 1-30 characters, so the 253
+  character limit holds), email (a dot-atom local part `@` a hostname: no quoted
+  local parts, no IP literals, the 64-character local-part limit is not enforced),
+  uri (RFC 3986 `URI`: scheme, hierarchical part, query, fragment; no IPvFuture).
+"""
+
+import collections
+import dataclasses
+import fractions
+import functools
+import json
+import math
+import re
+import urllib.parse
+
+from constrained_decoding import errors
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_values as jv
+from constrained_decoding.constraints import _regex
+
+_ANNOTATIONS = frozenset({
+    "title", "description", "examples", "default", "$schema", "$id", "$comment",
+    "deprecated", "readOnly", "writeOnly",
+})
+_DEFINITIONS = frozenset({"$defs", "definitions"})
+_NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS
+# Keyword -> the instance type it constrains (used when `type` is absent).
+_TYPE_OF_KEYWORD = {
+    "minLength": "string", "maxLength": "string", "pattern": "string", "format": "string",
+    "minimum": "number", "maximum": "number", "exclusiveMinimum": "number",
+    "exclusiveMaximum": "number",
+    "properties": "object", "required": "object", "additionalProperties": "object",
+    "items": "array", "prefixItems": "array", "additionalItems": "array",
+    "minItems": "array", "maxItems": "array",
+}
+_SUPPORTED = frozenset({
+    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", *_TYPE_OF_KEYWORD,
+})
+# Standard keywords this library does not implement.
+_UNSUPPORTED = frozenset({
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties",
+    "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
+    "multipleOf", "uniqueItems", "$dynamicRef", "$dynamicAnchor", "$anchor",
+    "$recursiveRef", "$recursiveAnchor", "$vocabulary", "contentEncoding",
+    "contentMediaType", "contentSchema",
+})
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+_MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
+_NUMBER = (int, float)
+# Keyword -> (types, description) its value must have for `allOf` merging.
+_MERGE_SHAPES = {
+    "type": ((str, list), "a type name or list"), "enum": (list, "an array"),
+    "required": (list, "an array of names"), "anyOf": (list, "an array of schemas"),
+    "oneOf": (list, "an array of schemas"),
+    "properties": (dict, "an object"), "prefixItems": (list, "an array of schemas"),
+    **{k: (_NUMBER, "a number") for k in ("minimum", "maximum", "exclusiveMinimum",
+                                          "exclusiveMaximum", "minLength", "maxLength",
+                                          "minItems", "maxItems")},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaOptions:
+  """How a schema is lowered (see `JsonSchema` for the user-facing arguments).
+
+  Attributes:
+    whitespace: Where whitespace may go.
+    strict_properties: Forbid additional properties unless given by a schema.
+    lenient: Ignore (and record) unsupported keywords instead of raising.
+    max_ref_depth: Most expansions of one recursive `$ref` along a path.
+    free_form_depth: Nesting limit of free-form values.
+  """
+
+  whitespace: jv.Whitespace = jv.Whitespace()
+  strict_properties: bool = False
+  lenient: bool = False
+  max_ref_depth: int = 3
+  free_form_depth: int = 2
+
+
+def lower_json_schema(schema, options: SchemaOptions) -> tuple[ir.Node, tuple[str, ...]]:
+  """The IR of the JSON texts `schema` accepts, under the narrowings of the module doc.
+
+  Args:
+    schema: A JSON Schema as Python values (dict or bool, as from `json.loads`).
+    options: Lowering options.
+
+  Returns:
+    The IR node and, in lenient mode, the JSON pointers of the keywords ignored (or
+    rounded), in the order met.
+
+  Raises:
+    SchemaError: The schema is malformed or accepts no JSON value.
+    UnsupportedSchemaError: It uses a keyword or combination that is not supported.
+  """
+  lowerer = _Lowerer(schema, options)
+  node = lowerer.lower(schema, "#")
+  if node == ir.NOTHING:
+    if lowerer.cut:
+      raise errors.UnsupportedSchemaError(
+          f"Recursive $ref {lowerer.cut[0]!r} has no non-recursive alternative within"
+          f" max_ref_depth={options.max_ref_depth}. Expected an optional property, a"
+          " possibly empty array or an anyOf branch that ends the recursion. Add one, or"
+          " raise max_ref_depth."
+      )
+    raise errors.SchemaError(
+        f"JSON Schema {_short(schema)} accepts no JSON value. Expected a satisfiable"
+        " schema. Look for contradictory keywords (minimum > maximum, an empty enum, a"
+        " required property whose schema is false, ...)."
+    )
+  return node, tuple(lowerer.ignored)
+
+
+def _short(value, limit: int = 60) -> str:
+  text = json.dumps(value, ensure_ascii=False)
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _pointer(base: str, *parts) -> str:
+  """`base` extended by JSON pointer tokens (`~` and `/` escaped as `~0`, `~1`)."""
+  return base + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _same_value(a, b) -> bool:
+  """JSON equality that keeps booleans apart from numbers (`true` is not `1`)."""
+  return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _json_type(value) -> str:
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "boolean"
+  if isinstance(value, int):
+    return "integer"
+  if isinstance(value, float):
+    return "integer" if value.is_integer() else "number"
+  if isinstance(value, str):
+    return "string"
+  if isinstance(value, list):
+    return "array"
+  return "object"
+
+
+def _has_type(value, types) -> bool:
+  t = _json_type(value)
+  return t in types or (t == "integer" and "number" in types)
+
+
+def _constraining(schema: dict) -> bool:
+  return any(k not in _NO_CONSTRAINT for k in schema)
+
+
+class _Lowerer:
+  """Walks one schema; holds the root (for `$ref`), options and what was ignored."""
+
+  def __init__(self, root, options: SchemaOptions):
+    self.root = root
+    self.options = options
+    self.ws = options.whitespace
+    self.ignored: list[str] = []
+    self.cut: list[str] = []
+    self.expanding: collections.Counter = collections.Counter()
+    self.any_value = jv.json_value(self.ws, options.free_form_depth)
+
+  # ---- Errors and lenient records. ----
+
+  def unsupported(self, pointer: str, message: str) -> None:
+    """Raises `UnsupportedSchemaError(message)`, or records `pointer` when lenient."""
+    if not self.options.lenient:
+      raise errors.UnsupportedSchemaError(message)
+    if pointer not in self.ignored:
+      self.ignored.append(pointer)
+
+  def _check(self, schema: dict, pointer: str) -> dict:
+    """Rejects (or, lenient, drops) unknown and unsupported keywords."""
+    dropped = []
+    for key in schema:
+      if key in _ANNOTATIONS or key in _DEFINITIONS or key in _SUPPORTED:
+        continue
+      where = _pointer(pointer, key)
+      if key == "uniqueItems" and schema[key] is False:
+        dropped.append(key)  # A no-op.
+        continue
+      if key in _UNSUPPORTED:
+        self.unsupported(where, (
+            f"JSON Schema keyword {key!r} at {where} is not supported. Expected only the"
+            " keywords listed in the JsonSchema documentation. Remove it, or pass"
+            " lenient=True to ignore it (the output may then violate it)."))
+      else:
+        self.unsupported(where, (
+            f"JSON Schema keyword {key!r} at {where} is not a keyword this library knows."
+            " Expected a draft 2020-12 (or draft-07) keyword. Fix its spelling, remove it,"
+            " or pass lenient=True to ignore it."))
+      dropped.append(key)
+    if not dropped:
+      return schema
+    return {k: v for k, v in schema.items() if k not in dropped}
+
+  def _schema_dict(self, schema, pointer: str) -> dict:
+    if not isinstance(schema, dict):
+      raise errors.SchemaError(
+          f"Schema {_short(schema)} at {pointer} is a {type(schema).__name__}. Expected"
+          " an object or a boolean. Wrap constraints in an object, e.g. {\"type\": ...}."
+      )
+    return schema
+
+  # ---- Entry points. ----
+
+  def lower(self, schema, pointer: str) -> ir.Node:
+    """The IR of one (sub)schema; `pointer` locates it for error messages."""
+    if schema is True:
+      return self.any_value
+    if schema is False:
+      return ir.NOTHING
+    schema = self._schema_dict(schema, pointer)
+    if "$ref" in schema or "allOf" in schema:
+      return self._lower_conjunction([(schema, pointer)], pointer)
+    return self._lower_plain(_normalize(self._check(schema, pointer), pointer), pointer)
+
+  def _resolve(self, ref, pointer: str):
+    """The subschema a local `$ref` points to."""
+    where = _pointer(pointer, "$ref")
+    if not isinstance(ref, str):
+      raise errors.SchemaError(
+          f"$ref {ref!r} at {where} is not a string. Expected a JSON pointer such as"
+          " '#/$defs/Name'. Fix the reference."
+      )
+    if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
+      raise errors.UnsupportedSchemaError(
+          f"$ref {ref!r} at {where} is not a local JSON pointer. Expected '#' or"
+          " '#/...' into this schema. Inline remote schemas and $anchor targets into"
+          " $defs and refer to them as '#/$defs/Name'."
+      )
+    node = self.root
+    for token in ref[2:].split("/") if len(ref) > 1 else ():
+      token = urllib.parse.unquote(token).replace("~1", "/").replace("~0", "~")
+      if isinstance(node, dict) and token in node:
+        node = node[token]
+      elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+        node = node[int(token)]
+      else:
+        raise errors.SchemaError(
+            f"$ref {ref!r} at {where} does not resolve: no {token!r} there. Expected a"
+            " pointer to a subschema of this document. Fix the pointer or add the"
+            " definition under $defs."
+        )
+    return node
+
+  def _lower_conjunction(self, branches: list, pointer: str) -> ir.Node:
+    """`allOf` of (schema, pointer) branches: `$ref`s resolved, `allOf`s flattened, merged.
+
+    A branch's `$ref` target and `allOf` parts come before its own keywords (so the
+    properties of a referenced base come first). Each `$ref` met here counts as one
+    expansion (bounded by `max_ref_depth`) while the merged schema is lowered.
+    """
+    flat, refs = [], []
+    for schema, where in branches:
+      if not self._flatten(schema, where, flat, refs):
+        return ir.NOTHING
+    if not flat:
+      merged, where = {}, pointer
+    elif len(flat) == 1:
+      merged, where = flat[0]
+    else:
+      where = pointer
+      merged = flat[0][0]
+      for schema, _ in flat[1:]:
+        merged = self._merge(merged, schema, where)
+        if merged is False:
+          return ir.NOTHING
+    for ref in refs:
+      self.expanding[ref] += 1
+    try:
+      return self._lower_plain(merged, where)
+    finally:
+      for ref in refs:
+        self.expanding[ref] -= 1
+
+  def _flatten(self, schema, where: str, flat: list, refs: list) -> bool:
+    """Appends the conjuncts of `schema` to `flat`; False if one is `false` or cut."""
+    if schema is True:
+      return True
+    if schema is False:
+      return False
+    schema = _normalize(self._check(self._schema_dict(schema, where), where), where)
+    if "$ref" in schema:
+      ref = schema["$ref"]
+      target = self._resolve(ref, where)
+      refs.append(ref)
+      if self.expanding[ref] + refs.count(ref) > self.options.max_ref_depth:
+        self.cut.append(ref)
+        return False
+      if not self._flatten(target, ref, flat, refs):
+        return False
+    if "allOf" in schema:
+      parts = schema["allOf"]
+      if not isinstance(parts, list) or not parts:
+        raise errors.SchemaError(
+            f"allOf at {_pointer(where, 'allOf')} is {_short(parts)}. Expected a"
+            " non-empty array of schemas. Fix the value."
+        )
+      for i, part in enumerate(parts):
+        if not self._flatten(part, _pointer(where, "allOf", i), flat, refs):
+          return False
+    own = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
+    if _constraining(own):
+      flat.append((own, where))
+    return True
+
+  def _lower_plain(self, schema: dict, pointer: str) -> ir.Node:
+    """A schema without `$ref` or `allOf` at its top."""
+    for key in ("anyOf", "oneOf"):
+      if key in schema:
+        return self._lower_any_of(schema, key, pointer)
+    if "enum" in schema or "const" in schema:
+      return self._lower_enum(schema, pointer)
+    return ir.union(*(self._lower_type(t, schema, pointer) for t in self._types(schema, pointer)))
+
+  # ---- Combinators. ----
+
+  def _lower_any_of(self, schema: dict, key: str, pointer: str) -> ir.Node:
+    alternatives = schema[key]
+    if not isinstance(alternatives, list) or not alternatives:
+      raise errors.SchemaError(
+          f"{key} at {_pointer(pointer, key)} is {_short(alternatives)}. Expected a"
+          " non-empty array of schemas. Fix the value."
+      )
+    rest = {k: v for k, v in schema.items() if k != key}
+    nodes = []
+    for i, alternative in enumerate(alternatives):
+      where = _pointer(pointer, key, i)
+      if _constraining(rest):
+        nodes.append(self._lower_conjunction([(rest, pointer), (alternative, where)], where))
+      else:
+        nodes.append(self.lower(alternative, where))
+    return ir.union(*nodes)
+
+  def _merge(self, a: dict, b: dict, pointer: str):
+    """One schema equivalent to `allOf: [a, b]` (both without `$ref`/`allOf`), or False.
+
+    Subschemas under the same keyword become a lazy `{"allOf": [x, y]}`, merged when
+    (and if) they are lowered, so recursive schemas are merged one level at a time.
+    """
+    merged = dict(a)
+    for key, vb in b.items():
+      if key not in merged or key in _NO_CONSTRAINT:
+        merged.setdefault(key, vb)
+        continue
+      va = merged[key]
+      where = _pointer(pointer, "allOf")
+      expected = _MERGE_SHAPES.get(key)
+      if expected and not (isinstance(va, expected[0]) and isinstance(vb, expected[0])):
+        raise errors.SchemaError(
+            f"allOf at {where} has {key!r} values {_short(va, 30)} and {_short(vb, 30)}."
+            f" Expected {expected[1]} on both sides. Fix the subschemas."
+        )
+      if key == "type":
+        types = _intersect_types(_type_list(va), _type_list(vb))
+        if not types:
+          return False
+        merged[key] = types
+      elif key == "enum":
+        merged[key] = [v for v in va if any(_same_value(v, w) for w in vb)]
+      elif key == "const":
+        if not _same_value(va, vb):
+          return False
+      elif key == "required":
+        merged[key] = list(dict.fromkeys([*va, *vb]))
+      elif key in ("minimum", "minLength", "minItems", "exclusiveMinimum"):
+        if isinstance(va, bool) or isinstance(vb, bool):
+          self._merge_conflict(key, where, va, vb)
+        merged[key] = max(va, vb)
+      elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
+        if isinstance(va, bool) or isinstance(vb, bool):
+          self._merge_conflict(key, where, va, vb)
+        merged[key] = min(va, vb)
+      elif key in ("anyOf", "oneOf"):
+        if len(va) * len(vb) > _MAX_PRODUCT:
+          self._merge_conflict(key, where, va, vb)
+        merged[key] = [_lazy_all_of(x, y) for x in va for y in vb]
+      elif key in ("properties", "additionalProperties", "items", "prefixItems"):
+        pass  # Below: they interact across keywords.
+      elif not _same_value(va, vb):  # pattern, format, ...
+        self._merge_conflict(key, where, va, vb)
+    if any(k in s for s in (a, b) for k in ("properties", "additionalProperties")):
+      _merge_properties(a, b, merged)
+    if any(k in s for s in (a, b) for k in ("items", "prefixItems")):
+      _merge_items(a, b, merged)
+    return merged
+
+  def _merge_conflict(self, key: str, where: str, va, vb) -> None:
+    raise errors.UnsupportedSchemaError(
+        f"allOf at {where} combines {key!r} values {_short(va, 30)} and {_short(vb, 30)},"
+        " which cannot be merged. Expected equal values, or bounds that can be"
+        " tightened. Merge the two subschemas by hand."
+    )
+
+  # ---- Enums and types. ----
+
+  def _lower_enum(self, schema: dict, pointer: str) -> ir.Node:
+    values = None
+    if "enum" in schema:
+      values = schema["enum"]
+      if not isinstance(values, list):
+        raise errors.SchemaError(
+            f"enum at {_pointer(pointer, 'enum')} is {_short(values)}. Expected an array"
+            " of JSON values. Wrap the value in a list, or use const."
+        )
+    if "const" in schema:
+      const = schema["const"]
+      values = [const] if values is None or any(_same_value(const, v) for v in values) else []
+    for key in schema:
+      if key not in _NO_CONSTRAINT and key not in ("enum", "const", "type"):
+        where = _pointer(pointer, key)
+        self.unsupported(where, (
+            f"JSON Schema keyword {key!r} at {where} is combined with enum/const, which is"
+            " not supported. Expected only type next to enum or const. Filter the enum"
+            " values yourself, or pass lenient=True to ignore the keyword."))
+    if "type" in schema:
+      types = self._type_names(schema["type"], pointer)
+      values = [v for v in values if _has_type(v, types)]
+    nodes = []
+    for value in values:
+      try:
+        nodes.append(jv.const_value(value, self.ws))
+      except ValueError as e:
+        raise errors.SchemaError(f"enum/const at {pointer}: {e}") from e
+    return ir.union(*nodes) if nodes else ir.NOTHING
+
+  def _type_names(self, value, pointer: str) -> list[str]:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or any(n not in _TYPES for n in names):
+      raise errors.SchemaError(
+          f"type {_short(value)} at {_pointer(pointer, 'type')} is not a JSON Schema"
+          f" type. Expected one of {list(_TYPES)} or a list of them. Fix the type name."
+      )
+    return list(dict.fromkeys(names))
+
+  def _types(self, schema: dict, pointer: str) -> list[str]:
+    if "type" in schema:
+      return self._type_names(schema["type"], pointer)
+    inferred = list(dict.fromkeys(_TYPE_OF_KEYWORD[k] for k in schema if k in _TYPE_OF_KEYWORD))
+    return inferred or ["any"]
+
+  def _lower_type(self, name: str, schema: dict, pointer: str) -> ir.Node:
+    if name == "any":
+      return self.any_value
+    if name == "null":
+      return jv.JSON_NULL
+    if name == "boolean":
+      return jv.JSON_BOOLEAN
+    if name == "string":
+      return self._lower_string(schema, pointer)
+    if name in ("integer", "number"):
+      return self._lower_number(name, schema, pointer)
+    if name == "object":
+      return self._lower_object(schema, pointer)
+    return self._lower_array(schema, pointer)
+
+  # ---- Scalars. ----
+
+  def _count(self, schema: dict, key: str, pointer: str) -> int | None:
+    """A non-negative integer keyword (`minLength`, ...), or None if absent."""
+    if key not in schema:
+      return None
+    value = schema[key]
+    if isinstance(value, float) and value.is_integer():
+      value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise errors.SchemaError(
+          f"{key} {value!r} at {_pointer(pointer, key)} is not a non-negative integer."
+          f" Expected e.g. 0 or 10. Fix the value."
+      )
+    return value
+
+  def _lower_string(self, schema: dict, pointer: str) -> ir.Node:
+    min_length = self._count(schema, "minLength", pointer) or 0
+    max_length = self._count(schema, "maxLength", pointer)
+    content = [k for k in ("pattern", "format") if k in schema]
+    if len(content) == 2:
+      where = _pointer(pointer, "format")
+      self.unsupported(where, (
+          f"JSON Schema keyword 'format' at {where} is combined with 'pattern', which is"
+          " not supported (it needs an intersection of automata). Expected one of them."
+          " Fold the format into the pattern, or pass lenient=True to ignore the format."))
+      content = ["pattern"]
+    if content and (min_length > 0 or max_length is not None):
+      for key in ("minLength", "maxLength"):
+        if key in schema:
+          where = _pointer(pointer, key)
+          self.unsupported(where, (
+              f"JSON Schema keyword {key!r} at {where} is combined with {content[0]!r},"
+              " which is not supported (it needs an intersection of automata). Expected"
+              f" the length inside the {content[0]}, e.g. a bounded repeat. Rewrite it, or"
+              " pass lenient=True to ignore the length."))
+    if content == ["pattern"]:
+      return _quoted(self._pattern(schema["pattern"], _pointer(pointer, "pattern")))
+    if content == ["format"]:
+      where = _pointer(pointer, "format")
+      name = schema["format"]
+      if name in FORMATS:
+        return _quoted(jv.encode_text(format_ir(name)))
+      self.unsupported(where, (
+          f"format {name!r} at {where} is not supported. Expected one of {sorted(FORMATS)}."
+          " Use a pattern instead, or pass lenient=True to accept any string."))
+      return jv.json_string()
+    if max_length is not None and max_length < min_length:
+      return ir.NOTHING
+    return jv.json_string(min_length, max_length)
+
+  def _pattern(self, pattern, where: str) -> ir.Node:
+    if not isinstance(pattern, str):
+      raise errors.SchemaError(
+          f"pattern {pattern!r} at {where} is not a string. Expected a regular expression."
+          " Quote the pattern."
+      )
+    try:
+      return jv.encode_text(pattern_ir(pattern))
+    except errors.RegexSyntaxError as e:
+      raise errors.SchemaError(
+          f"pattern {pattern!r} at {where} is not a valid regular expression. Expected"
+          f" Python `re` syntax (ECMAScript-like). {e}"
+      ) from e
+    except errors.UnsupportedRegexError as e:
+      raise errors.UnsupportedSchemaError(
+          f"pattern {pattern!r} at {where} uses a construct that is not supported."
+          " Expected anchors only at the start or end of the pattern or of a top-level"
+          f" alternative, and no lookaround or backreferences. {e}"
+      ) from e
+
+  def _bound(self, schema: dict, key: str, pointer: str):
+    value = schema[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+        isinstance(value, float) and not math.isfinite(value)):
+      raise errors.SchemaError(
+          f"{key} {value!r} at {_pointer(pointer, key)} is not a number. Expected a finite"
+          " JSON number. Fix the value."
+      )
+    return fractions.Fraction(value)
+
+  def _bounds(self, schema: dict, pointer: str) -> list:
+    """[(value, exclusive, keyword)] for the lower and upper bound; value None: unbounded.
+
+    Values are exact `Fraction`s; of `minimum` and `exclusiveMinimum` the tighter wins.
+    """
+    sides = []
+    for inclusive, exclusive, tighter in (("minimum", "exclusiveMinimum", max),
+                                          ("maximum", "exclusiveMaximum", min)):
+      value = self._bound(schema, inclusive, pointer) if inclusive in schema else None
+      side = (value, False, inclusive)
+      flag = schema.get(exclusive)
+      if isinstance(flag, bool):  # Draft 04: a modifier of minimum/maximum.
+        if flag and value is None:
+          raise errors.SchemaError(
+              f"{exclusive} true at {_pointer(pointer, exclusive)} has no {inclusive}."
+              f" Expected {inclusive} next to a boolean {exclusive}. Use the number form,"
+              f" e.g. {{\"{exclusive}\": 0}}."
+          )
+        side = (value, flag, inclusive)
+      elif flag is not None:
+        bound = self._bound(schema, exclusive, pointer)
+        if value is None or tighter(bound, value) == bound:
+          side = (bound, True, exclusive)
+      sides.append(side)
+    return sides
+
+  def _lower_number(self, name: str, schema: dict, pointer: str) -> ir.Node:
+    (lo, lo_exclusive, lo_key), (hi, hi_exclusive, hi_key) = self._bounds(schema, pointer)
+    if name == "integer":
+      low = None if lo is None else (math.floor(lo) + 1 if lo_exclusive else math.ceil(lo))
+      high = None if hi is None else (math.ceil(hi) - 1 if hi_exclusive else math.floor(hi))
+      return jv.integer_range(low, high)
+    if lo is None and hi is None:
+      return jv.JSON_NUMBER
+    if lo is not None and lo.denominator != 1:
+      self._non_integer_bound(lo, _pointer(pointer, lo_key))
+      lo, lo_exclusive = fractions.Fraction(math.ceil(lo)), False
+    if hi is not None and hi.denominator != 1:
+      self._non_integer_bound(hi, _pointer(pointer, hi_key))
+      hi, hi_exclusive = fractions.Fraction(math.floor(hi)), False
+    if lo is not None and hi is not None and (
+        lo > hi or lo == hi and (lo_exclusive or hi_exclusive)):
+      return ir.NOTHING
+    return jv.number_range(None if lo is None else int(lo), None if hi is None else int(hi),
+                           lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
+
+  def _non_integer_bound(self, value, where: str) -> None:
+    self.unsupported(where, (
+        f"Bound {float(value)!r} at {where} is not an integer, which is not supported for"
+        " type 'number'. Expected integer bounds on numbers (any bound works on"
+        " 'integer'). Use an integer bound, or pass lenient=True to round it inward."))
+
+  # ---- Objects and arrays. ----
+
+  def _lower_object(self, schema: dict, pointer: str) -> ir.Node:
+    ws = self.ws
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+      raise errors.SchemaError(
+          f"properties at {_pointer(pointer, 'properties')} is {_short(properties)}."
+          " Expected an object mapping names to schemas. Fix the value."
+      )
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+      raise errors.SchemaError(
+          f"required at {_pointer(pointer, 'required')} is {_short(required)}. Expected"
+          " an array of property names. Fix the value."
+      )
+    additional = schema.get("additionalProperties", True)
+    declares = bool(properties) or bool(required)
+    if additional is True or (isinstance(additional, dict) and not _constraining(additional)):
+      extra_schema = None if self.options.strict_properties and declares else True
+    else:
+      extra_schema = None if additional is False else additional
+    members = []
+    for key, subschema in properties.items():
+      node = self.lower(subschema, _pointer(pointer, "properties", key))
+      members.append((key, node, key in required))
+    for key in dict.fromkeys(required):
+      if key not in properties:
+        node = self.lower(additional, _pointer(pointer, "additionalProperties"))
+        members.append((key, node, True))
+    extra = None
+    if extra_schema is not None:
+      value = self.lower(extra_schema, _pointer(pointer, "additionalProperties"))
+      if value != ir.NOTHING:
+        extra = ir.concat(jv.string_except([k for k, _, _ in members]), ws.colon, value)
+    members = [(ir.concat(jv.canonical_string(key), ws.colon, node), is_required)
+               for key, node, is_required in members
+               if is_required or node != ir.NOTHING]
+    body, can_be_empty = _members(members, extra, ws)
+    parts = [ws.empty(b"{}")] if can_be_empty else []
+    if body != ir.NOTHING:
+      parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
+    return ir.union(*parts) if parts else ir.NOTHING
+
+  def _lower_array(self, schema: dict, pointer: str) -> ir.Node:
+    ws = self.ws
+    prefix_schemas = schema.get("prefixItems", [])
+    if not isinstance(prefix_schemas, list):
+      raise errors.SchemaError(
+          f"prefixItems at {_pointer(pointer, 'prefixItems')} is {_short(prefix_schemas)}."
+          " Expected an array of schemas. Fix the value."
+      )
+    min_items = self._count(schema, "minItems", pointer) or 0
+    max_items = self._count(schema, "maxItems", pointer)
+    prefix = []
+    for i, subschema in enumerate(prefix_schemas):
+      if max_items is not None and i >= max_items:
+        break
+      node = self.lower(subschema, _pointer(pointer, "prefixItems", i))
+      if node == ir.NOTHING:  # No array reaches this position.
+        max_items = i if max_items is None else min(max_items, i)
+        break
+      prefix.append(node)
+    rest = self.lower(schema.get("items", True), _pointer(pointer, "items"))
+    if rest == ir.NOTHING:
+      max_items = len(prefix) if max_items is None else min(max_items, len(prefix))
+    if max_items is not None and max_items < min_items:
+      return ir.NOTHING
+    if not prefix:
+      return jv.delimited(b"[", b"]", rest, ws, min_items, max_items)
+    k = len(prefix)
+    more_min = max(0, min_items - k)
+    more_max = None if max_items is None else max_items - k
+    if rest == ir.NOTHING:
+      tail = ir.EPSILON if more_min == 0 else ir.NOTHING
+    else:
+      tail = ir.repeat(ir.concat(ws.comma, rest), more_min, more_max)
+    for i in reversed(range(1, k)):  # `tail`: what may follow the first i elements.
+      step = ir.concat(ws.comma, prefix[i], tail)
+      tail = ir.union(ir.EPSILON, step) if i >= min_items else step
+    parts = [ws.empty(b"[]")] if min_items == 0 else []
+    parts.append(ir.concat(ws.open(b"["), prefix[0], tail, ws.close(b"]")))
+    return ir.union(*parts)
+
+
+def _members(members: list, extra: ir.Node | None, ws: jv.Whitespace):
+  """Comma-separated object members in order, optional ones skippable, then extras.
+
+  Args:
+    members: (member IR, is_required) in schema order.
+    extra: The IR of one additional member, or None if none are allowed.
+    ws: Whitespace policy (for commas).
+
+  Returns:
+    (IR of the non-empty member lists, whether the empty object is allowed).
+  """
+  sized = [(member, is_required, _ir_size(member)) for member, is_required in members]
+  first, can_be_empty, _ = _member_lists(sized, ws) if sized else (ir.NOTHING, True, 0)
+  if extra is None:
+    return first, can_be_empty
+  extras = ir.repeat(ir.concat(ws.comma, extra), 0, None)
+  return ir.concat(ir.union(first, extra) if can_be_empty else first, extras), can_be_empty
+
+
+def _member_lists(members: list, ws: jv.Whitespace):
+  """(non-empty lists, empty allowed, IR size) for (member, is_required, size) triples.
+
+  Divide and conquer: a list over A + B is `NA , NB`, `NA` (if B may be empty) or `NB`
+  (if A may be empty), written `NA (, NB)? | NB` or `(NA ,)? NB | NA`. Only when both
+  halves may be empty must one of them be written twice, and the smaller one is. The
+  naive "first present member" construction copies the last member once per member
+  before it; this copies no member more than a few times in typical schemas (and at
+  most O(n^1.6) members in total), which keeps nested objects small.
+  """
+  if len(members) == 1:
+    member, is_required, size = members[0]
+    return member, not is_required, size
+  half = len(members) // 2
+  a, a_empty, a_size = _member_lists(members[:half], ws)
+  b, b_empty, b_size = _member_lists(members[half:], ws)
+  then_b = ir.concat(ws.comma, b)
+  a_then = ir.concat(a, ws.comma)
+  if not a_empty or (b_empty and b_size <= a_size):
+    # NA (, NB)?  |  NB if A may be empty.
+    node = ir.concat(a, ir.repeat(then_b, 0, 1) if b_empty else then_b)
+    parts, size = [node], a_size + b_size
+    if a_empty:
+      parts.append(b)
+      size += b_size
+  else:
+    # (NA ,)? NB  |  NA if B may be empty.
+    parts = [ir.concat(ir.repeat(a_then, 0, 1), b)]
+    size = a_size + b_size
+    if b_empty:
+      parts.append(a)
+      size += a_size
+  return ir.union(*parts), a_empty and b_empty, size
+
+
+def _ir_size(node: ir.Node) -> int:
+  """Number of IR nodes in the tree (shared subtrees counted once per occurrence)."""
+  if isinstance(node, ir.Concat):
+    return 1 + sum(_ir_size(p) for p in node.parts)
+  if isinstance(node, ir.Union):
+    return 1 + sum(_ir_size(a) for a in node.alternatives)
+  if isinstance(node, ir.Repeat):
+    return 1 + _ir_size(node.node) * max(1, node.min if node.max is None else node.max)
+  return 1
+
+
+def _quoted(body: ir.Node) -> ir.Node:
+  return ir.concat(ir.Bytes(b'"'), body, ir.Bytes(b'"'))
+
+
+def _normalize(schema: dict, pointer: str) -> dict:
+  """Rewrites draft-07 array-form `items` (+ `additionalItems`) as `prefixItems` + `items`."""
+  items = schema.get("items")
+  if isinstance(items, list):
+    if "prefixItems" in schema:
+      raise errors.SchemaError(
+          f"Schema at {pointer} has both prefixItems and array-form items. Expected one"
+          " of them. Use prefixItems plus a schema-form items (draft 2020-12)."
+      )
+    normalized = {k: v for k, v in schema.items() if k not in ("items", "additionalItems")}
+    normalized["prefixItems"] = items
+    if "additionalItems" in schema:
+      normalized["items"] = schema["additionalItems"]
+    return normalized
+  if "additionalItems" in schema:  # No effect without array-form items.
+    schema = {k: v for k, v in schema.items() if k != "additionalItems"}
+  return schema
+
+
+def _type_list(value) -> list:
+  return [value] if isinstance(value, str) else list(value)
+
+
+def _intersect_types(a: list, b: list) -> list:
+  out = []
+  for t in a:
+    if t in b:
+      out.append(t)
+    elif t == "integer" and "number" in b or t == "number" and "integer" in b:
+      out.append("integer")
+  return list(dict.fromkeys(out))
+
+
+def _lazy_all_of(x, y):
+  """`allOf: [x, y]`, simplified when one side is trivial."""
+  if x is True or x == {}:
+    return y
+  if y is True or y == {}:
+    return x
+  if x is False or y is False:
+    return False
+  if _same_value(x, y):
+    return x
+  return {"allOf": [x, y]}
+
+
+def _merge_properties(a: dict, b: dict, merged: dict) -> None:
+  """Each property must satisfy both sides; a side's `additionalProperties` governs the
+  properties it does not declare (so `allOf` with `additionalProperties: false` is exact)."""
+  a_props, b_props = a.get("properties", {}), b.get("properties", {})
+  if not isinstance(a_props, dict) or not isinstance(b_props, dict):
+    return  # Malformed: lowering reports it.
+  a_more, b_more = a.get("additionalProperties", True), b.get("additionalProperties", True)
+  names = list(dict.fromkeys([*a_props, *b_props]))
+  merged["properties"] = {n: _lazy_all_of(a_props.get(n, a_more), b_props.get(n, b_more))
+                          for n in names}
+  if "additionalProperties" in a or "additionalProperties" in b:
+    merged["additionalProperties"] = _lazy_all_of(a_more, b_more)
+
+
+def _merge_items(a: dict, b: dict, merged: dict) -> None:
+  """Position-wise `allOf` of `prefixItems`, each side's `items` covering the rest."""
+  a_prefix, b_prefix = a.get("prefixItems", []), b.get("prefixItems", [])
+  if not isinstance(a_prefix, list) or not isinstance(b_prefix, list):
+    return  # Malformed: lowering reports it.
+  a_items, b_items = a.get("items", True), b.get("items", True)
+  if a_prefix or b_prefix:
+    merged["prefixItems"] = [
+        _lazy_all_of(a_prefix[i] if i < len(a_prefix) else a_items,
+                     b_prefix[i] if i < len(b_prefix) else b_items)
+        for i in range(max(len(a_prefix), len(b_prefix)))]
+  if "items" in a or "items" in b:
+    merged["items"] = _lazy_all_of(a_items, b_items)
+
+
+# ---- Patterns and formats. ----
+
+_ANY_TEXT = "(?s:.*)"
+_GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
+
+
+def _split_alternatives(pattern: str) -> list[str]:
+  """The top-level `|` alternatives of a regex (outside groups and classes)."""
+  out, depth, start, i = [], 0, 0, 0
+  while i < len(pattern):
+    c = pattern[i]
+    if c == "\\":
+      i += 2
+      continue
+    if c == "[":
+      i += 1
+      if pattern.startswith("^", i):
+        i += 1
+      if pattern.startswith("]", i):
+        i += 1
+      while i < len(pattern) and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    elif c == "(":
+      depth += 1
+    elif c == ")":
+      depth -= 1
+    elif c == "|" and depth == 0:
+      out.append(pattern[start:i])
+      start = i + 1
+    i += 1
+  out.append(pattern[start:])
+  return out
+
+
+def _backslashes_before(text: str, end: int) -> int:
+  n = 0
+  while end - n - 1 >= 0 and text[end - n - 1] == "\\":
+    n += 1
+  return n
+
+
+def _anchored_end(alternative: str) -> bool:
+  if alternative.endswith("$"):
+    return _backslashes_before(alternative, len(alternative) - 1) % 2 == 0
+  if alternative.endswith("\\Z"):
+    return _backslashes_before(alternative, len(alternative) - 1) % 2 == 1
+  return False
+
+
+@functools.lru_cache(maxsize=256)
+def pattern_ir(pattern: str) -> ir.Node:
+  """The strings (decoded, as UTF-8 IR) in which `pattern` matches: `re.search` semantics.
+
+  Each top-level alternative `a` becomes `(?s:.*)(?:a)(?s:.*)`, without the prefix when
+  `a` starts with `^` or `\\A` and without the suffix when it ends with `$` or `\\Z`; the
+  wrapped text is parsed by the regex front end, which then rejects anchors anywhere
+  else. Leading global flags (`(?i)`) apply to the whole pattern (`(?x)` is refused).
+
+  Raises:
+    RegexSyntaxError: `pattern` does not parse.
+    UnsupportedRegexError: It uses lookaround, backreferences, misplaced anchors, ....
+  """
+  flags = ""
+  match = _GLOBAL_FLAGS.match(pattern)
+  if match:
+    flags, pattern = match.group(0), pattern[match.end():]
+    if "x" in match.group(1):
+      raise errors.UnsupportedRegexError(
+          f"Regex {pattern!r} uses the verbose flag (?x) in a JSON Schema pattern, which is"
+          " not supported. Expected an ECMAScript-like pattern. Remove the whitespace and"
+          " comments and the flag."
+      )
+  wrapped = []
+  for alternative in _split_alternatives(pattern):
+    start = alternative.startswith("^") or alternative.startswith("\\A")
+    end = _anchored_end(alternative)
+    wrapped.append(("" if start else _ANY_TEXT) + f"(?:{alternative})" + ("" if end else _ANY_TEXT))
+  return _regex.parse_regex(flags + "|".join(wrapped), unicode=False)
+
+
+_HEXDIG = "[0-9a-fA-F]"
+_YEAR = r"(?:\d{3}[1-9]|\d\d[1-9]\d|\d[1-9]\d\d|[1-9]\d{3})"  # 0001-9999.
+_LEAP_YEAR = r"(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (
+    rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-"
+    rf"(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8]))|{_LEAP_YEAR}-02-29)"
+)
+_TIME = r"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_H16 = f"{_HEXDIG}{{1,4}}"
+_LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
+_IPV6 = "(?:" + "|".join([  # RFC 3986, Sec. 3.2.2.
+    rf"(?:{_H16}:){{6}}{_LS32}",
+    rf"::(?:{_H16}:){{5}}{_LS32}",
+    rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+    rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+    rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+]) + ")"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?"  # 1-30 characters.
+_HOSTNAME = rf"{_LABEL}(?:\.{_LABEL}){{0,7}}"
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_HOSTNAME}"
+_UNRESERVED = r"A-Za-z0-9\-._~"
+_SUB_DELIMS = r"!$&'()*+,;="
+_PCT = f"%{_HEXDIG}{{2}}"
+_PCHAR = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:@]|{_PCT})"
+_AUTHORITY = (
+    rf"(?:(?:[{_UNRESERVED}{_SUB_DELIMS}:]|{_PCT})*@)?"
+    rf"(?:\[{_IPV6}\]|(?:[{_UNRESERVED}{_SUB_DELIMS}]|{_PCT})*)(?::\d*)?"
+)
+_SEGMENTS = rf"(?:/{_PCHAR}*)*"
+_URI = (
+    rf"[A-Za-z][A-Za-z0-9+.\-]*:(?://{_AUTHORITY}{_SEGMENTS}|/(?:{_PCHAR}+{_SEGMENTS})?"
+    rf"|{_PCHAR}+{_SEGMENTS}|)(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+)
+_FORMAT_PATTERNS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}T{_TIME}",
+    "uuid": "-".join(f"{_HEXDIG}{{{n}}}" for n in (8, 4, 4, 4, 12)),
+    "ipv4": _IPV4,
+    "ipv6": _IPV6,
+    "hostname": _HOSTNAME,
+    "email": _EMAIL,
+    "uri": _URI,
+}
+FORMATS = frozenset(_FORMAT_PATTERNS)
+
+
+@functools.lru_cache(maxsize=None)
+def format_ir(name: str) -> ir.Node:
+  """The decoded strings of JSON Schema `format` `name` (see the module docstring).
+
+  Raises:
+    KeyError: `name` is not in `FORMATS`.
+  """
+  return _regex.parse_regex(_FORMAT_PATTERNS[name])

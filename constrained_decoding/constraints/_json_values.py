@@ -1,0 +1,520 @@
+"""Shared JSON pieces as constraint IR: whitespace, strings, numbers, constants, any value.
+
+Every piece denotes a set of JSON texts (UTF-8 bytes). The JSON Schema front end
+(`_json_schema.py`) and schema-free JSON (`Json`) are built from them.
+
+Public functions and classes:
+  Whitespace(name, max_run)           a whitespace policy: where whitespace may go.
+  whitespace_policy(name, max_run)    validates a policy name, returns a `Whitespace`.
+  json_string(min_length, max_length) any JSON string, optionally bounded in code points.
+  canonical_string(text)              the one string `json.dumps(text, ensure_ascii=False)`.
+  encode_text(node)                   IR over decoded text -> IR over canonical JSON string bodies.
+  string_except(texts)                canonical JSON strings whose value is not in `texts`.
+  integer_range(lo, hi)               canonical decimal integers in [lo, hi] (None: unbounded).
+  number_range(lo, hi, ...)           decimal numbers (no exponent) in an integer-bounded interval.
+  json_value(ws, max_depth, ...)      schema-free JSON with bounded nesting.
+  const_value(value, ws)              one Python JSON value, serialized under `ws`.
+  delimited(open, close, item, ws, min_count, max_count)  `[item, item, ...]`-style lists.
+Constants: JSON_NUMBER, JSON_INTEGER, JSON_BOOLEAN, JSON_NULL, STRING_CHAR, UNICODE_ESCAPE.
+
+Formatting decisions (narrowings of JSON that make generation well defined):
+* Whitespace policies. `compact`: no whitespace at all (`{"a":1,"b":[1,2]}`).
+  `single`: one space after `:` and `,` and nowhere else, as Python's `json.dumps`
+  default (`{"a": 1, "b": [1, 2]}`). `flexible`: any run of JSON whitespace
+  (space, tab, LF, CR) of at most `max_run` characters (default 2) between any two
+  tokens inside objects and arrays; never before or after the top-level value. The
+  cap prevents the "runaway whitespace" failure of unconstrained `\\s*`.
+* Numbers. Integers have no leading zeros, no `+`, and no negative zero (`-0`).
+  Unbounded numbers follow the full JSON grammar (fraction and exponent allowed; the
+  exponent is not bounded, so Python's `json.loads` may read a huge one as `inf`).
+  Bounded numbers (`number_range`) have no exponent and no negative zero (`-0.0`).
+* Strings. Unconstrained string values accept the full JSON string syntax (every
+  escape, `\\uXXXX` for any scalar value but never a surrogate: characters outside
+  the BMP are written as UTF-8, so lone surrogates cannot be produced). Strings whose
+  *content* is constrained (patterns, formats, constants, object keys) use the
+  canonical encoding of `json.dumps(s, ensure_ascii=False)`: only `"`, `\\` and
+  control characters are escaped (`\\n \\r \\t \\b \\f` short forms, else `\\u00xx`
+  with lowercase hex), so every value has exactly one encoding.
+"""
+
+import dataclasses
+import functools
+import json
+import math
+
+from constrained_decoding.constraints import _ir as ir
+
+WHITESPACE_POLICIES = ("compact", "single", "flexible")
+_JSON_WHITESPACE = ir.char_class([(0x20, 0x20), (0x09, 0x0A), (0x0D, 0x0D)])
+
+_DIGIT = ir.char_class([(0x30, 0x39)])
+_NONZERO_DIGIT = ir.char_class([(0x31, 0x39)])
+_HEX = ir.char_class([(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)])
+_MINUS = ir.Bytes(b"-")
+
+# Code points a JSON string may contain unescaped: all but `"`, `\` and controls.
+_UNESCAPED = ((0x20, 0x21), (0x23, 0x5B), (0x5D, ir.MAX_CODE_POINT))
+UNICODE_ESCAPE = ir.concat(
+    ir.Bytes(b"u"),
+    ir.union(
+        ir.concat(ir.char_class([(0x30, 0x39), (0x41, 0x43), (0x45, 0x46), (0x61, 0x63),
+                                 (0x65, 0x66)]), _HEX, _HEX, _HEX),
+        ir.concat(ir.char_class([(0x44, 0x44), (0x64, 0x64)]), ir.char_class([(0x30, 0x37)]),
+                  _HEX, _HEX),
+    ),
+)
+"""`uXXXX` (after a backslash): a scalar value, never a surrogate D800-DFFF; any hex case."""
+
+STRING_CHAR = ir.union(
+    ir.char_class(_UNESCAPED),
+    ir.concat(ir.Bytes(b"\\"), ir.union(ir.char_class([(c, c) for c in b'"\\/bfnrt']),
+                                        UNICODE_ESCAPE)),
+)
+"""One character of a JSON string body in the full syntax (literal or any escape)."""
+
+_QUOTE = ir.Bytes(b'"')
+
+JSON_INTEGER = ir.union(ir.Bytes(b"0"), ir.concat(ir.repeat(_MINUS, 0, 1), _NONZERO_DIGIT,
+                                                  ir.repeat(_DIGIT, 0, None)))
+"""Canonical JSON integers: no leading zeros, no `+`, no `-0`."""
+
+_FRACTION = ir.concat(ir.Bytes(b"."), ir.repeat(_DIGIT, 1, None))
+_EXPONENT = ir.concat(ir.char_class([(0x45, 0x45), (0x65, 0x65)]),
+                      ir.repeat(ir.char_class([(0x2B, 0x2B), (0x2D, 0x2D)]), 0, 1),
+                      ir.repeat(_DIGIT, 1, None))
+JSON_NUMBER = ir.concat(
+    ir.repeat(_MINUS, 0, 1), ir.union(ir.Bytes(b"0"), ir.concat(_NONZERO_DIGIT,
+                                                                ir.repeat(_DIGIT, 0, None))),
+    ir.repeat(_FRACTION, 0, 1), ir.repeat(_EXPONENT, 0, 1),
+)
+"""Any JSON number (RFC 8259 grammar: fraction and exponent allowed)."""
+
+JSON_BOOLEAN = ir.union(ir.Bytes(b"true"), ir.Bytes(b"false"))
+JSON_NULL = ir.Bytes(b"null")
+
+
+@dataclasses.dataclass(frozen=True)
+class Whitespace:
+  """Where whitespace may appear between JSON tokens (see the module docstring).
+
+  ```python
+  ws = Whitespace("single")
+  ws.comma  # Bytes(b", ")
+  ```
+
+  Attributes:
+    name: `compact`, `single` or `flexible`.
+    max_run: Most consecutive whitespace characters between two tokens (`flexible`).
+  """
+
+  name: str = "compact"
+  max_run: int = 2
+
+  @property
+  def gap(self) -> ir.Node:
+    """Whitespace allowed between two tokens that `single` would not separate."""
+    if self.name == "flexible":
+      return ir.repeat(_JSON_WHITESPACE, 0, self.max_run)
+    return ir.EPSILON
+
+  @property
+  def colon(self) -> ir.Node:
+    """The separator between an object key and its value."""
+    if self.name == "single":
+      return ir.Bytes(b": ")
+    return ir.concat(self.gap, ir.Bytes(b":"), self.gap)
+
+  @property
+  def comma(self) -> ir.Node:
+    """The separator between two members or elements."""
+    if self.name == "single":
+      return ir.Bytes(b", ")
+    return ir.concat(self.gap, ir.Bytes(b","), self.gap)
+
+  def open(self, bracket: bytes) -> ir.Node:
+    """An opening bracket followed by the whitespace allowed after it."""
+    return ir.concat(ir.Bytes(bracket), self.gap)
+
+  def close(self, bracket: bytes) -> ir.Node:
+    """A closing bracket preceded by the whitespace allowed before it."""
+    return ir.concat(self.gap, ir.Bytes(bracket))
+
+  def empty(self, brackets: bytes) -> ir.Node:
+    """An empty object or array, e.g. `{}` (with at most one whitespace run inside)."""
+    return ir.concat(ir.Bytes(brackets[:1]), self.gap, ir.Bytes(brackets[1:]))
+
+
+def whitespace_policy(name: str, max_run: int = 2) -> Whitespace:
+  """A validated `Whitespace`.
+
+  Raises:
+    ValueError: Unknown policy name or a negative `max_run`.
+  """
+  if name not in WHITESPACE_POLICIES:
+    raise ValueError(
+        f"Whitespace policy {name!r} is not known. Expected one of {WHITESPACE_POLICIES}."
+        " Use 'flexible' to let the model choose its whitespace."
+    )
+  if isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 0:
+    raise ValueError(
+        f"max_whitespace {max_run!r} is not a non-negative int. Expected e.g. 2 (the"
+        " default). Raise it to allow indented output."
+    )
+  return Whitespace(name, max_run)
+
+
+def json_string(min_length: int = 0, max_length: int | None = None) -> ir.Node:
+  """JSON strings (full syntax) of `min_length..max_length` code points.
+
+  Each character is one unit: a literal scalar value or one escape (escapes of
+  surrogates are excluded, so the count is exact). Note: a bounded repeat of this
+  wide class costs one automaton state per allowed length, and each such state allows
+  most of the vocabulary, so large `max_length` values make big token tables.
+  """
+  return ir.concat(_QUOTE, ir.repeat(STRING_CHAR, min_length, max_length), _QUOTE)
+
+
+def canonical_string(text: str) -> ir.Node:
+  """The JSON string `json.dumps(text, ensure_ascii=False)`, quotes included."""
+  return ir.Bytes(json.dumps(text, ensure_ascii=False).encode())
+
+
+def _escape_of(code_point: int) -> bytes:
+  """The canonical body encoding of one scalar value."""
+  return json.dumps(chr(code_point), ensure_ascii=False)[1:-1].encode()
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_class(ranges: tuple[tuple[int, int], ...]) -> ir.Node:
+  """Canonical encodings of the scalar values in `ranges` (a normalized CharClass)."""
+  literal = _intersect(ranges, _UNESCAPED)
+  special = [c for lo, hi in _intersect(ranges, ((0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)))
+             for c in range(lo, hi + 1)]
+  parts = [ir.CharClass(literal)] if literal else []
+  if special:
+    parts.append(_prefix_tree([_escape_of(c) for c in special]))
+  return ir.union(*parts) if parts else ir.NOTHING
+
+
+def _prefix_tree(strings: list[bytes]) -> ir.Node:
+  """The union of ASCII `strings`, factored by common prefixes (a trie, not a list).
+
+  The 34 escapes of `_canonical_class` share `\\` and `\\u00`: as a trie they take a
+  dozen automaton states instead of ~170, which matters because every character class
+  of a pattern, key or constant string carries them.
+  """
+  if b"" in strings:
+    rest = [s for s in strings if s]
+    return ir.union(ir.EPSILON, _prefix_tree(rest)) if rest else ir.EPSILON
+  by_first: dict[int, list[bytes]] = {}
+  for s in strings:
+    by_first.setdefault(s[0], []).append(s[1:])
+  leaves = [b for b, tails in by_first.items() if tails == [b""]]
+  parts = []
+  if len(leaves) > 1:
+    parts.append(ir.char_class([(b, b) for b in leaves]))
+  else:
+    leaves = []
+  for b, tails in by_first.items():
+    if b not in leaves:
+      parts.append(ir.concat(ir.Bytes(bytes([b])), _prefix_tree(tails)))
+  return ir.union(*parts)
+
+
+def _intersect(a, b) -> tuple[tuple[int, int], ...]:
+  out = []
+  for lo, hi in a:
+    for lo2, hi2 in b:
+      if max(lo, lo2) <= min(hi, hi2):
+        out.append((max(lo, lo2), min(hi, hi2)))
+  return ir.normalize_ranges(out)
+
+
+def encode_text(node: ir.Node) -> ir.Node:
+  """Maps an IR over decoded text (UTF-8) to the canonical JSON string bodies of that text.
+
+  The result denotes `{json.dumps(s, ensure_ascii=False)[1:-1] : s in L(node)}`, so a
+  regex over string *values* (a JSON Schema `pattern`) becomes one over JSON text.
+
+  Raises:
+    ValueError: `node` holds raw bytes that are not whole UTF-8 characters, a
+      `ByteClass` or a `Terminal` (none of which denote text).
+  """
+  match node:
+    case ir.Bytes(data):
+      try:
+        text = data.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise ValueError(
+            f"IR bytes {data!r} are not UTF-8 text. Expected whole characters. Build text"
+            " constraints from str patterns."
+        ) from e
+      return ir.Bytes(json.dumps(text, ensure_ascii=False)[1:-1].encode())
+    case ir.CharClass(ranges):
+      return _canonical_class(ranges)
+    case ir.Concat(parts):
+      return ir.concat(*(encode_text(p) for p in parts))
+    case ir.Union(alternatives):
+      if not alternatives:
+        return ir.NOTHING
+      return ir.union(*(encode_text(a) for a in alternatives))
+    case ir.Repeat(body, lo, hi):
+      return ir.repeat(encode_text(body), lo, hi)
+  raise ValueError(
+      f"IR node {node!r} does not denote text. Expected Bytes, CharClass, Concat, Union or"
+      " Repeat. Use a regex without byte classes or terminals."
+  )
+
+
+_ANY_CANONICAL_CHAR = _canonical_class(ir.normalize_ranges([(0, ir.MAX_CODE_POINT)]))
+
+
+def string_except(texts) -> ir.Node:
+  """Canonical JSON strings (quotes included) whose decoded value is not in `texts`.
+
+  Built as the complement of the trie of `texts` (size linear in their total length),
+  over canonical encodings, so that no other spelling (`"\\u0061"` for `"a"`) can
+  smuggle in an excluded value.
+  """
+  trie: dict = {}
+  for text in texts:
+    node = trie
+    for ch in text:
+      node = node.setdefault(ord(ch), {})
+    node[None] = True  # End of a text.
+  return ir.concat(_QUOTE, _trie_complement(trie), _QUOTE)
+
+
+def _trie_complement(node: dict) -> ir.Node:
+  """Strings s (as canonical bodies) such that prefix(node) + s is not a key."""
+  children = sorted(k for k in node if k is not None)
+  alternatives = [] if None in node else [ir.EPSILON]
+  for c in children:
+    alternatives.append(ir.concat(ir.Bytes(_escape_of(c)), _trie_complement(node[c])))
+  others = ir.complement_ranges(ir.normalize_ranges([(c, c) for c in children]))
+  if others:
+    alternatives.append(ir.concat(_canonical_class(others),
+                                  ir.repeat(_ANY_CANONICAL_CHAR, 0, None)))
+  return ir.union(*alternatives)
+
+
+# ---- Integer and number ranges (digit-by-digit automata). ----
+
+
+def _digit_range(lo: int, hi: int) -> ir.Node:
+  return ir.char_class([(0x30 + lo, 0x30 + hi)])
+
+
+def _same_length(a: str, b: str) -> ir.Node:
+  """Digit strings of length len(a) == len(b) between `a` and `b` (inclusive).
+
+  Classic construction: after the common prefix, the range splits into
+  `a0 [a_rest..9...9] | [a0+1..b0-1] \\d{n-1} | b0 [0...0..b_rest]`, merging the outer
+  parts into the middle when `a_rest` is all zeros or `b_rest` all nines.
+  """
+  if a == b:
+    return ir.Bytes(a.encode())
+  k = 0
+  while a[k] == b[k]:
+    k += 1
+  if k:
+    return ir.concat(ir.Bytes(a[:k].encode()), _same_length(a[k:], b[k:]))
+  if len(a) == 1:
+    return _digit_range(int(a), int(b))
+  rest = len(a) - 1
+  parts = []
+  mid_lo, mid_hi = int(a[0]), int(b[0])
+  if a[1:] != "0" * rest:
+    parts.append(ir.concat(ir.Bytes(a[:1].encode()), _same_length(a[1:], "9" * rest)))
+    mid_lo += 1
+  if b[1:] != "9" * rest:
+    mid_hi -= 1
+  if mid_lo <= mid_hi:
+    parts.append(ir.concat(_digit_range(mid_lo, mid_hi), ir.repeat(_DIGIT, rest, rest)))
+  if b[1:] != "9" * rest:
+    parts.append(ir.concat(ir.Bytes(b[:1].encode()), _same_length("0" * rest, b[1:])))
+  return ir.union(*parts)
+
+
+def _natural_range(lo: int, hi: int | None) -> ir.Node:
+  """Canonical decimals (no leading zeros) of the integers in [lo, hi], 0 <= lo."""
+  if hi is not None and lo > hi:
+    return ir.NOTHING
+  parts = []
+  top = len(str(hi)) if hi is not None else len(str(lo))
+  for n in range(len(str(lo)), top + 1):
+    a = max(lo, 10 ** (n - 1) if n > 1 else 0)
+    b = 10**n - 1 if hi is None else min(hi, 10**n - 1)
+    parts.append(_same_length(str(a), str(b)))
+  if hi is None:  # Every longer number: a nonzero digit and at least `top` more.
+    parts.append(ir.concat(_NONZERO_DIGIT, ir.repeat(_DIGIT, top, None)))
+  return ir.union(*parts)
+
+
+def integer_range(lo: int | None, hi: int | None) -> ir.Node:
+  """Canonical decimal integers n with lo <= n <= hi (None: unbounded on that side).
+
+  Exact: the language is `{str(n) : lo <= n <= hi}` (no `+`, no leading zeros, no
+  `-0`); its size is linear in the number of digits of the bounds.
+  """
+  if lo is not None and hi is not None and lo > hi:
+    return ir.NOTHING
+  parts = []
+  if hi is None or hi >= 0:
+    parts.append(_natural_range(max(lo, 0) if lo is not None else 0, hi))
+  if lo is None or lo < 0:
+    magnitude_lo = 1 if hi is None or hi >= 0 else -hi
+    parts.append(ir.concat(_MINUS, _natural_range(magnitude_lo,
+                                                   None if lo is None else -lo)))
+  return ir.union(*parts)
+
+
+_ANY_FRACTION = ir.repeat(_FRACTION, 0, 1)
+_ZERO_FRACTION = ir.repeat(ir.concat(ir.Bytes(b"."), ir.repeat(ir.Bytes(b"0"), 1, None)), 0, 1)
+_NONZERO_FRACTION = ir.concat(ir.Bytes(b"."), ir.repeat(_DIGIT, 0, None), _NONZERO_DIGIT,
+                              ir.repeat(_DIGIT, 0, None))
+
+
+def _magnitude(lo: int, lo_exclusive: bool, hi: int | None, hi_exclusive: bool) -> ir.Node:
+  """Decimals `I(.F)?` (canonical I) whose value m satisfies lo <(=) m <(=) hi, lo >= 0.
+
+  With integer bounds the value's integer part decides everything but the two ends:
+  `I` strictly inside takes any fraction; `I == lo` needs a nonzero fraction when the
+  bound is exclusive; `I == hi` needs an all-zero (or no) fraction when inclusive.
+  """
+  parts = []
+  first = lo + 1 if lo_exclusive else lo
+  if hi is None or first <= hi - 1:
+    parts.append(ir.concat(_natural_range(first, None if hi is None else hi - 1),
+                           _ANY_FRACTION))
+  if lo_exclusive and (hi is None or lo < hi):
+    parts.append(ir.concat(ir.Bytes(str(lo).encode()), _NONZERO_FRACTION))
+  if hi is not None and not hi_exclusive and (hi > lo or (hi == lo and not lo_exclusive)):
+    parts.append(ir.concat(ir.Bytes(str(hi).encode()), _ZERO_FRACTION))
+  return ir.union(*parts) if parts else ir.NOTHING
+
+
+def number_range(lo: int | None, hi: int | None, *, lo_exclusive: bool = False,
+                 hi_exclusive: bool = False) -> ir.Node:
+  """Decimal numbers `-?I(.F)?` (no exponent) with value in an integer-bounded interval.
+
+  Exact for that format: every such text whose value v satisfies `lo <= v` (`lo < v`
+  if `lo_exclusive`) and `v <= hi` (`v < hi`), except negative zeros (`-0`, `-0.0`).
+  None leaves a side unbounded.
+  """
+  parts = []
+  if hi is None or hi > 0 or (hi == 0 and not hi_exclusive):
+    if lo is None or lo < 0:
+      low, low_exclusive = 0, False
+    else:
+      low, low_exclusive = lo, lo_exclusive
+    parts.append(_magnitude(low, low_exclusive, hi, hi_exclusive))
+  if lo is None or lo < 0:  # v = -m with m > 0.
+    if hi is None or hi >= 0:
+      m_lo, m_lo_exclusive = 0, True
+    else:
+      m_lo, m_lo_exclusive = -hi, hi_exclusive
+    m_hi = None if lo is None else -lo
+    parts.append(ir.concat(_MINUS, _magnitude(m_lo, m_lo_exclusive, m_hi, lo_exclusive)))
+  return ir.union(*parts)
+
+
+# ---- Containers, constants and schema-free JSON. ----
+
+
+def delimited(open_bracket: bytes, close_bracket: bytes, item: ir.Node, ws: Whitespace,
+              min_count: int = 0, max_count: int | None = None) -> ir.Node:
+  """`[item, item, ...]` with `min_count..max_count` items, brackets and commas per `ws`."""
+  if max_count is not None and max_count < min_count:
+    return ir.NOTHING
+  parts = []
+  if min_count == 0:
+    parts.append(ws.empty(open_bracket + close_bracket))
+  if (max_count is None or max_count >= 1) and item != ir.NOTHING:
+    more = ir.repeat(ir.concat(ws.comma, item), max(min_count - 1, 0),
+                     None if max_count is None else max_count - 1)
+    parts.append(ir.concat(ws.open(open_bracket), item, more, ws.close(close_bracket)))
+  return ir.union(*parts) if parts else ir.NOTHING
+
+
+def const_value(value, ws: Whitespace) -> ir.Node:
+  """The JSON text of one Python JSON value under `ws` (objects keep their key order).
+
+  Scalars are written as `json.dumps` writes them (strings canonically), so each value
+  has one spelling, except for the whitespace `ws` allows inside containers.
+
+  Raises:
+    ValueError: `value` is not JSON (a NaN or infinite float, a set, ...).
+  """
+  if value is None or isinstance(value, (bool, int, str)):
+    return ir.Bytes(json.dumps(value, ensure_ascii=False).encode())
+  if isinstance(value, float):
+    if not math.isfinite(value):
+      raise ValueError(
+          f"JSON value {value!r} is not finite. Expected a finite number. JSON has no"
+          " NaN or Infinity."
+      )
+    return ir.Bytes(json.dumps(value).encode())
+  if isinstance(value, (list, tuple)):
+    if not value:
+      return ws.empty(b"[]")
+    items = [const_value(v, ws) for v in value]
+    return ir.concat(ws.open(b"["), *_join(items, ws.comma), ws.close(b"]"))
+  if isinstance(value, dict):
+    if not value:
+      return ws.empty(b"{}")
+    members = [ir.concat(canonical_string(str(k)), ws.colon, const_value(v, ws))
+               for k, v in value.items()]
+    return ir.concat(ws.open(b"{"), *_join(members, ws.comma), ws.close(b"}"))
+  raise ValueError(
+      f"Value {value!r} of type {type(value).__name__} is not JSON. Expected None, bool,"
+      " int, float, str, list or dict."
+  )
+
+
+def _join(items: list, separator: ir.Node) -> list:
+  out = []
+  for i, item in enumerate(items):
+    if i:
+      out.append(separator)
+    out.append(item)
+  return out
+
+
+_SCALARS = ir.union(json_string(), JSON_NUMBER, JSON_BOOLEAN, JSON_NULL)
+
+
+def json_value(ws: Whitespace, max_depth: int, *, max_object_depth: int | None = None,
+               max_array_depth: int | None = None, root: str = "any") -> ir.Node:
+  """Schema-free JSON values with nesting limits (Sec. 5.1: k_O and k_A).
+
+  JSON is context-free; bounding the nesting makes it regular. `max_depth` bounds the
+  total nesting of containers (0: scalars only; `{"a": [1]}` has depth 2);
+  `max_object_depth` and `max_array_depth` (default: `max_depth`) bound how many
+  objects, and arrays, may enclose one another on any path. Object keys are any JSON
+  string; keys may repeat (not regular to prevent without bounding the object size).
+  `root` (`any`, `object` or `array`) restricts the top-level value.
+  """
+  objects = max_depth if max_object_depth is None else min(max_object_depth, max_depth)
+  arrays = max_depth if max_array_depth is None else min(max_array_depth, max_depth)
+  if root == "any":
+    return _json_value(ws, max_depth, objects, arrays)
+  if root == "object" and max_depth > 0 and objects > 0:
+    return _object_of(ws, _json_value(ws, max_depth - 1, objects - 1, arrays))
+  if root == "array" and max_depth > 0 and arrays > 0:
+    return delimited(b"[", b"]", _json_value(ws, max_depth - 1, objects, arrays - 1), ws)
+  return ir.NOTHING
+
+
+def _object_of(ws: Whitespace, value: ir.Node) -> ir.Node:
+  return delimited(b"{", b"}", ir.concat(json_string(), ws.colon, value), ws)
+
+
+@functools.lru_cache(maxsize=1024)
+def _json_value(ws: Whitespace, depth: int, objects: int, arrays: int) -> ir.Node:
+  parts = [_SCALARS]
+  if depth > 0 and arrays > 0:
+    parts.append(delimited(b"[", b"]", _json_value(ws, depth - 1, objects, arrays - 1), ws))
+  if depth > 0 and objects > 0:
+    parts.append(_object_of(ws, _json_value(ws, depth - 1, objects - 1, arrays)))
+  return ir.union(*parts)

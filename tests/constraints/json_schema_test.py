@@ -1,0 +1,932 @@
+"""Tests for the JSON Schema front end (`constraints/_json_schema.py`, `cd.JsonSchema`).
+
+Oracles: `jsonschema.validate` and `json.loads` for random walks through the byte DFA
+(soundness); hypothesis-generated instances serialized under each whitespace policy
+(completeness), also at token level with the Gemma 3 vocabulary; `re.search` for
+`pattern`; the standard library (`ipaddress`, `uuid`, `datetime`) for formats; and a
+table of every error path.
+"""
+
+import collections
+import datetime
+import decimal
+import ipaddress
+import json
+import random
+import re
+import uuid
+
+import hypothesis
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+import constrained_decoding as cd
+from constrained_decoding.automata._fsa import compile_byte_dfa
+from constrained_decoding.constraints import _json_schema as js
+from constrained_decoding.testing import TokenIndex, reference_allowed, reference_step
+
+POLICIES = ("compact", "single", "flexible")
+FREE_FORM_DEPTH = 2  # JsonSchema's default.
+
+RPG = {  # The paper's JSON object constraint (App. C.4.5).
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "class": {"type": "string", "enum": ["Warrior", "Rogue", "Sorceror"]},
+        "life": {"type": "integer"},
+        "mana": {"type": "integer"},
+        "equipment": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "durability": {"type": "integer"},
+                    "quality": {"type": "string", "enum": ["Normal", "Magic", "Unique"]},
+                },
+            },
+        },
+    },
+}
+GPQA = {  # The paper's correctness experiment (App. D).
+    "type": "object",
+    "properties": {"Final Answer": {"enum": ["A", "B", "C", "D"]}, "Solution": {"type": "string"}},
+    "required": ["Final Answer", "Solution"],
+}
+TREE = {
+    "$defs": {"node": {
+        "type": "object",
+        "properties": {"value": {"type": "integer"},
+                       "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        "required": ["value"], "additionalProperties": False}},
+    "$ref": "#/$defs/node",
+}
+PERSON = {
+    "$defs": {"address": {"type": "object", "title": "Address",
+                          "properties": {"city": {"type": "string", "maxLength": 4},
+                                         "zip": {"type": "string", "pattern": "^\\d{5}$"}},
+                          "required": ["city"]}},
+    "type": "object",
+    "properties": {"home": {"$ref": "#/$defs/address"}, "work": {"$ref": "#/$defs/address"},
+                   "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+    "required": ["home", "age"],
+    "description": "A person.",
+}
+UNIONS = {
+    "type": "object",
+    "properties": {
+        "id": {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "format": "uuid"}]},
+        "note": {"type": ["string", "null"], "maxLength": 5},
+        "level": {"anyOf": [{"const": "low"}, {"type": "integer", "exclusiveMaximum": 3}]},
+    },
+    "required": ["id"],
+    "additionalProperties": False,
+}
+ALL_OF = {
+    "allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}},
+         "required": ["a"]},
+        {"properties": {"a": {"maximum": 9}, "b": {"type": "boolean"}}, "required": ["b"]},
+    ],
+}
+ALL_OF_FLAT = {  # What ALL_OF means, for the instance generator.
+    "type": "object",
+    "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}, "b": {"type": "boolean"}},
+    "required": ["a", "b"],
+}
+TUPLE = {
+    "type": "array",
+    "prefixItems": [{"type": "string", "enum": ["x", "y"]},
+                    {"type": "integer", "minimum": -5, "maximum": 5}],
+    "items": {"type": "boolean"},
+    "minItems": 1,
+    "maxItems": 4,
+}
+FORMATS = {
+    "type": "object",
+    "properties": {"when": {"type": "string", "format": "date-time"},
+                   "ip": {"type": "string", "format": "ipv4"},
+                   "host": {"type": "string", "format": "hostname"},
+                   "mail": {"type": "string", "format": "email"},
+                   "day": {"format": "date"}},
+    "required": ["when", "ip"],
+    "additionalProperties": False,
+}
+PATTERNS = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2}$"},
+                   "tag": {"type": "string", "pattern": "ab|^x"},
+                   "quote": {"type": "string", "pattern": "^[\"\\\\\\n]{1,3}$"}},
+    "required": ["code", "tag"],
+}
+NUMBERS = {
+    "type": "object",
+    "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
+                   "t": {"type": "number", "exclusiveMinimum": -3, "exclusiveMaximum": 10},
+                   "n": {"type": "integer", "exclusiveMinimum": -1000, "maximum": 123456},
+                   "h": {"type": "integer", "minimum": 2.5},
+                   "x": {"type": "number"}},
+    "required": ["p", "t", "n", "x"],
+}
+CONSTANTS = {
+    "type": "object",
+    "properties": {"version": {"const": 2},
+                   "mode": {"enum": ["a", 1, None, True, {"k": [1, 2]}, [1, "x"], 2.5]}},
+    "required": ["version", "mode"],
+}
+FREE_FORM = {
+    "type": "object",
+    "properties": {"meta": {}, "list": {"type": "array", "maxItems": 2}},
+    "additionalProperties": {"type": "integer"},
+}
+LENGTHS = {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 4},
+           "maxItems": 3}
+DRAFT7 = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "definitions": {"pt": {"type": "array", "items": [{"type": "number"}, {"type": "number"}],
+                           "additionalItems": False, "minItems": 2}},
+    "type": "object",
+    "properties": {"p": {"$ref": "#/definitions/pt"}},
+    "required": ["p"],
+}
+SCALAR = {"enum": ["a", "b", 3]}
+BOOLEAN = {"type": "boolean"}
+
+# (id, schema, schema the instance generator reads).
+CASES = [
+    ("rpg", RPG, RPG), ("gpqa", GPQA, GPQA), ("tree", TREE, TREE), ("person", PERSON, PERSON),
+    ("unions", UNIONS, UNIONS), ("all_of", ALL_OF, ALL_OF_FLAT), ("tuple", TUPLE, TUPLE),
+    ("formats", FORMATS, FORMATS), ("patterns", PATTERNS, PATTERNS),
+    ("numbers", NUMBERS, NUMBERS), ("constants", CONSTANTS, CONSTANTS),
+    ("free_form", FREE_FORM, FREE_FORM), ("lengths", LENGTHS, LENGTHS),
+    ("draft7", DRAFT7, DRAFT7), ("scalar", SCALAR, SCALAR), ("boolean", BOOLEAN, BOOLEAN),
+]
+
+_DFAS = {}
+
+
+def _dfa(spec: cd.JsonSchema):
+  if spec not in _DFAS:
+    _DFAS[spec] = compile_byte_dfa(spec.to_ir())
+  return _DFAS[spec]
+
+
+_DISTANCES = {}
+
+
+def _distances(dfa) -> list:
+  """Fewest bytes from each state to an accepting state (BFS on reversed arcs), cached."""
+  if id(dfa) in _DISTANCES:
+    return _DISTANCES[id(dfa)][1]
+  sources = [[] for _ in range(dfa.num_states)]
+  src, byte = np.nonzero(dfa.transitions >= 0)
+  for s, t in set(zip(src.tolist(), dfa.transitions[src, byte].tolist())):
+    sources[t].append(s)
+  distance = [None] * dfa.num_states
+  queue = collections.deque(np.nonzero(dfa.accepting)[0].tolist())
+  for q in queue:
+    distance[q] = 0
+  while queue:
+    q = queue.popleft()
+    for s in sources[q]:
+      if distance[s] is None:
+        distance[s] = distance[q] + 1
+        queue.append(s)
+  _DISTANCES[id(dfa)] = (dfa, distance)  # Keeps `dfa` alive so its id stays unique.
+  return distance
+
+
+def _random_walk(dfa, rng: random.Random, stop: float = 0.25, soft_limit: int = 120) -> bytes:
+  """A random accepted byte string (uniform next state; past `soft_limit`, toward acceptance)."""
+  distance = _distances(dfa)
+  state, out = dfa.start, bytearray()
+  while True:
+    row = dfa.transitions[state]
+    if dfa.accepting[state] and (rng.random() < stop or len(out) >= soft_limit or (row < 0).all()):
+      return bytes(out)
+    targets = sorted(set(row[row >= 0].tolist()))
+    if len(out) >= soft_limit:
+      targets = [t for t in targets if distance[t] < distance[state]]
+    target = rng.choice(targets)
+    out.append(rng.choice(np.nonzero(row == target)[0].tolist()))
+    state = target
+
+
+def _validate(instance, schema):
+  jsonschema.validate(instance, schema, format_checker=jsonschema.FormatChecker())
+
+
+# ---- Soundness: random walks validate. ----
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["extras", "strict"])
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name, schema, _", CASES, ids=[c[0] for c in CASES])
+def test_random_walks_validate(name, schema, _, policy, strict):
+  spec = cd.JsonSchema(schema, policy, strict_properties=strict)
+  dfa = _dfa(spec)
+  rng = random.Random(f"{name}-{policy}-{strict}")
+  for _ in range(12):
+    text = _random_walk(dfa, rng).decode("utf-8")
+    instance = spec.parse(text)
+    _validate(instance, schema)
+    if policy == "compact":
+      assert not _whitespace_outside_strings(text), text
+    if name in ("formats",):
+      _check_formats(instance, schema)
+
+
+def _check_formats(instance, schema):
+  for key, value in instance.items():
+    assert FORMAT_ORACLES[schema["properties"][key]["format"]](value), (key, value)
+
+
+# ---- Completeness: generated instances are accepted. ----
+
+
+_FORMAT_EXAMPLES = {
+    "date-time": ["2024-02-29T23:59:59Z", "1999-12-31T00:00:00.123+05:30",
+                  "0001-01-01T00:00:00-23:59"],
+    "date": ["2024-02-29", "2023-02-28", "2000-02-29", "1900-02-28", "0004-02-29", "9999-12-31"],
+    "time": ["00:00:00Z", "23:59:59.5-01:00"],
+    "ipv4": ["0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.0.1"],
+    "ipv6": ["::", "::1", "2001:db8::ff00:42:8329", "fe80::1:2:3:4", "1:2:3:4:5:6:7:8",
+             "::ffff:192.168.1.1", "1::", "1:2:3:4:5:6:7::", "ABCD:ef01::9"],
+    "hostname": ["localhost", "example.com", "a-b.c-d.example.co.uk", "x1", "0.com"],
+    "email": ["a@b.c", "first.last+tag@example.com", "x!#$%&'*+/=?^_`{|}~-@host"],
+    "uuid": ["123e4567-e89b-12d3-a456-426614174000", "ABCDEF01-2345-6789-abcd-ef0123456789"],
+    "uri": ["https://example.com/a/b?c=d#e", "mailto:a@b.c", "urn:isbn:0451450523",
+            "http://[::1]:8080/", "file:///etc/hosts", "s:", "http://user:pw@h:1/%20x"],
+}
+
+
+def _resolve(root, ref):
+  node = root
+  for token in ref[2:].split("/"):
+    node = node[token]
+  return node
+
+
+def _strategy(schema, root, *, extras: bool, depth: int = 0):
+  """Instances of the schemas of CASES in our generation order (not a general generator)."""
+  if schema is True or schema == {}:
+    return _free_values(FREE_FORM_DEPTH)
+  if "$ref" in schema:
+    return _strategy(_resolve(root, schema["$ref"]), root, extras=extras, depth=depth + 1)
+  if "enum" in schema:
+    return st.sampled_from(schema["enum"])
+  if "const" in schema:
+    return st.just(schema["const"])
+  for key in ("anyOf", "oneOf"):
+    if key in schema:
+      return st.one_of([_strategy(s, root, extras=extras, depth=depth) for s in schema[key]])
+  types = schema.get("type", "string" if "format" in schema else None)
+  if isinstance(types, list):
+    return st.one_of([_strategy({**schema, "type": t}, root, extras=extras, depth=depth)
+                      for t in types])
+  if types == "string":
+    if "format" in schema:
+      return st.sampled_from(_FORMAT_EXAMPLES[schema["format"]])
+    if "pattern" in schema:
+      pattern = schema["pattern"]
+      ecma = pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
+      return st.from_regex(re.compile(schema["pattern"], re.ASCII)).filter(
+          lambda s: re.search(ecma, s, re.ASCII) is not None)
+    return st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 5), 5))
+  if types == "integer":
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    lo = -10**12 if lo is None else -(-lo // 1)
+    hi = 10**12 if hi is None else hi
+    if "exclusiveMinimum" in schema:
+      lo = schema["exclusiveMinimum"] + 1
+    if "exclusiveMaximum" in schema:
+      hi = schema["exclusiveMaximum"] - 1
+    return st.integers(int(lo), int(hi))
+  if types == "number":
+    if not any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
+      return st.floats(allow_nan=False, allow_infinity=False) | st.integers(-10**20, 10**20)
+    lo = schema.get("minimum", schema.get("exclusiveMinimum"))
+    hi = schema.get("maximum", schema.get("exclusiveMaximum"))
+    return st.floats(lo, hi, exclude_min="exclusiveMinimum" in schema,
+                     exclude_max="exclusiveMaximum" in schema) | st.integers(
+                         lo + ("exclusiveMinimum" in schema), hi - ("exclusiveMaximum" in schema))
+  if types == "boolean":
+    return st.booleans()
+  if types == "null":
+    return st.none()
+  if types == "array" or "prefixItems" in schema or "items" in schema:
+    return _array_strategy(schema, root, extras=extras, depth=depth)
+  return _object_strategy(schema, root, extras=extras, depth=depth)
+
+
+def _array_strategy(schema, root, *, extras, depth):
+  prefix = schema.get("prefixItems", [])
+  items = schema.get("items", True)
+  if isinstance(items, list):
+    prefix, items = items, schema.get("additionalItems", True)
+  lo, hi = schema.get("minItems", 0), schema.get("maxItems", 3)
+  if depth > 2:  # Recursive schemas: stop growing.
+    hi = lo
+    if hi == 0:
+      return st.just([])
+  prefix_strategies = [_strategy(s, root, extras=extras, depth=depth) for s in prefix]
+  rest = None if items is False else _strategy(items, root, extras=extras, depth=depth)
+
+  @st.composite
+  def build(draw):
+    top = min(hi, len(prefix)) if rest is None else hi
+    n = draw(st.integers(lo, max(lo, top)))
+    return [draw(prefix_strategies[i] if i < len(prefix) else rest) for i in range(n)]
+
+  return build()
+
+
+def _object_strategy(schema, root, *, extras, depth):
+  properties = schema.get("properties", {})
+  required = schema.get("required", [])
+  values = {k: _strategy(s, root, extras=extras, depth=depth + 1) for k, s in properties.items()}
+  additional = schema.get("additionalProperties", True)
+  declares = bool(properties) or bool(required)
+  if additional is False or (additional is True and not extras and declares):
+    extra = None
+  else:
+    extra = _strategy(additional, root, extras=extras, depth=depth + 1)
+
+  @st.composite
+  def build(draw):
+    out = {}
+    for key, value in values.items():
+      if key in required or draw(st.booleans()):
+        out[key] = draw(value)
+    if extra is not None:
+      keys = draw(st.lists(st.text(max_size=3).filter(lambda k: k not in properties),
+                           max_size=2, unique=True))
+      for key in keys:
+        out[key] = draw(extra)
+    return out
+
+  return build()
+
+
+def _free_values(depth):
+  scalars = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000),
+                      st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3))
+  if depth == 0:
+    return scalars
+  inner = _free_values(depth - 1)
+  return st.one_of(scalars, st.lists(inner, max_size=2),
+                   st.dictionaries(st.text(max_size=2), inner, max_size=2))
+
+
+def _number_text(value) -> str:
+  """Numbers as our languages write them: positional floats (bounded numbers have no
+  exponent), no negative zero."""
+  if isinstance(value, float):
+    text = repr(0.0 if value == 0 else value)
+    return format(decimal.Decimal(text), "f") if "e" in text else text
+  return str(value)
+
+
+def dump(value, policy: str, rng: random.Random, cap: int = 2) -> str:
+  """Serializes `value` under a whitespace policy (flexible: random runs of <= cap)."""
+
+  def gap():
+    if policy != "flexible":
+      return ""
+    return "".join(rng.choice(" \t\n\r") for _ in range(rng.randint(0, cap)))
+
+  def colon():
+    return ": " if policy == "single" else gap() + ":" + gap()
+
+  def comma():
+    return ", " if policy == "single" else gap() + "," + gap()
+
+  if isinstance(value, (dict, list)):
+    brackets = "{}" if isinstance(value, dict) else "[]"
+    if not value:
+      return brackets[0] + gap() + brackets[1]
+    if isinstance(value, dict):
+      items = [json.dumps(k, ensure_ascii=False) + colon() + dump(v, policy, rng, cap)
+               for k, v in value.items()]
+    else:
+      items = [dump(v, policy, rng, cap) for v in value]
+    out = brackets[0] + gap() + items[0]
+    for item in items[1:]:
+      out += comma() + item
+    return out + gap() + brackets[1]
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
+    return _number_text(value)
+  return json.dumps(value, ensure_ascii=False)
+
+
+def _whitespace_outside_strings(text: str) -> bool:
+  in_string = escaped = False
+  for ch in text:
+    if in_string:
+      escaped, in_string = (not escaped and ch == "\\"), in_string and (escaped or ch != '"')
+    elif ch == '"':
+      in_string = True
+    elif ch in " \t\n\r":
+      return True
+  return False
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["extras", "strict"])
+@pytest.mark.parametrize("name, schema, generator", CASES, ids=[c[0] for c in CASES])
+def test_generated_instances_are_accepted(name, schema, generator, strict):
+  specs = {p: cd.JsonSchema(schema, p, strict_properties=strict) for p in POLICIES}
+
+  @hypothesis.settings(max_examples=20, deadline=None, database=None,
+                       suppress_health_check=list(hypothesis.HealthCheck))
+  @hypothesis.given(_strategy(generator, generator, extras=not strict),
+                    st.randoms(use_true_random=False))
+  def check(instance, rng):
+    _validate(instance, schema)
+    for policy, spec in specs.items():
+      text = dump(instance, policy, rng)
+      assert _dfa(spec).accepts(text.encode()), (policy, text)
+
+  check()
+
+
+def test_rpg_examples_by_hand():
+  spec = cd.JsonSchema(RPG, strict_properties=True)
+  dfa = _dfa(spec)
+  good = ['{}', '{"name":"Ann","class":"Rogue"}',
+          '{"life":-3,"equipment":[{"name":"Axe","durability":10,"quality":"Magic"},{}]}']
+  bad = ['{"class":"Bard"}', '{"mana":1.5}', '{"life":1,"name":"x"}', '{"name":"a","name":"b"}',
+         '{"equipment":[{"quality":"Rare"}]}', '{"extra":1}', '{,}', '{"name":"a",}']
+  assert all(dfa.accepts(t.encode()) for t in good)
+  assert not any(dfa.accepts(t.encode()) for t in bad)
+  loose = _dfa(cd.JsonSchema(RPG))
+  assert loose.accepts(b'{"name":"a","extra":[1,{"k":null}],"more":"x"}')
+  assert not loose.accepts(b'{"name":"a","extra":1,"name":"b"}')  # Declared keys not repeated.
+  assert not loose.accepts(b'{"extra":1,"name":"a"}')  # Extras come last.
+  assert not loose.accepts(b'{"n\\u0061me":1}')  # Another spelling of a declared key.
+
+
+# ---- Token level, with the Gemma 3 vocabulary. ----
+
+TOKEN_CASES = [
+    ({"type": "object",
+      "properties": {"answer": {"enum": ["A", "B", "C", "D"]},
+                     "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
+                     "sure": {"type": "boolean"}},
+      "required": ["answer", "confidence"], "additionalProperties": False}, "flexible"),
+    ({"type": "array", "items": {"type": "number", "minimum": -1, "maximum": 1}, "maxItems": 3},
+     "single"),
+    ({"type": "object", "properties": {"day": {"type": "string", "format": "date"},
+                                       "n": {"type": "integer"}},
+      "required": ["day"], "additionalProperties": False}, "compact"),
+]
+
+
+@pytest.fixture(scope="module")
+def index(gemma_vocab):
+  return TokenIndex(gemma_vocab)
+
+
+@pytest.mark.parametrize("schema, policy", TOKEN_CASES, ids=["answer", "numbers", "date"])
+def test_token_level_random_tokenizations_and_walks(schema, policy, gemma_compiler, gemma_vocab,
+                                                    index):
+  spec = cd.JsonSchema(schema, policy)
+  tables = gemma_compiler.compile(spec)
+  rng = random.Random(policy)
+  eos = set(gemma_vocab.eos_ids)
+
+  def accepted(tokens):
+    state = int(tables.start[0])
+    for t in tokens:
+      state = reference_step(tables, state, t)
+      if state is None:
+        return False
+    return bool(tables.accepting[state])
+
+  instances = _strategy(schema, schema, extras=False)
+
+  @hypothesis.settings(max_examples=10, deadline=None, database=None,
+                       suppress_health_check=list(hypothesis.HealthCheck))
+  @hypothesis.given(instances)
+  def completeness(instance):
+    data = dump(instance, policy, rng).encode()
+    for _ in range(3):
+      assert accepted(index.random_tokenization(data, rng)), data
+    assert not accepted(index.longest_tokenization(data[:-1]))
+
+  completeness()
+  for _ in range(5):  # Soundness: random allowed tokens until a stop in an accepting state.
+    state, data = int(tables.start[0]), b""
+    while True:
+      allowed = [t for t in np.nonzero(reference_allowed(tables, state))[0].tolist()
+                 if t not in eos]
+      if tables.accepting[state] and (rng.random() < 0.3 or len(data) > 200 or not allowed):
+        break
+      token = rng.choice(allowed)
+      data += gemma_vocab.token_bytes[token]
+      state = reference_step(tables, state, token)
+    _validate(json.loads(data.decode()), schema)
+
+
+# ---- pattern: search semantics. ----
+
+
+@pytest.mark.parametrize("pattern", [
+    "ab", "^ab", "ab$", "^ab$", "a|^b|c$", "", "^", "^$", "(?i)ab", "\\d+", "^[^a]", "a.c",
+    "(ab|ba)+$", "^(?:a|b)c", "\\$", "a\\$$", "x*", "[|]", "\\|a", "(a|b)|c$",
+])
+def test_pattern_has_search_semantics(pattern):
+  dfa = compile_byte_dfa(js.pattern_ir(pattern))
+  rng = random.Random(pattern)
+  alphabet = "abcAB1$|x\né"
+  texts = {"", "ab", "ba", "abc", "xab", "abx", "c", "b", "$", "a$", "|a"}
+  texts |= {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(300)}
+  for text in texts:
+    if text.endswith("\n"):
+      continue  # Python's `$` also matches before a final newline; ECMAScript's does not.
+    expected = re.search(pattern, text, re.ASCII) is not None
+    assert dfa.accepts(text.encode()) == expected, (pattern, text)
+
+
+def test_pattern_dollar_is_the_very_end():
+  dfa = compile_byte_dfa(js.pattern_ir("a$"))
+  assert dfa.accepts(b"xa") and not dfa.accepts(b"a\n")
+
+
+def test_patterned_strings_are_canonically_escaped():
+  dfa = _dfa(cd.JsonSchema({"type": "string", "pattern": '^["\\\\]+$'}))
+  assert dfa.accepts(b'"\\"\\\\"')
+  assert not dfa.accepts(b'"\\u0022"')
+
+
+# ---- Formats. ----
+
+
+def _is_hostname(text: str) -> bool:
+  labels = text.split(".")
+  return len(text) <= 253 and all(
+      re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", label) for label in labels)
+
+
+def _is_email(text: str) -> bool:
+  local, _, domain = text.rpartition("@")
+  atom = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+  return bool(re.fullmatch(rf"{atom}(?:\.{atom})*", local)) and _is_hostname(domain)
+
+
+def _is_uri(text: str) -> bool:
+  import urllib.parse  # pylint: disable=g-import-not-at-top
+  scheme = urllib.parse.urlsplit(text).scheme
+  allowed = re.fullmatch(r"(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*", text)
+  return bool(scheme) and bool(allowed) and text.count("#") <= 1
+
+
+def _is_uuid(text: str) -> bool:
+  try:
+    uuid.UUID(text)
+  except ValueError:
+    return False
+  return len(text) == 36 and all(text[i] == "-" for i in (8, 13, 18, 23))
+
+
+def _oracle(parse):
+  def check(text):
+    try:
+      parse(text)
+    except ValueError:
+      return False
+    return True
+  return check
+
+
+FORMAT_ORACLES = {
+    "date": lambda t: _oracle(datetime.date.fromisoformat)(t) and len(t) == 10,
+    "time": lambda t: _oracle(datetime.datetime.fromisoformat)("2000-01-01T" + t),
+    "date-time": _oracle(datetime.datetime.fromisoformat),
+    "ipv4": _oracle(ipaddress.IPv4Address),
+    "ipv6": _oracle(ipaddress.IPv6Address),
+    "uuid": _is_uuid,
+    "hostname": _is_hostname,
+    "email": _is_email,
+    "uri": _is_uri,
+}
+
+_FORMAT_NEGATIVES = {
+    "date": ["2023-02-29", "1900-02-29", "2024-13-01", "2024-04-31", "0000-01-01", "2024-1-01",
+             "20240101", "2024-01-01T00:00:00Z"],
+    "time": ["24:00:00Z", "12:60:00Z", "12:00:60Z", "12:00:00", "12:00:00z", "12:00Z"],
+    "date-time": ["2024-01-01 00:00:00Z", "2024-01-01T00:00:00", "2024-02-30T00:00:00Z"],
+    "ipv4": ["256.0.0.1", "1.2.3", "01.2.3.4", "1.2.3.4.5", "1.2.3.-4"],
+    "ipv6": [":::", "1:2:3:4:5:6:7:8:9", "12345::", "1::2::3", "::ffff:1.2.3.256", "g::1"],
+    "uuid": ["123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"],
+    "hostname": ["-a.com", "a-.com", "a..b", "a_b.com", ".com", "a" * 31, ""],
+    "email": ["a@", "@b.com", "a..b@c.com", "a@b@c.com", "a b@c.com", ".a@b.com"],
+    "uri": ["no scheme", "1http://x", "http://exa mple.com", "//x/y", "http://x/%zz"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(js.FORMATS))
+def test_formats_against_examples_and_oracles(name):
+  dfa = compile_byte_dfa(js.format_ir(name))
+  oracle = FORMAT_ORACLES[name]
+  for text in _FORMAT_EXAMPLES.get(name, []):
+    assert dfa.accepts(text.encode()), text
+    assert oracle(text), text
+  for text in _FORMAT_NEGATIVES[name]:
+    assert not dfa.accepts(text.encode()), text
+  rng = random.Random(name)
+  for _ in range(60):
+    text = _random_walk(dfa, rng, stop=0.1).decode()
+    assert oracle(text), text
+
+
+def test_format_example_lists_cover_every_format():
+  assert set(FORMAT_ORACLES) == set(js.FORMATS) == set(_FORMAT_NEGATIVES)
+  assert set(_FORMAT_EXAMPLES) <= set(js.FORMATS)
+
+
+# ---- $ref recursion bounds and allOf merging. ----
+
+
+def _tree_depth(node) -> int:
+  return 1 + max((_tree_depth(c) for c in node.get("children", [])), default=0)
+
+
+def _tree(depth: int):
+  return {"value": depth, "children": [_tree(depth - 1)] if depth > 1 else []}
+
+
+@pytest.mark.parametrize("max_ref_depth", [1, 2, 3])
+def test_recursive_ref_depth_bound(max_ref_depth):
+  dfa = _dfa(cd.JsonSchema(TREE, max_ref_depth=max_ref_depth))
+  for depth in range(1, 5):
+    text = json.dumps(_tree(depth), separators=(",", ":"))
+    assert dfa.accepts(text.encode()) == (depth <= max_ref_depth), (depth, text)
+  rng = random.Random(max_ref_depth)
+  for _ in range(20):
+    assert _tree_depth(json.loads(_random_walk(dfa, rng))) <= max_ref_depth
+
+
+def test_recursive_ref_in_any_of_keeps_the_base_case():
+  schema = {"$defs": {"list": {"anyOf": [{"type": "null"}, {
+      "type": "object",
+      "properties": {"head": {"type": "integer"}, "tail": {"$ref": "#/$defs/list"}},
+      "required": ["head", "tail"], "additionalProperties": False}]}}, "$ref": "#/$defs/list"}
+  dfa = _dfa(cd.JsonSchema(schema, max_ref_depth=3))  # The final `null` is an expansion too.
+  assert dfa.accepts(b"null") and dfa.accepts(b'{"head":1,"tail":{"head":2,"tail":null}}')
+  assert not dfa.accepts(b'{"head":1,"tail":{"head":2,"tail":{"head":3,"tail":null}}}')
+
+
+def test_all_of_with_ref_base_and_extension():
+  schema = {"$defs": {"base": {"type": "object", "properties": {"id": {"type": "integer"}},
+                               "required": ["id"]}},
+            "allOf": [{"$ref": "#/$defs/base"},
+                      {"properties": {"tag": {"enum": ["a", "b"]}}, "required": ["tag"]}]}
+  dfa = _dfa(cd.JsonSchema(schema, strict_properties=True))
+  assert dfa.accepts(b'{"id":1,"tag":"a"}')
+  assert not dfa.accepts(b'{"id":1}') and not dfa.accepts(b'{"tag":"a","id":1}')
+
+
+def test_all_of_respects_each_sides_additional_properties():
+  schema = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+                       "additionalProperties": False},
+                      {"properties": {"b": {"type": "integer"}}}]}
+  dfa = _dfa(cd.JsonSchema(schema))
+  assert dfa.accepts(b'{"a":1}') and dfa.accepts(b"{}")
+  assert not dfa.accepts(b'{"a":1,"b":2}') and not dfa.accepts(b'{"b":2}')
+  for text in (b'{"a":1}', b"{}"):
+    _validate(json.loads(text), schema)
+
+
+def test_all_of_intersects_types_and_bounds():
+  schema = {"allOf": [{"type": ["integer", "string"], "minimum": 0},
+                      {"type": "number", "maximum": 5}]}
+  dfa = _dfa(cd.JsonSchema(schema))
+  assert [dfa.accepts(str(n).encode()) for n in range(-2, 8)] == [0 <= n <= 5 for n in range(-2, 8)]
+  assert not dfa.accepts(b'"a"') and not dfa.accepts(b"2.5")
+
+
+def test_any_of_with_sibling_keywords_distributes():
+  schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "additionalProperties": False, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]}
+  dfa = _dfa(cd.JsonSchema(schema))
+  assert dfa.accepts(b'{"a":1}') and dfa.accepts(b'{"b":1}') and dfa.accepts(b'{"a":1,"b":2}')
+  assert not dfa.accepts(b"{}")
+
+
+# ---- Errors, lenient mode and the spec. ----
+
+ERROR_CASES = [
+    ({"type": "array", "uniqueItems": True}, cd.UnsupportedSchemaError,
+     r"keyword 'uniqueItems' at #/uniqueItems is not supported"),
+    ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
+     cd.UnsupportedSchemaError, r"'uniqueItems' at #/properties/tags/uniqueItems"),
+    ({"properties": {"a/b~c": {"not": {}}}}, cd.UnsupportedSchemaError,
+     r"'not' at #/properties/a~1b~0c/not is not supported"),
+    ({"type": "integer", "multipleOf": 3},
+     cd.UnsupportedSchemaError, r"'multipleOf' at #/multipleOf"),
+    ({"type": "object", "patternProperties": {"^x": {}}}, cd.UnsupportedSchemaError,
+     r"'patternProperties' at #/patternProperties"),
+    ({"if": {}, "then": {}}, cd.UnsupportedSchemaError, r"'if' at #/if"),
+    ({"type": "string", "maxlength": 3}, cd.UnsupportedSchemaError,
+     r"'maxlength' at #/maxlength is not a keyword this library knows"),
+    ({"type": "strin"}, cd.SchemaError, r"type \"strin\" at #/type is not a JSON Schema type"),
+    ({"$ref": "#/$defs/missing"},
+     cd.SchemaError, r"\$ref '#/\$defs/missing' at #/\$ref does not resolve"),
+    ({"$ref": "http://example.com/s.json"},
+     cd.UnsupportedSchemaError, r"is not a local JSON pointer"),
+    ({"$ref": 3}, cd.SchemaError, r"\$ref 3 at #/\$ref is not a string"),
+    ({"type": "string", "pattern": "(?=a)"}, cd.UnsupportedSchemaError,
+     r"pattern '\(\?=a\)' at #/pattern uses a construct that is not supported"),
+    ({"type": "string", "pattern": "a(?<=b)"},
+     cd.UnsupportedSchemaError, r"at #/pattern uses a construct"),
+    ({"type": "string", "pattern": "a^b"},
+     cd.UnsupportedSchemaError, r"Expected anchors only at the start"),
+    ({"type": "string", "pattern": "(^a|b)c"}, cd.UnsupportedSchemaError, r"pattern '\(\^a\|b\)c'"),
+    ({"type": "string", "pattern": "(?x)a b"}, cd.UnsupportedSchemaError, r"verbose flag"),
+    ({"type": "string", "pattern": "("},
+     cd.SchemaError, r"pattern '\(' at #/pattern is not a valid"),
+    ({"type": "string", "pattern": 5}, cd.SchemaError, r"pattern 5 at #/pattern is not a string"),
+    ({"type": "string", "format": "color"}, cd.UnsupportedSchemaError,
+     r"format 'color' at #/format is not supported. Expected one of"),
+    ({"type": "string", "pattern": "a", "maxLength": 3}, cd.UnsupportedSchemaError,
+     r"'maxLength' at #/maxLength is combined with 'pattern'"),
+    ({"type": "string", "format": "uuid", "minLength": 1}, cd.UnsupportedSchemaError,
+     r"'minLength' at #/minLength is combined with 'format'"),
+    ({"type": "string", "pattern": "a", "format": "uuid"}, cd.UnsupportedSchemaError,
+     r"'format' at #/format is combined with 'pattern'"),
+    ({"type": "number", "minimum": 0.5}, cd.UnsupportedSchemaError,
+     r"Bound 0.5 at #/minimum is not an integer"),
+    ({"type": "number", "exclusiveMaximum": 2.5}, cd.UnsupportedSchemaError,
+     r"Bound 2.5 at #/exclusiveMaximum is not an integer"),
+    ({"enum": ["a"], "maxLength": 3}, cd.UnsupportedSchemaError,
+     r"'maxLength' at #/maxLength is combined with enum/const"),
+    ({"enum": "a"}, cd.SchemaError, r"enum at #/enum is \"a\". Expected an array"),
+    ({"type": "integer", "minimum": 5, "maximum": 3}, cd.SchemaError, r"accepts no JSON value"),
+    ({"enum": [1, 2], "type": "string"}, cd.SchemaError, r"accepts no JSON value"),
+    (False, cd.SchemaError, r"JSON Schema false accepts no JSON value"),
+    ({"type": "object", "additionalProperties": False,
+      "allOf": [{"properties": {"a": {}}, "required": ["a"]}]},
+     cd.SchemaError, r"accepts no JSON value"),
+    ({"type": "object", "required": ["a"], "additionalProperties": False}, cd.SchemaError,
+     r"accepts no JSON value"),
+    ({"type": "string", "minLength": -1},
+     cd.SchemaError, r"minLength -1 at #/minLength is not a non-negative"),
+    ({"type": "array", "maxItems": 1.5}, cd.SchemaError, r"maxItems 1.5 at #/maxItems"),
+    ({"type": "object", "required": "a"}, cd.SchemaError, r"required at #/required is \"a\""),
+    ({"type": "object", "properties": [1]}, cd.SchemaError, r"properties at #/properties is \[1\]"),
+    ({"properties": {"a": 5}}, cd.SchemaError, r"Schema 5 at #/properties/a is a int"),
+    ({"type": "array", "prefixItems": {}}, cd.SchemaError, r"prefixItems at #/prefixItems"),
+    ({"anyOf": []}, cd.SchemaError, r"anyOf at #/anyOf is \[\]. Expected a non-empty array"),
+    ({"allOf": {}}, cd.SchemaError, r"allOf at #/allOf is \{\}"),
+    ({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, cd.UnsupportedSchemaError,
+     r"allOf at #/allOf combines 'pattern' values \"a\" and \"b\""),
+    ({"allOf": [{"required": ["a"]}, {"required": "a"}]}, cd.SchemaError,
+     r"allOf at #/allOf has 'required' values \[\"a\"\] and \"a\". Expected an array of names"),
+    ({"allOf": [{"minimum": 0, "exclusiveMinimum": True},
+                {"minimum": 1, "exclusiveMinimum": False}]},
+     cd.UnsupportedSchemaError,
+     r"allOf at #/allOf combines 'exclusiveMinimum' values true and false"),
+    ({"type": "number", "exclusiveMinimum": True}, cd.SchemaError,
+     r"exclusiveMinimum true at #/exclusiveMinimum has no minimum"),
+    ({"type": "number", "maximum": "3"},
+     cd.SchemaError, r"maximum '3' at #/maximum is not a number"),
+    ({"$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
+                      "required": ["n"]}},
+      "$ref": "#/$defs/n"}, cd.UnsupportedSchemaError,
+     r"Recursive \$ref '#/\$defs/n' has no non-recursive alternative within max_ref_depth=3"),
+    ({"$defs": {"s": {"type": "string", "minLength": 1, "pattern": "x"}}, "$ref": "#/$defs/s"},
+     cd.UnsupportedSchemaError, r"'minLength' at #/\$defs/s/minLength"),
+    ({"items": [{}], "prefixItems": [{}]},
+     cd.SchemaError, r"both prefixItems and array-form items"),
+    ({"type": "object", "dependentRequired": {"a": ["b"]}}, cd.UnsupportedSchemaError,
+     r"'dependentRequired' at #/dependentRequired"),
+]
+
+
+@pytest.mark.parametrize("schema, error, message", ERROR_CASES,
+                         ids=[m[:40] for _, _, m in ERROR_CASES])
+def test_error_messages(schema, error, message):
+  with pytest.raises(error, match=message):
+    cd.JsonSchema(schema).to_ir()
+
+
+@pytest.mark.parametrize("schema, message", [
+    ("{not json", r"JSON Schema text '\{not json' is not valid JSON"),
+    (5, r"JSON Schema 5 is a int. Expected a dict"),
+    ({"enum": [float("nan")]}, r"holds a value that is not JSON"),
+    ({"enum": [{1, 2}]}, r"holds a value that is not JSON"),
+])
+def test_malformed_schema_values(schema, message):
+  with pytest.raises(cd.SchemaError, match=message):
+    cd.JsonSchema(schema)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"whitespace": "pretty"}, r"Whitespace policy 'pretty' is not known"),
+    ({"max_ref_depth": 0}, r"JsonSchema max_ref_depth 0 is not an int >= 1"),
+    ({"free_form_depth": -1}, r"JsonSchema free_form_depth -1 is not an int >= 0"),
+    ({"whitespace": "flexible", "max_whitespace": -2}, r"max_whitespace -2 is not a non-negative"),
+])
+def test_spec_argument_errors(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    cd.JsonSchema({"type": "integer"}, **kwargs)
+
+
+def test_errors_are_in_the_hierarchy():
+  assert issubclass(cd.UnsupportedSchemaError, cd.UnsupportedFeatureError)
+  assert issubclass(cd.SchemaError, cd.ConstraintError)
+
+
+def test_lenient_mode_records_what_it_ignored():
+  schema = {"type": "object", "properties": {
+      "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+      "p": {"type": "number", "minimum": 0.5, "maximum": 2.5},
+      "s": {"type": "string", "format": "color"},
+      "x": {"x-custom": 1, "type": "integer"}}, "required": ["tags", "p"]}
+  spec = cd.JsonSchema(schema, lenient=True, strict_properties=True)
+  assert spec.ignored_keywords() == (
+      "#/properties/tags/uniqueItems", "#/properties/p/minimum", "#/properties/p/maximum",
+      "#/properties/s/format", "#/properties/x/x-custom")
+  dfa = _dfa(spec)
+  assert dfa.accepts(b'{"tags":["a","a"],"p":1.5}')  # uniqueItems ignored: wider.
+  assert not dfa.accepts(b'{"tags":[],"p":0.7}')  # Bounds rounded inward: narrower.
+  assert dfa.accepts(b'{"tags":[],"p":2,"s":"anything"}')
+  no_op = schema["properties"]["tags"] | {"uniqueItems": False}
+  assert cd.JsonSchema(no_op).ignored_keywords() == ()
+
+
+def test_annotations_are_ignored_silently():
+  schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "x", "title": "T",
+            "description": "d", "examples": [1], "default": 1, "$comment": "c",
+            "deprecated": False, "readOnly": True, "writeOnly": False, "type": "integer"}
+  spec = cd.JsonSchema(schema)
+  assert spec.ignored_keywords() == ()
+  assert _dfa(spec).accepts(b"-12")
+
+
+def test_strict_properties_keeps_free_form_objects_and_explicit_schemas():
+  any_object = _dfa(cd.JsonSchema({"type": "object"}, strict_properties=True))
+  assert any_object.accepts(b'{"a":[1]}')
+  typed = _dfa(cd.JsonSchema({"type": "object", "properties": {"a": {"type": "integer"}},
+                              "additionalProperties": {"type": "boolean"}}, strict_properties=True))
+  assert typed.accepts(b'{"a":1,"b":true}') and not typed.accepts(b'{"a":1,"b":1}')
+
+
+def test_whitespace_policies_on_gpqa():
+  text = {"compact": '{"Final Answer":"B","Solution":"x"}',
+          "single": '{"Final Answer": "B", "Solution": "x"}',
+          "flexible": '{\n "Final Answer" : "B",\n "Solution":"x" }'}
+  for policy in POLICIES:
+    dfa = _dfa(cd.JsonSchema(GPQA, policy, strict_properties=True))
+    for other, t in text.items():
+      assert dfa.accepts(t.encode()) == (other == policy or policy == "flexible"), (policy, other)
+  capped = _dfa(cd.JsonSchema(GPQA, "flexible", max_whitespace=1, strict_properties=True))
+  assert not capped.accepts(b'{  "Final Answer":"B","Solution":"x"}')
+
+
+def test_spec_is_canonical_hashable_and_parses():
+  a = cd.JsonSchema(GPQA)
+  b = cd.JsonSchema(json.dumps(GPQA, indent=2))
+  assert a == b and hash(a) == hash(b) and a.schema == json.dumps(GPQA, separators=(",", ":"))
+  assert a != cd.JsonSchema(GPQA, "single")
+  assert a.schema_value == GPQA
+  assert a.parse('{"Final Answer":"A","Solution":"s"}') == {"Final Answer": "A", "Solution": "s"}
+  assert a.describe().startswith('JsonSchema({"type":"object","properties":')
+  assert a.to_ir() is a.to_ir()  # Lowered once.
+
+
+def test_compiles_through_the_compiler(byte_compiler):
+  tables = byte_compiler.compile(cd.JsonSchema({"type": "array", "items": {"type": "boolean"},
+                                                "maxItems": 2}))
+  assert int(np.asarray(tables.accepting).sum()) >= 1
+
+
+def test_pydantic_model_through_its_json_schema():
+  pydantic = pytest.importorskip("pydantic")
+  import enum  # pylint: disable=g-import-not-at-top
+  import typing  # pylint: disable=g-import-not-at-top
+
+  class Quality(enum.Enum):
+    NORMAL = "Normal"
+    MAGIC = "Magic"
+
+  class Item(pydantic.BaseModel):
+    name: str
+    durability: int = pydantic.Field(ge=0, le=100)
+    quality: Quality
+    note: typing.Optional[str] = None
+
+  class Character(pydantic.BaseModel):
+    name: str
+    items: list[Item]
+
+  spec = cd.JsonSchema(Character, strict_properties=True)
+  dfa = _dfa(spec)
+  rng = random.Random(0)
+  for _ in range(20):
+    text = _random_walk(dfa, rng).decode()
+    Character.model_validate_json(text)
+  example = Character(name="A", items=[Item(name="x", durability=3, quality=Quality.MAGIC)])
+  assert dfa.accepts(example.model_dump_json().encode())
