@@ -4,9 +4,13 @@ from constrained_decoding.testing._reference import TokenIndex
 from constrained_decoding.testing._reference import reference_allowed
 from constrained_decoding.testing._reference import reference_step
 from constrained_decoding.testing._reference import reference_walk
+from constrained_decoding.testing._walks import distances_to_accept
+from constrained_decoding.testing._walks import random_accepted_bytes
 
 __all__ = [
     "TokenIndex",
+    "distances_to_accept",
+    "random_accepted_bytes",
     "reference_allowed",
     "reference_step",
     "reference_walk",

@@ -6,7 +6,6 @@ DFA that must parse into instances (soundness); tables of malformed texts; and t
 error messages for unsupported field types.
 """
 
-import collections
 import dataclasses
 import enum
 import random
@@ -15,6 +14,8 @@ import typing
 import hypothesis
 import numpy as np
 import pytest
+
+from constrained_decoding.testing import random_accepted_bytes
 from hypothesis import strategies as st
 
 import constrained_decoding as cd
@@ -148,7 +149,7 @@ def test_random_walks_parse_into_instances(cls):
   dfa = _dfa(spec)
   rng = random.Random(cls.__name__)
   for _ in range(40):
-    text = _random_walk(dfa, rng).decode("utf-8")
+    text = random_accepted_bytes(dfa, rng, soft_limit=150).decode("utf-8")
     instance = spec.parse(text)
     assert isinstance(instance, cls), text
     assert cd.format_dataclass(instance) == text or dfa.accepts(
@@ -356,35 +357,6 @@ def test_token_level_with_gemma(gemma_compiler, gemma_vocab):
         state = reference_step(tables, state, token)
         assert state is not None, text
       assert tables.accepting[state], text
-
-
-def _random_walk(dfa, rng: random.Random, stop: float = 0.25, soft_limit: int = 150) -> bytes:
-  """A random accepted byte string (uniform next state; past `soft_limit`, toward acceptance)."""
-  sources = [[] for _ in range(dfa.num_states)]
-  src, byte = np.nonzero(dfa.transitions >= 0)
-  for s, t in set(zip(src.tolist(), dfa.transitions[src, byte].tolist())):
-    sources[t].append(s)
-  distance = [None] * dfa.num_states
-  queue = collections.deque(np.nonzero(dfa.accepting)[0].tolist())
-  for q in queue:
-    distance[q] = 0
-  while queue:
-    q = queue.popleft()
-    for s in sources[q]:
-      if distance[s] is None:
-        distance[s] = distance[q] + 1
-        queue.append(s)
-  state, out = dfa.start, bytearray()
-  while True:
-    row = dfa.transitions[state]
-    if dfa.accepting[state] and (rng.random() < stop or len(out) >= soft_limit or (row < 0).all()):
-      return bytes(out)
-    targets = sorted(set(row[row >= 0].tolist()))
-    if len(out) >= soft_limit:
-      targets = [t for t in targets if distance[t] < distance[state]]
-    target = rng.choice(targets)
-    out.append(rng.choice(np.nonzero(row == target)[0].tolist()))
-    state = target
 
 
 @pytest.mark.parametrize("text, accepted", [

@@ -7,7 +7,6 @@ Oracles: `jsonschema.validate` and `json.loads` for random walks through the byt
 table of every error path.
 """
 
-import collections
 import datetime
 import decimal
 import ipaddress
@@ -20,6 +19,8 @@ import hypothesis
 import jsonschema
 import numpy as np
 import pytest
+
+from constrained_decoding.testing import random_accepted_bytes
 from hypothesis import strategies as st
 
 import constrained_decoding as cd
@@ -173,47 +174,6 @@ def _dfa(spec: cd.JsonSchema):
   return _DFAS[spec]
 
 
-_DISTANCES = {}
-
-
-def _distances(dfa) -> list:
-  """Fewest bytes from each state to an accepting state (BFS on reversed arcs), cached."""
-  if id(dfa) in _DISTANCES:
-    return _DISTANCES[id(dfa)][1]
-  sources = [[] for _ in range(dfa.num_states)]
-  src, byte = np.nonzero(dfa.transitions >= 0)
-  for s, t in set(zip(src.tolist(), dfa.transitions[src, byte].tolist())):
-    sources[t].append(s)
-  distance = [None] * dfa.num_states
-  queue = collections.deque(np.nonzero(dfa.accepting)[0].tolist())
-  for q in queue:
-    distance[q] = 0
-  while queue:
-    q = queue.popleft()
-    for s in sources[q]:
-      if distance[s] is None:
-        distance[s] = distance[q] + 1
-        queue.append(s)
-  _DISTANCES[id(dfa)] = (dfa, distance)  # Keeps `dfa` alive so its id stays unique.
-  return distance
-
-
-def _random_walk(dfa, rng: random.Random, stop: float = 0.25, soft_limit: int = 120) -> bytes:
-  """A random accepted byte string (uniform next state; past `soft_limit`, toward acceptance)."""
-  distance = _distances(dfa)
-  state, out = dfa.start, bytearray()
-  while True:
-    row = dfa.transitions[state]
-    if dfa.accepting[state] and (rng.random() < stop or len(out) >= soft_limit or (row < 0).all()):
-      return bytes(out)
-    targets = sorted(set(row[row >= 0].tolist()))
-    if len(out) >= soft_limit:
-      targets = [t for t in targets if distance[t] < distance[state]]
-    target = rng.choice(targets)
-    out.append(rng.choice(np.nonzero(row == target)[0].tolist()))
-    state = target
-
-
 def _validate(instance, schema):
   jsonschema.validate(instance, schema, format_checker=jsonschema.FormatChecker())
 
@@ -229,7 +189,7 @@ def test_random_walks_validate(name, schema, _, policy, strict):
   dfa = _dfa(spec)
   rng = random.Random(f"{name}-{policy}-{strict}")
   for _ in range(12):
-    text = _random_walk(dfa, rng).decode("utf-8")
+    text = random_accepted_bytes(dfa, rng, soft_limit=120).decode("utf-8")
     instance = spec.parse(text)
     _validate(instance, schema)
     if policy == "compact":
@@ -637,7 +597,7 @@ def test_formats_against_examples_and_oracles(name):
     assert not dfa.accepts(text.encode()), text
   rng = random.Random(name)
   for _ in range(60):
-    text = _random_walk(dfa, rng, stop=0.1).decode()
+    text = random_accepted_bytes(dfa, rng, stop=0.1, soft_limit=120).decode()
     assert oracle(text), text
 
 
@@ -665,7 +625,7 @@ def test_recursive_ref_depth_bound(max_ref_depth):
     assert dfa.accepts(text.encode()) == (depth <= max_ref_depth), (depth, text)
   rng = random.Random(max_ref_depth)
   for _ in range(20):
-    assert _tree_depth(json.loads(_random_walk(dfa, rng))) <= max_ref_depth
+    assert _tree_depth(json.loads(random_accepted_bytes(dfa, rng, soft_limit=120))) <= max_ref_depth
 
 
 def test_recursive_ref_in_any_of_keeps_the_base_case():
@@ -926,7 +886,7 @@ def test_pydantic_model_through_its_json_schema():
   dfa = _dfa(spec)
   rng = random.Random(0)
   for _ in range(20):
-    text = _random_walk(dfa, rng).decode()
+    text = random_accepted_bytes(dfa, rng, soft_limit=120).decode()
     Character.model_validate_json(text)
   example = Character(name="A", items=[Item(name="x", durability=3, quality=Quality.MAGIC)])
   assert dfa.accepts(example.model_dump_json().encode())

@@ -5,7 +5,6 @@ ranges, random for big and negative ones), `json.loads`/`json.dumps` for strings
 schema-free values, and counting for nesting depth and whitespace runs.
 """
 
-import collections
 import fractions
 import json
 import random
@@ -13,6 +12,8 @@ import random
 import hypothesis
 import numpy as np
 import pytest
+
+from constrained_decoding.testing import random_accepted_bytes
 from hypothesis import strategies as st
 
 import constrained_decoding as cd
@@ -38,45 +39,6 @@ def accepts_many(dfa, texts) -> np.ndarray:
   return (state >= 0) & dfa.accepting[np.maximum(state, 0)]
 
 
-def random_walk(dfa, rng: random.Random, stop: float = 0.25, soft_limit: int = 80) -> bytes:
-  """A random accepted byte string: a uniformly chosen next *state* at each step.
-
-  Past `soft_limit` bytes only moves that get closer to an accepting state are taken,
-  so the walk always ends.
-  """
-  transitions = dfa.transitions
-  distance = _distances_to_accept(dfa)
-  state, out = dfa.start, bytearray()
-  while True:
-    row = transitions[state]
-    if dfa.accepting[state] and (rng.random() < stop or len(out) >= soft_limit
-                                 or (row < 0).all()):
-      return bytes(out)
-    targets = sorted(set(row[row >= 0].tolist()))
-    if len(out) >= soft_limit:
-      targets = [t for t in targets if distance[t] < distance[state]]
-    target = rng.choice(targets)
-    out.append(rng.choice(np.nonzero(row == target)[0].tolist()))
-    state = target
-
-
-def _distances_to_accept(dfa) -> list[int]:
-  """Fewest bytes from each state to an accepting state (BFS on reversed arcs)."""
-  sources = [[] for _ in range(dfa.num_states)]
-  src, byte = np.nonzero(dfa.transitions >= 0)
-  for s, t in set(zip(src.tolist(), dfa.transitions[src, byte].tolist())):
-    sources[t].append(s)
-  distance = [None] * dfa.num_states
-  queue = collections.deque(np.nonzero(dfa.accepting)[0].tolist())
-  for q in queue:
-    distance[q] = 0
-  while queue:
-    q = queue.popleft()
-    for s in sources[q]:
-      if distance[s] is None:
-        distance[s] = distance[q] + 1
-        queue.append(s)
-  return distance
 
 
 # ---- Integer ranges. ----
@@ -379,7 +341,7 @@ def test_json_random_walks_are_json_within_limits(spec):
   dfa = _json_dfa(spec)
   rng = random.Random(spec.describe())
   for _ in range(40):
-    text = random_walk(dfa, rng).decode()
+    text = random_accepted_bytes(dfa, rng).decode()
     value = spec.parse(text)
     total, objects, arrays = _depth(value)
     assert total <= spec.max_depth
