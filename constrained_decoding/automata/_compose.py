@@ -97,13 +97,7 @@ def _walk(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray, *, max_edges: int,
           f"vocabulary. Raise CompileOptions.max_seconds or simplify the constraint."
       )
     # Expand every frontier pair (node, state) into the node's children.
-    first = trie.child_start[node]
-    counts = trie.child_start[node + 1] - first
-    total = int(counts.sum())
-    if total == 0:
-      break
-    pair = np.repeat(np.arange(len(node), dtype=np.int32), counts)
-    slot = np.arange(total, dtype=np.int32) + np.repeat(first - (np.cumsum(counts) - counts), counts)
+    pair, slot = trie.child_slots(node)
     nxt = dfa.transitions[state[pair], trie.child_byte[slot]]
     keep = np.nonzero(nxt != NO_STATE)[0]
     node, state, origin = trie.child_node[slot[keep]], nxt[keep], origin[pair[keep]]

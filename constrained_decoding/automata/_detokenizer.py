@@ -59,6 +59,19 @@ class VocabTrie:
   def num_nodes(self) -> int:
     return int(self.node_depth.shape[0])
 
+  def child_slots(self, node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pair, slot): every child slot of each node in `node`, and which node it is of.
+
+    The vectorized step of every trie walk: `child_byte[slot]` and `child_node[slot]`
+    are the children, `pair` indexes back into `node` (and any array aligned with it).
+    """
+    first = self.child_start[node]
+    counts = self.child_start[node + 1] - first
+    pair = np.repeat(np.arange(len(node), dtype=np.int32), counts)
+    slot = np.arange(int(counts.sum()), dtype=np.int32) + np.repeat(
+        first - (np.cumsum(counts) - counts), counts)
+    return pair, slot
+
   @functools.cached_property
   def is_byte_complete(self) -> bool:
     """Whether every single byte is a token (then every byte path is tokenizable)."""

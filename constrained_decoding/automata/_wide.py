@@ -125,14 +125,7 @@ def _walk_loop(loop: np.ndarray, trie: VocabTrie, entry: int, *, after_first_byt
     node = np.zeros(1, np.int32)
   state = np.full(len(node), entry, np.int32)
   while len(node):
-    first = trie.child_start[node]
-    counts = trie.child_start[node + 1] - first
-    total = int(counts.sum())
-    if total == 0:
-      break
-    pair = np.repeat(np.arange(len(node), dtype=np.int32), counts)
-    slot = np.arange(total, dtype=np.int32) + np.repeat(first - (np.cumsum(counts) - counts),
-                                                       counts)
+    pair, slot = trie.child_slots(node)
     nxt = loop[state[pair], trie.child_byte[slot]]
     keep = np.nonzero(nxt != NO_STATE)[0]
     node, state = trie.child_node[slot[keep]], nxt[keep]
