@@ -15,7 +15,8 @@ import regex
 from hypothesis import strategies as st
 
 import constrained_decoding as cd
-from constrained_decoding.testing import TokenIndex, reference_allowed, reference_step
+from constrained_decoding.testing import (TokenIndex, reference_accepts, reference_allowed,
+                                          reference_step)
 
 MULTIPLE_CHOICE = r"Red|Orange|Yellow|Green|Blue|Indigo|Violet"
 DATE_TIME = r"\d{4}-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-5]\d([+][0-2]\d:[0-5]\d|Z)"
@@ -94,15 +95,6 @@ def index(gemma_vocab):
   return TokenIndex(gemma_vocab)
 
 
-def _accepts(tables, tokens) -> bool:
-  state = int(tables.start[0])
-  for t in tokens:
-    state = reference_step(tables, state, t)
-    if state is None:
-      return False
-  return bool(tables.accepting[state])
-
-
 def test_at_least_fifty_patterns():
   assert len(CASES) >= 50
 
@@ -117,9 +109,9 @@ def test_accept_reject_against_re(pattern, texts, gemma_compiler, index):
   for text in texts:
     expected = re.fullmatch(pattern, text, re.ASCII) is not None
     data = text.encode("utf-8")
-    assert _accepts(tables, index.longest_tokenization(data)) == expected, text
+    assert reference_accepts(tables, index.longest_tokenization(data)) == expected, text
     for _ in range(3):
-      assert _accepts(tables, index.random_tokenization(data, rng)) == expected, text
+      assert reference_accepts(tables, index.random_tokenization(data, rng)) == expected, text
 
 
 def _completions(tail: bytes) -> range:
@@ -213,7 +205,7 @@ def test_completeness_random_tokenizations(pattern, data, gemma_compiler, index)
                    .filter(lambda s: not any(0xD800 <= ord(c) <= 0xDFFF for c in s)))
   seed = data.draw(st.integers(0, 2**32))
   tokens = index.random_tokenization(text.encode("utf-8"), random.Random(seed))
-  assert _accepts(tables, tokens)
+  assert reference_accepts(tables, tokens)
 
 
 @pytest.mark.parametrize("pattern", _COMPLETENESS + [r".{0,5}", r"[^a-z]{2,3}"])

@@ -1,6 +1,7 @@
 """Helpers for testing code that uses constrained_decoding (numpy references)."""
 
 from constrained_decoding.testing._reference import TokenIndex
+from constrained_decoding.testing._reference import reference_accepts
 from constrained_decoding.testing._reference import reference_allowed
 from constrained_decoding.testing._reference import reference_step
 from constrained_decoding.testing._reference import reference_walk
@@ -11,6 +12,7 @@ __all__ = [
     "TokenIndex",
     "distances_to_accept",
     "random_accepted_bytes",
+    "reference_accepts",
     "reference_allowed",
     "reference_step",
     "reference_walk",

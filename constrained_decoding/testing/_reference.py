@@ -3,6 +3,7 @@
 Public functions:
   reference_allowed(tables, state)        bool [V] allowed set of one automaton state.
   reference_walk(tables, tokens, start)   (states, accepted) following tokens with numpy.
+  reference_accepts(tables, tokens)       whether the tokens end in an accepting state.
   TokenIndex(vocab)                       bytes -> token ids, for random tokenizations.
 """
 
@@ -50,6 +51,14 @@ def reference_walk(tables: ConstraintTables, tokens, start: int | None = None):
     state = nxt
     states.append(state)
   return states, True
+
+
+def reference_accepts(tables: ConstraintTables, tokens, start: int | None = None) -> bool:
+  """Whether `tokens` (without end of sequence) lead from `start` to an accepting state."""
+  states, ok = reference_walk(tables, tokens, start)
+  final = states[-1] if states else (int(np.asarray(tables.start)[0]) if start is None
+                                     else start)
+  return ok and bool(np.asarray(tables.accepting)[final])
 
 
 class TokenIndex:

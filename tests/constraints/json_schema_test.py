@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from constrained_decoding.testing import random_accepted_bytes
+from constrained_decoding.testing import reference_accepts
 from hypothesis import strategies as st
 
 import constrained_decoding as cd
@@ -457,12 +458,7 @@ def test_token_level_random_tokenizations_and_walks(schema, policy, gemma_compil
   eos = set(gemma_vocab.eos_ids)
 
   def accepted(tokens):
-    state = int(tables.start[0])
-    for t in tokens:
-      state = reference_step(tables, state, t)
-      if state is None:
-        return False
-    return bool(tables.accepting[state])
+    return reference_accepts(tables, tokens)
 
   instances = _strategy(schema, schema, extras=False)
 
