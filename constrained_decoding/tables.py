@@ -124,13 +124,6 @@ def bitmask(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
   return bits
 
 
-def max_out_degree(token_dfa) -> int:
-  """Most explicit edges leaving one state of `token_dfa`."""
-  if not token_dfa.num_states:
-    return 0
-  return int(np.bincount(token_dfa.edge_source, minlength=token_dfa.num_states).max())
-
-
 def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> int:
   """Upper bound on the bytes `pack_tables` would use (masks counted one per state)."""
   s_pad = bucket_size(token_dfa.num_states, min_bucket)

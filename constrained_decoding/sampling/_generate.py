@@ -184,6 +184,14 @@ def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed):
   return constraint, state, eos_ids
 
 
+def _decode_until(model, tables, state: DecodeState, limit: int, eos_ids,
+                  sampling: SamplingConfig) -> DecodeState:
+  """Runs the jitted loop until `limit` tokens exist (values as arrays: no recompiles)."""
+  return _decode(model.params, tables, state, jnp.int32(limit), eos_ids,
+                 jnp.float32(sampling.temperature), jnp.float32(sampling.top_p),
+                 config=model.config, sampling=sampling.static_part())
+
+
 def _completions(model, state: DecodeState, count: int) -> list[Completion]:
   tokens = np.asarray(state.tokens)[:, :count]
   eos = set(model.vocab.eos_ids)
@@ -232,9 +240,7 @@ def generate(
   """
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
                                     max_new_tokens, seed)
-  state = _decode(model.params, tables, state, jnp.int32(max_new_tokens), eos_ids,
-                  jnp.float32(sampling.temperature), jnp.float32(sampling.top_p),
-                  config=model.config, sampling=sampling.static_part())
+  state = _decode_until(model, tables, state, max_new_tokens, eos_ids, sampling)
   return _completions(model, state, max_new_tokens)
 
 
@@ -262,9 +268,7 @@ def generate_stream(
   finished = np.zeros(state.tokens.shape[0], bool)
   while emitted < max_new_tokens and not finished.all():
     limit = min(emitted + chunk_size, max_new_tokens)
-    state = _decode(model.params, tables, state, jnp.int32(limit), eos_ids,
-                    jnp.float32(sampling.temperature), jnp.float32(sampling.top_p),
-                    config=model.config, sampling=sampling.static_part())
+    state = _decode_until(model, tables, state, limit, eos_ids, sampling)
     produced = int(state.step)
     new = np.asarray(state.tokens[:, emitted:produced])
     for row in range(new.shape[0]):
