@@ -178,7 +178,7 @@ class Compiler:
     packed_bytes = _tables.estimate_nbytes(token_dfa, self.vocab, min_bucket=opts.min_bucket)
     if packed_bytes > opts.max_table_bytes:
       raise CompileBudgetError(
-          f"{what} would need {packed_bytes / 2**20:.0f} MiB of tables "
+          f"{what} would need {packed_bytes / 2**20:.1f} MiB of tables "
           f"({token_dfa.num_states} states, {len(token_dfa.edge_token)} token edges, one "
           f"32 KiB mask per distinct allowed set). Expected at most "
           f"CompileOptions.max_table_bytes={opts.max_table_bytes}. Replace bounded "

@@ -257,3 +257,15 @@ def test_compile_budget_errors(gemma_vocab, gemma_compiler):
 def test_compile_is_memoized(gemma_compiler):
   assert gemma_compiler.compile(cd.Regex("memo")) is gemma_compiler.compile(cd.Regex("memo"))
   assert cd.Regex("a") == cd.Regex("a") and hash(cd.Regex("a")) == hash(cd.Regex("a"))
+
+
+def test_table_bytes_budget_and_compiler_type_errors(gemma_vocab):
+  small = cd.Compiler(gemma_vocab, cd.CompileOptions(max_table_bytes=1000))
+  with pytest.raises(cd.CompileBudgetError,
+                     match=r"would need 0.3 MiB of tables .*max_table_bytes=1000"):
+    small.compile(cd.Regex(r"\d{4}"))
+  # Outside the tests' type-checking import hook, which would intercept it first.
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  out = subprocess.run([sys.executable, "-c", "import constrained_decoding as cd; "
+                        "cd.Compiler('gemma')"], capture_output=True, text=True)
+  assert "TypeError: Compiler got str. Expected a cd.Vocabulary." in out.stderr

@@ -152,3 +152,18 @@ def test_control_ids_and_decode():
   vocab = cd.Vocabulary.from_token_bytes([b"ab", None, b"", b"c"], eos_ids=[1])
   assert vocab.control_ids == (1, 2)
   assert vocab.decode(np.array([0, 1, 3, 2, 99])) == b"abc"
+
+
+def test_gguf_reader_errors(tmp_path):
+  import struct  # pylint: disable=g-import-not-at-top
+
+  from constrained_decoding.vocab._gguf_file import GgufFormatError, read_gguf  # pylint: disable=g-import-not-at-top
+
+  old = tmp_path / "old.gguf"
+  old.write_bytes(b"GGUF" + struct.pack("<IQQ", 1, 0, 0))
+  with pytest.raises(GgufFormatError, match=r"has version 1. Expected 2 or 3"):
+    read_gguf(old)
+  truncated = tmp_path / "short.gguf"
+  truncated.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 50) + b"k")
+  with pytest.raises(GgufFormatError, match=r"is truncated"):
+    read_gguf(truncated)
