@@ -22,7 +22,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) benchmarks/regex_bench.py
+	$(PY) benchmarks/regex_bench.py --batch-sizes 1,64
 
 clean:
 	rm -rf $(VENV)
