@@ -52,3 +52,33 @@ def test_demo_prompt_examples_conform():
   for answer in answers:
     assert re.fullmatch(demo.ANSWER_REGEX, answer)
     assert json.loads(answer)["Final Answer"] in "ABCD"
+
+
+def test_spec_flags_errors(tmp_path, capsys):
+  bad_schema = tmp_path / "s.json"
+  bad_schema.write_text('{"type": "object", "uniqueItems": true}')
+  bad_grammar = tmp_path / "g.gbnf"
+  bad_grammar.write_text('root ::= "a" (')
+  cases = [
+      (["--json-schema", str(tmp_path / "missing.json")], r"No such file"),
+      (["--json-schema", str(bad_schema)], r"UnsupportedSchemaError"),
+      (["--grammar", str(bad_grammar)], r"GrammarSyntaxError"),
+      (["--dataclass", "json"], r"has no class name. Expected MODULE:NAME"),
+      (["--dataclass", "no_such_module_xyz:A"], r"could not be imported"),
+  ]
+  for args, message in cases:
+    code = cli.main(["generate", "--prompt", "x", *args])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "", args
+    assert __import__("re").search(message, captured.err), (args, captured.err)
+
+
+@pytest.mark.slow
+def test_generate_json_schema_with_the_default_model(tmp_path):
+  schema = tmp_path / "answer.json"
+  schema.write_text('{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, '
+                    '"required": ["answer"], "additionalProperties": false}')
+  out = _run("generate", "--prompt", "Is the sky blue? Answer in JSON: ", "--json-schema",
+             str(schema), "--max-new-tokens", "16", "--no-stream")
+  assert out.returncode == 0, out.stderr
+  assert json.loads(out.stdout) in ({"answer": "yes"}, {"answer": "no"})
