@@ -206,19 +206,10 @@ class _Builder:
     items = [self.type_ir(a, where) for a in args]
     if len(items) == 1:
       return ir.concat(ir.Bytes(b"("), items[0], ir.Bytes(b",)"))
-    return ir.concat(ir.Bytes(b"("), *_joined(items), ir.Bytes(b")"))
+    return ir.concat(ir.Bytes(b"("), *jv.interleave(items, _SEPARATOR), ir.Bytes(b")"))
 
 
 _REPR = jv.Whitespace("single")  # `[a, b]`, `{k: v}`: Python's repr spacing.
-
-
-def _joined(items: list) -> list:
-  out = []
-  for i, item in enumerate(items):
-    if i:
-      out.append(_SEPARATOR)
-    out.append(item)
-  return out
 
 
 def _type_name(tp) -> str:

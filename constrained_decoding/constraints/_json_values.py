@@ -459,20 +459,21 @@ def const_value(value, ws: Whitespace) -> ir.Node:
     if not value:
       return ws.empty(b"[]")
     items = [const_value(v, ws) for v in value]
-    return ir.concat(ws.open(b"["), *_join(items, ws.comma), ws.close(b"]"))
+    return ir.concat(ws.open(b"["), *interleave(items, ws.comma), ws.close(b"]"))
   if isinstance(value, dict):
     if not value:
       return ws.empty(b"{}")
     members = [ir.concat(canonical_string(str(k)), ws.colon, const_value(v, ws))
                for k, v in value.items()]
-    return ir.concat(ws.open(b"{"), *_join(members, ws.comma), ws.close(b"}"))
+    return ir.concat(ws.open(b"{"), *interleave(members, ws.comma), ws.close(b"}"))
   raise ValueError(
       f"Value {value!r} of type {type(value).__name__} is not JSON. Expected None, bool,"
       " int, float, str, list or dict."
   )
 
 
-def _join(items: list, separator: ir.Node) -> list:
+def interleave(items: list, separator: ir.Node) -> list:
+  """`items` with `separator` between consecutive ones."""
   out = []
   for i, item in enumerate(items):
     if i:

@@ -173,26 +173,25 @@ def _combine_flags(flags: int, add_flags: int, del_flags: int) -> int:
   return (flags | add_flags) & ~del_flags
 
 
+def _only_anchors(op, av, anchors) -> bool:
+  """Whether an item only matches the empty string at one of `anchors` (`^`, `(?:^|)`)."""
+  if op is sre.AT:
+    return av in anchors
+  if op is sre.SUBPATTERN:
+    return all(_only_anchors(*item, anchors) for item in av[3].data)
+  if op is sre.BRANCH:
+    return all(_only_anchors(*item, anchors) for alt in av[1] for item in alt.data)
+  return False
+
+
 def _bol_like(op, av) -> bool:
   """Whether an item only matches the empty string at the start (`^`, `\\A`, `(?:^|)`)."""
-  if op is sre.AT:
-    return av in _BOL
-  if op is sre.SUBPATTERN:
-    return all(_bol_like(*item) for item in av[3].data)
-  if op is sre.BRANCH:
-    return all(_bol_like(*item) for alt in av[1] for item in alt.data)
-  return False
+  return _only_anchors(op, av, _BOL)
 
 
 def _eol_like(op, av) -> bool:
   """Whether an item only matches the empty string at the end (`$`, `\\Z`, `(?:$|)`)."""
-  if op is sre.AT:
-    return av in _EOL
-  if op is sre.SUBPATTERN:
-    return all(_eol_like(*item) for item in av[3].data)
-  if op is sre.BRANCH:
-    return all(_eol_like(*item) for alt in av[1] for item in alt.data)
-  return False
+  return _only_anchors(op, av, _EOL)
 
 
 class _Walker:
