@@ -192,7 +192,7 @@ class Compiler:
         token_states=token_dfa.num_states,
         token_edges=len(token_dfa.edge_token),
         num_terminals=int(token_dfa.terminal_bits.shape[0]),
-        num_masks=int(tables.state_mask[:token_dfa.num_states].max()) + 1,
+        num_masks=int(tables.group_mask[:token_dfa.num_states].max()) + 1,
         nbytes=_tables.tables_nbytes(tables),
         seconds={"parse": t1 - t0, "byte_dfa": t2 - t1, "compose": t3 - t2,
                  "pack": t4 - t3, "total": t4 - t0},

@@ -3,32 +3,53 @@
 Host-only (numpy). The device side (`runtime/`) registers `ConstraintTables` as a JAX
 pytree, so tables built here can be passed straight into jitted functions.
 
-Layout (S states, K edges per state, M distinct masks, W = ceil(V / 32) words, C
-constraints stacked):
+Layout (S states, G edge groups, K groups per state, E edges, M distinct masks,
+W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at most):
 
   start         int32  [C]     start state of each stacked constraint
-  accepting     bool   [S]     end of sequence allowed here
+  accepting     bool   [S]     the input may end here (for push-down tables: the state
+                               is final in its rule; see "end of sequence" below)
   mask_bits     uint32 [M, W]  deduplicated allowed-token sets; token t is bit t % 32 of
-                               word t // 32 (end-of-sequence ids included where accepting)
-  state_mask    int32  [S]     row of `mask_bits` holding each state's allowed set
-  edge_start    int32  [S + 1] explicit edges of state s are edge_start[s]:edge_start[s+1]
-  edge_tokens   int32  [E]     explicit edges, sorted by (state, token), padded at the end
+                               word t // 32 (end-of-sequence ids are added at run time)
+  state_groups  int32  [S, K]  the edge groups leaving each state, -1 padded
+  group_mask    int32  [G]     row of `mask_bits` holding each group's allowed tokens
+  group_pops    int32  [G, P]  stack symbols a group pops, top of stack first, -1 padded;
+                               the group applies only when the stack ends with them
+  group_num_pops int32 [G]     how many symbols each group pops
+  edge_start    int32  [G + 1] explicit edges of group g are edge_start[g]:edge_start[g+1]
+  edge_tokens   int32  [E]     explicit edges, sorted by (group, token), padded at the end
                                with PAD_TOKEN (int32 max) so binary search stays valid
   edge_targets  int32  [E]     target state of each edge, padded with NO_STATE (-1)
+  edge_pushes   int32  [E]     row of `push_symbols` an edge pushes (0: push nothing)
+  push_symbols  int32  [U, Q]  symbol sequences pushed, bottom first, -1 padded
+  push_lengths  int32  [U]     length of each sequence (row 0 is the empty one)
   eos_bits      uint32 [W]     the end-of-sequence ids as a bitmask
   terminal_bits uint32 [T, W]  token bitmaps of terminal edges (wide states, Sec. 2.5.1)
   state_terminals int32 [S, R, 2]  (terminal id, target) per state in precedence order,
-                               -1 padded; consulted only when no explicit edge matches
+                               -1 padded; consulted only when no explicit edge matches;
+                               terminal edges never touch the stack
+  stack_depth   static int     D, the stack capacity of a row (0 for regular tables)
 
-S, E and M are padded to the next power of two (at least `min_bucket`) so that
+A regular constraint (token DFA) has one group per state (K = 1, G = S), pops nothing
+and pushes nothing (P = Q = 0). A grammar (token-level push-down automaton, Alg. 3)
+has several groups per state, one per distinct pop sequence: the allowed set for
+(state, stack) is the union of the groups whose pops match the top of the stack, and
+the stack symbols are return addresses, i.e. state ids.
+
+End of sequence is allowed in state q with stack s when q and every state on s are
+`accepting` (each pending rule may return without more input). For regular tables the
+stack is empty, so this is `accepting[q]`.
+
+S, G, E and M are padded to the next power of two (at least `min_bucket`) so that
 constraints of similar size share one compiled executable. Edges are one flat CSR
-array rather than a [S, K] matrix padded to the widest state, so one state with 100k
-explicit edges costs 100k entries, not 100k per state. Padding states are dead: not
-accepting, no edges, never the target of an edge.
+array rather than a [G, K] matrix padded to the widest group, so one group with 100k
+explicit edges costs 100k entries, not 100k per group. Padding states are dead: not
+accepting, no groups, never the target of an edge.
 
 Public names:
-  ConstraintTables             the packed arrays (+ static `vocab_size`).
+  ConstraintTables             the packed arrays (+ static `vocab_size`, `stack_depth`).
   pack_tables(token_dfa, vocab) TokenDfa -> ConstraintTables.
+  pack_pda_tables(token_pda, vocab, stack_depth=) TokenPda -> ConstraintTables.
   stack_tables(tables_list)    several constraints in one table set (states offset).
   tables_nbytes(tables)        size report in bytes, per array and in total.
   estimate_nbytes(token_dfa, vocab)  an upper bound, checked before packing.
@@ -45,8 +66,11 @@ PAD_TOKEN = np.iinfo(np.int32).max
 NO_STATE = -1
 DEFAULT_MIN_BUCKET = 8
 
-_ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_mask", "edge_start",
-                 "edge_tokens", "edge_targets", "eos_bits", "terminal_bits", "state_terminals")
+_ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask",
+                 "group_pops", "group_num_pops", "edge_start", "edge_tokens", "edge_targets",
+                 "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",
+                 "state_terminals")
+_META_FIELDS = ("vocab_size", "stack_depth")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -58,49 +82,52 @@ class ConstraintTables:
   state = cd.init_state(tables, batch_size=2)
   ```
 
-  Attributes:
-    start: Start state of each stacked constraint (`[C]`).
-    accepting: Whether an end-of-sequence token is allowed in each state (`[S]`).
-    mask_bits: Deduplicated allowed-token sets (`[M, W]`); token t is word t // 32,
-      bit t % 32.
-    state_mask: Row of `mask_bits` holding each state's allowed set (`[S]`).
-    edge_start: Where each state's explicit edges begin in `edge_tokens` (`[S + 1]`).
-    edge_tokens: Explicit edges sorted by (state, token), padded with PAD_TOKEN (`[E]`).
-    edge_targets: Target state of each edge in `edge_tokens`, padded with -1 (`[E]`).
-    eos_bits: The end-of-sequence token ids as a bitmask (`[W]`).
-    terminal_bits: Token bitmaps of terminal edges (`[T, W]`).
-    state_terminals: (terminal id, target state) of each state's terminal edges, in
-      precedence order, -1 padded (`[S, R, 2]`). Explicit edges take precedence.
-    vocab_size: Width of the model's logits. Static: it fixes shapes.
+  Attributes: see the module docstring for shapes and meaning. `vocab_size` (width of
+  the model's logits) and `stack_depth` (stack capacity per row) are static: they fix
+  shapes.
   """
 
   # numpy arrays on the host, jax arrays (or tracers) on the device: hence `Any`.
   start: Any
   accepting: Any
   mask_bits: Any
-  state_mask: Any
+  state_groups: Any
+  group_mask: Any
+  group_pops: Any
+  group_num_pops: Any
   edge_start: Any
   edge_tokens: Any
   edge_targets: Any
+  edge_pushes: Any
+  push_symbols: Any
+  push_lengths: Any
   eos_bits: Any
   terminal_bits: Any
   state_terminals: Any
   vocab_size: int
+  stack_depth: int = 0
 
   @property
   def num_constraints(self) -> int:
     return int(self.start.shape[0])
 
   @property
-  def shape_key(self) -> tuple[int, ...]:
-    """(C, S, E, M, W, T, R): tables with equal keys share one compiled step function."""
-    return (self.start.shape[0], self.accepting.shape[0], self.edge_tokens.shape[0],
-            *self.mask_bits.shape, self.terminal_bits.shape[0], self.state_terminals.shape[1])
+  def is_pushdown(self) -> bool:
+    """Whether any stacked constraint uses the stack (a recursive grammar)."""
+    return self.stack_depth > 0
+
+  @property
+  def shape_key(self) -> tuple:
+    """Tables with equal keys share one compiled step function."""
+    return (tuple(np.shape(getattr(self, name)) for name in _ARRAY_FIELDS),
+            self.vocab_size, self.stack_depth)
 
   def __repr__(self) -> str:
-    c, s, e, m, _, t, _ = self.shape_key
-    return (f"ConstraintTables(constraints={c}, states={s}, edges={e}, "
-            f"masks={m}, terminals={t}, vocab_size={self.vocab_size}, "
+    kind = f", stack_depth={self.stack_depth}" if self.stack_depth else ""
+    return (f"ConstraintTables(constraints={self.start.shape[0]}, "
+            f"states={self.accepting.shape[0]}, groups={self.group_mask.shape[0]}, "
+            f"edges={self.edge_tokens.shape[0]}, masks={self.mask_bits.shape[0]}, "
+            f"terminals={self.terminal_bits.shape[0]}, vocab_size={self.vocab_size}{kind}, "
             f"nbytes={tables_nbytes(self)['total']})")
 
 
@@ -130,7 +157,30 @@ def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -
   e_pad = bucket_size(len(token_dfa.edge_token), min_bucket)
   m_pad = bucket_size(token_dfa.num_states, min_bucket)
   t_pad = bucket_size(token_dfa.terminal_bits.shape[0], 1)
-  return (e_pad * 8 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4 + s_pad * 17)
+  return (e_pad * 12 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4 + s_pad * 29)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Automaton:
+  """What both packers share: states, edge groups, edges and terminals as numpy arrays.
+
+  Groups must be sorted by state and edges by (group, token).
+  """
+
+  num_states: int
+  accepting: np.ndarray       # bool [S]
+  group_state: np.ndarray     # int [G]
+  group_pops: np.ndarray      # int [G, P], -1 padded, top of stack first
+  group_num_pops: np.ndarray  # int [G]
+  edge_group: np.ndarray      # int [E]
+  edge_token: np.ndarray      # int [E]
+  edge_target: np.ndarray     # int [E]
+  edge_push: np.ndarray       # int [E], rows of push_symbols
+  push_symbols: np.ndarray    # int [U, Q], -1 padded, bottom first; row 0 empty
+  push_lengths: np.ndarray    # int [U]
+  terminal_bits: np.ndarray   # uint32 [T, W]
+  state_terminal: np.ndarray  # int [S], -1: none
+  terminal_target: np.ndarray  # int [S]
 
 
 def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
@@ -139,75 +189,115 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
   Args:
     token_dfa: A trimmed token DFA from `automata.compose_token_dfa`, non-empty.
     vocab: The `Vocabulary` it was built for (end-of-sequence ids and logits width).
-    min_bucket: Smallest padded size of S, K and M.
+    min_bucket: Smallest padded size of S, E and M.
   """
   s = token_dfa.num_states
-  src, tok, dst = token_dfa.edge_source, token_dfa.edge_token, token_dfa.edge_target
-  eos = np.asarray(vocab.eos_ids, np.int64)
-  w = num_words(vocab.vocab_size)
-  counts = np.bincount(src, minlength=s)
-  offsets = np.zeros(s + 1, np.int64)
+  e = len(token_dfa.edge_token)
+  automaton = _Automaton(
+      num_states=s, accepting=np.asarray(token_dfa.accepting, bool),
+      group_state=np.arange(s), group_pops=np.zeros((s, 0), np.int32),
+      group_num_pops=np.zeros(s, np.int32), edge_group=token_dfa.edge_source,
+      edge_token=token_dfa.edge_token, edge_target=token_dfa.edge_target,
+      edge_push=np.zeros(e, np.int32), push_symbols=np.zeros((1, 0), np.int32),
+      push_lengths=np.zeros(1, np.int32), terminal_bits=token_dfa.terminal_bits,
+      state_terminal=token_dfa.state_terminal, terminal_target=token_dfa.terminal_target)
+  return _pack(automaton, vocab, stack_depth=0, min_bucket=min_bucket)
+
+
+def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
+                    min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
+  """Packs a `TokenPda` (`automata/_pda.py`) with a stack of `stack_depth` symbols."""
+  automaton = _Automaton(
+      num_states=token_pda.num_states, accepting=np.asarray(token_pda.accepting, bool),
+      group_state=token_pda.group_state, group_pops=token_pda.group_pops,
+      group_num_pops=token_pda.group_num_pops, edge_group=token_pda.edge_group,
+      edge_token=token_pda.edge_token, edge_target=token_pda.edge_target,
+      edge_push=token_pda.edge_push, push_symbols=token_pda.push_symbols,
+      push_lengths=token_pda.push_lengths, terminal_bits=token_pda.terminal_bits,
+      state_terminal=token_pda.state_terminal, terminal_target=token_pda.terminal_target)
+  return _pack(automaton, vocab, stack_depth=max(int(stack_depth), 1), min_bucket=min_bucket)
+
+
+def _group_masks(a: _Automaton, w: int, min_bucket: int) -> tuple[np.ndarray, np.ndarray]:
+  """Deduplicated mask rows: (mask_bits [M_pad, W], row of each group [G]).
+
+  A group's allowed set is its explicit tokens, plus its state's terminal bitmap when
+  the group pops nothing (terminal edges apply whatever the stack holds).
+  """
+  g = len(a.group_state)
+  counts = np.bincount(a.edge_group, minlength=g)
+  offsets = np.zeros(g + 1, np.int64)
   np.cumsum(counts, out=offsets[1:])
-  # Deduplicate allowed sets: one mask row per distinct (accepting, tokens) pair.
-  row_of_state = np.zeros(s, np.int32)
+  terminal = np.where(a.group_num_pops == 0, a.state_terminal[a.group_state], -1)
+  row_of_group = np.zeros(g, np.int32)
   rows: dict[bytes, int] = {}
-  is_representative = np.zeros(s, bool)
-  tok_bytes = tok.tobytes()
-  accepting_list = token_dfa.accepting.tolist()
-  terminal_list = token_dfa.state_terminal.tolist()
-  for q, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
-    key = (b"\1" if accepting_list[q] else b"\0") + terminal_list[q].to_bytes(
-        4, "little", signed=True) + tok_bytes[4 * lo:4 * hi]
+  is_representative = np.zeros(g, bool)
+  tok_bytes = np.asarray(a.edge_token, np.int32).tobytes()
+  for k, (lo, hi, term) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(),
+                                         terminal.tolist())):
+    key = term.to_bytes(4, "little", signed=True) + tok_bytes[4 * lo:4 * hi]
     new_row = len(rows)
     row = rows.setdefault(key, new_row)
-    is_representative[q] = row == new_row
-    row_of_state[q] = row
-  m = len(rows)
-  mask_bits = np.zeros((bucket_size(m, min_bucket), w), np.uint32)
-  # Representatives are the first state of each row, so their rows come in order.
-  rep_edges = is_representative[src]
-  rep_rows = row_of_state[src[rep_edges]]
-  rep_tokens = tok[rep_edges]
-  accepting_rows = row_of_state[is_representative & token_dfa.accepting]
-  all_rows = np.concatenate([rep_rows, np.repeat(accepting_rows, len(eos))])
-  all_tokens = np.concatenate([rep_tokens, np.tile(eos, len(accepting_rows))]).astype(np.int64)
-  _set_bits(mask_bits, all_rows, all_tokens)
-  wide_reps = np.nonzero(is_representative & (token_dfa.state_terminal >= 0))[0]
-  mask_bits[row_of_state[wide_reps]] |= token_dfa.terminal_bits[
-      token_dfa.state_terminal[wide_reps]]
+    is_representative[k] = row == new_row
+    row_of_group[k] = row
+  mask_bits = np.zeros((bucket_size(len(rows), min_bucket), w), np.uint32)
+  # Representatives are the first group of each row, so their rows come in order.
+  rep_edges = is_representative[a.edge_group]
+  _set_bits(mask_bits, row_of_group[a.edge_group[rep_edges]],
+            np.asarray(a.edge_token[rep_edges], np.int64))
+  wide_reps = np.nonzero(is_representative & (terminal >= 0))[0]
+  mask_bits[row_of_group[wide_reps]] |= a.terminal_bits[terminal[wide_reps]]
+  return mask_bits, row_of_group
 
-  s_pad = bucket_size(s, min_bucket)
-  e_pad = bucket_size(len(src), min_bucket)
-  edge_start = np.full(s_pad + 1, len(src), np.int32)
-  edge_start[:s + 1] = offsets
+
+def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> ConstraintTables:
+  s, g, e = a.num_states, len(a.group_state), len(a.edge_token)
+  w = num_words(vocab.vocab_size)
+  mask_bits, row_of_group = _group_masks(a, w, min_bucket)
+  s_pad, g_pad, e_pad = (bucket_size(n, min_bucket) for n in (s, g, e))
+  groups_per_state = np.bincount(a.group_state, minlength=s)
+  k = max(int(groups_per_state.max(initial=0)), 1)
+  state_groups = np.full((s_pad, k), NO_STATE, np.int32)
+  first_group = np.zeros(s + 1, np.int64)
+  np.cumsum(groups_per_state, out=first_group[1:])
+  rank = np.arange(g) - first_group[a.group_state]
+  state_groups[a.group_state, rank] = np.arange(g)
+  group_mask = np.zeros(g_pad, np.int32)
+  group_mask[:g] = row_of_group
+  p = a.group_pops.shape[1]
+  group_pops = np.full((g_pad, p), NO_STATE, np.int32)
+  group_pops[:g] = a.group_pops
+  group_num_pops = np.zeros(g_pad, np.int32)
+  group_num_pops[:g] = a.group_num_pops
+  counts = np.bincount(a.edge_group, minlength=g)
+  edge_start = np.full(g_pad + 1, e, np.int32)
+  edge_start[0] = 0
+  np.cumsum(counts, out=edge_start[1:g + 1])
   edge_tokens = np.full(e_pad, PAD_TOKEN, np.int32)
   edge_targets = np.full(e_pad, NO_STATE, np.int32)
-  edge_tokens[:len(src)] = tok
-  edge_targets[:len(src)] = dst
+  edge_pushes = np.zeros(e_pad, np.int32)
+  edge_tokens[:e] = a.edge_token
+  edge_targets[:e] = a.edge_target
+  edge_pushes[:e] = a.edge_push
   accepting = np.zeros(s_pad, bool)
-  accepting[:s] = token_dfa.accepting
-  state_mask = np.zeros(s_pad, np.int32)
-  state_mask[:s] = row_of_state
-  num_terminals = token_dfa.terminal_bits.shape[0]
+  accepting[:s] = a.accepting
+  num_terminals = a.terminal_bits.shape[0]
   terminal_bits = np.zeros((bucket_size(num_terminals, 1), w), np.uint32)
-  terminal_bits[:num_terminals] = token_dfa.terminal_bits
+  terminal_bits[:num_terminals] = a.terminal_bits
   state_terminals = np.full((s_pad, 1, 2), NO_STATE, np.int32)
-  has = np.nonzero(token_dfa.state_terminal >= 0)[0]
-  state_terminals[has, 0, 0] = token_dfa.state_terminal[has]
-  state_terminals[has, 0, 1] = token_dfa.terminal_target[has]
+  has = np.nonzero(a.state_terminal >= 0)[0]
+  state_terminals[has, 0, 0] = a.state_terminal[has]
+  state_terminals[has, 0, 1] = a.terminal_target[has]
   return ConstraintTables(
-      start=np.zeros(1, np.int32),
-      accepting=accepting,
-      mask_bits=mask_bits,
-      state_mask=state_mask,
-      edge_start=edge_start,
-      edge_tokens=edge_tokens,
-      edge_targets=edge_targets,
-      eos_bits=bitmask(eos, vocab.vocab_size),
-      terminal_bits=terminal_bits,
-      state_terminals=state_terminals,
-      vocab_size=vocab.vocab_size,
-  )
+      start=np.zeros(1, np.int32), accepting=accepting, mask_bits=mask_bits,
+      state_groups=state_groups, group_mask=group_mask, group_pops=group_pops,
+      group_num_pops=group_num_pops, edge_start=edge_start, edge_tokens=edge_tokens,
+      edge_targets=edge_targets, edge_pushes=edge_pushes,
+      push_symbols=np.asarray(a.push_symbols, np.int32),
+      push_lengths=np.asarray(a.push_lengths, np.int32),
+      eos_bits=bitmask(np.asarray(vocab.eos_ids, np.int64), vocab.vocab_size),
+      terminal_bits=terminal_bits, state_terminals=state_terminals,
+      vocab_size=vocab.vocab_size, stack_depth=stack_depth)
 
 
 def _set_bits(bits: np.ndarray, rows: np.ndarray, tokens: np.ndarray) -> None:
@@ -223,36 +313,52 @@ def _set_bits(bits: np.ndarray, rows: np.ndarray, tokens: np.ndarray) -> None:
   bits.reshape(-1)[unique] |= np.add.reduceat(value, first).astype(np.uint32)
 
 
-def _used_sizes(t: ConstraintTables) -> tuple[int, int, int]:
-  """(states, edges, masks) actually used, derived from the arrays.
+def _used_sizes(t: ConstraintTables) -> tuple[int, int, int, int, int]:
+  """(states, groups, edges, masks, push rows) actually used, derived from the arrays.
 
-  Real states are numbered before padding and every real state is reachable from a
-  start, so the used prefix ends at the largest state id reachable from the starts.
+  Real states, groups and edges are numbered before padding, and every real state has
+  at least one group or is reachable, so the used prefixes end at the last state with
+  a group or the largest state id reachable from the starts.
   """
   seen = np.zeros(t.accepting.shape[0], bool)
   frontier = np.unique(t.start)
   seen[frontier] = True
   terminal_targets = t.state_terminals[:, :, 1]
   while len(frontier):
-    edges = np.concatenate([np.arange(t.edge_start[f], t.edge_start[f + 1]) for f in frontier])
+    groups = t.state_groups[frontier].reshape(-1)
+    groups = groups[groups >= 0]
+    edges = np.concatenate([np.arange(t.edge_start[x], t.edge_start[x + 1]) for x in groups]
+                           + [np.zeros(0, np.int64)])
     nxt = np.concatenate([t.edge_targets[edges.astype(np.int64)],
-                          terminal_targets[frontier].reshape(-1)])
+                          terminal_targets[frontier].reshape(-1),
+                          t.push_symbols[t.edge_pushes[edges.astype(np.int64)]].reshape(-1)])
     nxt = np.unique(nxt[nxt >= 0])
     frontier = nxt[~seen[nxt]]
     seen[frontier] = True
   s = int(np.nonzero(seen)[0].max()) + 1
-  e = int(t.edge_start[s])
-  m = int(t.state_mask[:s].max()) + 1
-  return s, e, m
+  used_groups = t.state_groups[:s]
+  g = int(used_groups.max(initial=-1)) + 1
+  e = int(t.edge_start[g])
+  m = int(t.group_mask[:g].max(initial=0)) + 1
+  u = int(t.edge_pushes[:e].max(initial=0)) + 1
+  return s, g, e, m, u
+
+
+def _pad_columns(array: np.ndarray, width: int) -> np.ndarray:
+  out = np.full((array.shape[0], width) + array.shape[2:], NO_STATE, array.dtype)
+  out[:, :array.shape[1]] = array
+  return out
 
 
 def stack_tables(tables: Sequence[ConstraintTables], *,
                  min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
   """Stacks several constraints into one table set, so each batch row can follow its own.
 
-  State ids of the i-th constraint are offset by the states before it; `start[i]` is its
-  start state (pass `constraint_ids` to `init_state` to choose per row). Stacking
-  already-stacked tables flattens them.
+  State ids of the i-th constraint are offset by the states before it (stack symbols
+  are state ids, so they are offset too); `start[i]` is its start state (pass
+  `constraint_ids` to `init_state` to choose per row). Regular and grammar tables mix:
+  the stack capacity is the largest of the parts. Stacking already-stacked tables
+  flattens them.
 
   Raises:
     ValueError: If the tables were built for vocabularies of different logits widths or
@@ -269,46 +375,66 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
           f"compiled with the same Vocabulary."
       )
   used = [_used_sizes(t) for t in tables]
-  t_used = [int(t.state_terminals[:s, :, 0].max(initial=-1)) + 1 for t, (s, _, _) in
-            zip(tables, used)]
+  t_used = [int(t.state_terminals[:u[0], :, 0].max(initial=-1)) + 1
+            for t, u in zip(tables, used)]
   r_pad = max(t.state_terminals.shape[1] for t in tables)
-  s_tot = sum(s for s, _, _ in used)
-  e_tot = sum(e for _, e, _ in used)
-  m_tot = sum(m for _, _, m in used)
-  s_pad = bucket_size(s_tot, min_bucket)
-  e_pad = bucket_size(e_tot, min_bucket)
+  k_pad = max(t.state_groups.shape[1] for t in tables)
+  p_pad = max(t.group_pops.shape[1] for t in tables)
+  q_pad = max(t.push_symbols.shape[1] for t in tables)
+  s_tot, g_tot, e_tot, m_tot, u_tot = (sum(column) for column in zip(*used))
+  s_pad, g_pad, e_pad = (bucket_size(n, min_bucket) for n in (s_tot, g_tot, e_tot))
   w = first.mask_bits.shape[1]
   out = dict(
       accepting=np.zeros(s_pad, bool),
       mask_bits=np.zeros((bucket_size(m_tot, min_bucket), w), np.uint32),
-      state_mask=np.zeros(s_pad, np.int32),
-      edge_start=np.full(s_pad + 1, e_tot, np.int32),
+      state_groups=np.full((s_pad, k_pad), NO_STATE, np.int32),
+      group_mask=np.zeros(g_pad, np.int32),
+      group_pops=np.full((g_pad, p_pad), NO_STATE, np.int32),
+      group_num_pops=np.zeros(g_pad, np.int32),
+      edge_start=np.full(g_pad + 1, e_tot, np.int32),
       edge_tokens=np.full(e_pad, PAD_TOKEN, np.int32),
       edge_targets=np.full(e_pad, NO_STATE, np.int32),
+      edge_pushes=np.zeros(e_pad, np.int32),
+      push_symbols=np.full((u_tot, q_pad), NO_STATE, np.int32),
+      push_lengths=np.zeros(u_tot, np.int32),
       terminal_bits=np.zeros((bucket_size(sum(t_used), 1), w), np.uint32),
       state_terminals=np.full((s_pad, r_pad, 2), NO_STATE, np.int32),
   )
   starts = []
-  s_off = m_off = t_off = e_off = 0
-  for t, (s, e, m), n_t in zip(tables, used, t_used):
+  s_off = g_off = e_off = m_off = u_off = t_off = 0
+
+  def shift(values, offset):
+    return np.where(values >= 0, values + offset, NO_STATE)
+
+  for t, (s, g, e, m, u), n_t in zip(tables, used, t_used):
     starts.append(t.start + s_off)
     out["accepting"][s_off:s_off + s] = t.accepting[:s]
     out["mask_bits"][m_off:m_off + m] = t.mask_bits[:m]
-    out["state_mask"][s_off:s_off + s] = t.state_mask[:s] + m_off
-    out["edge_start"][s_off:s_off + s + 1] = t.edge_start[:s + 1] + e_off
+    out["state_groups"][s_off:s_off + s] = _pad_columns(shift(t.state_groups[:s], g_off),
+                                                         k_pad)
+    out["group_mask"][g_off:g_off + g] = t.group_mask[:g] + m_off
+    out["group_pops"][g_off:g_off + g] = _pad_columns(shift(t.group_pops[:g], s_off), p_pad)
+    out["group_num_pops"][g_off:g_off + g] = t.group_num_pops[:g]
+    out["edge_start"][g_off:g_off + g + 1] = t.edge_start[:g + 1] + e_off
     out["edge_tokens"][e_off:e_off + e] = t.edge_tokens[:e]
     out["edge_targets"][e_off:e_off + e] = t.edge_targets[:e] + s_off
+    out["edge_pushes"][e_off:e_off + e] = t.edge_pushes[:e] + u_off
+    out["push_symbols"][u_off:u_off + u] = _pad_columns(shift(t.push_symbols[:u], s_off),
+                                                        q_pad)
+    out["push_lengths"][u_off:u_off + u] = t.push_lengths[:u]
     out["terminal_bits"][t_off:t_off + n_t] = t.terminal_bits[:n_t]
     terms = t.state_terminals[:s]
-    r = terms.shape[1]
-    out["state_terminals"][s_off:s_off + s, :r] = np.where(
+    out["state_terminals"][s_off:s_off + s, :terms.shape[1]] = np.where(
         terms >= 0, terms + np.array([t_off, s_off], np.int32), NO_STATE)
     s_off += s
+    g_off += g
     e_off += e
     m_off += m
+    u_off += u
     t_off += n_t
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
-                          eos_bits=first.eos_bits, vocab_size=first.vocab_size, **out)
+                          eos_bits=first.eos_bits, vocab_size=first.vocab_size,
+                          stack_depth=max(t.stack_depth for t in tables), **out)
 
 
 def tables_nbytes(tables: ConstraintTables) -> dict[str, int]:

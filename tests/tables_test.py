@@ -11,7 +11,7 @@ _PATTERNS = [r"Red|Orange|Yellow", r"\d{4}-\d\d", r"(ab)*c?", r"[^x]{2}", r"é+"
 
 
 def _live_states(t):
-  s, _, _ = tables_lib._used_sizes(t)  # pylint: disable=protected-access
+  s = tables_lib._used_sizes(t)[0]  # pylint: disable=protected-access
   return range(s)
 
 

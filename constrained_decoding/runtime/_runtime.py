@@ -2,8 +2,14 @@
 
 All functions take the tables as their first (traced) argument, never as a closure or a
 static argument, so two constraints whose tables have the same padded shapes share one
-compiled executable. Nothing here raises inside jit: a forbidden token sets the sticky
-`error` flag.
+compiled executable. Nothing here raises inside jit: a forbidden token, or a push past
+the stack capacity, sets the sticky `error` flag.
+
+Push-down tables (recursive grammars, Alg. 3) keep a stack per row: `stack[B, D]` with
+`depth[B]` symbols in use. A state's edges come in groups, one per pop sequence; the
+allowed set is the union of the groups whose pops match the top of the stack, and
+advancing pops the group's symbols and pushes the edge's. Regular tables have one
+group per state that pops nothing, and `D = 0`.
 
 Public functions:
   init_state(tables, batch_size, constraint_ids)  the start state of each row.
@@ -24,7 +30,7 @@ from constrained_decoding.tables import ConstraintTables
 jax.tree_util.register_dataclass(
     ConstraintTables,
     data_fields=list(_tables._ARRAY_FIELDS),  # pylint: disable=protected-access
-    meta_fields=["vocab_size"],
+    meta_fields=list(_tables._META_FIELDS),  # pylint: disable=protected-access
 )
 
 
@@ -42,17 +48,23 @@ class ConstraintState:
   state = cd.advance(tables, state, tokens)   # tokens: Int[4]
   ```
 
-  Fields are `[B]`; a leading `*batch` axis appears only while `vmap` stacks states.
+  Fields are `[B]` (the stack `[B, D]`); a leading `*batch` axis appears only while
+  `vmap` stacks states.
 
   Attributes:
     state: Automaton state of each row (`[B]`).
+    stack: Stack symbols of each row, bottom first; only the first `depth` are in use
+      (`[B, D]`, D = `tables.stack_depth`, 0 for regular constraints).
+    depth: Number of symbols on each row's stack (`[B]`).
     done: An end-of-sequence token was consumed; the row only allows end of sequence
       from now on and ignores further tokens (`[B]`).
-    error: A token the constraint forbids was fed (sticky). The row's state is left
-      where it was, and only end of sequence is allowed (`[B]`).
+    error: A token the constraint forbids was fed, or the stack overflowed (sticky).
+      The row's state is left where it was, and only end of sequence is allowed (`[B]`).
   """
 
   state: Int[Array, "*batch B"]
+  stack: Int[Array, "*batch B D"]
+  depth: Int[Array, "*batch B"]
   done: Bool[Array, "*batch B"]
   error: Bool[Array, "*batch B"]
 
@@ -63,7 +75,7 @@ def init_state(
     *,
     constraint_ids: Int[Array, "B"] | None = None,
 ) -> ConstraintState:
-  """The start state of each row.
+  """The start state of each row (empty stacks).
 
   Args:
     tables: Compiled (possibly stacked) tables.
@@ -81,13 +93,55 @@ def init_state(
     )
   start = jnp.asarray(tables.start)[constraint_ids]
   false = jnp.zeros(start.shape, bool)
-  return ConstraintState(state=start.astype(jnp.int32), done=false, error=false)
+  return ConstraintState(
+      state=start.astype(jnp.int32),
+      stack=jnp.zeros(start.shape + (tables.stack_depth,), jnp.int32),
+      depth=jnp.zeros(start.shape, jnp.int32), done=false, error=false)
+
+
+def _stack_top(state: ConstraintState, i: int) -> Array:
+  """The i-th symbol from the top of each row's stack, or -2 below the bottom."""
+  position = state.depth - 1 - i
+  safe = jnp.clip(position, 0, max(state.stack.shape[-1] - 1, 0))
+  symbol = jnp.take_along_axis(state.stack, safe[:, None], axis=1)[:, 0]
+  return jnp.where(position >= 0, symbol, -2)
+
+
+def _matching_groups(tables: ConstraintTables, state: ConstraintState) -> tuple[Array, Array]:
+  """Groups of each row's state and whether their pops match its stack: ([B, K], [B, K])."""
+  groups = tables.state_groups[state.state]  # [B, K]
+  safe = jnp.maximum(groups, 0)
+  match = groups >= 0
+  pops = tables.group_pops.shape[1]
+  if pops:
+    num_pops = tables.group_num_pops[safe]  # [B, K]
+    match &= num_pops <= state.depth[:, None]
+    for i in range(pops):
+      wanted = tables.group_pops[safe, i]
+      match &= (i >= num_pops) | (wanted == _stack_top(state, i)[:, None])
+  return safe, match
+
+
+def _end_allowed(tables: ConstraintTables, state: ConstraintState) -> Array:
+  """Bool [B]: the row's state and every state on its stack are accepting."""
+  ok = tables.accepting[state.state]
+  if state.stack.shape[-1]:
+    in_use = jnp.arange(state.stack.shape[-1])[None, :] < state.depth[:, None]
+    ok &= jnp.all(tables.accepting[state.stack] | ~in_use, axis=1)
+  return ok
 
 
 def _row_bits(tables: ConstraintTables, state: ConstraintState) -> Array:
   """uint32 [B, W]: the allowed set of each row (end of sequence only once stopped)."""
   tables = _on_device(tables)
-  bits = tables.mask_bits[tables.state_mask[state.state]]
+  groups, match = _matching_groups(tables, state)
+  bits = None
+  for k in range(groups.shape[1]):
+    row = tables.mask_bits[tables.group_mask[groups[:, k]]]
+    row = jnp.where(match[:, k, None], row, jnp.uint32(0))
+    bits = row if bits is None else bits | row
+  bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
+                    jnp.uint32(0))
   stopped = (state.done | state.error)[:, None]
   return jnp.where(stopped, tables.eos_bits[None, :], bits)
 
@@ -121,11 +175,11 @@ def mask_logits(
   return jnp.where(allowed, logits, jnp.asarray(-jnp.inf, logits.dtype))
 
 
-def _find_edges(tables: ConstraintTables, state: Array, tokens: Array) -> tuple[Array, Array]:
-  """Binary search of each row's token among its state's sorted edges: O(log E) steps."""
+def _find_edges(tables: ConstraintTables, group: Array, tokens: Array) -> tuple[Array, Array]:
+  """Binary search of each row's token among its group's sorted edges: O(log E) steps."""
   num_edges = tables.edge_tokens.shape[0]
-  lo = tables.edge_start[state]
-  hi = tables.edge_start[state + 1]
+  lo = tables.edge_start[group]
+  hi = tables.edge_start[group + 1]
   end = hi
   for _ in range(int(np.ceil(np.log2(num_edges + 1)))):
     mid = (lo + hi) // 2
@@ -139,14 +193,33 @@ def _find_edges(tables: ConstraintTables, state: Array, tokens: Array) -> tuple[
   return slot, found
 
 
+def _apply_stack(tables: ConstraintTables, state: ConstraintState, moved: Array,
+                 num_pops: Array, push: Array) -> tuple[Array, Array, Array]:
+  """(stack, depth, overflow) after popping `num_pops` and pushing row `push`, where moved."""
+  capacity = state.stack.shape[-1]
+  if not capacity:
+    return state.stack, state.depth, jnp.zeros(state.depth.shape, bool)
+  length = tables.push_lengths[push]
+  base = state.depth - num_pops
+  new_depth = base + length
+  overflow = moved & (new_depth > capacity)
+  ok = moved & ~overflow
+  rows = jnp.arange(state.stack.shape[0])
+  stack = state.stack
+  for j in range(tables.push_symbols.shape[1]):
+    position = jnp.where(ok & (j < length), base + j, capacity)  # capacity: dropped
+    stack = stack.at[rows, position].set(tables.push_symbols[push, j], mode="drop")
+  return stack, jnp.where(ok, new_depth, state.depth), overflow
+
+
 def advance(
     tables: ConstraintTables, state: ConstraintState, tokens: Int[Array, "B"]
 ) -> ConstraintState:
   """Consumes one token per row.
 
-  An end-of-sequence token in an accepting state sets `done`; any token the constraint
-  forbids sets `error` and leaves the automaton state unchanged. Rows already `done` or
-  in `error` ignore their token.
+  An end-of-sequence token where end is allowed sets `done`; any token the constraint
+  forbids, or one whose pushes would overflow the stack, sets `error` and leaves the
+  state and stack unchanged. Rows already `done` or in `error` ignore their token.
   """
   tables = _on_device(tables)
   tokens = jnp.asarray(tokens, jnp.int32)
@@ -154,9 +227,19 @@ def advance(
   safe = jnp.where(in_range, tokens, 0)
   word = tables.eos_bits[safe >> 5]
   is_eos = in_range & (((word >> (safe & 31).astype(jnp.uint32)) & 1) == 1)
-  slot, found = _find_edges(tables, state.state, safe)
-  found &= in_range & ~is_eos
-  target = tables.edge_targets[slot]
+  groups, match = _matching_groups(tables, state)
+  found = jnp.zeros(tokens.shape, bool)
+  target = state.state
+  num_pops = jnp.zeros(tokens.shape, jnp.int32)
+  push = jnp.zeros(tokens.shape, jnp.int32)
+  # Explicit edges: a deterministic automaton has at most one in the matching groups.
+  for k in range(groups.shape[1]):
+    slot, hit = _find_edges(tables, groups[:, k], safe)
+    hit &= match[:, k] & in_range & ~is_eos & ~found
+    target = jnp.where(hit, tables.edge_targets[slot], target)
+    num_pops = jnp.where(hit, tables.group_num_pops[groups[:, k]], num_pops)
+    push = jnp.where(hit, tables.edge_pushes[slot], push)
+    found |= hit
   # Terminal edges, in precedence order, for tokens without an explicit edge.
   for r in range(tables.state_terminals.shape[1]):
     terminal = tables.state_terminals[state.state, r]  # [B, 2]: (terminal id, target)
@@ -165,9 +248,11 @@ def advance(
     hit &= (terminal[:, 0] >= 0) & in_range & ~is_eos & ~found
     target = jnp.where(hit, terminal[:, 1], target)
     found |= hit
-  accepting = tables.accepting[state.state]
+  end = is_eos & _end_allowed(tables, state)
   active = ~(state.done | state.error)
-  new_state = jnp.where(active & found, target, state.state)
-  done = state.done | (active & is_eos & accepting)
-  error = state.error | (active & ~found & ~(is_eos & accepting))
-  return state.replace(state=new_state, done=done, error=error)
+  stack, depth, overflow = _apply_stack(tables, state, active & found, num_pops, push)
+  moved = active & found & ~overflow
+  return state.replace(
+      state=jnp.where(moved, target, state.state), stack=stack, depth=depth,
+      done=state.done | (active & end),
+      error=state.error | (active & ~found & ~end) | overflow)

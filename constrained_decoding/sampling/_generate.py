@@ -88,8 +88,10 @@ def _prefill(params, tables, prompt_tokens, prompt_lengths, constraint_ids, rng,
   logits, cache = _gemma3.forward(params, config, prompt_tokens, positions, cache,
                                   logit_indices=last)
   if tables is None:
-    constraint = runtime.ConstraintState(state=jnp.zeros(batch, jnp.int32),
-                                         done=jnp.zeros(batch, bool), error=jnp.zeros(batch, bool))
+    zeros = jnp.zeros(batch, jnp.int32)
+    constraint = runtime.ConstraintState(state=zeros, stack=jnp.zeros((batch, 0), jnp.int32),
+                                         depth=zeros, done=jnp.zeros(batch, bool),
+                                         error=jnp.zeros(batch, bool))
   else:
     constraint = runtime.init_state(tables, constraint_ids=constraint_ids)
   return DecodeState(

@@ -1,9 +1,11 @@
 """Test helpers: a numpy reference of the device step, and random tokenizations.
 
 Public functions:
-  reference_allowed(tables, state)        bool [V] allowed set of one automaton state.
+  reference_allowed(tables, state, stack)  bool [V] allowed set of one state (and stack).
+  reference_step_stack(tables, state, stack, token)  (state, stack) after one token.
+  reference_end_allowed(tables, state, stack)  whether end of sequence is allowed.
   reference_walk(tables, tokens, start)   (states, accepted) following tokens with numpy.
-  reference_accepts(tables, tokens)       whether the tokens end in an accepting state.
+  reference_accepts(tables, tokens)       whether the tokens end where end is allowed.
   TokenIndex(vocab)                       bytes -> token ids, for random tokenizations.
 """
 
@@ -14,51 +16,96 @@ import numpy as np
 from constrained_decoding.tables import PAD_TOKEN, ConstraintTables
 
 
-def reference_allowed(tables: ConstraintTables, state: int) -> np.ndarray:
-  """The allowed-token set of `state`, unpacked to bool `[V]`."""
-  bits = np.asarray(tables.mask_bits)[int(np.asarray(tables.state_mask)[state])]
+def _matching_groups(tables: ConstraintTables, state: int, stack: tuple[int, ...]):
+  """The groups of `state` whose pops match the top of `stack` (bottom first)."""
+  out = []
+  for group in np.asarray(tables.state_groups)[state]:
+    if group < 0:
+      continue
+    n = int(np.asarray(tables.group_num_pops)[group])
+    pops = tuple(int(x) for x in np.asarray(tables.group_pops)[group, :n])
+    if n <= len(stack) and tuple(reversed(stack[len(stack) - n:])) == pops:
+      out.append(int(group))
+  return out
+
+
+def reference_end_allowed(tables: ConstraintTables, state: int, stack: tuple[int, ...] = ()) -> bool:
+  """Whether end of sequence is allowed: `state` and every state on `stack` accept."""
+  accepting = np.asarray(tables.accepting)
+  return bool(accepting[state]) and all(bool(accepting[s]) for s in stack)
+
+
+def reference_allowed(tables: ConstraintTables, state: int,
+                      stack: tuple[int, ...] = ()) -> np.ndarray:
+  """The allowed-token set of `state` with `stack`, unpacked to bool `[V]`."""
+  mask_bits = np.asarray(tables.mask_bits)
+  bits = np.zeros(mask_bits.shape[1], np.uint32)
+  for group in _matching_groups(tables, state, stack):
+    bits |= mask_bits[int(np.asarray(tables.group_mask)[group])]
+  if reference_end_allowed(tables, state, stack):
+    bits |= np.asarray(tables.eos_bits)
   return np.unpackbits(bits.view(np.uint8), bitorder="little")[:tables.vocab_size].astype(bool)
 
 
-def reference_step(tables: ConstraintTables, state: int, token: int) -> int | None:
-  """The state after `token` (a linear scan of explicit, then terminal edges), or None."""
-  lo, hi = np.asarray(tables.edge_start)[state:state + 2]
-  tokens = np.asarray(tables.edge_tokens)[lo:hi]
-  hit = np.nonzero(tokens == token)[0]
-  if len(hit) and token != PAD_TOKEN:
-    return int(np.asarray(tables.edge_targets)[lo + hit[0]])
+def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int, ...],
+                         token: int) -> tuple[int, tuple[int, ...]] | None:
+  """(state, stack) after `token`: a linear scan of the matching groups' explicit edges,
+  then of the terminal edges; None if the token is not allowed (end of sequence aside)."""
+  edge_start = np.asarray(tables.edge_start)
+  edge_tokens = np.asarray(tables.edge_tokens)
+  for group in _matching_groups(tables, state, stack):
+    lo, hi = edge_start[group:group + 2]
+    hit = np.nonzero(edge_tokens[lo:hi] == token)[0]
+    if len(hit) and token != PAD_TOKEN:
+      slot = lo + hit[0]
+      n = int(np.asarray(tables.group_num_pops)[group])
+      push = int(np.asarray(tables.edge_pushes)[slot])
+      length = int(np.asarray(tables.push_lengths)[push])
+      pushed = tuple(int(x) for x in np.asarray(tables.push_symbols)[push, :length])
+      return int(np.asarray(tables.edge_targets)[slot]), stack[:len(stack) - n] + pushed
   for terminal, target in np.asarray(tables.state_terminals)[state]:
     if terminal >= 0 and 0 <= token < tables.vocab_size:
       word = int(np.asarray(tables.terminal_bits)[terminal, token // 32])
       if (word >> (token % 32)) & 1:
-        return int(target)
+        return int(target), stack
   return None
 
 
-def reference_walk(tables: ConstraintTables, tokens, start: int | None = None):
+def reference_step(tables: ConstraintTables, state: int, token: int) -> int | None:
+  """The state after `token` for a regular constraint (empty stack), or None."""
+  step = reference_step_stack(tables, state, (), token)
+  return None if step is None else step[0]
+
+
+def reference_walk(tables: ConstraintTables, tokens, start: int | None = None,
+                   *, with_stacks: bool = False):
   """Follows `tokens` from `start` (default: the first constraint's start).
 
   Returns:
-    (states, ok): the state after each consumed token, and False if a token was
-    forbidden (the walk stops there). End-of-sequence tokens are not handled here.
+    (states, ok): the state after each consumed token (with `with_stacks`, a
+    (state, stack) pair), and False if a token was forbidden (the walk stops there).
+    End-of-sequence tokens are not handled here.
   """
   state = int(np.asarray(tables.start)[0]) if start is None else start
+  stack: tuple[int, ...] = ()
   states = []
   for t in tokens:
-    nxt = reference_step(tables, state, int(t))
+    nxt = reference_step_stack(tables, state, stack, int(t))
     if nxt is None:
       return states, False
-    state = nxt
-    states.append(state)
+    state, stack = nxt
+    states.append((state, stack) if with_stacks else state)
   return states, True
 
 
 def reference_accepts(tables: ConstraintTables, tokens, start: int | None = None) -> bool:
-  """Whether `tokens` (without end of sequence) lead from `start` to an accepting state."""
-  states, ok = reference_walk(tables, tokens, start)
-  final = states[-1] if states else (int(np.asarray(tables.start)[0]) if start is None
-                                     else start)
-  return ok and bool(np.asarray(tables.accepting)[final])
+  """Whether `tokens` (without end of sequence) lead from `start` to where end is allowed."""
+  states, ok = reference_walk(tables, tokens, start, with_stacks=True)
+  if not ok:
+    return False
+  first = int(np.asarray(tables.start)[0]) if start is None else start
+  state, stack = states[-1] if states else (first, ())
+  return reference_end_allowed(tables, state, stack)
 
 
 class TokenIndex:
