@@ -161,7 +161,8 @@ class Compiler:
       )
     wide = self.wide_states.find(dfa) if opts.wide_states else {}
     token_dfa = _compose.compose_token_dfa(
-        dfa, self.trie, wide=wide, num_words=_tables.num_words(self.vocab.vocab_size),
+        dfa, self.trie, wide=wide, token_class_bits=self.wide_states.token_class_bits,
+        num_words=_tables.num_words(self.vocab.vocab_size),
         max_edges=opts.max_edges, deadline=deadline, what=what)
     t3 = time.perf_counter()
     if token_dfa.num_states == 0:
@@ -198,3 +199,31 @@ class Compiler:
                  "pack": t4 - t3, "total": t4 - t0},
     )
     return tables, info
+
+
+# Compilers shared by callers that only have a vocabulary (`generate(constraint=spec)`),
+# most recently used last; each holds its vocabulary's trie and memoized tables.
+_SHARED: collections.OrderedDict = collections.OrderedDict()
+_SHARED_SIZE = 4
+
+
+def compiler_for(vocab: Vocabulary) -> Compiler:
+  """A `Compiler` with default options for `vocab`, shared by every caller in the process.
+
+  ```python
+  tables = compiler_for(model.vocab).compile(cd.Regex(r"yes|no"))
+  ```
+
+  Keyed by the vocabulary's fingerprint, so two equal vocabularies (e.g. loaded twice
+  from one GGUF file) share one compiler, its trie and its memo of compiled specs. The
+  few most recently used compilers are kept.
+  """
+  if not isinstance(vocab, Vocabulary):
+    raise TypeError(f"compiler_for got {type(vocab).__name__}. Expected a cd.Vocabulary.")
+  compiler = _SHARED.get(vocab)
+  if compiler is None:
+    compiler = _SHARED[vocab] = Compiler(vocab)
+    while len(_SHARED) > _SHARED_SIZE:
+      _SHARED.popitem(last=False)
+  _SHARED.move_to_end(vocab)
+  return compiler

@@ -157,7 +157,9 @@ def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -
   e_pad = bucket_size(len(token_dfa.edge_token), min_bucket)
   m_pad = bucket_size(token_dfa.num_states, min_bucket)
   t_pad = bucket_size(token_dfa.terminal_bits.shape[0], 1)
-  return (e_pad * 12 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4 + s_pad * 29)
+  r = token_dfa.state_terminals.shape[1]
+  return (e_pad * 12 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4
+          + s_pad * (21 + 8 * r))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +181,7 @@ class _Automaton:
   push_symbols: np.ndarray    # int [U, Q], -1 padded, bottom first; row 0 empty
   push_lengths: np.ndarray    # int [U]
   terminal_bits: np.ndarray   # uint32 [T, W]
-  state_terminal: np.ndarray  # int [S], -1: none
-  terminal_target: np.ndarray  # int [S]
+  state_terminals: np.ndarray  # int [S, R, 2]: (terminal, target) by precedence, -1 padded
 
 
 def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
@@ -200,7 +201,7 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
       edge_token=token_dfa.edge_token, edge_target=token_dfa.edge_target,
       edge_push=np.zeros(e, np.int32), push_symbols=np.zeros((1, 0), np.int32),
       push_lengths=np.zeros(1, np.int32), terminal_bits=token_dfa.terminal_bits,
-      state_terminal=token_dfa.state_terminal, terminal_target=token_dfa.terminal_target)
+      state_terminals=token_dfa.state_terminals)
   return _pack(automaton, vocab, stack_depth=0, min_bucket=min_bucket)
 
 
@@ -214,28 +215,31 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
       edge_token=token_pda.edge_token, edge_target=token_pda.edge_target,
       edge_push=token_pda.edge_push, push_symbols=token_pda.push_symbols,
       push_lengths=token_pda.push_lengths, terminal_bits=token_pda.terminal_bits,
-      state_terminal=token_pda.state_terminal, terminal_target=token_pda.terminal_target)
+      state_terminals=np.stack([token_pda.state_terminal, token_pda.terminal_target],
+                               axis=-1)[:, None, :])
   return _pack(automaton, vocab, stack_depth=max(int(stack_depth), 1), min_bucket=min_bucket)
 
 
 def _group_masks(a: _Automaton, w: int, min_bucket: int) -> tuple[np.ndarray, np.ndarray]:
   """Deduplicated mask rows: (mask_bits [M_pad, W], row of each group [G]).
 
-  A group's allowed set is its explicit tokens, plus its state's terminal bitmap when
+  A group's allowed set is its explicit tokens, plus its state's terminal bitmaps when
   the group pops nothing (terminal edges apply whatever the stack holds).
   """
   g = len(a.group_state)
   counts = np.bincount(a.edge_group, minlength=g)
   offsets = np.zeros(g + 1, np.int64)
   np.cumsum(counts, out=offsets[1:])
-  terminal = np.where(a.group_num_pops == 0, a.state_terminal[a.group_state], -1)
+  terminals = np.where((a.group_num_pops == 0)[:, None],
+                       a.state_terminals[a.group_state, :, 0], -1).astype(np.int32)
   row_of_group = np.zeros(g, np.int32)
   rows: dict[bytes, int] = {}
   is_representative = np.zeros(g, bool)
   tok_bytes = np.asarray(a.edge_token, np.int32).tobytes()
-  for k, (lo, hi, term) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(),
-                                         terminal.tolist())):
-    key = term.to_bytes(4, "little", signed=True) + tok_bytes[4 * lo:4 * hi]
+  r = terminals.shape[1]
+  term_bytes = terminals.tobytes()
+  for k, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
+    key = term_bytes[4 * r * k:4 * r * (k + 1)] + tok_bytes[4 * lo:4 * hi]
     new_row = len(rows)
     row = rows.setdefault(key, new_row)
     is_representative[k] = row == new_row
@@ -245,8 +249,9 @@ def _group_masks(a: _Automaton, w: int, min_bucket: int) -> tuple[np.ndarray, np
   rep_edges = is_representative[a.edge_group]
   _set_bits(mask_bits, row_of_group[a.edge_group[rep_edges]],
             np.asarray(a.edge_token[rep_edges], np.int64))
-  wide_reps = np.nonzero(is_representative & (terminal >= 0))[0]
-  mask_bits[row_of_group[wide_reps]] |= a.terminal_bits[terminal[wide_reps]]
+  for column in terminals.T:
+    reps = np.nonzero(is_representative & (column >= 0))[0]
+    mask_bits[row_of_group[reps]] |= a.terminal_bits[column[reps]]
   return mask_bits, row_of_group
 
 
@@ -284,10 +289,8 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
   num_terminals = a.terminal_bits.shape[0]
   terminal_bits = np.zeros((bucket_size(num_terminals, 1), w), np.uint32)
   terminal_bits[:num_terminals] = a.terminal_bits
-  state_terminals = np.full((s_pad, 1, 2), NO_STATE, np.int32)
-  has = np.nonzero(a.state_terminal >= 0)[0]
-  state_terminals[has, 0, 0] = a.state_terminal[has]
-  state_terminals[has, 0, 1] = a.terminal_target[has]
+  state_terminals = np.full((s_pad, a.state_terminals.shape[1], 2), NO_STATE, np.int32)
+  state_terminals[:s] = a.state_terminals
   return ConstraintTables(
       start=np.zeros(1, np.int32), accepting=accepting, mask_bits=mask_bits,
       state_groups=state_groups, group_mask=group_mask, group_pops=group_pops,

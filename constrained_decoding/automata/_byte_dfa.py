@@ -2,6 +2,10 @@
 
 It is the hand-off between the pynini back end (regex IR -> minimal byte DFA) and the
 token-level composition with the vocabulary trie (`automata/_compose.py`).
+
+Besides bytes, its alphabet has one symbol per token class of `ir.TOKEN_CLASSES`
+(`(?P<TEXT_TOKEN>)`, ...): such a *token-class arc* is read by exactly one whole token of
+the class, and composition turns it into a terminal edge (Sec. 2.5.1).
 """
 
 import dataclasses
@@ -11,9 +15,13 @@ import numpy as np
 NO_STATE = -1
 
 
+def _no_token_arcs() -> np.ndarray:
+  return np.zeros((0, 3), np.int32)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ByteDfa:
-  """A deterministic, trimmed automaton over the 256 byte values.
+  """A deterministic, trimmed automaton over the 256 byte values and the token classes.
 
   Attributes:
     transitions: int32 `[Q, 256]`; `transitions[q, b]` is the state after byte `b`, or
@@ -21,18 +29,25 @@ class ByteDfa:
     accepting: bool `[Q]`; whether the input may end in each state.
     start: The start state (0 <= start < Q). A DFA for the empty language has Q == 0
       and start == NO_STATE.
+    token_arcs: int32 `[A, 3]`; (state, token class, target) sorted by (state, class):
+      one whole token of class `ir.TOKEN_CLASSES[token class]` leads from state to
+      target. Empty for pure byte languages.
   """
 
   transitions: np.ndarray
   accepting: np.ndarray
   start: int
+  token_arcs: np.ndarray = dataclasses.field(default_factory=_no_token_arcs)
 
   @property
   def num_states(self) -> int:
     return int(self.accepting.shape[0])
 
   def accepts(self, data: bytes) -> bool:
-    """Whether the byte string `data` is in the language (a reference, not fast)."""
+    """Whether the byte string `data` is in the language (a reference, not fast).
+
+    Only byte paths count: a language that needs a token-class arc accepts no bytes.
+    """
     state = self.start
     for b in data:
       if state == NO_STATE:

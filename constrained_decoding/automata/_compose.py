@@ -8,17 +8,26 @@ deterministic in tokens, so Alg. 2's `DETERMINIZE` has nothing left to do. It is
 trimmed: only states reachable from the start at token boundaries and able to reach
 acceptance are kept, so decoding can never be steered into a dead end.
 
+Terminal edges (Sec. 2.5.1) carry a token bitmap instead of one edge per token. A state
+may have several, in precedence order: first its wide-state terminal (`_wide.py`; exact,
+its tokens never also have explicit edges), then one per token-class arc of the byte DFA
+(`(?P<TEXT_TOKEN>)`, ...) in `ir.TOKEN_CLASSES` order. The runtime takes an explicit
+edge when the token has one, else the first terminal edge whose bitmap holds it; so a
+token-class terminal only gets the tokens nothing earlier claims.
+
 Public functions:
   compose_token_dfa(dfa, trie, ...)  -> TokenDfa
 """
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
+from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 
 
@@ -31,10 +40,9 @@ class TokenDfa:
     accepting: bool `[S]`; end of sequence is allowed here.
     edge_source, edge_token, edge_target: int32 `[E]` explicit edges, sorted by
       (source, token).
-    terminal_bits: uint32 `[T, W]`; token bitmaps of the terminal edges (wide states).
-    state_terminal: int32 `[S]`; the terminal of each state, or -1. Its tokens never
-      also have explicit edges.
-    terminal_target: int32 `[S]`; where the terminal edge of each state leads (-1: none).
+    terminal_bits: uint32 `[T, W]`; token bitmaps of the terminal edges (distinct).
+    state_terminals: int32 `[S, R, 2]` (R >= 1); the (terminal id, target) pairs of
+      each state's terminal edges in precedence order, -1 padded.
   """
 
   num_states: int
@@ -43,8 +51,7 @@ class TokenDfa:
   edge_token: np.ndarray
   edge_target: np.ndarray
   terminal_bits: np.ndarray
-  state_terminal: np.ndarray
-  terminal_target: np.ndarray
+  state_terminals: np.ndarray
 
 
 def _emit(trie: VocabTrie, node, state, origin):
@@ -134,11 +141,29 @@ def _live_states(num_states: int, src: np.ndarray, dst: np.ndarray, start: int,
   return live
 
 
+def _terminal_edges(dfa: ByteDfa, wide: dict, class_bits, num_words: int):
+  """{state: [(bitmap, target), ...]} in precedence order; empty token classes dropped."""
+  edges: dict[int, list] = {}
+  for s, edge in wide.items():
+    edges[s] = [(edge.bits, edge.target)]
+  if len(dfa.token_arcs):
+    if num_words <= 0:
+      raise ValueError(
+          f"compose_token_dfa got num_words={num_words} for an automaton with token-class"
+          " arcs. Expected ceil(vocab_size / 32), the width of their bitmaps.")
+    for s, k, target in dfa.token_arcs.tolist():
+      bits = class_bits(ir.TOKEN_CLASSES[k])
+      if bits.any():
+        edges.setdefault(s, []).append((bits, target))
+  return edges
+
+
 def compose_token_dfa(
     dfa: ByteDfa,
     trie: VocabTrie,
     *,
     wide: dict | None = None,
+    token_class_bits: Callable[[str], np.ndarray] | None = None,
     num_words: int = 0,
     max_edges: int = 20_000_000,
     deadline: float = float("inf"),
@@ -147,12 +172,15 @@ def compose_token_dfa(
   """The trimmed token-level DFA accepting token sequences whose bytes `dfa` accepts.
 
   Args:
-    dfa: A deterministic, trimmed byte automaton.
+    dfa: A deterministic, trimmed byte automaton (with token-class arcs, if any).
     trie: The vocabulary trie.
     wide: Wide states of `dfa` -> (their `LoopTerminal`, its target state), see
       `_wide.py`; these get one terminal edge plus the explicit edges found in the
       terminal's sub-trie.
-    num_words: Bitmask width, ceil(V / 32) (only used to size empty terminal arrays).
+    token_class_bits: Token class name -> uint32 `[W]` bitmap of its tokens, for the
+      token-class arcs of `dfa` (the compiler passes its per-vocabulary cache,
+      `WideStates.token_class_bits`); None computes them uncached.
+    num_words: Bitmask width, ceil(V / 32).
     max_edges: Budget on explicit token edges (raises `CompileBudgetError` beyond it).
     deadline: `time.perf_counter()` value after which composition gives up.
     what: How to name the constraint in error messages.
@@ -164,9 +192,15 @@ def compose_token_dfa(
   wide = wide or {}
   no_terminals = np.zeros((0, num_words), np.uint32)
   empty = TokenDfa(0, np.zeros(0, bool), *(np.zeros(0, np.int32),) * 3, no_terminals,
-                   np.zeros(0, np.int32), np.zeros(0, np.int32))
+                   np.zeros((0, 1, 2), np.int32))
   if dfa.num_states == 0:
     return empty
+  if token_class_bits is None:
+    from constrained_decoding.automata import _token_classes  # pylint: disable=g-import-not-at-top
+
+    def token_class_bits(name):
+      return _token_classes.class_bits(trie, name, num_words)
+
   q = dfa.num_states
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
   # Full trie for ordinary states, and for entry states the bytes not entering a loop.
@@ -186,35 +220,31 @@ def compose_token_dfa(
     first_bytes = np.stack([np.ones(256, bool) if first is None else first
                             for _, _, first in group])
     parts.append(_walk(dfa, group[0][1].subtrie, origins, first_bytes=first_bytes, **budget))
-  state_terminal = np.full(q, -1, np.int32)
-  terminal_target = np.full(q, -1, np.int32)
-  bitmaps: dict[bytes, int] = {}
-  for s, edge in wide.items():
-    state_terminal[s] = bitmaps.setdefault(edge.bits.tobytes(), len(bitmaps))
-    terminal_target[s] = edge.target
+  terminal_edges = _terminal_edges(dfa, wide, token_class_bits, num_words)
   src, tok, dst = (np.concatenate(column) for column in zip(*parts))
-  terminal_bits = (np.stack([np.frombuffer(b, np.uint32) for b in bitmaps])
-                   if bitmaps else no_terminals)
-  if trie.is_byte_complete:
-    # Every byte is a token and `ByteDfa`s are trimmed, so each state is reached and can
-    # finish at token boundaries too (spell the bytes one by one): nothing to prune.
+  term_src = np.array([s for s, edges in terminal_edges.items() for _ in edges], np.int32)
+  term_dst = np.array([t for edges in terminal_edges.values() for _, t in edges], np.int32)
+  if trie.is_byte_complete and len(term_src) == len(wide) + len(dfa.token_arcs):
+    # Every byte is a token, every token class used is non-empty and `ByteDfa`s are
+    # trimmed, so each state is reached and can finish at token boundaries too (spell
+    # the bytes one by one): nothing to prune.
     live = np.ones(q, bool)
   else:
-    loops = np.nonzero(terminal_target >= 0)[0]
-    live = _live_states(q, np.concatenate([src, loops]), np.concatenate(
-        [dst, terminal_target[loops]]), dfa.start, dfa.accepting)
+    live = _live_states(q, np.concatenate([src, term_src]), np.concatenate([dst, term_dst]),
+                        dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return empty
-  if live.all() and dfa.start == 0:
-    order = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
-    return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
-                    edge_source=src[order], edge_token=tok[order], edge_target=dst[order],
-                    terminal_bits=terminal_bits, state_terminal=state_terminal,
-                    terminal_target=terminal_target)
   # Renumber live states, start first, then in byte-DFA order.
   order = np.concatenate([[dfa.start], np.nonzero(live)[0][np.nonzero(live)[0] != dfa.start]])
   new_id = np.full(q, -1, np.int32)
   new_id[order] = np.arange(len(order), dtype=np.int32)
+  state_terminals, terminal_bits = _pack_terminals(terminal_edges, new_id, len(order),
+                                                   no_terminals)
+  if live.all() and dfa.start == 0:
+    order = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
+    return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
+                    edge_source=src[order], edge_token=tok[order], edge_target=dst[order],
+                    terminal_bits=terminal_bits, state_terminals=state_terminals)
   keep = live[src] & live[dst]
   src, tok, dst = new_id[src[keep]], tok[keep], new_id[dst[keep]]
   by_source_token = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
@@ -225,7 +255,25 @@ def compose_token_dfa(
       edge_token=tok[by_source_token],
       edge_target=dst[by_source_token],
       terminal_bits=terminal_bits,
-      state_terminal=state_terminal[order],
-      terminal_target=np.where(terminal_target[order] >= 0,
-                               new_id[np.maximum(terminal_target[order], 0)], -1),
+      state_terminals=state_terminals,
   )
+
+
+def _pack_terminals(terminal_edges: dict, new_id: np.ndarray, num_states: int,
+                    no_terminals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(state_terminals `[S, R, 2]`, distinct bitmaps `[T, W]`) of the live terminal edges."""
+  live_edges = {}
+  for s, edges in terminal_edges.items():
+    if new_id[s] >= 0:
+      kept = [(bits, new_id[t]) for bits, t in edges if new_id[t] >= 0]
+      if kept:
+        live_edges[int(new_id[s])] = kept
+  width = max((len(edges) for edges in live_edges.values()), default=1)
+  state_terminals = np.full((num_states, width, 2), -1, np.int32)
+  bitmaps: dict[bytes, int] = {}
+  for s, edges in live_edges.items():
+    for r, (bits, target) in enumerate(edges):
+      state_terminals[s, r] = (bitmaps.setdefault(bits.tobytes(), len(bitmaps)), target)
+  terminal_bits = (np.stack([np.frombuffer(b, np.uint32) for b in bitmaps])
+                   if bitmaps else no_terminals)
+  return state_terminals, terminal_bits

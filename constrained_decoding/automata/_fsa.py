@@ -2,6 +2,10 @@
 
 Labels: an acceptor over bytes in which byte `b` carries label `b + 1`, because
 OpenFst reserves label 0 for epsilon. Unicode classes become UTF-8 byte automata.
+A token-level `ir.Terminal` (one whole token of a class of `ir.TOKEN_CLASSES`) is one
+more symbol: class j is the pseudo-byte 256 + j (label 257 + j), so determinization and
+minimization treat it like any byte, and the exported `ByteDfa` lists it in
+`token_arcs`. An `ir.Graph` is embedded state for state between fresh NFA states.
 
 Public functions:
   utf8_sequences(lo, hi)  the UTF-8 byte-range sequences encoding scalar values lo..hi.
@@ -257,7 +261,9 @@ def _pack_bytes(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
   return header + struct.pack(f"<{len(words)}i", *words), deterministic
 
 
-_BYTE_EDGES = list(range(257))  # One class per byte: label b + 1 is byte b.
+# One class per byte (label b + 1 is byte b) and per token class (label 257 + j).
+_BYTE_EDGES = list(range(257 + len(ir.TOKEN_CLASSES)))
+_TOKEN_CLASS_BASE = 256  # Token class j is the pseudo-byte 256 + j.
 
 
 def _add_char_class(nfa: _Nfa, node: ir.CharClass, src: int, dst: int) -> None:
@@ -368,12 +374,30 @@ def _add_repeat(nfa: _Nfa, node: ir.Repeat, src: int, dst: int) -> None:
 
 
 def _add_terminal(nfa: _Nfa, node: ir.Terminal, src: int, dst: int) -> None:
-  del nfa, src, dst  # Unused.
-  raise errors.UnsupportedFeatureError(
-      f"Terminal {node.name!r} cannot be compiled to a byte automaton yet. Expected only"
-      " bytes, classes, concatenations, unions and repeats. Terminal labels are"
-      " compiled with the token-level automaton (extensions issue)."
-  )
+  """Adds the token-class arc src --class--> dst (the pseudo-byte 256 + class index)."""
+  if node.name not in ir.TOKEN_CLASSES or node.argument:
+    raise errors.UnsupportedFeatureError(
+        f"Terminal {node.name!r} (argument {node.argument!r}) is not a token class."
+        f" Expected one of {', '.join(ir.TOKEN_CLASSES)} without an argument; byte-level"
+        " labels such as QUOTED_TEXT lower to bytes and classes instead."
+    )
+  label = _TOKEN_CLASS_BASE + ir.TOKEN_CLASSES.index(node.name)
+  nfa.add_range(src, label, label, dst)
+
+
+def _add_graph(nfa: _Nfa, node: ir.Graph, src: int, dst: int) -> None:
+  """Embeds the automaton `node` between src and dst through fresh states.
+
+  Its states get fresh NFA states (entered from src and left to dst by epsilons), so
+  arcs coming back to its start state cannot leak into the surrounding automaton.
+  """
+  states = [nfa.new_state() for _ in range(node.num_states)]
+  nfa.add_epsilon(src, states[0])
+  adders = _ADDERS
+  for a, label, b in node.arcs:
+    adders.get(type(label), _add_unknown)(nfa, label, states[a], states[b])
+  for final in node.finals:
+    nfa.add_epsilon(states[final], dst)
 
 
 _ADDERS = {
@@ -384,6 +408,7 @@ _ADDERS = {
     ir.Union: _add_union,
     ir.Repeat: _add_repeat,
     ir.Terminal: _add_terminal,
+    ir.Graph: _add_graph,
 }
 
 
@@ -409,13 +434,13 @@ def _build_nfa(node: ir.Node) -> _Nfa:
 
 
 def ir_to_fst(node: ir.Node) -> pynini.Fst:
-  """An acceptor for the byte language of `node` (byte b has label b + 1).
+  """An acceptor for the language of `node` (byte b has label b + 1, token class j 257 + j).
 
   The result may contain epsilon arcs and be nondeterministic; `fst_to_byte_dfa`
   cleans it up.
 
   Raises:
-    UnsupportedFeatureError: `node` contains a `Terminal` (compiled at token level).
+    UnsupportedFeatureError: `node` contains a `Terminal` that is not a token class.
   """
   data, _ = _pack_bytes(_build_nfa(node), _BYTE_EDGES, {1})
   return pynini.Fst.read_from_string(data)
@@ -451,7 +476,8 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteD
     start: The start state (ignored when there are no states).
     accepting: bool `[Q]`, whether each state is final.
     src, labels, dst: The arcs, as int arrays; label k + 1 means byte class k.
-    edges: Class k is the bytes `edges[k]..edges[k+1]-1` (`_BYTE_EDGES`: one per byte).
+    edges: Class k is the bytes `edges[k]..edges[k+1]-1` (`_BYTE_EDGES`: one per byte);
+      values from 256 on are token classes (256 + j), exported as `token_arcs`.
   """
   num_states = len(accepting)
   if num_states == 0:
@@ -467,9 +493,16 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteD
     order[[0, start]] = order[[start, 0]]  # An involution: old <-> new numbering.
     table = np.where(table >= 0, order[table], table)[order].astype(np.int32)
     accepting = accepting[order]
-  if len(edges) != 257:
+  if len(edges) - 1 != edges[-1]:  # Not one class per value: expand classes to values.
     table = table[:, np.repeat(np.arange(len(edges) - 1), np.diff(edges))]
-  return _byte_dfa.ByteDfa(transitions=table, accepting=accepting, start=0)
+  token_arcs = np.zeros((0, 3), np.int32)
+  if table.shape[1] > _TOKEN_CLASS_BASE:
+    extra = table[:, _TOKEN_CLASS_BASE:]
+    state, klass = np.nonzero(extra != _byte_dfa.NO_STATE)
+    token_arcs = np.stack([state, klass, extra[state, klass]], axis=1).astype(np.int32)
+    table = np.ascontiguousarray(table[:, :_TOKEN_CLASS_BASE])
+  return _byte_dfa.ByteDfa(transitions=table, accepting=accepting, start=0,
+                           token_arcs=token_arcs)
 
 
 def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:
@@ -537,7 +570,7 @@ def compile_byte_dfa(node: ir.Node) -> _byte_dfa.ByteDfa:
   back to bytes only in the exported table.
 
   Raises:
-    UnsupportedFeatureError: `node` contains a `Terminal`.
+    UnsupportedFeatureError: `node` contains a `Terminal` that is not a token class.
   """
   nfa = _build_nfa(node)
   finals = _remove_epsilons(nfa)

@@ -14,7 +14,8 @@ the wide region (`hello",`), and explicit edges take precedence over the termina
 
 Public names:
   LoopTerminal                 bitmap + sub-trie for one loop shape.
-  WideStates(trie, ...)        finds wide states of a byte DFA, with the cache.
+  WideStates(trie, ...)        finds wide states of a byte DFA, with the cache; also
+                               caches the bitmaps of the token classes (TEXT_TOKEN, ...).
 """
 
 import dataclasses
@@ -25,6 +26,8 @@ import tempfile
 
 import numpy as np
 
+from constrained_decoding.automata import _near_loop
+from constrained_decoding.automata import _token_classes
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 
@@ -166,12 +169,26 @@ def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str) -> VocabTri
   )
 
 
+def _token_first_bytes(trie: VocabTrie) -> np.ndarray:
+  """int `[max token id + 1]`: the first byte of each token with bytes (-1 for others)."""
+  token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
+  roots = trie.child_node[trie.child_start[0]:trie.child_start[1]]
+  # Trie nodes are numbered in depth-first order: a subtree is a contiguous range.
+  which = np.searchsorted(roots, token_node, side="right") - 1
+  first = np.full(int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 0, -1)
+  first[trie.token_ids] = trie.child_byte[trie.child_start[0] + which]
+  return first
+
+
 def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words: int,
-                        key: str, *, after_first_byte: bool = False) -> LoopTerminal:
+                        key: str, *, after_first_byte: bool = False,
+                        first_bytes: np.ndarray | None = None) -> LoopTerminal:
   """Bitmap and sub-trie of tokens going from loop state `entry` to the anchor (state 0).
 
   With `after_first_byte`, a token's first byte is not read (it is the byte that led
-  into the loop from outside). Walks the whole trie once; the caller caches the result.
+  into the loop from outside). With `first_bytes` (bool `[256]`), the sub-trie keeps
+  only tokens starting with one of them. Walks the whole trie once; the caller caches
+  the result.
   """
   home = _walk_loop(loop, trie, entry, after_first_byte=after_first_byte)
   token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
@@ -181,6 +198,9 @@ def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words
   np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
   special = np.ones(int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 0, bool)
   special[tokens] = False
+  if first_bytes is not None:
+    first = _token_first_bytes(trie)
+    special &= (first >= 0) & first_bytes[np.maximum(first, 0)]
   return LoopTerminal(key=key, bits=bits, num_tokens=len(tokens),
                       subtrie=_subtrie(trie, special, f"{trie.fingerprint}/{key}"))
 
@@ -227,20 +247,50 @@ class _FirstByteBits:
     ids = trie.token_ids.astype(np.int64)
     self.rows = np.zeros((256, num_words), np.uint32)
     np.bitwise_or.at(self.rows, (first, ids >> 5), np.uint32(1) << (ids & 31).astype(np.uint32))
+    # Tokens per first byte: the rows partition the tokens with bytes, so a union's
+    # popcount is a sum of these (no 32 KiB row to unpack per query).
+    self.counts = np.bincount(first, minlength=256)
+    self.all = np.bitwise_or.reduce(self.rows, axis=0)
 
   def union(self, byte_mask: np.ndarray) -> np.ndarray:
     """uint32 `[W]`: tokens whose first byte is in bool `byte_mask` [256]."""
+    if byte_mask.sum() > 128:  # Rows are disjoint: remove the complement from all.
+      return self.all ^ self.union(~byte_mask)
     return np.bitwise_or.reduce(self.rows[byte_mask], axis=0, initial=np.uint32(0))
 
 
 class WideStates:
-  """Finds the wide states of byte DFAs for one vocabulary, caching their terminals."""
+  """Finds the wide states of byte DFAs for one vocabulary, caching their terminals.
+
+  It is the per-vocabulary cache of every terminal bitmap: loop terminals here, and the
+  token classes of `(?P<TEXT_TOKEN>)` and `(?P<PARAGRAPH_TOKEN>)` (`token_class_bits`).
+  """
 
   def __init__(self, trie: VocabTrie, num_words: int, cache_dir: str | None):
     self.trie = trie
     self.num_words = num_words
     self.cache_dir = cache_dir
     self._memo: dict[str, LoopTerminal] = {}
+    self._class_memo: dict[str, np.ndarray] = {}
+
+  def token_class_bits(self, name: str) -> np.ndarray:
+    """uint32 `[W]`: the tokens of the token class `name` (memory and disk cached)."""
+    bits = self._class_memo.get(name)
+    if bits is not None:
+      return bits
+    path = self._path(f"class-{name}")
+    if path is not None and os.path.exists(path):
+      try:
+        with np.load(path) as data:
+          bits = data["bits"]
+      except (OSError, KeyError, ValueError):
+        bits = None
+    if bits is None or bits.shape != (self.num_words,):
+      bits = _token_classes.class_bits(self.trie, name, self.num_words)
+      if path is not None:
+        self._write(path, bits=bits)
+    self._class_memo[name] = bits
+    return bits
 
   def find(self, dfa: ByteDfa) -> dict[int, "WideEdge"]:
     """State -> its terminal edge, for the wide states of `dfa` and their neighbours.
@@ -270,6 +320,8 @@ class WideStates:
           terminal = self.terminal(loop, entry)
           if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
             wide[p] = WideEdge(((terminal, None),), terminal.bits, q)
+    # States that move like a loop state but for a few bytes (`_near_loop.py`).
+    wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide))
     for q, members, loop in loops:
       into_loop = np.isin(trans, members).sum(axis=1)
       for p in np.nonzero(into_loop >= MIN_SELF_LOOP_BYTES)[0].tolist():
@@ -281,27 +333,64 @@ class WideStates:
           if first_bytes.any():
             tail = self.terminal(loop, entry, after_first_byte=True)
             parts.append((tail, first_bytes))
-            bits |= tail.bits & ~self.first_byte_bits.union(~first_bytes)
+            # Tokens are partitioned by first byte: `& union(first)` is
+            # `& ~union(~first)` for tokens with bytes, and reads far fewer rows.
+            bits |= tail.bits & self.first_byte_bits.union(first_bytes)
         if _popcount(bits) >= MIN_TERMINAL_TOKENS:
           wide[p] = WideEdge(tuple(parts), bits, q)
+    self._add_pre_entries(dfa, wide, loops)
     return wide
+
+  def _add_pre_entries(self, dfa: ByteDfa, wide: dict, loops: list) -> None:
+    """Terminals for states just before a wide region (after `Answer:`, before ` text`).
+
+    A state p outside every loop whose bytes lead into the loop of anchor q, directly or
+    through entry states (the first character of free text), gets a terminal to q when
+    enough tokens take that way (` world` after `Answer:`: most tokens start with a
+    space). Its automaton is the canonical loop plus p and those entry states, and its
+    sub-trie holds p's other tokens, so the terminal is cached per local shape like the
+    others, and p's remaining tokens keep explicit edges. Only tried when the tokens whose
+    first byte leads that way are many, so this costs one cached trie walk per shape.
+    """
+    trans = dfa.transitions
+    for q, members, loop in loops:
+      size = len(members)
+      index = np.full(dfa.num_states, NO_STATE, np.int32)
+      index[members] = np.arange(size, dtype=np.int32)
+      entries = [s for s, edge in wide.items() if edge.target == q and index[s] < 0]
+      ways_in = np.isin(trans, members + entries)
+      for p in np.nonzero(ways_in.any(axis=1))[0].tolist():
+        if p in wide or index[p] >= 0 or (
+            self.first_byte_bits.counts[ways_in[p]].sum() < MIN_TERMINAL_TOKENS):
+          continue
+        outside = [p] + sorted(set(trans[p][ways_in[p]].tolist()) - set(members))
+        index[outside] = size + np.arange(len(outside), dtype=np.int32)
+        rows = trans[outside]
+        shape = np.concatenate([loop, np.where(rows >= 0, index[np.maximum(rows, 0)],
+                                               NO_STATE)]).astype(np.int32)
+        index[outside] = NO_STATE
+        terminal = self.terminal(shape, size, first_bytes=trans[p] >= 0)
+        if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
+          wide[p] = WideEdge(((terminal, None),), terminal.bits, q)
 
   @functools.cached_property
   def first_byte_bits(self) -> "_FirstByteBits":
     """Token bitmaps by first byte (8 MB for a 262k vocabulary; built on first use)."""
     return _FirstByteBits(self.trie, self.num_words)
 
-  def terminal(self, loop: np.ndarray, entry: int, *, after_first_byte: bool = False
-               ) -> LoopTerminal:
+  def terminal(self, loop: np.ndarray, entry: int, *, after_first_byte: bool = False,
+               first_bytes: np.ndarray | None = None) -> LoopTerminal:
     key = hashlib.sha1(loop.tobytes() + loop.shape[0].to_bytes(4, "little") +
-                       entry.to_bytes(4, "little") + bytes([after_first_byte])
+                       entry.to_bytes(4, "little") + bytes([after_first_byte]) +
+                       (b"" if first_bytes is None else np.packbits(first_bytes).tobytes())
                        ).hexdigest()[:20]
     if key in self._memo:
       return self._memo[key]
     terminal = self._load(key)
     if terminal is None:
       terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
-                                     after_first_byte=after_first_byte)
+                                     after_first_byte=after_first_byte,
+                                     first_bytes=first_bytes)
       self._save(terminal)
     self._memo[key] = terminal
     return terminal
@@ -329,9 +418,13 @@ class WideStates:
     path = self._path(terminal.key)
     if path is None:
       return
+    self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens,
+                **{name: getattr(terminal.subtrie, name) for name in _SUBTRIE_FIELDS})
+
+  def _write(self, path: str, **arrays) -> None:
+    """Writes `arrays` to `path` atomically (concurrent compilers may share the cache)."""
     os.makedirs(self.cache_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".npz")
     with os.fdopen(fd, "wb") as f:
-      np.savez(f, bits=terminal.bits, num_tokens=terminal.num_tokens,
-               **{name: getattr(terminal.subtrie, name) for name in _SUBTRIE_FIELDS})
+      np.savez(f, **arrays)
     os.replace(tmp, path)

@@ -11,7 +11,10 @@ Nodes (each denotes a set of byte strings):
   Concat(parts)          concatenation.
   Union(alternatives)    union; `Union(())` is the empty language.
   Repeat(node, min, max) `node` repeated min..max times (`max=None`: unbounded).
-  Terminal(name, arg)    a terminal label (Sec. 2.5.1); reserved for the extensions issue.
+  Terminal(name, arg)    exactly one token of the token class `name` (Sec. 2.5.1), one of
+                         TOKEN_CLASSES; a token-level atom, not a byte language.
+  Graph(n, arcs, finals) an automaton given directly, its arcs labelled by nodes: for
+                         sugar whose regex would be quadratic (Sec. 2.5.2).
   RuleRef(name)          the language of grammar rule `name`; only inside a `GrammarIR`
                          (`constraints/_grammar.py`), never compiled directly.
 """
@@ -73,10 +76,35 @@ class Repeat:
 
 @dataclasses.dataclass(frozen=True)
 class Terminal:
-  """A terminal label such as `QUOTED_TEXT` (Sec. 2.5.1); `argument` is label-specific."""
+  """Exactly one token of the token class `name` (one of `TOKEN_CLASSES`).
+
+  A token-level atom (Sec. 2.5.1's `TEXT_TOKEN`, `PARAGRAPH_TOKEN`): it stands for one
+  whole token, not for bytes, so the back end turns it into a token-class arc that
+  composition makes a terminal edge. `argument` is reserved for parametrized classes.
+  """
 
   name: str
   argument: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+  """An automaton given directly: state 0 is the start, arcs are labelled by IR nodes.
+
+  The language is the union, over paths from state 0 to a state in `finals`, of the
+  concatenation of the arc labels' languages. Front ends use it for sugar whose regex
+  form would be much larger than its automaton (a suffix automaton is O(n), the regex
+  of all substrings O(n^2)); the back end embeds it as is.
+
+  Attributes:
+    num_states: Number of states, numbered 0..num_states-1.
+    arcs: (source, label, target) triples.
+    finals: The accepting states.
+  """
+
+  num_states: int
+  arcs: tuple[tuple[int, "Node", int], ...]
+  finals: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +118,13 @@ class RuleRef:
   name: str
 
 
-Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal, RuleRef]
+Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal, Graph,
+                    RuleRef]
+
+# Token classes of `Terminal` nodes, in precedence order: when a token belongs to several
+# classes allowed in one state, the terminal edge of the earlier class is followed
+# (explicit token edges come before all of them). Narrower classes come first.
+TOKEN_CLASSES = ("PARAGRAPH_TOKEN", "TEXT_TOKEN")
 
 EPSILON = Bytes(b"")
 NOTHING = Union(())

@@ -772,8 +772,14 @@ def _members(members: list, extra: ir.Node | None, ws: jv.Whitespace):
   first, can_be_empty, _ = _member_lists(sized, ws) if sized else (ir.NOTHING, True, 0)
   if extra is None:
     return first, can_be_empty
-  extras = ir.repeat(ir.concat(ws.comma, extra), 0, None)
-  return ir.concat(ir.union(first, extra) if can_be_empty else first, extras), can_be_empty
+  if not can_be_empty:
+    return ir.concat(first, ir.repeat(ir.concat(ws.comma, extra), 0, None)), False
+  # `(first | extra) (, extra)*` with one copy of `extra` (often schema-free JSON, the
+  # largest part): 0 -first-> 1, 0 -> 2, 2 -extra-> 1, 1 -comma-> 2; 1 is final.
+  arcs = [(0, ir.EPSILON, 2), (2, extra, 1), (1, ws.comma, 2)]
+  if first != ir.NOTHING:
+    arcs.append((0, first, 1))
+  return ir.Graph(num_states=3, arcs=tuple(arcs), finals=(1,)), True
 
 
 def _member_lists(members: list, ws: jv.Whitespace):
@@ -819,6 +825,8 @@ def _ir_size(node: ir.Node) -> int:
     return 1 + sum(_ir_size(a) for a in node.alternatives)
   if isinstance(node, ir.Repeat):
     return 1 + _ir_size(node.node) * max(1, node.min if node.max is None else node.max)
+  if isinstance(node, ir.Graph):
+    return 1 + sum(_ir_size(label) for _, label, _ in node.arcs)
   return 1
 
 

@@ -28,14 +28,19 @@ strings `s` without surrogates such that `re.fullmatch(p, s, re.ASCII)` matches
 * Lazy quantifiers denote the same language as greedy ones. Possessive quantifiers,
   atomic groups, lookaround, backreferences, conditionals and `\\b`/`\\B` raise
   `UnsupportedRegexError` with the character offset of the construct.
-* Named groups `(?P<name>...)` raise: the syntax is reserved for terminal labels
-  (`(?P<QUOTED_TEXT>)`, Sec. 2.5.1 of the paper), to be added by a later issue.
+* Named groups `(?P<NAME>...)` are terminal labels and sugar (Sec. 2.5 of the paper)
+  when `labels=True` (as `cd.Regex` does): `(?P<QUOTED_TEXT>)`, `(?P<TEXT_TOKEN>)`,
+  `(?P<SUBSTRING_OF>text)`, ...; their languages and argument syntax are documented in
+  `constraints/_labels.py`. A label may appear several times (`re` itself would reject
+  the repeated group name). Any other name, and every named group with
+  `labels=False` (JSON Schema patterns, Lark terminals), raises.
 """
 
 import bisect
 import ctypes
 import dataclasses
 import functools
+import itertools
 import re
 from re import _constants as sre
 from re import _parser as sre_parse
@@ -46,6 +51,7 @@ import numpy as np
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _labels
 
 _ASCII = sre.SRE_FLAG_ASCII
 _UNICODE = sre.SRE_FLAG_UNICODE
@@ -75,6 +81,9 @@ _SURROGATE_LO, _SURROGATE_HI = ir.SURROGATES
 _ALL_SCALARS = ir.normalize_ranges(((0, ir.MAX_CODE_POINT),))
 _NOT_NEWLINE = ir.normalize_ranges(((0, 9), (11, ir.MAX_CODE_POINT)))
 _BMP_MAX = 0xFFFF
+_LABEL = object()  # Opcode of a label group in a marked parse tree: (_LABEL, (span, sub)).
+_REDEFINITION = re.compile(r"redefinition of group name '(\w+)'")
+_REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
 
 _NEGATED_CATEGORIES = {
     sre.CATEGORY_NOT_DIGIT: sre.CATEGORY_DIGIT,
@@ -98,7 +107,7 @@ _ASCII_CATEGORIES = _with_negations({
 })
 
 
-def parse_regex(pattern: str, *, unicode: bool = False) -> ir.Node:
+def parse_regex(pattern: str, *, unicode: bool = False, labels: bool = False) -> ir.Node:
   """The constraint IR of the strings that fully match `pattern`.
 
   ```python
@@ -111,6 +120,8 @@ def parse_regex(pattern: str, *, unicode: bool = False) -> ir.Node:
     pattern: A Python `re` pattern, matched against the whole text.
     unicode: Use Python's Unicode semantics for `\\d \\w \\s` and `(?i)` instead of
       `re.ASCII`'s (an inline `(?u)` or `(?a)` in the pattern takes precedence).
+    labels: Read named groups as terminal labels and sugar (`_labels.py`); when False
+      every named group raises.
 
   Returns:
     An IR node whose byte language is the UTF-8 encoding of the matching strings.
@@ -119,28 +130,25 @@ def parse_regex(pattern: str, *, unicode: bool = False) -> ir.Node:
     TypeError: `pattern` is not a `str` (e.g. a `bytes` pattern).
     RegexSyntaxError: `re` cannot parse `pattern`.
     UnsupportedRegexError: `pattern` uses a construct that is not supported here
-      (lookaround, backreferences, anchors in the middle, named groups, ...).
+      (lookaround, backreferences, anchors in the middle, unknown named groups,
+      malformed label arguments, IMAGE, ...).
   """
   if not isinstance(pattern, str):
     raise TypeError(
         f"Expected the regex pattern as a str, got {type(pattern).__name__} {pattern!r}"
         " instead. Decode a bytes pattern first, e.g. pattern.decode('utf-8')."
     )
-  try:
-    tree = sre_parse.parse(pattern, 0)
-  except re.error as e:
-    raise errors.RegexSyntaxError(
-        f"Regex '{pattern}' is not a valid regular expression: {e.msg} at position"
-        f" {e.pos}. Expected Python `re` syntax; fix the pattern at that position."
-    ) from e
-  except ValueError as e:  # Incompatible flags, detected after parsing.
-    raise errors.RegexSyntaxError(
-        f"Regex '{pattern}' is not a valid regular expression: {e}. Expected Python"
-        " `re` syntax; remove one of the conflicting inline flags."
-    ) from e
-  walker = _Walker(pattern, bool(tree.state.flags & _VERBOSE))
+  if labels and "(?P<" in pattern:
+    tree, renamed = _parse_with_unique_names(pattern)
+  else:
+    tree, renamed = _sre_parse(pattern, pattern), pattern
+  verbose = bool(tree.state.flags & _VERBOSE)
+  walker = _Walker(pattern, verbose, labels=labels, renamed=renamed)
   if tree.state.groupdict:
-    walker.unsupported("a named group")
+    if not labels:
+      walker.unsupported("a named group")
+    walker.spans = _label_spans(pattern, verbose)
+    walker.mark_labels(tree, 0, len(pattern))
   flags = tree.state.flags & ~_TYPE_FLAGS
   if tree.state.flags & _ASCII:  # An inline (?a).
     flags |= _ASCII
@@ -149,6 +157,86 @@ def parse_regex(pattern: str, *, unicode: bool = False) -> ir.Node:
   else:
     flags |= _ASCII
   return walker.walk(tree.data, flags, True, True)
+
+
+def _sre_parse(pattern: str, text: str, flags: int = 0, offset: int = 0):
+  """`re`'s parse tree of `text`, which is `pattern[offset:]...`; errors name `pattern`."""
+  try:
+    return sre_parse.parse(text, flags)
+  except re.error as e:
+    raise errors.RegexSyntaxError(
+        f"Regex '{pattern}' is not a valid regular expression: {e.msg} at position"
+        f" {offset + e.pos}. Expected Python `re` syntax; fix the pattern at that position."
+    ) from e
+  except ValueError as e:  # Incompatible flags, detected after parsing.
+    raise errors.RegexSyntaxError(
+        f"Regex '{pattern}' is not a valid regular expression: {e}. Expected Python"
+        " `re` syntax; remove one of the conflicting inline flags."
+    ) from e
+
+
+def _parse_with_unique_names(pattern: str):
+  """(parse tree, renamed pattern): `pattern` parsed with repeated labels renamed.
+
+  `re` rejects a group name used twice, but a label may appear any number of times. Each
+  repetition `re` reports is renamed to a fresh name of the same length, so every
+  position in the renamed pattern is the same as in `pattern` (errors and label spans
+  refer to the original).
+  """
+  renamed = pattern
+  counter = itertools.count()
+  while True:
+    try:
+      return sre_parse.parse(renamed, 0), renamed
+    except re.error as e:
+      found = _REDEFINITION.match(e.msg or "")
+      if found is None or e.pos is None:
+        _sre_parse(pattern, renamed)  # Raises the syntax error.
+        raise
+      name, start = found.group(1), e.pos
+      fresh = next(f for f in (f"_{i}_".ljust(len(name), "_") for i in counter)
+                   if f not in renamed)
+      if name not in _labels.LABELS or len(fresh) > len(name):
+        raise errors.UnsupportedRegexError(
+            f"Regex '{pattern}' uses the named group '{name}' twice (again at position"
+            f" {start - 4}), and '{name}' is not a terminal label. Expected named groups"
+            f" only for the labels {', '.join(_labels.LABELS)}. Use (?:...) to group."
+        ) from e
+      renamed = renamed[:start] + fresh + renamed[start + len(name):]
+
+
+@dataclasses.dataclass(frozen=True)
+class _LabelSpan:
+  """Where a label group `(?P<name>content)` is in the pattern.
+
+  Attributes:
+    name: The label.
+    start: Position of its `(`.
+    content: Position of the first character after `>`.
+    end: Position of its closing `)`.
+    bars: Positions of the `|` separating its content's top-level alternatives.
+  """
+
+  name: str
+  start: int
+  content: int
+  end: int
+  bars: tuple[int, ...]
+
+
+def _label_spans(pattern: str, verbose: bool) -> list[_LabelSpan]:
+  """The named groups of a valid pattern, in order; raises for names that are no label."""
+  scanner = _Scanner(pattern, labels=True)
+  scanner.alternatives(verbose)
+  spans = sorted(scanner.label_spans, key=lambda span: span.start)
+  for span in spans:
+    if span.name not in _labels.LABELS:
+      raise errors.UnsupportedRegexError(
+          f"Regex '{pattern}' uses the named group '{span.name}' at position {span.start},"
+          f" which is not a terminal label. Expected one of {', '.join(_labels.LABELS)};"
+          " use (?:...) for a plain group."
+      )
+  return spans
 
 
 def _has_global_unicode_flag(pattern: str) -> bool:
@@ -200,17 +288,24 @@ class _Walker:
   Attributes:
     pattern: The source, for error messages.
     verbose: Whether the pattern is in verbose mode from the start (for error positions).
+    labels: Whether named groups are labels.
+    renamed: `pattern` with repeated label names made unique (same positions).
+    spans: Every label group of the pattern, in order of position.
   """
 
-  __slots__ = ("pattern", "verbose")
+  __slots__ = ("pattern", "verbose", "labels", "renamed", "spans")
 
-  def __init__(self, pattern: str, verbose: bool):
+  def __init__(self, pattern: str, verbose: bool, *, labels: bool = False,
+               renamed: str | None = None):
     self.pattern = pattern
     self.verbose = verbose
+    self.labels = labels
+    self.renamed = pattern if renamed is None else renamed
+    self.spans: list[_LabelSpan] = []
 
   def unsupported(self, construct: str):
     """Raises `UnsupportedRegexError` for the first unsupported construct in the text."""
-    found = _first_unsupported(self.pattern, self.verbose)
+    found = _first_unsupported(self.pattern, self.verbose, labels=self.labels)
     if found is None:  # The scanner and the tree disagree; still say what is wrong.
       raise errors.UnsupportedRegexError(
           f"Regex '{self.pattern}' uses {construct}, which is not supported."
@@ -287,6 +382,8 @@ class _Walker:
 
   def _item(self, op, av, flags: int, leading: bool, trailing: bool) -> ir.Node:
     """The IR of one parse item other than a plain literal, a class or an anchor."""
+    if op is _LABEL:
+      return self._label(*av, flags)
     if op is _SUBPATTERN:
       _, add_flags, del_flags, sub = av
       if add_flags or del_flags:
@@ -325,6 +422,118 @@ class _Walker:
         f"Regex '{self.pattern}' uses the `re` parse item {op}, which is not supported."
         " Please report this pattern."
     )
+
+  # --- Terminal labels and sugar ------------------------------------------------------
+
+  def mark_labels(self, tree, lo: int, hi: int) -> None:
+    """Replaces the label groups of `tree` (the parse of pattern[lo:hi]) by `_LABEL` items.
+
+    `re` numbers named groups in order of position, and `self.spans` are in that order,
+    so the k-th named group of the tree is the k-th span within [lo, hi). Label contents
+    are left alone: `_label` reads them itself.
+    """
+    spans = [span for span in self.spans if lo <= span.start < hi]
+    by_group = dict(zip(sorted(tree.state.groupdict.values()), spans))
+    _mark(tree.data, by_group)
+
+  def _label_error(self, span: _LabelSpan, problem: str, fix: str, at: int | None = None):
+    where = span.start if at is None else at
+    raise errors.UnsupportedRegexError(
+        f"Regex '{self.pattern}' uses {span.name} at position {where}, {problem}. {fix}")
+
+  def _label(self, span: _LabelSpan, sub, flags: int) -> ir.Node:
+    """The IR of one label group (see `_labels.py` for the languages)."""
+    name = span.name
+    if name == "IMAGE":
+      self._label_error(
+          span, "which is not supported for text models",
+          "Expected a text label such as QUOTED_TEXT or TEXT_TOKEN; image generation"
+          " needs a multi-modal model, and this library constrains text only.")
+    if name in ("QUOTED_TEXT", "UNQUOTED_TEXT") or name in _labels.TOKEN_LABELS:
+      if sub.data:
+        self._label_error(span, "which takes no argument",
+                          f"Expected (?P<{name}>) with nothing inside.", span.content)
+      if name == "QUOTED_TEXT":
+        return _labels.quoted_text()
+      if name == "UNQUOTED_TEXT":
+        return _labels.unquoted_text()
+      return ir.Terminal(name)
+    if name in ("TEXT_UNTIL", "SUBSTRING_OF"):
+      text = self._literal(span, sub.data, flags)
+      if not text:
+        what = "a stop phrase" if name == "TEXT_UNTIL" else "the text"
+        self._label_error(span, f"without {what}",
+                          f"Expected (?P<{name}>text) with non-empty literal text.",
+                          span.content)
+      return _labels.text_until(text) if name == "TEXT_UNTIL" else _labels.substring_of(text)
+    parts = self._arguments(span, flags)
+    if name == "DELIMITED_LIST":
+      if len(parts) != 2:
+        self._label_error(
+            span, f"with {len(parts)} argument(s)",
+            "Expected (?P<DELIMITED_LIST>ITEM|DELIMITER): two regexes separated by a"
+            " top-level '|'; wrap an alternation inside the item in (?:...).")
+      return _labels.delimited_list(parts[0][1], parts[1][1])
+    if len(parts) < 2:
+      self._label_error(
+          span, "without items",
+          "Expected (?P<DELIMITED_SUBSEQUENCE_OF>ITEM_1|...|ITEM_N|DELIMITER): at least one"
+          " item, then the delimiter, separated by top-level '|'.")
+    for position, item in parts[:-1]:
+      if item == ir.EPSILON:
+        self._label_error(span, "with an empty item",
+                          "Expected non-empty items; remove the empty alternative.",
+                          position)
+    return _labels.delimited_subsequence([item for _, item in parts[:-1]], parts[-1][1])
+
+  def _literal(self, span: _LabelSpan, items: list, flags: int) -> str:
+    """The text of a literal label argument (plain characters and escapes only)."""
+    chars = []
+    for op, av in items:
+      if op is not _LITERAL:
+        self._label_error(
+            span, "with an argument that is not literal text",
+            f"Expected plain characters and escapes; escape regex metacharacters (e.g."
+            f" with re.escape) in the argument starting at position {span.content}.",
+            span.content)
+      if _SURROGATE_LO <= av <= _SURROGATE_HI:
+        self._label_error(span, f"with the surrogate U+{av:04X} in its argument",
+                          "Expected Unicode scalar values only.", span.content)
+      if flags & _IGNORECASE and _case_fold(flags).iscased(av):
+        self._label_error(
+            span, "under (?i)",
+            "Expected exact literal text: the argument is matched case-sensitively;"
+            " scope (?i) to other parts with (?i:...).", span.content)
+      chars.append(chr(av))
+    return "".join(chars)
+
+  def _arguments(self, span: _LabelSpan, flags: int) -> list[tuple[int, ir.Node]]:
+    """(position, IR) of each `|`-separated argument of a sugar label, each parsed alone."""
+    starts = (span.content, *(bar + 1 for bar in span.bars))
+    ends = (*span.bars, span.end)
+    parts = []
+    for lo, hi in zip(starts, ends):
+      tree = _sre_parse(self.pattern, self.renamed[lo:hi], flags, lo)
+      if tree.state.groupdict:
+        self.mark_labels(tree, lo, hi)
+      parts.append((lo, self.walk(tree.data, flags, False, False)))
+    return parts
+
+
+def _mark(items: list, by_group: dict) -> None:
+  """Replaces, in place, SUBPATTERN items whose group is in `by_group` by `_LABEL` items."""
+  for k, (op, av) in enumerate(items):
+    if op is _SUBPATTERN:
+      span = by_group.get(av[0])
+      if span is not None:
+        items[k] = (_LABEL, (span, av[3]))
+      else:
+        _mark(av[3].data, by_group)
+    elif op is _BRANCH:
+      for alternative in av[1]:
+        _mark(alternative.data, by_group)
+    elif op in _REPEATS:
+      _mark(av[2].data, by_group)
 
 
 # --- Character classes ---------------------------------------------------------------
@@ -615,7 +824,7 @@ class _Token:
   quantified: bool = False
 
 
-def _first_unsupported(pattern: str, verbose: bool):
+def _first_unsupported(pattern: str, verbose: bool, *, labels: bool = False):
   """(position, construct, fix) of the first unsupported construct, or None.
 
   `re`'s parse tree has no positions, so this is a light scan of the (already valid)
@@ -623,7 +832,7 @@ def _first_unsupported(pattern: str, verbose: bool):
   flags, verbose-mode whitespace and comments, quantifiers. Anchors are judged with the
   same rule as the tree walk (only at the start or end, outside repeats).
   """
-  scanner = _Scanner(pattern)
+  scanner = _Scanner(pattern, labels=labels)
   alternatives = scanner.alternatives(verbose)
   _check_anchors(alternatives, leading=True, trailing=True, issues=scanner.issues)
   if not scanner.issues:
@@ -633,19 +842,29 @@ def _first_unsupported(pattern: str, verbose: bool):
 
 
 class _Scanner:
-  """The light scan behind `_first_unsupported`; collects `(position, construct)`."""
+  """The light scan behind `_first_unsupported`; collects `(position, construct)`.
 
-  def __init__(self, pattern: str):
+  With `labels`, named groups are not issues but label groups: their spans are collected
+  in `label_spans`, and they count as quantified groups for anchors (an anchor inside a
+  label is never at the start or end of the text).
+  """
+
+  def __init__(self, pattern: str, *, labels: bool = False):
     self.pattern = pattern
     self.pos = 0
     self.issues: list[tuple[int, str]] = []
+    self.labels = labels
+    self.label_spans: list[_LabelSpan] = []
 
-  def alternatives(self, verbose: bool) -> list[list[_Token]]:
-    """Scans alternatives up to an unmatched ')' or the end."""
+  def alternatives(self, verbose: bool, bars: list[int] | None = None
+                   ) -> list[list[_Token]]:
+    """Scans alternatives up to an unmatched ')' or the end; `bars` gets the '|' positions."""
     p = self.pattern
     alternatives: list[list[_Token]] = [[]]
     while self.pos < len(p) and p[self.pos] != ")":
       if p[self.pos] == "|":
+        if bars is not None:
+          bars.append(self.pos)
         alternatives.append([])
         self.pos += 1
       else:
@@ -739,8 +958,15 @@ class _Scanner:
         return
       if p.startswith("P<", j):
         name = p[j + 2 : p.index(">", j)]
-        self.issues.append((start, f"a named group '{name}'"))
         self.pos = p.index(">", j) + 1
+        if self.labels:
+          content, bars = self.pos, []
+          alternatives = self.alternatives(inner_verbose, bars)
+          self.label_spans.append(_LabelSpan(name, start, content, self.pos, tuple(bars)))
+          self.pos += 1  # The closing ')'.
+          seq.append(_Token("group", start, alternatives, quantified=True))
+          return
+        self.issues.append((start, f"a named group '{name}'"))
       elif p.startswith("(", j):
         self.issues.append((start, "a conditional group"))
         self.pos = p.index(")", j) + 1

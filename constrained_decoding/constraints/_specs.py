@@ -21,7 +21,8 @@ class Regex:
 
   Syntax and semantics are Python's `re` with full-match semantics, over the UTF-8
   bytes of the text (a token may end in the middle of a multi-byte character).
-  See `constraints/_regex.py` for the supported constructs.
+  See `constraints/_regex.py` for the supported constructs, and
+  `constraints/_labels.py` for terminal labels and sugar (`(?P<QUOTED_TEXT>)`, ...).
 
   Attributes:
     pattern: The regular expression.
@@ -44,7 +45,7 @@ class Regex:
   def to_ir(self) -> ir.Node:
     from constrained_decoding.constraints._regex import parse_regex  # pylint: disable=g-import-not-at-top
 
-    return parse_regex(self.pattern, unicode=self.unicode)
+    return parse_regex(self.pattern, unicode=self.unicode, labels=True)
 
   def describe(self) -> str:
     return f"Regex({self.pattern!r})"

@@ -255,8 +255,9 @@ def test_start_state_is_renumbered_to_zero():
   assert dfa.accepts(b"ab") and not dfa.accepts(b"a") and not dfa.accepts(b"b")
 
 
-def test_terminal_is_not_supported_yet():
-  with pytest.raises(errors.UnsupportedFeatureError, match="Terminal 'QUOTED_TEXT'"):
+def test_terminal_must_be_a_token_class():
+  with pytest.raises(errors.UnsupportedFeatureError,
+                     match="Terminal 'QUOTED_TEXT' .* is not a token class"):
     _fsa.compile_byte_dfa(ir.Concat((ir.Bytes(b'"'), ir.Terminal("QUOTED_TEXT"))))
 
 
