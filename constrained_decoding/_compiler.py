@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _pda
 from constrained_decoding.automata import _wide
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -58,6 +59,12 @@ class CompileOptions:
     memoize: Keep compiled tables in memory, keyed by spec; `Compiler.compile` then
       returns the same object for an equal spec.
     memo_size: Number of compiled tables kept by `memoize`.
+    stack_depth: Stack capacity per row for recursive grammars (push-down tables): how
+      many rules may be pending at once (JSON nesting depth, roughly). A row that needs
+      more gets `error` set; it never reads or writes past the stack.
+    max_pops, max_pushes: Most stack symbols one token may pop / push in a push-down
+      automaton. Tokens that would exceed them (`"}}}}}}}}}"`) are not offered; the same
+      text stays reachable through shorter tokens.
   """
 
   max_states: int = 100_000
@@ -69,6 +76,9 @@ class CompileOptions:
   wide_states: bool = True
   memoize: bool = True
   memo_size: int = 256
+  stack_depth: int = 64
+  max_pops: int = _pda.DEFAULT_MAX_POPS
+  max_pushes: int = _pda.DEFAULT_MAX_PUSHES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,13 +87,17 @@ class CompileInfo:
 
   Attributes:
     description: The spec, e.g. `Regex('a|b')`.
-    byte_states: States of the minimal byte DFA.
+    byte_states: States of the minimal byte DFA (of the recursive transition network,
+      all rules together, for a push-down automaton).
     token_states: States of the trimmed token DFA.
     token_edges: Explicit token edges.
     num_terminals: Distinct terminal bitmaps (wide states).
     num_masks: Distinct allowed-token sets.
     nbytes: Size of the packed tables, per array and total.
     seconds: Wall-clock time per stage.
+    num_groups: Edge groups (one per state and pop sequence; push-down tables only).
+    dropped_paths: Token paths of a push-down automaton not offered because they pop
+      or push more than `CompileOptions.max_pops` / `max_pushes` symbols.
   """
 
   description: str
@@ -94,6 +108,8 @@ class CompileInfo:
   num_masks: int
   nbytes: dict[str, int]
   seconds: dict[str, float]
+  num_groups: int | None = None
+  dropped_paths: int = 0
 
 
 class Compiler:
@@ -144,6 +160,10 @@ class Compiler:
     what = spec.describe()
     t0 = time.perf_counter()
     deadline = t0 + opts.max_seconds
+    pushdown = getattr(spec, "pushdown_grammar", None)
+    grammar = pushdown() if pushdown is not None else None
+    if grammar is not None:
+      return self._compile_pushdown(grammar, what, t0, time.perf_counter(), deadline)
     node = spec.to_ir()
     t1 = time.perf_counter()
     dfa = _fsa.compile_byte_dfa(node)
@@ -199,6 +219,46 @@ class Compiler:
                  "pack": t4 - t3, "total": t4 - t0},
     )
     return tables, info
+
+  def _compile_pushdown(self, grammar, what: str, t0: float, t_parsed: float,
+                        deadline: float):
+    """A recursive grammar -> token-level push-down automaton -> tables (Alg. 3)."""
+    opts = self.options
+    rtn = _pda.build_rtn(grammar)
+    t1 = time.perf_counter()
+    if rtn.num_states > opts.max_states:
+      raise CompileBudgetError(
+          f"{what} needs {rtn.num_states} automaton states. Expected at most "
+          f"CompileOptions.max_states={opts.max_states}. Raise the budget or simplify.")
+    wide = self.wide_states.find(rtn.byte_dfa()) if opts.wide_states else {}
+    token_pda = _pda.compose_token_pda(
+        rtn, self.trie, vocab_bytes=self._token_text, wide=wide,
+        num_words=_tables.num_words(self.vocab.vocab_size), max_pops=opts.max_pops,
+        max_pushes=opts.max_pushes, max_edges=opts.max_edges, deadline=deadline, what=what)
+    t2 = time.perf_counter()
+    tables = _tables.pack_pda_tables(token_pda, self.vocab, stack_depth=opts.stack_depth,
+                                     min_bucket=opts.min_bucket)
+    nbytes = _tables.tables_nbytes(tables)
+    if nbytes["total"] > opts.max_table_bytes:
+      raise CompileBudgetError(
+          f"{what} needs {nbytes['total'] / 2**20:.1f} MiB of tables "
+          f"({len(token_pda.edge_token)} token edges). Expected at most "
+          f"CompileOptions.max_table_bytes={opts.max_table_bytes}. Raise the budget or "
+          "simplify the grammar's free-text parts.")
+    t3 = time.perf_counter()
+    groups = len(token_pda.group_state)
+    info = CompileInfo(
+        description=what, byte_states=rtn.num_states, token_states=token_pda.num_states,
+        token_edges=len(token_pda.edge_token),
+        num_terminals=int(token_pda.terminal_bits.shape[0]),
+        num_masks=int(tables.group_mask[:groups].max(initial=0)) + 1, nbytes=nbytes,
+        seconds={"parse": t_parsed - t0, "byte_dfa": t1 - t_parsed, "compose": t2 - t1,
+                 "pack": t3 - t2, "total": t3 - t0},
+        num_groups=groups, dropped_paths=token_pda.dropped_paths)
+    return tables, info
+
+  def _token_text(self, token: int) -> bytes:
+    return self.vocab.token_bytes[token] or b""
 
 
 # Compilers shared by callers that only have a vocabulary (`generate(constraint=spec)`),

@@ -649,8 +649,8 @@ def to_regular(grammar: GrammarIR) -> ir.Node:
     raise errors.UnsupportedFeatureError(
         f"Grammar rules {_preview(sorted(recursive))} are recursive, so the grammar is not"
         " regular. Expected a grammar without recursion, or a depth bound. Pass"
-        " Grammar(..., max_depth=N) to unroll the recursion N levels deep; unbounded"
-        " recursion needs the push-down runtime (coming)."
+        " Grammar(..., max_depth=N) to unroll the recursion N levels deep, or compile the"
+        " Grammar with cd.Compiler, which builds a push-down runtime for it."
     )
   rules = _inline(grammar.rule_map, [n for n in grammar.names if n != grammar.start])
   return rules[grammar.start]

@@ -65,11 +65,14 @@ class Grammar:
   ```
 
   A grammar without recursion (after inlining, see `constraints/_grammar.py`) is
-  regular and compiles like a `Regex`. A recursive grammar needs `max_depth`: the
-  recursion is unrolled so that at most `max_depth` recursive rules are active at once
-  (the stack depth a push-down automaton would use; a recursive start rule counts as
-  one); alternatives that would go deeper are dropped. The unbounded form needs the
-  push-down runtime, which will consume `grammar_ir()`.
+  regular and compiles like a `Regex`. A recursive grammar compiles to a token-level
+  push-down automaton (`automata/_pda.py`) whose stack lives on the device, with room
+  for `CompileOptions.stack_depth` pending rules (nesting beyond that sets the row's
+  `error`); it must be deterministic with one byte of lookahead across rule
+  boundaries, else `NondeterministicGrammarError`. With `max_depth`, the recursion is
+  instead unrolled so that at most `max_depth` recursive rules are active at once (a
+  recursive start rule counts as one): a regular constraint for any grammar,
+  deterministic or not; alternatives that would go deeper are dropped.
 
   Syntaxes: `constraints/_gbnf.py` (llama.cpp's GBNF) and `constraints/_lark.py` (the
   supported Lark subset, with how `%ignore` is applied).
@@ -148,6 +151,19 @@ class Grammar:
     if self.max_depth is None or not _grammar.recursive_rules(grammar):
       return _grammar.to_regular(grammar)
     return _grammar.unroll(grammar, self.max_depth)
+
+  def pushdown_grammar(self):
+    """The normalized grammar when it needs the push-down runtime, else None.
+
+    That is when it is recursive and `max_depth` is None; `Compiler` then builds a
+    token-level push-down automaton (`automata/_pda.py`) instead of calling `to_ir`.
+    """
+    from constrained_decoding.constraints import _grammar  # pylint: disable=g-import-not-at-top
+
+    grammar = self.grammar_ir()
+    if self.max_depth is None and _grammar.recursive_rules(grammar):
+      return grammar
+    return None
 
   def describe(self) -> str:
     first = next((line.strip() for line in self.text.splitlines()

@@ -99,26 +99,27 @@ def init_state(
       depth=jnp.zeros(start.shape, jnp.int32), done=false, error=false)
 
 
-def _stack_top(state: ConstraintState, i: int) -> Array:
-  """The i-th symbol from the top of each row's stack, or -2 below the bottom."""
-  position = state.depth - 1 - i
-  safe = jnp.clip(position, 0, max(state.stack.shape[-1] - 1, 0))
-  symbol = jnp.take_along_axis(state.stack, safe[:, None], axis=1)[:, 0]
-  return jnp.where(position >= 0, symbol, -2)
-
-
 def _matching_groups(tables: ConstraintTables, state: ConstraintState) -> tuple[Array, Array]:
-  """Groups of each row's state and whether their pops match its stack: ([B, K], [B, K])."""
+  """Groups of each row's state and whether their pops match its stack: ([B, K], [B, K]).
+
+  One gather of the top P stack symbols and one comparison against every group's pop
+  sequence, vectorized over K and P (no Python loop: the compiled step stays small).
+  """
   groups = tables.state_groups[state.state]  # [B, K]
   safe = jnp.maximum(groups, 0)
   match = groups >= 0
   pops = tables.group_pops.shape[1]
-  if pops:
+  capacity = state.stack.shape[-1]
+  if pops and capacity:
+    position = state.depth[:, None] - 1 - jnp.arange(pops)[None, :]  # [B, P]
+    tops = jnp.take_along_axis(state.stack, jnp.clip(position, 0, capacity - 1), axis=1)
+    tops = jnp.where(position >= 0, tops, -2)
     num_pops = tables.group_num_pops[safe]  # [B, K]
-    match &= num_pops <= state.depth[:, None]
-    for i in range(pops):
-      wanted = tables.group_pops[safe, i]
-      match &= (i >= num_pops) | (wanted == _stack_top(state, i)[:, None])
+    wanted = tables.group_pops[safe]  # [B, K, P]
+    needed = jnp.arange(pops)[None, None, :] < num_pops[:, :, None]
+    match &= jnp.all(~needed | (wanted == tops[:, None, :]), axis=-1)
+  elif pops:  # No stack at all: only groups that pop nothing apply.
+    match &= tables.group_num_pops[safe] == 0
   return safe, match
 
 
@@ -176,11 +177,16 @@ def mask_logits(
 
 
 def _find_edges(tables: ConstraintTables, group: Array, tokens: Array) -> tuple[Array, Array]:
-  """Binary search of each row's token among its group's sorted edges: O(log E) steps."""
+  """Binary search of each row's token among each of its groups' sorted edges.
+
+  `group` is `[B, K]` (a row's candidate groups) and `tokens` `[B]`: O(log E) steps
+  for all groups at once.
+  """
   num_edges = tables.edge_tokens.shape[0]
   lo = tables.edge_start[group]
   hi = tables.edge_start[group + 1]
   end = hi
+  tokens = tokens[:, None]
   for _ in range(int(np.ceil(np.log2(num_edges + 1)))):
     mid = (lo + hi) // 2
     value = tables.edge_tokens[jnp.minimum(mid, num_edges - 1)]
@@ -204,11 +210,15 @@ def _apply_stack(tables: ConstraintTables, state: ConstraintState, moved: Array,
   new_depth = base + length
   overflow = moved & (new_depth > capacity)
   ok = moved & ~overflow
-  rows = jnp.arange(state.stack.shape[0])
   stack = state.stack
-  for j in range(tables.push_symbols.shape[1]):
-    position = jnp.where(ok & (j < length), base + j, capacity)  # capacity: dropped
-    stack = stack.at[rows, position].set(tables.push_symbols[push, j], mode="drop")
+  width = tables.push_symbols.shape[1]
+  if width:
+    offsets = jnp.arange(width)[None, :]
+    # Positions of rows not moving, or past the pushed sequence, are out of range: dropped.
+    position = jnp.where(ok[:, None] & (offsets < length[:, None]), base[:, None] + offsets,
+                         capacity)
+    rows = jnp.broadcast_to(jnp.arange(stack.shape[0])[:, None], position.shape)
+    stack = stack.at[rows, position].set(tables.push_symbols[push], mode="drop")
   return stack, jnp.where(ok, new_depth, state.depth), overflow
 
 
@@ -228,18 +238,16 @@ def advance(
   word = tables.eos_bits[safe >> 5]
   is_eos = in_range & (((word >> (safe & 31).astype(jnp.uint32)) & 1) == 1)
   groups, match = _matching_groups(tables, state)
-  found = jnp.zeros(tokens.shape, bool)
-  target = state.state
-  num_pops = jnp.zeros(tokens.shape, jnp.int32)
-  push = jnp.zeros(tokens.shape, jnp.int32)
   # Explicit edges: a deterministic automaton has at most one in the matching groups.
-  for k in range(groups.shape[1]):
-    slot, hit = _find_edges(tables, groups[:, k], safe)
-    hit &= match[:, k] & in_range & ~is_eos & ~found
-    target = jnp.where(hit, tables.edge_targets[slot], target)
-    num_pops = jnp.where(hit, tables.group_num_pops[groups[:, k]], num_pops)
-    push = jnp.where(hit, tables.edge_pushes[slot], push)
-    found |= hit
+  slot, hit = _find_edges(tables, groups, safe)  # [B, K]
+  hit &= match & (in_range & ~is_eos)[:, None]
+  found = hit.any(axis=1)
+  k = jnp.argmax(hit, axis=1)[:, None]
+  slot = jnp.take_along_axis(slot, k, axis=1)[:, 0]
+  group = jnp.take_along_axis(groups, k, axis=1)[:, 0]
+  target = jnp.where(found, tables.edge_targets[slot], state.state)
+  num_pops = jnp.where(found, tables.group_num_pops[group], 0)
+  push = jnp.where(found, tables.edge_pushes[slot], 0)
   # Terminal edges, in precedence order, for tokens without an explicit edge.
   for r in range(tables.state_terminals.shape[1]):
     terminal = tables.state_terminals[state.state, r]  # [B, 2]: (terminal id, target)
