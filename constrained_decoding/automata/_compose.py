@@ -17,6 +17,7 @@ token-class terminal only gets the tokens nothing earlier claims.
 
 Public functions:
   compose_token_dfa(dfa, trie, ...)  -> TokenDfa
+  walk_plan(wide, num_states, trie)  -> the trie walks that find every explicit edge
 """
 
 import dataclasses
@@ -158,6 +159,31 @@ def _terminal_edges(dfa: ByteDfa, wide: dict, class_bits, num_words: int):
   return edges
 
 
+def walk_plan(wide: dict, num_states: int, trie: VocabTrie):
+  """The trie walks that find every explicit edge: [(trie, origins, first bytes)].
+
+  The full trie for ordinary states, and for entry states the first bytes that do not
+  enter a loop; then, per cached terminal, its sub-trie (the tokens its bitmap leaves
+  out) for the states using it, limited to the part's first bytes.
+  """
+  narrow = np.array([s for s in range(num_states)
+                     if s not in wide or not wide[s].first_bytes.all()], np.int64)
+  outside = (np.stack([~wide[s].first_bytes if s in wide else np.ones(256, bool)
+                       for s in narrow.tolist()]) if len(narrow) else np.ones((0, 256), bool))
+  plan = [(trie, narrow, outside)]
+  by_key: dict[str, list] = {}
+  for s, edge in wide.items():
+    for terminal, first in edge.parts:
+      by_key.setdefault(terminal.key, []).append((s, terminal, first))
+  for key in sorted(by_key):
+    group = by_key[key]
+    origins = np.array([s for s, _, _ in group], np.int64)
+    first_bytes = np.stack([np.ones(256, bool) if first is None else first
+                            for _, _, first in group])
+    plan.append((group[0][1].subtrie, origins, first_bytes))
+  return plan
+
+
 def compose_token_dfa(
     dfa: ByteDfa,
     trie: VocabTrie,
@@ -203,23 +229,8 @@ def compose_token_dfa(
 
   q = dfa.num_states
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
-  # Full trie for ordinary states, and for entry states the bytes not entering a loop.
-  narrow = np.array([s for s in range(q) if s not in wide or not wide[s].first_bytes.all()],
-                    np.int64)
-  outside = np.stack([~wide[s].first_bytes if s in wide else np.ones(256, bool)
-                      for s in narrow.tolist()]) if len(narrow) else np.ones((0, 256), bool)
-  parts = [_walk(dfa, trie, narrow, first_bytes=outside, **budget)]
-  # Terminal states: each part's sub-trie, limited to the part's first bytes.
-  by_key: dict[str, list] = {}
-  for s, edge in wide.items():
-    for terminal, first in edge.parts:
-      by_key.setdefault(terminal.key, []).append((s, terminal, first))
-  for key in sorted(by_key):
-    group = by_key[key]
-    origins = np.array([s for s, _, _ in group], np.int64)
-    first_bytes = np.stack([np.ones(256, bool) if first is None else first
-                            for _, _, first in group])
-    parts.append(_walk(dfa, group[0][1].subtrie, origins, first_bytes=first_bytes, **budget))
+  parts = [_walk(dfa, part_trie, origins, first_bytes=first_bytes, **budget)
+           for part_trie, origins, first_bytes in walk_plan(wide, q, trie)]
   terminal_edges = _terminal_edges(dfa, wide, token_class_bits, num_words)
   src, tok, dst = (np.concatenate(column) for column in zip(*parts))
   term_src = np.array([s for s, edges in terminal_edges.items() for _ in edges], np.int32)

@@ -46,6 +46,7 @@ from constrained_decoding import errors
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._compose import _emit
+from constrained_decoding.automata._compose import walk_plan
 from constrained_decoding.automata._detokenizer import VocabTrie
 from constrained_decoding.constraints import _grammar
 from constrained_decoding.constraints import _ir as ir
@@ -508,22 +509,9 @@ def compose_token_pda(
   q = rtn.num_states
   configs = _Configurations(rtn, max_pops, max_pushes)
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
-  narrow = np.array([s for s in range(q) if s not in wide or not wide[s].first_bytes.all()],
-                    np.int64)
-  outside = (np.stack([~wide[s].first_bytes if s in wide else np.ones(256, bool)
-                       for s in narrow.tolist()]) if len(narrow) else np.ones((0, 256), bool))
   pops = _PopSequences(configs.chunks, max_pops)
-  parts = [_walk(configs, pops, trie, narrow, outside, **budget)]
-  by_key: dict[str, list] = {}
-  for s, edge in wide.items():
-    for terminal, first in edge.parts:
-      by_key.setdefault(terminal.key, []).append((s, terminal, first))
-  for key in sorted(by_key):
-    group = by_key[key]
-    origins = np.array([s for s, _, _ in group], np.int64)
-    first_bytes = np.stack([np.ones(256, bool) if first is None else first
-                            for _, _, first in group])
-    parts.append(_walk(configs, pops, group[0][1].subtrie, origins, first_bytes, **budget))
+  parts = [_walk(configs, pops, part_trie, origins, first_bytes, **budget)
+           for part_trie, origins, first_bytes in walk_plan(wide, q, trie)]
   origin, token, cfg, popped = (np.concatenate(column) for column in zip(*parts))
   _check_deterministic(rtn, configs, pops, origin, token, cfg, popped, vocab_bytes)
 
