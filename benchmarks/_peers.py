@@ -7,6 +7,10 @@ inside the adapters: the library itself never depends on them.
 
 Interface of an adapter (`make_peer(name, token_bytes, eos_ids, vocab_size)`):
   peer.compile(regex) -> compiled       host compile, with the peer's caches defeated.
+  peer.grammar_source(gbnf) -> source   the peer's input for a GBNF grammar (llama.cpp's
+                                        format), translated once, outside compile timing.
+  peer.compile_grammar(source) -> compiled   host compile of that grammar, caches defeated;
+                                        outlines-core has no grammars (NotImplementedError).
   peer.matcher(compiled) -> matcher     fresh per-sequence state (not timed as compile).
   peer.allocate(batch) -> (bitmask, logits)   int32 [B, ceil(V/32)] and float32 [B, V].
   peer.apply(logits, bitmask)           the peer's own in-place mask application.
@@ -118,6 +122,14 @@ class _Peer:
     logits = torch.randn((batch, self.vocab_size), generator=torch.Generator().manual_seed(0))
     return bitmask, logits
 
+  def grammar_source(self, gbnf: str) -> str:
+    """What `compile_grammar` takes for a GBNF grammar: the GBNF itself by default."""
+    return gbnf
+
+  def compile_grammar(self, source: str):
+    """Compiles a grammar given as `grammar_source(gbnf)` (caches defeated)."""
+    raise NotImplementedError(f"{self.name} has no context-free grammars")
+
   def bitmask_numpy(self, bitmask) -> np.ndarray:
     """A numpy view of a bitmask made by `allocate` (shares memory)."""
     return bitmask.numpy()
@@ -166,6 +178,16 @@ class XgrammarPeer(_Peer):
     """Compiles with a fresh compiler whose cache is disabled (no cross-call reuse)."""
     compiler = self._xgr.GrammarCompiler(self._info, max_threads=_THREADS, cache_enabled=False)
     return compiler.compile_regex(regex)
+
+  def compile_grammar(self, gbnf: str):
+    """Compiles a GBNF grammar (xgrammar's EBNF is llama.cpp's GBNF), cache disabled."""
+    compiler = self._xgr.GrammarCompiler(self._info, max_threads=_THREADS, cache_enabled=False)
+    return compiler.compile_grammar(gbnf)
+
+  def compile_builtin_json(self):
+    """xgrammar's own JSON grammar (any value), cache disabled."""
+    compiler = self._xgr.GrammarCompiler(self._info, max_threads=_THREADS, cache_enabled=False)
+    return compiler.compile_builtin_json_grammar()
 
   def matcher(self, compiled):
     return _XgrammarMatcher(compiled, self._xgr)
@@ -263,7 +285,22 @@ class LlguidancePeer(_Peer):
     llguidance has no separate compiled object: a fresh LLMatcher per compile is the
     uncached cost. `matcher()` then deep-copies it (cheap, and not counted as compile).
     """
-    m = self._llg.LLMatcher(self._tok, self._llg.LLMatcher.grammar_from_regex(regex), log_level=0)
+    return self._matcher_for(self._llg.LLMatcher.grammar_from_regex(regex))
+
+  def grammar_source(self, gbnf: str) -> str:
+    """llguidance's own translation of a GBNF grammar (to its Lark dialect), done once.
+
+    Lark is llguidance's native grammar input; `compile_grammar` takes this text so the
+    Python translation is not timed as compile.
+    """
+    return self._llg.grammar_from("gbnf", gbnf)
+
+  def compile_grammar(self, source: str):
+    """Builds a matcher for `grammar_source(gbnf)` text (see `compile`)."""
+    return self._matcher_for(source)
+
+  def _matcher_for(self, grammar: str):
+    m = self._llg.LLMatcher(self._tok, grammar, log_level=0)
     if m.is_error():
       raise ValueError(f"llguidance: {m.get_error()}")
     return m

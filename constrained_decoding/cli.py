@@ -1,12 +1,19 @@
-"""Command line: `constrained-decoding generate ...`.
+"""Command line: `constrained-decoding generate ...` and `constrained-decoding evaluate ...`.
 
-Completions go to stdout (only the generated text, one completion after another);
-logs, progress and errors go to stderr, so the output can be piped.
+`generate`: completions go to stdout (only the generated text, one completion after
+another); logs, progress and errors go to stderr, so the output can be piped.
+
+`evaluate`: prompts and constraints from a JSONL file, results to a JSONL file (one line
+per input line, in order), the summary as one JSON object on stdout, a progress bar on
+stderr. Exit status: 0 when every line was evaluated, 1 when some lines had an error
+(reported on their output line; the others were evaluated), 2 for errors that stop
+the job (bad flags, unreadable input, a model that does not load).
 """
 
 import argparse
 import codecs
 import importlib
+import json
 import re
 import sys
 import time
@@ -28,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
   spec.add_argument("--json-schema", metavar="FILE", help="the output is JSON valid under it")
   spec.add_argument("--grammar", metavar="FILE",
                     help="GBNF (or Lark, for a .lark file) grammar; see --max-depth")
+  spec.add_argument("--json", action="store_true",
+                    help="the output is any JSON value (the built-in JSON grammar)")
   spec.add_argument("--dataclass", metavar="MODULE:NAME",
                     help="the output is a constructor call of this dataclass")
   gen.add_argument("--prompt", required=True, help="the prompt (completion style for base models)")
@@ -44,10 +53,53 @@ def _parser() -> argparse.ArgumentParser:
   gen.add_argument("--no-stream", action="store_true",
                    help="print completions at the end instead of token by token")
   gen.add_argument("--max-depth", type=int, default=None,
-                   help="nesting bound that makes a recursive --grammar regular")
+                   help="nesting bound that makes a recursive --grammar or --json regular "
+                        "(default: unbounded, with the nesting stack on the device)")
   gen.add_argument("--unicode", action="store_true",
                    help="\\d \\w \\s are Unicode classes (default: ASCII, as re.ASCII)")
+  _add_evaluate_parser(sub)
   return parser
+
+
+_EVALUATE_HELP = """\
+Each input line is a JSON object: {"prompt": "...", <one constraint>, "answer": "..."}
+where the constraint is one of
+  "regex": "..."            (+ "unicode": true for Unicode \\d \\w \\s)
+  "choices": ["a", "b"]     (or "a,b": the output is exactly one of them)
+  "json_schema": {...}      (a schema object, or its JSON text)
+  "grammar": "..."          (GBNF text; + "syntax": "lark", + "max_depth": N)
+  "dataclass": "MODULE:NAME"
+"answer" (optional) is compared with the stripped completion for accuracy; "id"
+(optional) is copied to the output line. Output lines: line, id, completion,
+token_ids, finished, constraint_error, conforms, correct, error (a message when the
+line could not be evaluated, else null).
+
+exit status: 0 every line evaluated; 1 some lines had errors (see their "error");
+2 the job could not run (bad flags, unreadable input, model not loaded)."""
+
+
+def _add_evaluate_parser(sub) -> None:
+  ev = sub.add_parser(
+      "evaluate", help="decode a JSONL file of prompts and constraints; write JSONL results",
+      description="Decode every prompt of a JSONL file under its own constraint, sharded "
+                  "over the available devices, and report conformance (and accuracy).",
+      epilog=_EVALUATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ev.add_argument("--input", required=True, metavar="FILE", help="JSONL prompts and constraints")
+  ev.add_argument("--output", required=True, metavar="FILE", help="JSONL results, one per line")
+  ev.add_argument("--model", default=None, help="path of a Gemma 3 GGUF (default: packaged 270M)")
+  ev.add_argument("--chat", action="store_true",
+                  help="wrap prompts in Gemma's chat template (instruction-tuned weights)")
+  ev.add_argument("--batch-size", type=int, default=None,
+                  help="rows per sharded call, rounded up to a multiple of the device count "
+                       "(default: 8 per device)")
+  ev.add_argument("--max-new-tokens", type=int, default=64)
+  ev.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+  ev.add_argument("--top-k", type=int, default=0)
+  ev.add_argument("--top-p", type=float, default=1.0)
+  ev.add_argument("--seed", type=int, default=0, help="row i samples with fold_in(seed, i)")
+  ev.add_argument("--jump-forward", type=int, default=0, metavar="N",
+                  help="feed up to N forced tokens per model call (0: off)")
+  ev.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def _choices_regex(choices: str) -> str:
@@ -59,6 +111,11 @@ def _choices_regex(choices: str) -> str:
 
 def _spec(args, cd):
   """The constraint spec named on the command line, or None."""
+  if args.max_depth is not None and args.grammar is None and not args.json:
+    raise ValueError(f"--max-depth {args.max_depth} applies to --grammar and --json only. "
+                     f"Expected it with one of them, or no --max-depth.")
+  if args.json:
+    return cd.Grammar.builtin("json", max_depth=args.max_depth)
   if args.choices is not None:
     return cd.Regex(_choices_regex(args.choices))
   if args.regex is not None:
@@ -71,16 +128,28 @@ def _spec(args, cd):
       syntax = "lark" if args.grammar.endswith(".lark") else "gbnf"
       return cd.Grammar(f.read(), syntax=syntax, max_depth=args.max_depth)
   if args.dataclass is not None:
-    module_name, _, name = args.dataclass.partition(":")
-    if not name:
-      raise ValueError(f"--dataclass {args.dataclass!r} has no class name. Expected "
-                       f"MODULE:NAME, e.g. mypackage.types:Answer.")
-    try:
-      cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as e:
-      raise ValueError(f"--dataclass {args.dataclass!r} could not be imported: {e}.") from e
-    return cd.Dataclass(cls)
+    return _dataclass_spec(args.dataclass, cd, "--dataclass")
   return None
+
+
+def _dataclass_spec(target: str, cd, where: str):
+  """`cd.Dataclass` of the class named `MODULE:NAME` (`where` names the input in errors)."""
+  module_name, _, name = target.partition(":")
+  if not name:
+    raise ValueError(f"{where} {target!r} has no class name. Expected "
+                     f"MODULE:NAME, e.g. mypackage.types:Answer.")
+  try:
+    cls = getattr(importlib.import_module(module_name), name)
+  except (ImportError, AttributeError) as e:
+    raise ValueError(f"{where} {target!r} could not be imported: {e}.") from e
+  return cd.Dataclass(cls)
+
+
+def _log_value(row: int, value, finished: bool) -> None:
+  if finished:
+    _log(f"row {row} value: {value!r}")
+  else:
+    _log(f"row {row} value: none (the row ran out of tokens before finishing)")
 
 
 def _generate(args) -> int:
@@ -91,23 +160,34 @@ def _generate(args) -> int:
   sampling = cd.SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
   spec = _spec(args, cd)
   path = args.model or cd.models.default_gguf_path()
-  tables = None
   if spec is not None:  # Before loading weights, so that a bad constraint fails fast.
+    from constrained_decoding import _compiler  # pylint: disable=g-import-not-at-top
+
     started = time.perf_counter()
     vocab = cd.Vocabulary.from_gguf(path)
-    tables = cd.Compiler(vocab).compile(spec)
+    # The shared compiler memoizes it: `generate(constraint=spec)` below reuses the tables.
+    tables = _compiler.compiler_for(vocab).compile(spec)
     _log(f"constraint compiled in {1e3 * (time.perf_counter() - started):.1f} ms: {tables!r}")
   started = time.perf_counter()
   model = cd.models.Gemma3.from_gguf(path)
   _log(f"model loaded in {time.perf_counter() - started:.1f} s")
   prompt = model.chat_prompt(args.prompt) if args.chat else args.prompt
   prompts = [prompt] * args.batch_size
-  kwargs = dict(constraint=tables, max_new_tokens=args.max_new_tokens, sampling=sampling,
+  kwargs = dict(constraint=spec, max_new_tokens=args.max_new_tokens, sampling=sampling,
                 seed=args.seed)
+  # Parsed values (JSON, dataclass instances) are logged; stdout keeps the text only.
+  show_values = args.json_schema is not None or args.dataclass is not None or args.json
+  # A Grammar spec has no value parser of its own: --json values are json.loads of the text.
+  parse = json.loads if args.json else getattr(spec, "parse", None)
   started = time.perf_counter()
   if args.no_stream:
-    for completion in cd.generate(model, prompts, **kwargs):
+    for row, completion in enumerate(cd.generate(model, prompts, **kwargs)):
       sys.stdout.write(completion.text + "\n")
+      if show_values:
+        value = completion.value
+        if args.json and completion.finished:
+          value = parse(completion.text)
+        _log_value(row, value, completion.finished)
   else:
     decoders = [codecs.getincrementaldecoder("utf-8")("replace") for _ in prompts]
     texts = [[] for _ in prompts]
@@ -120,14 +200,175 @@ def _generate(args) -> int:
     sys.stdout.write(decoders[0].decode(b"", final=True) + "\n")
     for row in range(1, len(prompts)):  # other rows, after the streamed first one
       sys.stdout.write("".join(texts[row]) + decoders[row].decode(b"", final=True) + "\n")
+    if show_values:
+      sys.stdout.flush()
+      for row, pieces in enumerate(texts):
+        try:  # A text that does not parse is an unfinished row (a valid prefix).
+          _log_value(row, parse("".join(pieces)), True)
+        except ValueError:
+          _log_value(row, None, False)
   sys.stdout.flush()
   _log(f"generated in {time.perf_counter() - started:.1f} s")
   return 0
 
 
+_CONSTRAINT_KEYS = ("regex", "choices", "json_schema", "grammar", "dataclass")
+_LINE_KEYS = frozenset({"prompt", "answer", "id", "unicode", "syntax", "max_depth",
+                        *_CONSTRAINT_KEYS})
+
+
+def _line_spec(record, cd):
+  """The constraint spec of one `evaluate` input line; raises naming the problem."""
+  if not isinstance(record, dict):
+    raise ValueError(f"The line is a JSON {type(record).__name__}. Expected an object "
+                     f"such as {{\"prompt\": \"...\", \"regex\": \"...\"}}.")
+  unknown = sorted(set(record) - _LINE_KEYS)
+  if unknown:
+    raise ValueError(f"Unknown key {unknown[0]!r}. Expected keys among "
+                     f"{sorted(_LINE_KEYS)}.")
+  if not isinstance(record.get("prompt"), str):
+    raise ValueError(f"\"prompt\" is {record.get('prompt')!r}. Expected a string.")
+  named = [k for k in _CONSTRAINT_KEYS if k in record]
+  if len(named) != 1:
+    raise ValueError(f"The line names {len(named)} constraints {named}. Expected exactly "
+                     f"one of {list(_CONSTRAINT_KEYS)}.")
+  key = named[0]
+  value = record[key]
+  if key == "choices":
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(
+        isinstance(c, str) and c for c in items):
+      raise ValueError(f"\"choices\" {value!r} is not a list of non-empty strings. Expected "
+                       f"[\"a\", \"b\"] or \"a,b\".")
+    return cd.Regex("|".join(re.escape(c) for c in items))
+  if key == "json_schema":
+    return cd.JsonSchema(value)
+  if not isinstance(value, str):
+    raise ValueError(f"{key!r} is a {type(value).__name__}. Expected a string.")
+  if key == "regex":
+    return cd.Regex(value, unicode=bool(record.get("unicode", False)))
+  if key == "grammar":
+    return cd.Grammar(value, syntax=record.get("syntax", "gbnf"),
+                      max_depth=record.get("max_depth"))
+  return _dataclass_spec(value, cd, '"dataclass"')
+
+
+def _load_model(path: str):
+  """The model for `evaluate` (a function of its own so that tests can pass a small one)."""
+  import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
+  return cd.models.Gemma3.from_gguf(path)
+
+
+def _read_lines(path: str) -> list[tuple[int, str]]:
+  """(line number, text) of the non-blank lines of a JSONL file."""
+  with open(path, encoding="utf-8") as f:
+    lines = [(k, text) for k, text in enumerate(f, start=1) if text.strip()]
+  if not lines:
+    raise ValueError(f"--input {path!r} has no lines. Expected one JSON object per line.")
+  return lines
+
+
+def _compile_lines(lines, compiler, cd, args, tqdm) -> list[dict]:
+  """One entry per input line: its record and tables, or the error that stops it."""
+  compiled = {}  # spec -> tables: one table set per distinct constraint
+  entries = []
+  for number, text in tqdm.tqdm(lines, desc="compile", unit="line", file=sys.stderr,
+                                disable=args.no_progress):
+    entry = dict(line=number, record=None, tables=None, error=None, result=None)
+    try:
+      entry["record"] = json.loads(text)
+      spec = _line_spec(entry["record"], cd)
+      if spec not in compiled:
+        compiled[spec] = compiler.compile(spec)
+      entry["tables"] = compiled[spec]
+    except Exception as e:  # pylint: disable=broad-except  (one line must not stop the job)
+      entry["error"] = f"{type(e).__name__}: {e}"
+      tqdm.tqdm.write(f"constrained-decoding: {args.input}:{number}: {entry['error']}",
+                      file=sys.stderr)
+    entries.append(entry)
+  return entries
+
+
+def _output_line(entry: dict) -> str:
+  """The JSONL result of one input line (its completion, or its error)."""
+  record = entry["record"] if isinstance(entry["record"], dict) else {}
+  line = {"line": entry["line"], "id": record.get("id")}
+  row = entry["result"]
+  if row is None:
+    line.update(completion=None, error=entry["error"])
+  else:
+    c = row.completion
+    line.update(completion=c.text, token_ids=list(c.token_ids), finished=c.finished,
+                constraint_error=c.error, conforms=row.conforms, correct=row.correct,
+                error=None)
+  return json.dumps(line, ensure_ascii=False) + "\n"
+
+
+def _evaluate(args) -> int:
+  import tqdm  # pylint: disable=g-import-not-at-top  (a dependency of gguf, used by loading)
+
+  import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
+
+  if args.batch_size is not None and args.batch_size < 1:
+    raise ValueError(f"--batch-size {args.batch_size} is below 1. Expected >= 1.")
+  if args.max_new_tokens < 1:
+    raise ValueError(f"--max-new-tokens {args.max_new_tokens} is below 1. Expected >= 1.")
+  sampling = cd.SamplingConfig(temperature=args.temperature, top_k=args.top_k,
+                               top_p=args.top_p, jump_forward=args.jump_forward)
+  lines = _read_lines(args.input)
+  path = args.model or cd.models.default_gguf_path()
+  entries = _compile_lines(lines, cd.Compiler(cd.Vocabulary.from_gguf(path)), cd, args, tqdm)
+  valid = [e for e in entries if e["error"] is None]
+  position = {id(e): k for k, e in enumerate(entries)}
+  result = None
+  with open(args.output, "w", encoding="utf-8") as out:
+    written = 0
+
+    def write_through(end: int) -> None:
+      """Writes the output lines of entries[written:end], in input order."""
+      nonlocal written
+      out.writelines(_output_line(e) for e in entries[written:end])
+      out.flush()
+      written = max(written, end)
+
+    if valid:
+      started = time.perf_counter()
+      model = _load_model(path)
+      _log(f"model loaded in {time.perf_counter() - started:.1f} s")
+      bar = tqdm.tqdm(total=len(valid), desc="evaluate", unit="row", file=sys.stderr,
+                      disable=args.no_progress)
+
+      def on_batch(start, rows):
+        for entry, row in zip(valid[start:start + len(rows)], rows):
+          entry["result"] = row
+        write_through(position[id(valid[start + len(rows) - 1])] + 1)
+        bar.update(len(rows))
+
+      prompts = [e["record"]["prompt"] for e in valid]
+      answers = [e["record"].get("answer") for e in valid]
+      started = time.perf_counter()
+      result = cd.evaluate(
+          model, [model.chat_prompt(p) if args.chat else p for p in prompts],
+          [e["tables"] for e in valid],
+          answers=[None if a is None else str(a) for a in answers],
+          max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
+          batch_size=args.batch_size, on_batch=on_batch)
+      bar.close()
+      _log(f"evaluated {len(valid)} rows in {time.perf_counter() - started:.1f} s")
+    write_through(len(entries))
+
+  summary = {"lines": len(entries), "line_errors": len(entries) - len(valid)}
+  if result is not None:
+    summary.update(result.summary())
+  print(json.dumps(summary), flush=True)
+  return 1 if len(valid) < len(entries) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   try:
+    if args.command == "evaluate":
+      return _evaluate(args)
     return _generate(args)
   except (ValueError, TypeError, OSError) as e:  # includes every ConstraintError
     _log(f"error: {type(e).__name__}: {e}")

@@ -1,5 +1,9 @@
 """Device side: stepping constraints inside jit (no pynini, no host callbacks)."""
 
+from constrained_decoding.runtime._rewind import ConstraintHistory
+from constrained_decoding.runtime._rewind import init_history
+from constrained_decoding.runtime._rewind import record
+from constrained_decoding.runtime._rewind import rewind
 from constrained_decoding.runtime._runtime import ConstraintState
 from constrained_decoding.runtime._runtime import advance
 from constrained_decoding.runtime._runtime import allowed_tokens
@@ -7,9 +11,13 @@ from constrained_decoding.runtime._runtime import init_state
 from constrained_decoding.runtime._runtime import mask_logits
 
 __all__ = [
+    "ConstraintHistory",
     "ConstraintState",
     "advance",
     "allowed_tokens",
+    "init_history",
     "init_state",
     "mask_logits",
+    "record",
+    "rewind",
 ]

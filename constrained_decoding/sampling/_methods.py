@@ -6,6 +6,7 @@ long as one token is allowed, which the tables guarantee (no all-masked live sta
 Public names:
   SamplingConfig       greedy / temperature / top-k / top-p settings (a static value).
   sample_tokens(logits, rng, config)  Int[B] next tokens.
+  filter_logits(logits, config)       logits of the distribution sample_tokens draws from.
 """
 
 import dataclasses
@@ -13,6 +14,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
+
+# Forced tokens per model call for `SamplingConfig(jump_forward=True)`.
+DEFAULT_JUMP_FORWARD = 8
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,11 +33,18 @@ class SamplingConfig:
     top_k: Keep only the k most likely tokens (0: no limit).
     top_p: Keep the smallest set of most likely tokens whose probability reaches p
       (1.0: no limit).
+    jump_forward: After each sampled token, up to this many *forced* tokens (the only
+      token the constraint allows, or an end of sequence when nothing else is) are
+      taken without sampling and fed to the model in one call (0: off; True means 8).
+      The output distribution is unchanged: a forced token has probability 1 under
+      constrained sampling, and forcing happens per token, never by re-tokenizing
+      bytes. Greedy outputs are identical up to float rounding of batched model calls.
   """
 
   temperature: float = 0.0
   top_k: int = 0
   top_p: float = 1.0
+  jump_forward: int = 0
 
   def __post_init__(self):
     if self.temperature < 0:
@@ -42,6 +53,11 @@ class SamplingConfig:
       raise ValueError(f"top_k {self.top_k} is negative. Expected >= 0 (0: no limit).")
     if not 0 < self.top_p <= 1:
       raise ValueError(f"top_p {self.top_p} is outside (0, 1]. Expected a probability.")
+    if self.jump_forward is True:
+      object.__setattr__(self, "jump_forward", DEFAULT_JUMP_FORWARD)
+    if not isinstance(self.jump_forward, int) or self.jump_forward < 0:
+      raise ValueError(f"jump_forward {self.jump_forward!r} is not a count. Expected an int "
+                       f">= 0 (0: off), the most forced tokens per model call.")
 
   @property
   def is_greedy(self) -> bool:
@@ -54,7 +70,8 @@ class SamplingConfig:
     them does not recompile.
     """
     return SamplingConfig(temperature=0.0 if self.is_greedy else 1.0, top_k=self.top_k,
-                          top_p=1.0 if self.top_p >= 1.0 else 0.5)
+                          top_p=1.0 if self.top_p >= 1.0 else 0.5,
+                          jump_forward=self.jump_forward)
 
 
 def sample_tokens(
@@ -72,20 +89,36 @@ def sample_tokens(
   """
   if config.is_greedy:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  logits = filter_logits(logits, config, temperature=temperature, top_p=top_p)
+  return jax.random.categorical(rng, logits, axis=-1).astype(jnp.int32)
+
+
+def filter_logits(
+    logits: Float[Array, "*rows V"],
+    config: SamplingConfig,
+    *,
+    temperature: Float[Array, ""] | float | None = None,
+    top_p: Float[Array, ""] | float | None = None,
+) -> Float[Array, "*rows V"]:
+  """float32 logits whose softmax is the distribution `sample_tokens` draws from.
+
+  Temperature, then top-k, then top-p (-inf outside the kept set). Not for greedy
+  configs. Speculative sampling needs these distributions themselves, not just draws.
+  """
   temperature = config.temperature if temperature is None else temperature
   top_p = config.top_p if top_p is None else top_p
   logits = logits.astype(jnp.float32) / temperature
   neg_inf = jnp.asarray(-jnp.inf, logits.dtype)
   if config.top_k:
     k = min(config.top_k, logits.shape[-1])
-    kth = jax.lax.top_k(logits, k)[0][:, -1:]
+    kth = jax.lax.top_k(logits, k)[0][..., -1:]
     logits = jnp.where(logits < kth, neg_inf, logits)
   if config.top_p < 1.0:  # top-p enabled; its value is `top_p`
-    sorted_logits = jnp.sort(logits, axis=-1)[:, ::-1]
+    sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
     probs = jax.nn.softmax(sorted_logits, axis=-1)
     # Keep a token if the mass strictly before it is below p (so the top one stays).
     before = jnp.cumsum(probs, axis=-1) - probs
     cutoff_index = jnp.sum(before < top_p, axis=-1, keepdims=True) - 1
     cutoff = jnp.take_along_axis(sorted_logits, cutoff_index, axis=-1)
     logits = jnp.where(logits < cutoff, neg_inf, logits)
-  return jax.random.categorical(rng, logits, axis=-1).astype(jnp.int32)
+  return logits

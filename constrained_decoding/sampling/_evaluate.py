@@ -1,0 +1,278 @@
+"""Batch evaluation: many prompts, each with its own constraint, sharded over devices.
+
+The rows of a batch are split over a 1-D device mesh with `jax.shard_map`: the model's
+weights and the (stacked) constraint tables are replicated, and each device runs the
+same prefill and `lax.while_loop` decode as `generate` on its share of the rows (no
+communication until the results are gathered). Every row samples with its own key,
+`fold_in(PRNGKey(seed), row index)`, so a row's output does not depend on how many
+devices there are, on the batch size, or on which other rows share its batch: the
+sharded job returns what the single-device job returns.
+
+Public names:
+  evaluate(model, prompts, constraints, ...)  -> Evaluation
+  Evaluation       per-row results and the conformance summary.
+  EvaluationRow    one prompt's completion, whether the constraint accepts it, and
+                   whether it equals the reference answer.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from constrained_decoding.sampling import _generate
+from constrained_decoding.sampling._generate import Completion
+from constrained_decoding.sampling._methods import SamplingConfig
+from constrained_decoding.tables import ConstraintTables, bucket_size, stack_tables
+
+_AXIS = "rows"
+_ROWS_PER_DEVICE = 8  # default batch per device
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationRow:
+  """The result for one prompt.
+
+  Attributes:
+    completion: The generated tokens and text (see `Completion`).
+    conforms: The constraint accepts the whole output: the row ended with end of
+      sequence where the constraint allows the input to end, and saw no forbidden
+      token. False for a row that ran out of tokens.
+    correct: Whether the completion's text, stripped of surrounding whitespace, equals
+      the reference answer (also stripped); None when no answer was given.
+  """
+
+  completion: Completion
+  conforms: bool
+  correct: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """Per-row results of `evaluate`, in prompt order, and their summary.
+
+  ```python
+  result = cd.evaluate(model, prompts, tables, answers=answers)
+  result.summary()   # {'rows': 64, 'conformance': 1.0, 'accuracy': 0.25, ...}
+  ```
+
+  Attributes:
+    rows: One `EvaluationRow` per prompt.
+    devices: Number of devices the rows were sharded over.
+    model_calls: Decode-loop model calls, summed over batches and devices (prefill
+      excluded); with jump-forward it is below the number of generated tokens.
+  """
+
+  rows: tuple[EvaluationRow, ...]
+  devices: int
+  model_calls: int
+
+  def summary(self) -> dict:
+    """Conformance figures: fractions of rows and counts (accuracy: None without answers)."""
+    n = len(self.rows)
+    answered = [r.correct for r in self.rows if r.correct is not None]
+    return {
+        "rows": n,
+        "conformance": sum(r.conforms for r in self.rows) / n if n else 0.0,
+        "finished": sum(r.completion.finished for r in self.rows),
+        "unfinished": sum(not r.completion.finished for r in self.rows),
+        "constraint_errors": sum(r.completion.error for r in self.rows),
+        "answered": len(answered),
+        "accuracy": sum(answered) / len(answered) if answered else None,
+        "mean_tokens": (sum(len(r.completion.token_ids) for r in self.rows) / n) if n else 0.0,
+        "devices": self.devices,
+        "model_calls": self.model_calls,
+    }
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", "config", "sampling", "buffer",
+                                             "cache_len"))
+def _run_sharded(params, tables, prompt_tokens, prompt_lengths, constraint_ids, keys, limit,
+                 eos_ids, temperature, top_p, *, mesh, config, sampling, buffer, cache_len):
+  """Prefill and decode, each device on its rows; returns per-row results, gathered."""
+
+  def shard(params, tables, prompt_tokens, prompt_lengths, constraint_ids, keys, limit,
+            eos_ids, temperature, top_p):
+    state = _generate._prefill(params, tables, prompt_tokens, prompt_lengths,  # pylint: disable=protected-access
+                               constraint_ids, keys, config=config, max_new_tokens=buffer,
+                               cache_len=cache_len)
+    state = _generate._decode(params, tables, state, limit, eos_ids, temperature, top_p,  # pylint: disable=protected-access
+                              config=config, sampling=sampling)
+    return (state.tokens, state.constraint.done, state.constraint.error, state.calls[None])
+
+  rows, whole = PartitionSpec(_AXIS), PartitionSpec()
+  # No collectives inside, so the replicated/varying type check (which would ask for
+  # `pcast`s on the loop carry's fresh arrays) buys nothing here.
+  return jax.shard_map(
+      shard, mesh=mesh,
+      in_specs=(whole, whole, rows, rows, rows, rows, whole, whole, whole, whole),
+      out_specs=rows, check_vma=False)(params, tables, prompt_tokens, prompt_lengths, constraint_ids, keys,
+                      limit, eos_ids, temperature, top_p)
+
+
+def _stack_per_row(constraints, n: int, model) -> tuple[ConstraintTables, np.ndarray]:
+  """One table set for the whole job (distinct tables stacked once) and each row's id."""
+  if isinstance(constraints, ConstraintTables):
+    constraints = [constraints] * n
+  constraints = list(constraints)
+  if len(constraints) != n:
+    raise ValueError(f"Got {len(constraints)} constraints for {n} prompts. Expected one "
+                     f"per prompt (or a single ConstraintTables for all).")
+  index: dict[int, int] = {}
+  distinct = []
+  ids = np.zeros(n, np.int32)
+  for row, tables in enumerate(constraints):
+    if not isinstance(tables, ConstraintTables):
+      raise TypeError(f"Constraint of prompt {row} is a {type(tables).__name__}. Expected "
+                      f"ConstraintTables from cd.Compiler(vocab).compile(spec), or a spec "
+                      f"(cd.Regex, cd.JsonSchema, cd.Json, cd.Dataclass, cd.Grammar).")
+    if tables.vocab_size > model.config.vocab_size:
+      raise ValueError(
+          f"The constraint of prompt {row} was compiled for {tables.vocab_size} tokens but "
+          f"the model has {model.config.vocab_size} logits. Expected a vocabulary of this "
+          f"model.")
+    if tables.num_constraints != 1:
+      raise ValueError(f"Constraint of prompt {row} stacks {tables.num_constraints} "
+                       f"constraints. Expected one compiled constraint per prompt (evaluate "
+                       f"stacks them itself).")
+    if id(tables) not in index:
+      index[id(tables)] = len(distinct)
+      distinct.append(tables)
+    ids[row] = index[id(tables)]
+  return (distinct[0] if len(distinct) == 1 else stack_tables(distinct)), ids
+
+
+def _row_result(model, tokens: np.ndarray, done: bool, error: bool, answer: str | None,
+                spec: Any, row: int) -> EvaluationRow:
+  """Host post-processing of one row: cut at the first end-of-sequence id, decode, and
+  parse (when the row's constraint was given as a spec and the row finished)."""
+  ids = [int(t) for t in tokens]
+  eos = set(model.vocab.eos_ids)
+  end = next((k for k, t in enumerate(ids) if t in eos), None)
+  kept = tuple(ids if end is None else ids[:end])
+  text = model.vocab.decode(kept).decode("utf-8", errors="replace")
+  value = None
+  if spec is not None and end is not None and not error:
+    value = _generate._value(spec, text, row)  # pylint: disable=protected-access
+  completion = Completion(token_ids=kept, text=text, finished=end is not None,
+                          error=bool(error), value=value)
+  correct = None if answer is None else text.strip() == str(answer).strip()
+  return EvaluationRow(completion=completion, conforms=bool(done and not error),
+                       correct=correct)
+
+
+def evaluate(
+    model,
+    prompts: Sequence[str] | Sequence[Sequence[int]],
+    constraints: Any,
+    *,
+    answers: Sequence[str | None] | None = None,
+    max_new_tokens: int = 64,
+    sampling: SamplingConfig = SamplingConfig(),
+    seed: int = 0,
+    batch_size: int | None = None,
+    devices: Sequence[jax.Device] | None = None,
+    on_batch: Callable[[int, Sequence[EvaluationRow]], None] | None = None,
+) -> Evaluation:
+  """Decodes every prompt under its constraint, sharded over devices, and scores it.
+
+  ```python
+  tables = [compiler.compile(cd.Regex(r"\\d+")), compiler.compile(cd.Regex("yes|no"))]
+  result = cd.evaluate(model, ["2 + 2 = ", "Is ice cold? "], tables, answers=["4", "yes"])
+  print(result.summary()["conformance"], result.rows[0].completion.text)
+  ```
+
+  Prompts are processed `batch_size` at a time (rounded up to a multiple of the device
+  count; the last batch is padded with copies of its last row), and every batch has the
+  same shapes, so the job compiles once. All distinct constraints are stacked into one
+  table set up front (`stack_tables`), replicated on every device; each row follows its
+  own through `constraint_ids`.
+
+  Args:
+    model: A `models.Gemma3`.
+    prompts: Text prompts (BOS is prepended) or lists of token ids used as given.
+    constraints: One constraint per prompt, or one for all: `ConstraintTables`, or a
+      spec (`Regex`, `JsonSchema`, `Json`, `Dataclass`, `Grammar`), compiled on the host
+      for `model.vocab` as `generate` does; rows with a spec get a parsed `value`.
+    answers: Optional reference answers (None entries: no answer for that row).
+    max_new_tokens: Most tokens per row (the end-of-sequence token counts).
+    sampling: Greedy (default), temperature, top-k, top-p, jump-forward.
+    seed: Row i samples with `fold_in(PRNGKey(seed), i)`.
+    batch_size: Rows per sharded call (default: 8 per device).
+    devices: Devices to shard over (default: `jax.devices()`).
+    on_batch: Called after each batch with the index of its first row and its results
+      (for progress bars and incremental output).
+
+  Returns:
+    An `Evaluation`: one row per prompt, in order, and `summary()`.
+
+  Raises:
+    ValueError, TypeError: On empty input, mismatched counts, or tables that do not
+      belong to the model's vocabulary (before any decoding).
+  """
+  prompts = list(prompts)
+  n = len(prompts)
+  if not n:
+    raise ValueError("evaluate got no prompts. Expected a list of prompts.")
+  if max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens {max_new_tokens} is below 1. Expected >= 1.")
+  if answers is not None and len(answers) != n:
+    raise ValueError(f"Got {len(answers)} answers for {n} prompts. Expected one per prompt "
+                     f"(None where there is no answer).")
+  devices = list(jax.devices() if devices is None else devices)
+  if not devices:
+    raise ValueError("evaluate got an empty device list. Expected at least one device.")
+  if batch_size is not None and batch_size < 1:
+    raise ValueError(f"batch_size {batch_size} is below 1. Expected >= 1.")
+  constraints, specs = _generate._compile_specs(model, constraints, n)  # pylint: disable=protected-access
+  tables, constraint_ids = _stack_per_row(constraints, n, model)
+
+  encoded = [list(p) if isinstance(p, (list, tuple)) else model.encode(p) for p in prompts]
+  for row, ids in enumerate(encoded):
+    if not ids:
+      raise ValueError(f"Prompt {row} has no tokens. Expected at least one token.")
+  width = bucket_size(max(map(len, encoded)), _generate._MIN_PROMPT_BUCKET)  # pylint: disable=protected-access
+  buffer = bucket_size(max_new_tokens, 16)
+  num_devices = len(devices)
+  per_call = batch_size or _ROWS_PER_DEVICE * num_devices
+  per_call = -(-per_call // num_devices) * num_devices  # a multiple of the device count
+
+  mesh = Mesh(np.array(devices), (_AXIS,))
+  replicated = NamedSharding(mesh, PartitionSpec())
+  params = jax.device_put(model.params, replicated)
+  tables = jax.device_put(tables, replicated)
+  eos_ids = jnp.asarray(model.vocab.eos_ids, jnp.int32)
+  base_key = jax.random.PRNGKey(seed)
+  keys = np.asarray(jax.vmap(lambda i: jax.random.fold_in(base_key, i))(jnp.arange(n)))
+  static = dict(mesh=mesh, config=model.config, sampling=sampling.static_part(),
+                buffer=buffer, cache_len=width + buffer)
+
+  results: list[EvaluationRow] = []
+  calls = 0
+  for start in range(0, n, per_call):
+    rows = list(range(start, min(start + per_call, n)))
+    rows += [rows[-1]] * (per_call - len(rows))  # same shapes for every batch
+    prompt_tokens = np.zeros((per_call, width), np.int32)
+    for i, row in enumerate(rows):
+      prompt_tokens[i, width - len(encoded[row]):] = encoded[row]
+    lengths = np.array([len(encoded[row]) for row in rows], np.int32)
+    tokens, done, error, batch_calls = _run_sharded(
+        params, tables, prompt_tokens, lengths, constraint_ids[rows], keys[rows],
+        jnp.int32(max_new_tokens), eos_ids, jnp.float32(sampling.temperature),
+        jnp.float32(sampling.top_p), **static)
+    tokens, done, error = (np.asarray(x) for x in (tokens, done, error))
+    calls += int(np.asarray(batch_calls).sum())
+    count = min(per_call, n - start)
+    batch = [_row_result(model, tokens[i, :max_new_tokens], bool(done[i]), bool(error[i]),
+                         None if answers is None else answers[start + i],
+                         None if specs is None else specs[start + i], start + i)
+             for i in range(count)]
+    results.extend(batch)
+    if on_batch is not None:
+      on_batch(start, batch)
+  return Evaluation(rows=tuple(results), devices=num_devices, model_calls=calls)
