@@ -256,7 +256,10 @@ class OursGrammarRunner(regex_bench.OursRunner):
     out = {"compile_repeats": repeats, **regex_bench._timed_compiles(compile_fn, repeats)}  # pylint: disable=protected-access
     results = [compile_fn() for _ in range(3)]  # stage times of a few more compiles
     infos = [info for _, info in results]
-    self._tables, info = results[-1]
+    tables, info = results[-1]
+    # On the device once, as in a decode loop: numpy tables would be copied in every
+    # call (JSON: ~0.5 ms of a ~0.7 ms step at batch 1 here).
+    self._tables = self.jax.device_put(tables)
     stages = {k: float(np.median([i.seconds[k] for i in infos]) * 1e3) for k in info.seconds}
     out["tables"] = {
         "stack_depth": int(self._tables.stack_depth), "byte_states": info.byte_states,
@@ -268,23 +271,15 @@ class OursGrammarRunner(regex_bench.OursRunner):
     out["first_fill_us_median"] = None
     return out
 
-  def first_call(self, batch: int, cache_dir: str | None) -> dict:
-    """Seconds of the first jitted step at this batch size (trace + XLA compile).
-
-    With JAX's persistent compilation cache on, a step compiled by an earlier run is
-    loaded instead; `compiled` says whether this call wrote a new cache entry.
-    """
+  def first_call(self, batch: int) -> float:
+    """Seconds of the first jitted step at this batch size (trace + XLA compile)."""
     jnp, jax = self.jax.numpy, self.jax
-    entries = lambda: len(os.listdir(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else 0
-    before = entries()
     state = self.cd.init_state(self._tables, batch_size=batch)
     logits = jnp.zeros((batch, self.vocab_size), jnp.float32)
     tokens = jnp.zeros((batch,), jnp.int32)
     start = time.perf_counter()
     jax.block_until_ready(self._step(self._tables, state, logits, tokens))
-    seconds = time.perf_counter() - start
-    return {"first_call_s": seconds,
-            "compiled": None if not cache_dir else entries() > before}
+    return time.perf_counter() - start
 
   def step_samples(self, tokens, batch: int, repeats: int, budget_s: float) -> dict:
     """Per-step seconds of the jitted mask_logits + advance, [repeats', T] (see peers)."""
@@ -334,9 +329,9 @@ def bench_case(runner, case: GrammarCase, walks, args) -> list:
     comp = runner.compile_stats(case, args.compile_repeats, args.compile_budget_s)
     if hasattr(runner, "first_call"):  # ours: jit compile before anything else runs
       for batch in batch_sizes:
-        first_calls[batch] = runner.first_call(batch, args.jit_cache)
+        first_calls[batch] = runner.first_call(batch)
         print(f"  {runner.name} {case.name} B={batch}: first jitted step "
-              f"{first_calls[batch]['first_call_s']:.1f} s", flush=True)
+              f"{first_calls[batch]:.1f} s", flush=True)
     counts = {w.label: runner.check_walk(list(w.tokens)) for w in walks}
   except Exception as e:  # pylint: disable=broad-except
     print(f"  {runner.name} {case.name}: FAILED {type(e).__name__}: {e}", flush=True)
@@ -360,7 +355,7 @@ def bench_case(runner, case: GrammarCase, walks, args) -> list:
     parts = {k: stats(np.concatenate([p[k].ravel() for p in per_walk]))
              for k in ("fill", "apply", "advance", "step") if k in per_walk[0]}
     row = dict(base, **comp, allowed_counts=counts, batch=batch, repeats=repeats,
-               jit=first_calls.get(batch), steps_per_document=steps,
+               first_jit_call_s=first_calls.get(batch), steps_per_document=steps,
                **{k: parts.get(k) for k in ("fill", "apply", "advance", "step")},
                per_document={w.label: stats(p["step"]) for w, p in zip(walks, per_walk)},
                **_depth_stats(walks, [p["step"] for p in per_walk]))
@@ -381,14 +376,6 @@ def _projected_s(rows, batch: int, steps: int) -> float:
 
 def _f(stat, key="median_us") -> str:
   return "—" if stat is None else f"{stat[key]:.1f}"
-
-
-def _jit(first) -> str:
-  """The first jitted step's seconds, and whether it compiled or hit the disk cache."""
-  if first is None:
-    return "—"
-  how = {True: " (compiled)", False: " (disk cache)", None: ""}[first["compiled"]]
-  return f"{first['first_call_s']:.1f}{how}"
 
 
 def _count_mismatches(rows) -> dict:
@@ -447,11 +434,12 @@ def markdown_tables(rows, unavailable) -> str:
       continue
     step = r["step"]
     fill = "—" if r["fill"] is None else f"{_f(r['fill'])} ({_f(r['fill'], 'max_us')})"
+    jit = r["first_jit_call_s"]
     lines.append(
         f"| {r['engine']} | {r['grammar']} | {r['batch']} | {fill} | {_f(r['apply'])} | "
         f"{_f(r['advance'])} | {_f(step)} | {_f(step, 'p99_us')} | {_f(step, 'max_us')} | "
         f"{step['p99_us'] / step['median_us']:.2f} | {_f(r['depth_le_1'])} | "
-        f"{_f(r[f'depth_ge_{DEEP}'])} | {_jit(r['jit'])} |")
+        f"{_f(r[f'depth_ge_{DEEP}'])} | {'—' if jit is None else f'{jit:.1f}'} |")
   for name, why in unavailable.items():
     lines.append(f"\n{'constrained_decoding' if name == 'ours' else name}: not available ({why})")
   return "\n".join(lines)
@@ -463,10 +451,6 @@ def parse_args(argv=None):
                       help="comma-separated batch sizes (default 1,64)")
   parser.add_argument("--big-batch-grammars", default="json",
                       help="grammars also timed at batch sizes > 1 (default json)")
-  parser.add_argument("--jit-cache", default=os.path.join(
-      os.path.expanduser("~"), ".cache", "constrained_decoding", "jax_bench"),
-                      help="JAX persistent compilation cache for our jitted steps, so a "
-                           "rerun skips XLA compiles ('' = off; the first call is reported)")
   parser.add_argument("--repeats", type=int, default=5,
                       help="walks per (engine, document) at batch 1 (default 5)")
   parser.add_argument("--big-batch-repeats", type=int, default=1,
@@ -493,7 +477,6 @@ def parse_args(argv=None):
   args.engines = [e for e in args.engines.split(",") if e]
   args.grammars = [g for g in args.grammars.split(",") if g]
   args.big_batch_grammars = [g for g in args.big_batch_grammars.split(",") if g]
-  args.jit_cache = args.jit_cache or None
   unknown = (set(args.engines) - set(ENGINES)) | (
       set(args.grammars) - {c.name for c in CASES})
   if unknown:
@@ -502,21 +485,9 @@ def parse_args(argv=None):
   return args
 
 
-def _use_jit_cache(cache_dir: str | None) -> None:
-  """Turns on JAX's persistent compilation cache (before anything is jitted)."""
-  if cache_dir is None:
-    return
-  import jax  # pylint: disable=import-outside-toplevel
-  os.makedirs(cache_dir, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", cache_dir)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-
-
 def main(argv=None):
   args = parse_args(argv)
   started = time.perf_counter()
-  if "ours" in args.engines:
-    _use_jit_cache(args.jit_cache)
   vocab = _gemma_vocab.gemma_token_bytes()
   cases = [c for c in CASES if c.name in args.grammars]
   walks = {c.name: [make_walk(vocab.token_bytes, c, label, text, vocab.eos_ids[0])
@@ -542,7 +513,7 @@ def main(argv=None):
           "compile_repeats_max": args.compile_repeats,
           "compile_budget_s": args.compile_budget_s, "batch_sizes": args.batch_sizes,
           "step_budget_s": args.step_budget_s,
-          "big_batch_grammars": args.big_batch_grammars, "jit_cache": args.jit_cache,
+          "big_batch_grammars": args.big_batch_grammars,
           "big_batch_steps": args.big_batch_steps,
           "python": platform.python_version(), "machine": platform.machine(),
           "cpu_count": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
