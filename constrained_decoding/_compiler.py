@@ -97,7 +97,8 @@ class CompileInfo:
     seconds: Wall-clock time per stage.
     num_groups: Edge groups (one per state and pop sequence; push-down tables only).
     dropped_paths: Token paths of a push-down automaton not offered because they pop
-      or push more than `CompileOptions.max_pops` / `max_pushes` symbols.
+      more than `CompileOptions.max_pops` symbols (paths pushing more than `max_pushes`
+      are cut while exploring and not counted).
   """
 
   description: str

@@ -22,7 +22,7 @@ so right recursion such as `list ::= item ("," list)?` runs in constant stack.
 
 Bounds: a token edge pops at most `max_pops` and pushes at most `max_pushes` symbols;
 paths beyond are not offered (the same bytes remain reachable with shorter tokens),
-and `TokenPda.dropped_paths` counts them. Wide states (string bodies, free text) get
+and `TokenPda.dropped_paths` counts those that pop too much. Wide states (string bodies, free text) get
 terminal edges exactly as for regexes (`_wide.py`).
 
 Determinism: for each state and token, the pop sequences of its paths must be pairwise
@@ -202,7 +202,8 @@ class TokenPda:
       `[U]`); row 0 is the empty sequence.
     terminal_bits, state_terminal, terminal_target: Terminal edges of wide states, as
       in `TokenDfa`.
-    dropped_paths: Token paths not offered because they pop or push too much.
+    dropped_paths: Token paths not offered because they pop more than `max_pops`
+      symbols (paths pushing more than `max_pushes` are cut while exploring, uncounted).
   """
 
   num_states: int
