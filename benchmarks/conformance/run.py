@@ -214,7 +214,15 @@ def check_reply(task: Task, text: str) -> Verdict:
 def longest_token_path(tables: cd.ConstraintTables) -> int | None:
   """Most tokens a reply can have before end of sequence (None if unbounded)."""
   targets = np.asarray(tables.edge_targets)
-  succ = [np.unique(row[row >= 0]) for row in targets]
+  edge_start = np.asarray(tables.edge_start)
+  groups = np.asarray(tables.state_groups)
+  terminals = np.asarray(tables.state_terminals)[:, :, 1]
+  succ = []
+  for s in range(groups.shape[0]):
+    found = [targets[edge_start[g]:edge_start[g + 1]] for g in groups[s] if g >= 0]
+    found.append(terminals[s])
+    row = np.concatenate(found)
+    succ.append(np.unique(row[row >= 0]))
   memo: dict[int, int] = {}
   on_stack: set[int] = set()
 
