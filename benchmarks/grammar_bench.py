@@ -3,15 +3,20 @@
 The built-in recursive grammars (JSON of any shape, arithmetic, S-expressions) on the
 Gemma 3 vocabulary. Every engine gets the same GBNF text (`constraints/grammars/*.gbnf`,
 llama.cpp's format): xgrammar compiles it as is, llguidance gets its own GBNF -> Lark
-translation (done once, not timed as compile). Every engine is built from the same token
-bytes and walks the same token sequences, so the rows differ only in the engine:
+translation (done once, not timed as compile); `xgrammar_builtin_json` is xgrammar on its
+own JSON grammar (much faster for it). Every engine is built from the same token bytes
+and walks the same token sequences, so the rows differ only in the engine:
 
   compile   host compile of the grammar with caches defeated: median and min of N runs
             (warm, and after gc.collect()), plus the first mask after compile.
   step      per decoding step at batch B: fill B masks (one matcher per row), apply them
             to float32 logits [B, V] with the engine's own kernel, advance B matchers.
             Ours is one jitted `mask_logits + advance` on device arrays (push-down tables:
-            the stack lives in the state). Median, p99 and max per step.
+            the stack lives in the state; tables on the device). Median, p99 and max
+            per step, over `--repeats` walks (fewer when over `--step-budget-s`). Batch
+            sizes > 1 run for `--big-batch-grammars` on `--big-batch-steps`-token
+            prefixes, and are skipped for an engine whose batch-1 steps project a walk
+            far over budget (xgrammar on json.gbnf: ~4 minutes at batch 64).
   depth     step time of the tokens at nesting depth <= 1 against those at depth >= 20
             (the same payload walked flat and 20 levels deep): a push-down step must not
             grow with the stack.
@@ -19,7 +24,7 @@ bytes and walks the same token sequences, so the rows differ only in the engine:
 Documents are tokenized by greedy longest match (`regex_bench.walk_tokens`), so tokens
 cross terminal and rule boundaries (`"},`, `]]`, `((`) as a real tokenizer's would.
 
-Run from the repository root (about 3-4 minutes on a loaded 2-core VM):
+Run from the repository root (about 2-3 minutes on the 2-core VM):
   python benchmarks/grammar_bench.py --batch-sizes 1,64 --repeats 5
 """
 
@@ -161,7 +166,7 @@ def make_walk(token_bytes, case: GrammarCase, label: str, text: str, eos_id: int
 
 
 def stats(samples_s) -> dict:
-  """Median, p99 and max (microseconds) of per-step samples given in seconds."""
+  """Median, p99, max and mean (microseconds) of per-step samples given in seconds."""
   a = np.asarray(samples_s, np.float64).ravel() * 1e6
   if not a.size:
     return None
@@ -253,7 +258,8 @@ class OursGrammarRunner(regex_bench.OursRunner):
     spec = self.cd.Grammar.builtin(case.name)
     compile_fn = lambda: self.compiler.compile_with_info(spec)
     repeats = _compile_repeats(compile_fn, repeats, budget_s)
-    out = {"compile_repeats": repeats, **regex_bench._timed_compiles(compile_fn, repeats)}  # pylint: disable=protected-access
+    timed = regex_bench._timed_compiles(compile_fn, repeats)  # pylint: disable=protected-access
+    out = {"compile_repeats": repeats, **timed}
     results = [compile_fn() for _ in range(3)]  # stage times of a few more compiles
     infos = [info for _, info in results]
     tables, info = results[-1]

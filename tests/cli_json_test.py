@@ -117,3 +117,43 @@ def test_json_values_are_logged_and_stdout_keeps_the_text(stream, capsys, monkey
   assert f"row 0 value: {json.loads(texts[0])!r}" in err
   assert "row 1 value: none" in err
   assert f"row 2 value: {json.loads(texts[2])!r}" in err
+
+
+@pytest.fixture(scope="module")
+def tiny_model(gemma_vocab):
+  """A random-weight Gemma 3 with the real vocabulary (decodes in seconds)."""
+  from constrained_decoding.vocab._spm_from_gguf import sentencepiece_from_gguf  # pylint: disable=g-import-not-at-top
+
+  tokenizer = sentencepiece_from_gguf(models.default_gguf_path())
+  config = models.Gemma3Config.tiny(vocab_size=gemma_vocab.vocab_size)
+  return models.Gemma3.random(config, tokenizer=tokenizer, vocab=gemma_vocab, bos_id=2, seed=3)
+
+
+def test_recursive_grammar_decodes_on_the_stack(tmp_path, capsys, monkeypatch, tiny_model):
+  grammar = tmp_path / "nested.gbnf"
+  grammar.write_text('root ::= "(" ( root | [0-9] ) ")"\n')
+  monkeypatch.setattr(models.Gemma3, "from_gguf", lambda path: tiny_model)
+  code, out, err = _generate(capsys, "--grammar", str(grammar), "--batch-size", "8",
+                             "--temperature", "1", "--max-new-tokens", "12", "--no-stream")
+  assert code == 0, err
+  lines = out.splitlines()
+  assert len(lines) == 8
+  depths = []
+  for text in lines:  # Python re as the oracle: a prefix of "(" * n digit ")" * n
+    m = re.fullmatch(r"(\(+)([0-9]?)(\)*)", text)
+    assert m and len(m.group(3)) <= len(m.group(1)) and (m.group(2) or not m.group(3)), text
+    if m.group(2) and len(m.group(3)) == len(m.group(1)):
+      depths.append(len(m.group(1)))
+  assert len(depths) >= 4 and max(depths) >= 2, lines  # rows finished, some nested
+
+
+def test_json_streams_with_the_tiny_model(capsys, monkeypatch, tiny_model):
+  monkeypatch.setattr(models.Gemma3, "from_gguf", lambda path: tiny_model)
+  code, out, err = _generate(capsys, "--json", "--max-new-tokens", "6", "--temperature", "1")
+  assert code == 0, err
+  assert out.endswith("\n")
+  text = out[:-1]  # JSON whitespace may hold newlines: one row, so all of it
+  assert text.strip(), out
+  logged = re.search(r"row 0 value: (.*)", err).group(1)
+  if not logged.startswith("none"):  # finished: the value is the JSON of the text
+    assert logged == repr(json.loads(text)), (text, logged)
