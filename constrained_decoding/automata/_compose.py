@@ -15,6 +15,12 @@ its tokens never also have explicit edges), then one per token-class arc of the 
 edge when the token has one, else the first terminal edge whose bitmap holds it; so a
 token-class terminal only gets the tokens nothing earlier claims.
 
+Speed (the whole compile of a small JSON schema is a few milliseconds, most of it numpy
+call overhead): the explicit edges of a wide state are read from its terminal's cached
+`LoopExits` (the sub-trie pre-walked in the loop automaton) rather than walked, and only
+the walks past the loop's exits are done here, together with the other states' walks in
+one pass over the full trie; deep, narrow levels of that pass step in plain Python.
+
 Public functions:
   compose_token_dfa(dfa, trie, ...)  -> TokenDfa
   walk_plan(wide, num_states, trie)  -> the trie walks that find every explicit edge
@@ -22,6 +28,7 @@ Public functions:
 
 import dataclasses
 import time
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -55,10 +62,45 @@ class TokenDfa:
   state_terminals: np.ndarray
 
 
-def _emit(trie: VocabTrie, node, state, origin):
+# A frontier of at most this many (node, state) pairs is stepped in plain Python: a
+# numpy step costs ~25 us whatever its size, and the deep levels of a walk (the tails of
+# long tokens) hold only a few pairs each.
+_PY_FRONTIER = 24
+
+
+class _TrieViews:
+  """Per-trie arrays for the walks: counts for numpy steps, memoryviews for Python steps.
+
+  Indexing a memoryview gives a Python int (~40 ns), far cheaper than a numpy scalar.
+  """
+
+  def __init__(self, trie: VocabTrie):
+    self.child_count = np.diff(trie.child_start).astype(np.int32)
+    self.token_count = np.diff(trie.token_start).astype(np.int32)
+    self.child_start = memoryview(np.ascontiguousarray(trie.child_start, np.int32))
+    self.child_byte = memoryview(np.ascontiguousarray(trie.child_byte, np.uint8))
+    self.child_node = memoryview(np.ascontiguousarray(trie.child_node, np.int32))
+    self.token_start = memoryview(np.ascontiguousarray(trie.token_start, np.int32))
+    self.token_ids = memoryview(np.ascontiguousarray(trie.token_ids, np.int32))
+    lo, hi = trie.child_start[0], trie.child_start[1]
+    self.root_child = np.full(256, -1, np.int32)  # The root's child by byte, or -1.
+    self.root_child[trie.child_byte[lo:hi]] = trie.child_node[lo:hi]
+
+
+_VIEWS: "weakref.WeakKeyDictionary[VocabTrie, _TrieViews]" = weakref.WeakKeyDictionary()
+
+
+def _views(trie: VocabTrie) -> _TrieViews:
+  views = _VIEWS.get(trie)
+  if views is None:
+    views = _VIEWS[trie] = _TrieViews(trie)
+  return views
+
+
+def _emit(trie: VocabTrie, views: _TrieViews, node, state, origin):
   """Token edges (origin, t, state) for every token t spelled by a frontier node."""
-  k = trie.token_start[node + 1] - trie.token_start[node]
-  hit = np.nonzero(k)[0]
+  k = views.token_count[node]
+  hit = np.flatnonzero(k)
   if not len(hit):
     return None
   k_hit = k[hit]
@@ -69,6 +111,137 @@ def _emit(trie: VocabTrie, node, state, origin):
   return origin[rep], trie.token_ids[slot + np.arange(len(rep))], state[rep]
 
 
+def _python_steps(views: _TrieViews, flat, node, state, origin, found: list):
+  """Steps a small frontier in plain Python until it is empty or grows past a few
+  times `_PY_FRONTIER`; appends the edges met to `found` (flat triples).
+
+  Returns:
+    The remaining frontier (node, state, origin) as lists (empty when done).
+  """
+  child_start, child_byte, child_node = views.child_start, views.child_byte, views.child_node
+  token_start, token_ids = views.token_start, views.token_ids
+  while node and len(node) <= 4 * _PY_FRONTIER:
+    next_node, next_state, next_origin = [], [], []
+    for n, q, o in zip(node, state, origin):
+      for i in range(token_start[n], token_start[n + 1]):
+        found += (o, token_ids[i], q)
+      base = q << 8
+      for slot in range(child_start[n], child_start[n + 1]):
+        r = flat[base + child_byte[slot]]
+        if r >= 0:
+          next_node.append(child_node[slot])
+          next_state.append(r)
+          next_origin.append(o)
+    node, state, origin = next_node, next_state, next_origin
+  return node, state, origin
+
+
+def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin, *,
+                   max_edges: int, deadline: float, what: str, num_edges: int = 0):
+  """Token edges of the lockstep walk of `trie` and the DFA from a frontier of pairs.
+
+  Each frontier pair (trie node, DFA state, origin) stands for the byte path from the
+  root to the node read from `origin` into `state`; every token at or below the node
+  whose bytes the DFA accepts from there gives an edge (origin, token, state reached).
+
+  Returns:
+    (source, token, target) int32 arrays, in no particular order.
+  """
+  views = _views(trie)
+  flat = transitions.reshape(-1)
+  flat_view = None
+  parts, found = [], []
+  # Frontiers whose tokens are not emitted yet: one `_emit` at the end costs less than
+  # one per level. `pending` estimates their edges, so that a walk over the edge budget
+  # emits and stops early; the budget itself is checked on emitted edges only.
+  levels, pending = [], 0
+
+  def check():
+    nonlocal num_edges, pending, levels
+    if num_edges + pending > max_edges and levels:
+      edges = _emit(trie, views, *(np.concatenate(c) for c in zip(*levels)))
+      levels, pending = [], 0
+      if edges is not None:
+        parts.append(edges)
+        num_edges += len(edges[0])
+    if num_edges > max_edges:
+      raise CompileBudgetError(
+          f"{what} needs more than {max_edges} token edges. Expected at most "
+          f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
+          f"sub-expressions such as '.*' (free text is what makes token automata large)."
+      )
+    if time.perf_counter() > deadline:
+      raise CompileBudgetError(
+          f"{what} exceeded its compile time budget during composition with the "
+          f"vocabulary. Raise CompileOptions.max_seconds or simplify the constraint."
+      )
+
+  while len(node):
+    if len(node) <= _PY_FRONTIER:
+      if flat_view is None:
+        flat_view = memoryview(np.ascontiguousarray(flat, np.int32))
+      before = len(found)
+      node, state, origin = _python_steps(
+          views, flat_view, list(map(int, node)), list(map(int, state)),
+          list(map(int, origin)), found)
+      num_edges += (len(found) - before) // 3
+      check()
+      if not node:
+        break
+      node, state, origin = (np.asarray(x, np.int32) for x in (node, state, origin))
+    levels.append((node, state, origin))
+    pending += len(node) * 4  # Rarely more than a few tokens share one byte string.
+    check()
+    # Expand every frontier pair (node, state) into the node's children.
+    counts = views.child_count[node]
+    ends = np.cumsum(counts)
+    total = int(ends[-1])
+    pair = np.repeat(np.arange(len(node), dtype=np.int32), counts)
+    slot = np.repeat(trie.child_start[node] - (ends - counts), counts) + np.arange(
+        total, dtype=np.int32)
+    nxt = flat[state[pair] * 256 + trie.child_byte[slot]]
+    keep = np.flatnonzero(nxt >= 0)
+    node, state, origin = trie.child_node[slot[keep]], nxt[keep], origin[pair[keep]]
+  if levels:
+    edges = _emit(trie, views, *(np.concatenate(c) for c in zip(*levels)))
+    if edges is not None:
+      parts.append(edges)
+      num_edges += len(edges[0])
+      check()
+  if found:
+    parts.append(tuple(np.asarray(found[k::3], np.int32) for k in range(3)))
+  if not parts:
+    empty = np.zeros(0, np.int32)
+    return empty, empty, empty
+  return tuple(np.concatenate(column).astype(np.int32) for column in zip(*parts))
+
+
+def _root_frontier(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray,
+                   first_bytes: np.ndarray | None = None):
+  """The frontier after one byte from each origin: (node, state, origin) int32 arrays.
+
+  `first_bytes` (bool `[len(origins), 256]`) limits each origin to tokens whose first
+  byte it allows.
+  """
+  # Level 1 straight from the DFA table, read per byte class (first bytes are unions of
+  # classes: they come from comparing rows of the DFA): (q, b) with a transition.
+  table, first, size = dfa.byte_classes
+  next_state = table[origins]
+  if first_bytes is not None:
+    next_state = np.where(first_bytes[:, first], next_state, NO_STATE)
+  row, klass = np.nonzero(next_state != NO_STATE)
+  counts = size[klass]
+  ends = np.cumsum(counts)
+  byte = np.repeat(first[klass] - (ends - counts), counts) + np.arange(
+      int(ends[-1]) if len(ends) else 0)
+  row, state = np.repeat(row, counts), np.repeat(next_state[row, klass], counts)
+  # ... and a root child b.
+  root_child = _views(trie).root_child
+  node = root_child[byte]
+  has = node >= 0
+  return node[has], state[has], origins[row[has]].astype(np.int32)
+
+
 def _walk(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray, *, max_edges: int,
           deadline: float, what: str, first_bytes: np.ndarray | None = None):
   """All token edges (q, t, q') of the byte DFA composed with the trie, for q in origins.
@@ -76,50 +249,16 @@ def _walk(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray, *, max_edges: int,
   `first_bytes` (bool `[len(origins), 256]`) limits each origin to tokens whose first
   byte it allows.
   """
-  # Level 1 straight from the DFA table: (q, b) with a transition and a root child b.
-  root = trie.child_start[0], trie.child_start[1]
-  root_bytes = trie.child_byte[root[0]:root[1]]
-  next_state = dfa.transitions[origins][:, root_bytes]
-  if first_bytes is not None:
-    next_state = np.where(first_bytes[:, root_bytes], next_state, NO_STATE)
-  row, slot = np.nonzero(next_state != NO_STATE)
-  state = next_state[row, slot]
-  node = trie.child_node[root[0] + slot]
-  origin = origins[row].astype(np.int32)
-  parts = []
-  num_edges = 0
-  while len(node):
-    found = _emit(trie, node, state, origin)
-    if found is not None:
-      parts.append(found)
-      num_edges += len(found[0])
-      if num_edges > max_edges:
-        raise CompileBudgetError(
-            f"{what} needs more than {max_edges} token edges. Expected at most "
-            f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
-            f"sub-expressions such as '.*' (free text is what makes token automata large)."
-        )
-    if time.perf_counter() > deadline:
-      raise CompileBudgetError(
-          f"{what} exceeded its compile time budget during composition with the "
-          f"vocabulary. Raise CompileOptions.max_seconds or simplify the constraint."
-      )
-    # Expand every frontier pair (node, state) into the node's children.
-    pair, slot = trie.child_slots(node)
-    nxt = dfa.transitions[state[pair], trie.child_byte[slot]]
-    keep = np.nonzero(nxt != NO_STATE)[0]
-    node, state, origin = trie.child_node[slot[keep]], nxt[keep], origin[pair[keep]]
-  if not parts:
-    empty = np.zeros(0, np.int32)
-    return empty, empty, empty
-  return tuple(np.concatenate(column).astype(np.int32) for column in zip(*parts))
+  return _walk_frontier(dfa.transitions, trie, *_root_frontier(dfa, trie, origins, first_bytes),
+                        max_edges=max_edges, deadline=deadline, what=what)
 
 
 def _live_states(num_states: int, src: np.ndarray, dst: np.ndarray, start: int,
                  accepting: np.ndarray) -> np.ndarray:
   """States reachable from `start` that can also reach an accepting state."""
   # Collapse parallel token edges to the state graph first: at most Q^2 pairs.
-  pairs = np.unique(src.astype(np.int64) * num_states + dst)
+  pairs = np.sort(src.astype(np.int64) * num_states + dst)
+  pairs = pairs[np.diff(pairs, prepend=-1) != 0]  # np.unique hashes: ~10x slower.
   forward: dict[int, list[int]] = {}
   backward: dict[int, list[int]] = {}
   for a, b in zip((pairs // num_states).tolist(), (pairs % num_states).tolist()):
@@ -159,6 +298,43 @@ def _terminal_edges(dfa: ByteDfa, wide: dict, class_bits, num_words: int):
   return edges
 
 
+def _narrow(wide: dict, num_states: int) -> tuple[np.ndarray, np.ndarray]:
+  """States walked in the full trie, and the first bytes each of them walks there."""
+  partial = {s: edge for s, edge in wide.items() if not edge.first_bytes.all()}
+  narrow = np.array([s for s in range(num_states) if s not in wide or s in partial],
+                    np.int64)
+  outside = np.ones((len(narrow), 256), bool)
+  if partial:
+    rows = np.searchsorted(narrow, list(partial))
+    outside[rows] = ~np.stack([edge.first_bytes for edge in partial.values()])
+  return narrow, outside
+
+
+def _group_parts(wide: dict, fast: bool) -> tuple[dict, dict]:
+  """Terminal key -> [(state, terminal, first bytes, loop states)], for plain sub-trie
+  walks and (with `fast`) for `_loop_part_edges`."""
+  plain: dict[str, list] = {}
+  loops: dict[str, list] = {}
+  for s, edge in wide.items():
+    states = edge.part_states or (None,) * len(edge.parts)
+    for (terminal, first), phi in zip(edge.parts, states):
+      use_loop = fast and phi is not None and terminal.loop is not None
+      (loops if use_loop else plain).setdefault(terminal.key, []).append(
+          (s, terminal, first, phi))
+  return plain, loops
+
+
+def _plain_plan(trie: VocabTrie, narrow, outside, plain: dict) -> list:
+  plan = [(trie, narrow, outside)]
+  for key in sorted(plain):
+    group = plain[key]
+    origins = np.array([s for s, *_ in group], np.int64)
+    first_bytes = np.stack([np.ones(256, bool) if first is None else first
+                            for _, _, first, _ in group])
+    plan.append((group[0][1].subtrie, origins, first_bytes))
+  return plan
+
+
 def walk_plan(wide: dict, num_states: int, trie: VocabTrie):
   """The trie walks that find every explicit edge: [(trie, origins, first bytes)].
 
@@ -166,22 +342,105 @@ def walk_plan(wide: dict, num_states: int, trie: VocabTrie):
   enter a loop; then, per cached terminal, its sub-trie (the tokens its bitmap leaves
   out) for the states using it, limited to the part's first bytes.
   """
-  narrow = np.array([s for s in range(num_states)
-                     if s not in wide or not wide[s].first_bytes.all()], np.int64)
-  outside = (np.stack([~wide[s].first_bytes if s in wide else np.ones(256, bool)
-                       for s in narrow.tolist()]) if len(narrow) else np.ones((0, 256), bool))
-  plan = [(trie, narrow, outside)]
-  by_key: dict[str, list] = {}
-  for s, edge in wide.items():
-    for terminal, first in edge.parts:
-      by_key.setdefault(terminal.key, []).append((s, terminal, first))
-  for key in sorted(by_key):
-    group = by_key[key]
-    origins = np.array([s for s, _, _ in group], np.int64)
-    first_bytes = np.stack([np.ones(256, bool) if first is None else first
-                            for _, _, first in group])
-    plan.append((group[0][1].subtrie, origins, first_bytes))
-  return plan
+  narrow, outside = _narrow(wide, num_states)
+  plain, _ = _group_parts(wide, fast=False)
+  return _plain_plan(trie, narrow, outside, plain)
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(which, index): every index in lo[k]..hi[k]-1 for each k, and its k."""
+  counts = hi - lo
+  ends = np.cumsum(counts)
+  total = int(ends[-1]) if len(ends) else 0
+  which = np.repeat(np.arange(len(lo)), counts)
+  return which, np.repeat(lo - (ends - counts), counts) + np.arange(total)
+
+
+def _resolved_at_root(trans: np.ndarray, exits, origins: np.ndarray, phi: np.ndarray):
+  """`_loop_part_edges` when every origin is its part's entry state (loop states and
+  pre-entries): all tokens of `exits`, and the exits' frontier, one lookup per group."""
+  num_inside = len(exits.inside_token)
+  edges = (np.repeat(origins, num_inside), np.tile(exits.inside_token, len(origins)),
+           phi[:, exits.inside_state].ravel())
+  nxt = trans[phi[:, exits.group_from], exits.group_byte]  # [O, groups]
+  row, group = np.nonzero(nxt != NO_STATE)
+  which, index = _ranges(exits.group_start[group], exits.group_start[group + 1])
+  frontier = (exits.group_full_node[index], nxt[row, group][which], origins[row[which]])
+  return edges, frontier
+
+
+def _loop_part_edges(dfa: ByteDfa, group: list):
+  """Explicit edges of the states whose wide edges share one loop terminal's part.
+
+  The sub-trie is walked in lockstep from each state p (in the DFA) and from the part's
+  entry in the loop automaton, as far as the two disagree: read through the loop's
+  states phi, a walk that reaches loop state i in DFA state phi(i) agrees with the
+  cached walk of `LoopTerminal.exits` below that node, so its tokens and exits are read
+  from those arrays (for loop and entry states that is at once, at the root). Exits and
+  pairs that leave the loop automaton while disagreeing are walked in the DFA alone.
+  Exact: the same edges as walking the whole sub-trie from p.
+
+  Returns:
+    (edges found, frontier): the edges (source, token, target) read so far, and the
+    pairs still to walk in the DFA alone as (full-trie node, state, origin) arrays
+    (`LoopExits.full_node`: below them the full trie is the sub-trie).
+  """
+  terminal = group[0][1]
+  exits, sub, loop = terminal.exits, terminal.subtrie, terminal.loop
+  trans = dfa.transitions
+  origins = np.array([s for s, *_ in group], np.int32)
+  phi = np.stack([states for *_, states in group]).astype(np.int32)  # [O, L]
+  if not terminal.after_first_byte and (phi[:, terminal.entry] == origins).all():
+    return _resolved_at_root(trans, exits, origins, phi)
+  views = _views(sub)
+  if terminal.after_first_byte:
+    lo, hi = sub.child_start[0], sub.child_start[1]
+    first = np.stack([np.ones(256, bool) if f is None else f for _, _, f, _ in group])
+    root_bytes = sub.child_byte[lo:hi]
+    true = trans[origins][:, root_bytes]
+    which, column = np.nonzero(first[:, root_bytes] & (true != NO_STATE))
+    node, state = sub.child_node[lo + column], true[which, column]
+  else:
+    which = np.arange(len(origins))
+    node, state = np.zeros(len(origins), np.int32), origins
+  loop_state = np.full(len(node), terminal.entry, np.int32)
+  found, plain, resolved = [], [], []
+  if (phi[which, terminal.entry] == state).all():  # Loop and entry states: at once.
+    resolved.append((node, which))
+    node = node[:0]
+  while len(node):
+    agree = loop_state >= 0
+    agree[agree] = phi[which[agree], loop_state[agree]] == state[agree]
+    resolved.append((node[agree], which[agree]))
+    alone = ~agree & (loop_state < 0)
+    plain.append((node[alone], state[alone], origins[which[alone]]))
+    walk = np.flatnonzero(~agree & (loop_state >= 0))
+    if not len(walk):
+      break
+    node, state, loop_state, which = node[walk], state[walk], loop_state[walk], which[walk]
+    edges = _emit(sub, views, node, state, origins[which])
+    if edges is not None:
+      found.append(edges)
+    pair, slot = sub.child_slots(node)
+    byte = sub.child_byte[slot]
+    nxt = trans[state[pair], byte]
+    keep = np.flatnonzero(nxt != NO_STATE)
+    pair, byte = pair[keep], byte[keep]
+    node, state = sub.child_node[slot[keep]], nxt[keep]
+    loop_state, which = loop[loop_state[pair], byte], which[pair]
+  node, which = (np.concatenate(c) for c in zip(*resolved))
+  end = exits.node_end[node]
+  k, i = _ranges(np.searchsorted(exits.inside_node, node), np.searchsorted(exits.inside_node, end))
+  o = which[k]
+  found.append((origins[o], exits.inside_token[i], phi[o, exits.inside_state[i]]))
+  k, i = _ranges(np.searchsorted(exits.exit_node, node), np.searchsorted(exits.exit_node, end))
+  o = which[k]
+  nxt = trans[phi[o, exits.exit_from[i]], exits.exit_byte[i]]
+  keep = np.flatnonzero(nxt != NO_STATE)
+  plain.append((exits.exit_node[i[keep]], nxt[keep], origins[o[keep]]))
+  node, state, origin = (np.concatenate(c).astype(np.int32) for c in zip(*plain))
+  edges = tuple(np.concatenate(column).astype(np.int32) for column in zip(*found))
+  return edges, (exits.full_node[node], state, origin)
 
 
 def compose_token_dfa(
@@ -229,8 +488,22 @@ def compose_token_dfa(
 
   q = dfa.num_states
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
-  parts = [_walk(dfa, part_trie, origins, first_bytes=first_bytes, **budget)
-           for part_trie, origins, first_bytes in walk_plan(wide, q, trie)]
+  narrow, outside = _narrow(wide, q)
+  plain, loops = _group_parts(wide, fast=True)
+  # One walk of the full trie: the narrow states and every loop part's exits together.
+  full_plan, *sub_plans = _plain_plan(trie, narrow, outside, plain)
+  _, narrow, outside = full_plan
+  frontiers = [_root_frontier(dfa, trie, narrow, None if outside.all() else outside)]
+  parts = []
+  for key in sorted(loops):
+    edges, frontier = _loop_part_edges(dfa, loops[key])
+    parts.append(edges)
+    frontiers.append(frontier)
+  parts.append(_walk_frontier(dfa.transitions, trie,
+                              *(np.concatenate(c).astype(np.int32) for c in zip(*frontiers)),
+                              **budget))
+  parts += [_walk(dfa, part_trie, origins, first_bytes=first_bytes, **budget)
+            for part_trie, origins, first_bytes in sub_plans]
   terminal_edges = _terminal_edges(dfa, wide, token_class_bits, num_words)
   src, tok, dst = (np.concatenate(column) for column in zip(*parts))
   term_src = np.array([s for s, edges in terminal_edges.items() for _ in edges], np.int32)
@@ -252,13 +525,13 @@ def compose_token_dfa(
   state_terminals, terminal_bits = _pack_terminals(terminal_edges, new_id, len(order),
                                                    no_terminals)
   if live.all() and dfa.start == 0:
-    order = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
+    order = np.argsort(src.astype(np.int64) << 32 | tok)  # (source, token) pairs are unique.
     return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
                     edge_source=src[order], edge_token=tok[order], edge_target=dst[order],
                     terminal_bits=terminal_bits, state_terminals=state_terminals)
   keep = live[src] & live[dst]
   src, tok, dst = new_id[src[keep]], tok[keep], new_id[dst[keep]]
-  by_source_token = np.argsort(src.astype(np.int64) << 32 | tok, kind="stable")
+  by_source_token = np.argsort(src.astype(np.int64) << 32 | tok)
   return TokenDfa(
       num_states=len(order),
       accepting=dfa.accepting[order].astype(bool),
@@ -281,10 +554,20 @@ def _pack_terminals(terminal_edges: dict, new_id: np.ndarray, num_states: int,
         live_edges[int(new_id[s])] = kept
   width = max((len(edges) for edges in live_edges.values()), default=1)
   state_terminals = np.full((num_states, width, 2), -1, np.int32)
-  bitmaps: dict[bytes, int] = {}
+  distinct: list[np.ndarray] = []
+  by_sample: dict[bytes, list[int]] = {}  # A sample of words -> distinct bitmaps with it.
+  by_id: dict[int, int] = {}  # Edges often share one array: compare it once.
   for s, edges in live_edges.items():
     for r, (bits, target) in enumerate(edges):
-      state_terminals[s, r] = (bitmaps.setdefault(bits.tobytes(), len(bitmaps)), target)
-  terminal_bits = (np.stack([np.frombuffer(b, np.uint32) for b in bitmaps])
-                   if bitmaps else no_terminals)
+      k = by_id.get(id(bits))
+      if k is None:
+        same = by_sample.setdefault(bits[::61].tobytes(), [])
+        k = next((j for j in same if np.array_equal(distinct[j], bits)), None)
+        if k is None:
+          k = len(distinct)
+          distinct.append(bits)
+          same.append(k)
+        by_id[id(bits)] = k
+      state_terminals[s, r] = (k, target)
+  terminal_bits = np.stack(distinct) if distinct else no_terminals
   return state_terminals, terminal_bits

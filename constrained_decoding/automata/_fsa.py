@@ -20,13 +20,19 @@ millisecond), so `compile_byte_dfa`:
   * labels arcs with byte classes (maximal byte ranges that no NFA range splits)
     rather than bytes, so OpenFst handles a `\\d` as 1-5 arcs instead of 10;
   * hands the NFA to OpenFst in one piece, as the binary `vector` format parsed by
-    `read_from_string` (about 2x faster than `add_arc` per arc, loops included);
+    `read_from_string` (about 2x faster than `add_arc` per arc, loops included), packed
+    with numpy when the NFA is large;
+  * builds the UTF-8 automaton of each non-ASCII class once per process (a cached
+    template, copied into the NFA);
   * skips determinization when the NFA is already deterministic (`Red|Blue|...`);
   * reads the minimal DFA back by converting it to the `const` format, whose
-    fixed-size records numpy parses without a Python loop over states or arcs.
+    fixed-size records numpy parses without a Python loop over states or arcs, and
+    keeps the byte classes in the `ByteDfa` (`class_edges`) for later analyses.
 `tests/automata/fsa_test.py` checks these fast paths against the plain pipeline.
 """
 
+import functools
+import itertools
 import struct
 
 import numpy as np
@@ -223,6 +229,8 @@ def _pack_bytes(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
     The bytes, and whether the NFA is already deterministic (no epsilon arcs, no
     label twice on one state), in which case determinization can be skipped.
   """
+  if not nfa.epsilons and len(nfa.arcs) >= 64:  # Below that, numpy's overhead loses.
+    return _pack_bytes_numpy(nfa, edges, finals)
   class_of = {edge: k for k, edge in enumerate(edges)}
   words: list[int] = []
   extend = words.extend
@@ -261,6 +269,50 @@ def _pack_bytes(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
   return header + struct.pack(f"<{len(words)}i", *words), deterministic
 
 
+def _pack_bytes_numpy(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
+  """`_pack_bytes` for an NFA without epsilon arcs, with numpy instead of a loop per arc.
+
+  The same bytes: state records in state order, each the final weight, the arc count
+  (int64) and the arcs `(label, label, weight One, next)` in the order of the state's
+  ranges, labels ascending within a range.
+  """
+  arcs = nfa.arcs
+  num_states = len(arcs)
+  per_state = np.fromiter(map(len, arcs), np.int64, num_states) // 3
+  flat = np.fromiter(itertools.chain.from_iterable(arcs), np.int64, 3 * int(per_state.sum()))
+  bounds = np.asarray(edges, np.int64)
+  first = np.searchsorted(bounds, flat[0::3]) + 1  # Label of the class of lo.
+  last = np.searchsorted(bounds, flat[1::3] + 1)  # Label of the class ending at hi.
+  labels_per_range = last - first + 1
+  range_state = np.repeat(np.arange(num_states), per_state)
+  ends = np.cumsum(labels_per_range)
+  num_arcs = int(ends[-1]) if len(ends) else 0
+  label = np.repeat(first - (ends - labels_per_range), labels_per_range) + np.arange(num_arcs)
+  arc_state = np.repeat(range_state, labels_per_range)
+  arc_count = np.bincount(arc_state, minlength=num_states)
+  # State s's record starts after 3 words per earlier state and 4 per earlier arc.
+  arcs_before = np.cumsum(arc_count) - arc_count
+  start = 3 * np.arange(num_states) + 4 * arcs_before
+  words = np.zeros(3 * num_states + 4 * num_arcs, np.int32)
+  words[start] = _INF_BITS
+  final_states = np.fromiter(finals, np.int64)
+  words[start[final_states[final_states < num_states]]] = 0
+  words[start + 1] = arc_count
+  arc_at = 3 * (arc_state + 1) + 4 * np.arange(num_arcs)
+  words[arc_at] = label
+  words[arc_at + 1] = label
+  words[arc_at + 3] = np.repeat(flat[2::3], labels_per_range)
+  # Deterministic: no state has two arcs with one label.
+  key = arc_state * (len(edges) + 1) + label
+  if num_states * (len(edges) + 1) <= 1 << 22:
+    deterministic = num_arcs == 0 or int(np.bincount(key).max()) <= 1
+  else:
+    key.sort()
+    deterministic = not (key[1:] == key[:-1]).any()
+  header = _HEADER_PREFIX + struct.pack("<Qqqq", _NFA_PROPERTIES, 0, num_states, num_arcs)
+  return header + words.astype("<i4", copy=False).tobytes(), deterministic
+
+
 # One class per byte (label b + 1 is byte b) and per token class (label 257 + j).
 _BYTE_EDGES = list(range(257 + len(ir.TOKEN_CLASSES)))
 _TOKEN_CLASS_BASE = 256  # Token class j is the pseudo-byte 256 + j.
@@ -280,23 +332,48 @@ def _add_char_class(nfa: _Nfa, node: ir.CharClass, src: int, dst: int) -> None:
       bounds.add(lo)
       bounds.add(hi + 1)
     return
+  num_new, state_arcs, bounds = _char_class_template(ranges)
+  arcs = nfa.arcs
+  base = len(arcs) - 2  # Template state k >= 2 is NFA state base + k.
+  arcs.extend([] for _ in range(num_new))
+  state_of = (src, dst)
+  for k, flat in state_arcs:
+    out = list(flat)
+    for i in range(2, len(out), 3):  # Every third entry is a template state.
+      x = out[i]
+      out[i] = state_of[x] if x < 2 else base + x
+    arcs[state_of[k] if k < 2 else base + k] += out
+  nfa.bounds |= bounds
+
+
+@functools.lru_cache(maxsize=1024)
+def _char_class_template(ranges: tuple[tuple[int, int], ...]):
+  """The UTF-8 automaton of a non-ASCII class, built once per class (a pure function).
+
+  Returns:
+    (number of new states, [(state, flat arcs [lo, hi, next, ...])], byte bounds), with
+    the class built between states 0 (src) and 1 (dst) and new states numbered from 2.
+  """
+  nfa = _Nfa()
   suffix_states: dict[tuple, int] = {}
 
   def state_for(suffix: tuple) -> int:
     state = suffix_states.get(suffix)
     if state is None:
       state = suffix_states[suffix] = nfa.new_state()
-      target = dst if len(suffix) == 1 else state_for(suffix[1:])
+      target = 1 if len(suffix) == 1 else state_for(suffix[1:])
       nfa.add_range(state, *suffix[0], target)
     return state
 
   for lo, hi in ranges:
     if hi < 0x80:
-      nfa.add_range(src, lo, hi, dst)
+      nfa.add_range(0, lo, hi, 1)
       continue
     for seq in utf8_sequences(lo, hi):
-      target = dst if len(seq) == 1 else state_for(seq[1:])
-      nfa.add_range(src, *seq[0], target)
+      target = 1 if len(seq) == 1 else state_for(seq[1:])
+      nfa.add_range(0, *seq[0], target)
+  state_arcs = tuple((k, tuple(a)) for k, a in enumerate(nfa.arcs) if a)
+  return len(nfa.arcs) - 2, state_arcs, frozenset(nfa.bounds)
 
 
 def _add_bytes(nfa: _Nfa, node: ir.Bytes, src: int, dst: int) -> None:
@@ -494,15 +571,18 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteD
     table = np.where(table >= 0, order[table], table)[order].astype(np.int32)
     accepting = accepting[order]
   if len(edges) - 1 != edges[-1]:  # Not one class per value: expand classes to values.
-    table = table[:, np.repeat(np.arange(len(edges) - 1), np.diff(edges))]
+    table = np.take(table, np.repeat(np.arange(len(edges) - 1), np.diff(edges)), axis=1)
   token_arcs = np.zeros((0, 3), np.int32)
   if table.shape[1] > _TOKEN_CLASS_BASE:
     extra = table[:, _TOKEN_CLASS_BASE:]
     state, klass = np.nonzero(extra != _byte_dfa.NO_STATE)
     token_arcs = np.stack([state, klass, extra[state, klass]], axis=1).astype(np.int32)
-    table = np.ascontiguousarray(table[:, :_TOKEN_CLASS_BASE])
+    table = table[:, :_TOKEN_CLASS_BASE]
+  # Row-major: every later stage reads whole rows or (state, byte) pairs.
+  table = np.ascontiguousarray(table)
+  byte_edges = np.asarray([e for e in edges if e <= _TOKEN_CLASS_BASE])
   return _byte_dfa.ByteDfa(transitions=table, accepting=accepting, start=0,
-                           token_arcs=token_arcs)
+                           token_arcs=token_arcs, class_edges=byte_edges)
 
 
 def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:

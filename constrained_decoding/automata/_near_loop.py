@@ -50,22 +50,17 @@ MAX_WALK_PAIRS = 50_000
 
 def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict) -> dict[int, list[int]]:
   """Anchor -> states without a terminal yet that have >= MIN_BYTES_TO_ANCHOR bytes to it."""
-  n, num_anchors = dfa.num_states, len(anchors)
-  index = np.full(n + 1, -1, np.int64)  # Index -1 (no transition) reads the last entry.
-  index[anchors] = np.arange(num_anchors)
-  which = index[dfa.transitions]  # [n, 256]: the anchor each byte leads to, or -1.
-  rows, _ = np.nonzero(which >= 0)
-  counts = np.bincount(rows * num_anchors + which[which >= 0],
-                       minlength=n * num_anchors).reshape(n, num_anchors)
+  table, _, size = dfa.byte_classes
   out: dict[int, list[int]] = {}
-  for p, a in zip(*np.nonzero(counts >= MIN_BYTES_TO_ANCHOR)):
-    q = anchors[a]
-    if p != q and int(p) not in wide:
-      out.setdefault(q, []).append(int(p))
+  for q in anchors:
+    bytes_to_q = (table == q) @ size  # [n]: bytes leading to q, per state.
+    for p in np.flatnonzero(bytes_to_q >= MIN_BYTES_TO_ANCHOR).tolist():
+      if p != q and p not in wide:
+        out.setdefault(q, []).append(p)
   return out
 
 
-def _partners(trans: np.ndarray, members: np.ndarray, loop: np.ndarray,
+def _partners(dfa: ByteDfa, members: np.ndarray, loop: np.ndarray,
               states: list[int]) -> list[tuple[int, int] | None]:
   """For each state p, (the loop state it agrees with on the most bytes that stay in L,
   the number of such bytes it disagrees on), or None.
@@ -73,10 +68,12 @@ def _partners(trans: np.ndarray, members: np.ndarray, loop: np.ndarray,
   Counted over the bytes that keep each loop state in L: p must agree on at least
   MIN_BYTES_TO_ANCHOR of them and disagree on at most MAX_DISAGREEING_BYTES (else None).
   """
-  inside = loop >= 0  # [M, 256]
-  same = trans[states][:, None, :] == members[np.maximum(loop, 0)][None]  # [P, M, 256]
-  agree = (inside & same).sum(axis=2)
-  disagree = (inside & ~same).sum(axis=2)
+  table, first, size = dfa.byte_classes  # Bytes of a class agree: count classes.
+  loop = loop[:, first]
+  inside = loop >= 0  # [M, C]
+  same = table[states][:, None, :] == members[np.maximum(loop, 0)][None]  # [P, M, C]
+  agree = (inside & same) @ size
+  disagree = (inside & ~same) @ size
   agree[disagree > MAX_DISAGREEING_BYTES] = -1
   best = agree.argmax(axis=1)
   rows = np.arange(len(states))
@@ -184,23 +181,23 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
   Args:
     wide_states: The per-vocabulary terminal cache.
     dfa: The byte DFA.
-    loops: (anchor, members, canonical loop) of each wide loop, as `WideStates.find`
-      computes them.
+    loops: (anchor, members, canonical loop, its `_wide.loop_digest`) of each wide
+      loop, as `WideStates.find` computes them.
     wide: The edges found so far (loop states); their states are not candidates.
 
   Returns:
     State -> `_wide.WideEdge` for each near-loop state.
   """
-  candidates = _candidates(dfa, [q for q, _, _ in loops], wide)
+  candidates = _candidates(dfa, [q for q, *_ in loops], wide)
   trans, trie = dfa.transitions, wide_states.trie
   out = {}
-  for q, members_list, loop in loops:
+  for q, members_list, loop, digest in loops:
     if q not in candidates:
       continue
     members = np.asarray(members_list, np.int64)
     states = [p for p in candidates[q] if p not in out]
     chosen, entries, walk = [], [], []
-    for p, partner in zip(states, _partners(trans, members, loop, states) if states else ()):
+    for p, partner in zip(states, _partners(dfa, members, loop, states) if states else ()):
       if partner is not None:
         walk.append(partner[1] > 0)  # No disagreeing byte: nothing to correct.
         chosen.append(p)
@@ -216,7 +213,7 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
         continue
       found = [(int(walked[o]), t, text) for o, t, text in found]
     for e in sorted(set(entries)):
-      terminal = wide_states.terminal(loop, e)
+      terminal = wide_states.terminal(loop, e, digest=digest)
       if terminal.num_tokens < _wide.MIN_TERMINAL_TOKENS:
         continue
       group = {i for i, entry in enumerate(entries) if entry == e}
@@ -224,6 +221,7 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       # so none of those tokens stays in any bitmap of the group (no double edges).
       items = sorted({(text, t) for o, t, text in found if o in group})
       parts = [(terminal, None)]
+      part_states = [members.astype(np.int32)]
       bits = terminal.bits
       if items:
         key = "near-" + hashlib.sha1(repr(items).encode()).hexdigest()[:20]
@@ -232,7 +230,8 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
         parts.append((_wide.LoopTerminal(
             key=key, bits=fix_bits, num_tokens=len(items),
             subtrie=_tiny_trie(items, f"{trie.fingerprint}/{key}")), None))
+        part_states.append(None)
         bits = bits & ~fix_bits
       for i in group:
-        out[chosen[i]] = _wide.WideEdge(tuple(parts), bits, q)
+        out[chosen[i]] = _wide.WideEdge(tuple(parts), bits, q, tuple(part_states))
   return out

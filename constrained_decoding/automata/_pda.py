@@ -46,6 +46,7 @@ from constrained_decoding import errors
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._compose import _emit
+from constrained_decoding.automata._compose import _views
 from constrained_decoding.automata._compose import walk_plan
 from constrained_decoding.automata._detokenizer import VocabTrie
 from constrained_decoding.constraints import _grammar
@@ -383,7 +384,7 @@ def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
     if not len(node):
       break
     # Emit with the frontier index as "state", then look the columns up.
-    found = _emit(trie, node, np.arange(len(node)), origin)
+    found = _emit(trie, _views(trie), node, np.arange(len(node)), origin)
     if found is not None:
       src, tok, at = found
       parts.append((src, tok, cfg[at], popped[at]))

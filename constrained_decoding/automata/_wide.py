@@ -12,8 +12,15 @@ per (vocabulary, loop shape) in memory and on disk: the JSON string body of ever
 schema shares one entry. Exact: no tokenization is lost, a token may still cross out of
 the wide region (`hello",`), and explicit edges take precedence over the terminal.
 
+Each terminal also keeps, built on first use, its sub-trie walked in the loop automaton
+alone (`LoopExits`: the tokens that end inside the loop and the nodes where tokens leave
+it), so that composition reads a wide state's explicit edges from arrays and only walks
+past the exits. `find` counts bytes per state on the DFA's byte classes
+(`ByteDfa.byte_classes`), not on 256 columns.
+
 Public names:
   LoopTerminal                 bitmap + sub-trie for one loop shape.
+  LoopExits, loop_exits(...)   a terminal's sub-trie walked in its loop automaton.
   WideStates(trie, ...)        finds wide states of a byte DFA, with the cache; also
                                caches the bitmaps of the token classes (TEXT_TOKEN, ...).
 """
@@ -32,16 +39,126 @@ from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 
 # Bump when the cached layout changes.
-WIDE_FORMAT_VERSION = 4
+WIDE_FORMAT_VERSION = 6
 # A state is a candidate when this many single bytes loop on it directly.
 MIN_SELF_LOOP_BYTES = 16
 # ... and becomes wide when its bitmap holds at least this many tokens.
 MIN_TERMINAL_TOKENS = 1024
+# Bitmaps kept by `_FirstByteBits.restrict` (32 KiB each for a 262k vocabulary).
+_RESTRICT_CACHE_SIZE = 256
 # Loops are cycles through the wide state of at most this many bytes: a backslash
 # escape followed by a 4-byte character, or a `\uXXXX` escape.
 MAX_LOOP_BYTES = 6
 _SUBTRIE_FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
                    "token_ids")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoopExits:
+  """The sub-trie of a terminal walked in its loop automaton alone (`LoopTerminal.exits`).
+
+  Every sub-trie node is reached from the root by reading its bytes in the loop
+  automaton from the terminal's entry (after the first byte, for `after_first_byte`)
+  until a byte the loop automaton has no transition for: that node is an *exit*. For a
+  DFA state p whose bytes move like loop state i (p = phi(i) for the loop's states
+  phi), the walk from p is this one read through phi up to each exit, and a plain DFA
+  walk after it, from phi(from) on the exit byte. So composition reads a wide state's
+  explicit edges from these arrays and walks only past the exits.
+
+  Attributes:
+    node_end: int32 `[N]`; node n's subtree is the nodes n..node_end[n]-1 (the trie is
+      numbered depth first).
+    inside_node, inside_token, inside_state: int32 `[I]`, sorted by node: tokens whose
+      bytes stay in the loop automaton, and the loop state they end in.
+    exit_node, exit_from, exit_byte: int32 `[X]`, sorted by node: exits, the loop state
+      before their last byte, and that byte.
+    full_node: int32 `[N]`; each sub-trie node's node in the full trie. Every token
+      below an exit leaves the loop, so is in the sub-trie (the sub-trie keeps all tokens
+      of their first bytes that the bitmap does not hold): below an exit, walking the
+      full trie is walking the sub-trie, and composition walks every exit together with
+      the other states' walks, in one pass over the full trie.
+    group_from, group_byte, group_start, group_full_node: the exits grouped by (loop
+      state, byte): group k's full-trie nodes are
+      `group_full_node[group_start[k]:group_start[k+1]]`; one DFA lookup per group.
+  """
+
+  node_end: np.ndarray
+  inside_node: np.ndarray
+  inside_token: np.ndarray
+  inside_state: np.ndarray
+  exit_node: np.ndarray
+  exit_from: np.ndarray
+  exit_byte: np.ndarray
+  full_node: np.ndarray
+  group_from: np.ndarray
+  group_byte: np.ndarray
+  group_start: np.ndarray
+  group_full_node: np.ndarray
+
+
+def _subtree_ends(trie: VocabTrie) -> np.ndarray:
+  """int32 `[N]`: one past the last node of each node's subtree (depth-first numbering)."""
+  # The last descendant is reached by following last children; pointer jumping does
+  # that in O(log depth) gathers.
+  last = np.arange(trie.num_nodes)
+  has_children = trie.child_start[1:] > trie.child_start[:-1]
+  last[has_children] = trie.child_node[trie.child_start[1:][has_children] - 1]
+  while True:
+    jumped = last[last]
+    if np.array_equal(jumped, last):
+      return (last + 1).astype(np.int32)
+    last = jumped
+
+
+def loop_exits(loop: np.ndarray, entry: int, subtrie: VocabTrie, full_node: np.ndarray, *,
+               after_first_byte: bool) -> LoopExits:
+  """`LoopExits` of `subtrie` walked in the loop automaton `loop` from `entry`.
+
+  `full_node` maps the sub-trie's nodes to the full trie's (`LoopExits.full_node`).
+  """
+  node_end = _subtree_ends(subtrie)
+  inside, exits = [], []
+  lo, hi = subtrie.child_start[0], subtrie.child_start[1]
+  node = subtrie.child_node[lo:hi].astype(np.int64)
+  if after_first_byte:
+    state = np.full(len(node), entry, np.int64)
+  else:
+    state = loop[entry, subtrie.child_byte[lo:hi]].astype(np.int64)
+    out = state == NO_STATE
+    exits.append((node[out], np.full(int(out.sum()), entry), subtrie.child_byte[lo:hi][out]))
+    node, state = node[~out], state[~out]
+  while len(node):
+    count = subtrie.token_start[node + 1] - subtrie.token_start[node]
+    hit = np.flatnonzero(count)
+    rep = np.repeat(hit, count[hit])
+    first = np.repeat(subtrie.token_start[node[hit]] - (np.cumsum(count[hit]) - count[hit]),
+                      count[hit]) + np.arange(len(rep))
+    inside.append((node[rep], subtrie.token_ids[first], state[rep]))
+    pair, slot = subtrie.child_slots(node)
+    byte = subtrie.child_byte[slot]
+    nxt = loop[state[pair], byte]
+    out = nxt == NO_STATE
+    exits.append((subtrie.child_node[slot[out]], state[pair[out]], byte[out]))
+    node, state = subtrie.child_node[slot[~out]].astype(np.int64), nxt[~out].astype(np.int64)
+
+  def sorted_columns(parts):
+    columns = [np.concatenate([np.asarray(p[k], np.int64) for p in parts] or
+                              [np.zeros(0, np.int64)]) for k in range(3)]
+    order = np.argsort(columns[0], kind="stable")
+    return [c[order].astype(np.int32) for c in columns]
+
+  inside_columns, exit_columns = sorted_columns(inside), sorted_columns(exits)
+  full_node = np.asarray(full_node, np.int32)
+  exit_node, exit_from, exit_byte = exit_columns
+  key = exit_from.astype(np.int64) * 256 + exit_byte
+  order = np.argsort(key, kind="stable")
+  key = key[order]
+  starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, int)
+  return LoopExits(node_end, *inside_columns, *exit_columns, full_node=full_node,
+                   group_from=(key[starts] // 256).astype(np.int32),
+                   group_byte=(key[starts] % 256).astype(np.int32),
+                   group_start=np.r_[starts, len(key)].astype(np.int64),
+                   group_full_node=full_node[exit_node[order]])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -55,12 +172,28 @@ class LoopTerminal:
     num_tokens: Number of bits set.
     subtrie: Trie of every other token with text (and their prefixes), to find the
       explicit edges of a wide state.
+    loop, entry, after_first_byte: The loop automaton and how the terminal enters it
+      (`build_loop_terminal`); None for a terminal that is not a loop's (then `exits`
+      is None).
+    full_node: int32 `[N]`, the full-trie node of each sub-trie node (for `exits`).
   """
 
   key: str
   bits: np.ndarray
   num_tokens: int
   subtrie: VocabTrie
+  loop: np.ndarray | None = None
+  entry: int = 0
+  after_first_byte: bool = False
+  full_node: np.ndarray | None = None
+
+  @functools.cached_property
+  def exits(self) -> LoopExits | None:
+    """The sub-trie walked in the loop automaton (built on first use, kept in memory)."""
+    if self.loop is None or self.full_node is None:
+      return None
+    return loop_exits(self.loop, self.entry, self.subtrie, self.full_node,
+                      after_first_byte=self.after_first_byte)
 
 
 def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
@@ -71,36 +204,61 @@ def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
   surrounding constraint: its terminal is then shared by every constraint that has the
   same class (every JSON string body, say).
   """
-  n = dfa.num_states
-  trans = dfa.transitions
-  adjacent = np.zeros((n, n), bool)
-  src, byte = np.nonzero(trans != NO_STATE)
-  adjacent[src, trans[src, byte]] = True
-  # Shortest distances from q and to q, up to the cycle bound.
+  # Byte classes are byte ranges in order, so the class table gives the same distances
+  # and the same first-byte order as the byte table, reading fewer columns.
+  trans = dfa.byte_classes[0]
+  # A state s != q on such a cycle is at most MAX_LOOP_BYTES - 1 bytes from q, and so
+  # is every state of a shortest way back from s to q: the ball around q holds them all.
+  ball, front = {q: 0}, [q]
+  outside = np.ones(dfa.num_states + 1, bool)  # Index NO_STATE (-1): the last entry.
+  outside[[q, -1]] = False
+  for step in range(1, MAX_LOOP_BYTES):
+    reached = np.zeros(dfa.num_states + 1, bool)
+    reached[trans[front]] = True
+    reached &= outside
+    front = np.flatnonzero(reached).tolist()
+    if not front:
+      break
+    outside[front] = False
+    for r in front:
+      ball[r] = step
+  states = list(ball)  # q first
+  size = len(states)
+  index = np.full(dfa.num_states + 1, size, np.int64)  # NO_STATE (-1) reads `size`.
+  index[states] = np.arange(size)
+  sub = index[trans[states]]  # [size, C], `size` outside the ball
+  adjacent = np.zeros((size, size + 1), bool)
+  adjacent[np.arange(size)[:, None], sub] = True
+  adjacent = adjacent[:, :size]
+  # Shortest distances back to q inside the ball, up to the cycle bound.
   inf = MAX_LOOP_BYTES + 1
-  ahead = np.full(n, inf)
-  behind = np.full(n, inf)
-  ahead[q] = behind[q] = 0
-  front_ahead = np.zeros(n, bool)
-  front_ahead[q] = True
-  front_behind = front_ahead.copy()
+  behind = np.full(size, inf)
+  behind[0] = 0
+  front_behind = np.zeros(size, bool)
+  front_behind[0] = True
   for step in range(1, MAX_LOOP_BYTES + 1):
-    front_ahead = adjacent[front_ahead].any(axis=0) & (ahead == inf)
     front_behind = adjacent[:, front_behind].any(axis=1) & (behind == inf)
-    ahead[front_ahead] = step
+    if not front_behind.any():
+      break
     behind[front_behind] = step
-  in_loop = ahead + behind <= MAX_LOOP_BYTES
-  in_loop[q] = True
+  ahead = np.fromiter(ball.values(), np.int64, size)
+  in_loop = np.zeros(size + 1, bool)
+  in_loop[:size] = ahead + behind <= MAX_LOOP_BYTES
+  in_loop[0] = True
   # Canonical numbering: BFS from q, successors in order of their first byte.
-  order, k = [q], 0
+  rows = np.flatnonzero(in_loop[:size])
+  targets = sub[rows]
+  targets[~in_loop[targets]] = size  # Only successors in the loop; `size` is none.
+  successors = {row: list(dict.fromkeys(targets_of))  # First-byte order, each once.
+                for row, targets_of in zip(rows.tolist(), targets.tolist())}
+  order, seen, k = [0], {0, size}, 0
   while k < len(order):
-    row = trans[order[k]]
-    k += 1
-    targets, first = np.unique(row, return_index=True)
-    for r in targets[np.argsort(first)].tolist():
-      if r != NO_STATE and in_loop[r] and r not in order:
+    for r in successors[order[k]]:
+      if r not in seen:
+        seen.add(r)
         order.append(r)
-  return order
+    k += 1
+  return [states[i] for i in order]
 
 
 def _canonical_loop(dfa: ByteDfa, q: int) -> tuple[list[int], np.ndarray]:
@@ -136,8 +294,10 @@ def _walk_loop(loop: np.ndarray, trie: VocabTrie, entry: int, *, after_first_byt
   return back_home
 
 
-def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str) -> VocabTrie:
-  """The trie restricted to the tokens in bool `special` [num tokens] and their prefixes."""
+def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str
+             ) -> tuple[VocabTrie, np.ndarray]:
+  """The trie restricted to the tokens in bool `special` [num tokens] and their prefixes,
+  and the full-trie node of each of its nodes."""
   num_nodes = trie.num_nodes
   token_node = np.repeat(np.arange(num_nodes), np.diff(trie.token_start))
   keep_token = special[trie.token_ids]  # token_ids are grouped by node, in node order
@@ -166,7 +326,7 @@ def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str) -> VocabTri
       token_start=token_start,
       token_ids=trie.token_ids[keep_token],
       fingerprint=fingerprint,
-  )
+  ), np.flatnonzero(keep).astype(np.int32)
 
 
 def _token_first_bytes(trie: VocabTrie) -> np.ndarray:
@@ -201,8 +361,10 @@ def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words
   if first_bytes is not None:
     first = _token_first_bytes(trie)
     special &= (first >= 0) & first_bytes[np.maximum(first, 0)]
-  return LoopTerminal(key=key, bits=bits, num_tokens=len(tokens),
-                      subtrie=_subtrie(trie, special, f"{trie.fingerprint}/{key}"))
+  subtrie, full_node = _subtrie(trie, special, f"{trie.fingerprint}/{key}")
+  return LoopTerminal(key=key, bits=bits, num_tokens=len(tokens), subtrie=subtrie,
+                      loop=loop, entry=entry, after_first_byte=after_first_byte,
+                      full_node=full_node)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -216,13 +378,16 @@ class WideEdge:
       tokens left for explicit edges.
     bits: uint32 `[W]`; the tokens of this edge.
     target: The state the edge leads to (the loop's anchor).
+    part_states: Per part, int `[L]`: the DFA state of each state of the part's loop
+      automaton (`LoopExits`), or None; () for none at all.
   """
 
   parts: tuple[tuple[LoopTerminal, np.ndarray | None], ...]
   bits: np.ndarray
   target: int
+  part_states: tuple[np.ndarray | None, ...] = ()
 
-  @property
+  @functools.cached_property
   def first_bytes(self) -> np.ndarray:
     """bool `[256]`: first bytes whose tokens are handled by this edge's parts."""
     out = np.zeros(256, bool)
@@ -232,7 +397,19 @@ class WideEdge:
 
 
 def _popcount(bits: np.ndarray) -> int:
-  return int(np.unpackbits(bits.view(np.uint8)).sum())
+  return int(np.bitwise_count(bits).sum())
+
+
+def _member_mask(num_states: int, members) -> np.ndarray:
+  """bool `[num_states + 1]`: True at `members`; index NO_STATE (-1) reads False."""
+  mask = np.zeros(num_states + 1, bool)
+  mask[members] = True
+  return mask
+
+
+def loop_digest(loop: np.ndarray) -> bytes:
+  """Hash of a canonical loop automaton (the part of every terminal key it determines)."""
+  return hashlib.sha1(loop.tobytes() + loop.shape[0].to_bytes(4, "little")).digest()
 
 
 class _FirstByteBits:
@@ -251,12 +428,29 @@ class _FirstByteBits:
     # popcount is a sum of these (no 32 KiB row to unpack per query).
     self.counts = np.bincount(first, minlength=256)
     self.all = np.bitwise_or.reduce(self.rows, axis=0)
+    self._restricted: dict[tuple[str, bytes], np.ndarray] = {}
 
   def union(self, byte_mask: np.ndarray) -> np.ndarray:
     """uint32 `[W]`: tokens whose first byte is in bool `byte_mask` [256]."""
     if byte_mask.sum() > 128:  # Rows are disjoint: remove the complement from all.
       return self.all ^ self.union(~byte_mask)
     return np.bitwise_or.reduce(self.rows[byte_mask], axis=0, initial=np.uint32(0))
+
+  def restrict(self, terminal: "LoopTerminal", byte_mask: np.ndarray) -> np.ndarray:
+    """uint32 `[W]`: `terminal.bits` limited to tokens whose first byte is in `byte_mask`.
+
+    Memoized per (terminal, first bytes), a bounded per-vocabulary cache: entry states
+    of every constraint ask for the same few (string body, opening bytes) pairs.
+    """
+    key = (terminal.key, np.packbits(byte_mask).tobytes())
+    bits = self._restricted.get(key)
+    if bits is None:
+      bits = terminal.bits & self.union(byte_mask)
+      bits.setflags(write=False)
+      if len(self._restricted) >= _RESTRICT_CACHE_SIZE:
+        self._restricted.pop(next(iter(self._restricted)))
+      self._restricted[key] = bits
+    return bits
 
 
 class WideStates:
@@ -271,6 +465,7 @@ class WideStates:
     self.num_words = num_words
     self.cache_dir = cache_dir
     self._memo: dict[str, LoopTerminal] = {}
+    self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
     self._class_memo: dict[str, np.ndarray] = {}
 
   def token_class_bits(self, name: str) -> np.ndarray:
@@ -304,42 +499,66 @@ class WideStates:
     """
     states = np.arange(dfa.num_states)
     trans = dfa.transitions
-    self_loops = (trans == states[:, None]).sum(axis=1)
+    table, _, size = dfa.byte_classes  # [Q, C]: counts of bytes per state read this.
+    self_loops = (table == states[:, None]) @ size
     anchors = np.nonzero(self_loops >= MIN_SELF_LOOP_BYTES)[0].tolist()
     wide: dict[int, WideEdge] = {}
     loops = []
     for q in anchors:
       members, loop = _canonical_loop(dfa, q)
-      terminal = self.terminal(loop, 0)
+      digest = loop_digest(loop)
+      terminal = self.terminal(loop, 0, digest=digest)
       if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
-        wide[q] = WideEdge(((terminal, None),), terminal.bits, q)
-        loops.append((q, members, loop))
-    for q, members, loop in loops:
+        phi = np.asarray(members, np.int32)
+        wide[q] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
+        loops.append((q, members, loop, digest))
+    for q, members, loop, digest in loops:
+      phi = np.asarray(members, np.int32)
       for entry, p in enumerate(members[1:], start=1):
         if p not in wide:
-          terminal = self.terminal(loop, entry)
+          terminal = self.terminal(loop, entry, digest=digest)
           if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
-            wide[p] = WideEdge(((terminal, None),), terminal.bits, q)
+            wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
     # States that move like a loop state but for a few bytes (`_near_loop.py`).
     wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide))
-    for q, members, loop in loops:
-      into_loop = np.isin(trans, members).sum(axis=1)
+    for q, members, loop, digest in loops:
+      is_member = _member_mask(dfa.num_states, members)
+      position = {r: i for i, r in enumerate(members)}
+      into_loop = is_member[table] @ size
       for p in np.nonzero(into_loop >= MIN_SELF_LOOP_BYTES)[0].tolist():
-        if p in wide or p in members:
+        if p in wide or is_member[p]:
           continue
-        parts, bits = [], np.zeros(self.num_words, np.uint32)
-        for entry, r in enumerate(members):
-          first_bytes = trans[p] == r
-          if first_bytes.any():
-            tail = self.terminal(loop, entry, after_first_byte=True)
-            parts.append((tail, first_bytes))
-            # Tokens are partitioned by first byte: `& union(first)` is
-            # `& ~union(~first)` for tokens with bytes, and reads far fewer rows.
-            bits |= tail.bits & self.first_byte_bits.union(first_bytes)
-        if _popcount(bits) >= MIN_TERMINAL_TOKENS:
-          wide[p] = WideEdge(tuple(parts), bits, q)
+        row = trans[p]
+        parts = []
+        for entry in sorted(position[r] for r in set(row[is_member[row]].tolist())):
+          first_bytes = row == members[entry]
+          tail = self.terminal(loop, entry, after_first_byte=True, digest=digest)
+          parts.append((tail, first_bytes))
+        bits, count = self._entry_bits(parts)
+        if count >= MIN_TERMINAL_TOKENS:
+          phi = np.asarray(members, np.int32)
+          wide[p] = WideEdge(tuple(parts), bits, q, (phi,) * len(parts))
     self._add_pre_entries(dfa, wide, loops)
     return wide
+
+  def _entry_bits(self, parts: list) -> tuple[np.ndarray, int]:
+    """(bitmap, popcount) of an entry edge: the union of its parts' restricted bitmaps.
+
+    Memoized per parts (bounded, per vocabulary), so that equal entry edges of one or
+    many constraints share one array (`compose` then packs it once).
+    """
+    key = tuple((tail.key, np.packbits(first).tobytes()) for tail, first in parts)
+    hit = self._entry_memo.get(key)
+    if hit is None:
+      restrict = self.first_byte_bits.restrict
+      # Tokens are partitioned by first byte, so the parts' bitmaps are disjoint.
+      bits = np.bitwise_or.reduce([restrict(tail, first) for tail, first in parts])
+      bits.setflags(write=False)
+      hit = (bits, _popcount(bits))
+      if len(self._entry_memo) >= _RESTRICT_CACHE_SIZE:
+        self._entry_memo.pop(next(iter(self._entry_memo)))
+      self._entry_memo[key] = hit
+    return hit
 
   def _add_pre_entries(self, dfa: ByteDfa, wide: dict, loops: list) -> None:
     """Terminals for states just before a wide region (after `Answer:`, before ` text`).
@@ -353,17 +572,22 @@ class WideStates:
     first byte leads that way are many, so this costs one cached trie walk per shape.
     """
     trans = dfa.transitions
-    for q, members, loop in loops:
+    table, first, size = dfa.byte_classes
+    # Tokens per class of first bytes, as float: a BLAS product per loop below.
+    counts = np.add.reduceat(self.first_byte_bits.counts, first).astype(np.float64)
+    for q, members, loop, _ in loops:
       size = len(members)
       index = np.full(dfa.num_states, NO_STATE, np.int32)
       index[members] = np.arange(size, dtype=np.int32)
       entries = [s for s, edge in wide.items() if edge.target == q and index[s] < 0]
-      ways_in = np.isin(trans, members + entries)
-      for p in np.nonzero(ways_in.any(axis=1))[0].tolist():
-        if p in wide or index[p] >= 0 or (
-            self.first_byte_bits.counts[ways_in[p]].sum() < MIN_TERMINAL_TOKENS):
+      way_in = _member_mask(dfa.num_states, members + entries)
+      # Tokens whose first byte leads that way, per state.
+      tokens_in = way_in[table].astype(np.float64) @ counts
+      for p in np.nonzero(tokens_in >= MIN_TERMINAL_TOKENS)[0].tolist():
+        if p in wide or index[p] >= 0:
           continue
-        outside = [p] + sorted(set(trans[p][ways_in[p]].tolist()) - set(members))
+        row = trans[p]
+        outside = [p] + sorted(set(row[way_in[row]].tolist()) - set(members))
         index[outside] = size + np.arange(len(outside), dtype=np.int32)
         rows = trans[outside]
         shape = np.concatenate([loop, np.where(rows >= 0, index[np.maximum(rows, 0)],
@@ -371,7 +595,8 @@ class WideStates:
         index[outside] = NO_STATE
         terminal = self.terminal(shape, size, first_bytes=trans[p] >= 0)
         if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
-          wide[p] = WideEdge(((terminal, None),), terminal.bits, q)
+          phi = np.asarray(members + outside, np.int32)
+          wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
 
   @functools.cached_property
   def first_byte_bits(self) -> "_FirstByteBits":
@@ -379,14 +604,20 @@ class WideStates:
     return _FirstByteBits(self.trie, self.num_words)
 
   def terminal(self, loop: np.ndarray, entry: int, *, after_first_byte: bool = False,
-               first_bytes: np.ndarray | None = None) -> LoopTerminal:
-    key = hashlib.sha1(loop.tobytes() + loop.shape[0].to_bytes(4, "little") +
-                       entry.to_bytes(4, "little") + bytes([after_first_byte]) +
+               first_bytes: np.ndarray | None = None, digest: bytes | None = None
+               ) -> LoopTerminal:
+    """The cached terminal of `loop` entered at `entry` (see `build_loop_terminal`).
+
+    `digest` is `loop_digest(loop)`, passed by callers that ask about one loop often.
+    """
+    if digest is None:
+      digest = loop_digest(loop)
+    key = hashlib.sha1(digest + entry.to_bytes(4, "little") + bytes([after_first_byte]) +
                        (b"" if first_bytes is None else np.packbits(first_bytes).tobytes())
                        ).hexdigest()[:20]
     if key in self._memo:
       return self._memo[key]
-    terminal = self._load(key)
+    terminal = self._load(key, loop=loop, entry=entry, after_first_byte=after_first_byte)
     if terminal is None:
       terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
                                      after_first_byte=after_first_byte,
@@ -401,7 +632,7 @@ class WideStates:
     return os.path.join(self.cache_dir, f"wide-v{WIDE_FORMAT_VERSION}-"
                         f"{self.trie.fingerprint[:24]}-{self.num_words}-{key}.npz")
 
-  def _load(self, key: str) -> LoopTerminal | None:
+  def _load(self, key: str, **loop_info) -> LoopTerminal | None:
     path = self._path(key)
     if path is None or not os.path.exists(path):
       return None
@@ -410,7 +641,7 @@ class WideStates:
         sub = VocabTrie(**{f: data[f] for f in _SUBTRIE_FIELDS},
                         fingerprint=f"{self.trie.fingerprint}/{key}")
         return LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
-                            subtrie=sub)
+                            subtrie=sub, full_node=data["full_node"], **loop_info)
     except (OSError, KeyError, ValueError):
       return None
 
@@ -419,6 +650,7 @@ class WideStates:
     if path is None:
       return
     self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens,
+                full_node=terminal.full_node,
                 **{name: getattr(terminal.subtrie, name) for name in _SUBTRIE_FIELDS})
 
   def _write(self, path: str, **arrays) -> None:
