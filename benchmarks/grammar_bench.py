@@ -273,9 +273,19 @@ class OursGrammarRunner(regex_bench.OursRunner):
         "num_groups": info.num_groups, "num_masks": info.num_masks,
         "num_terminals": info.num_terminals, "dropped_paths": info.dropped_paths,
         "nbytes_total": info.nbytes["total"], "nbytes": info.nbytes,
-        "stage_ms_median": stages}
+        "stage_ms_median": stages,
+        "max_groups_per_state": int(tables.state_groups.shape[1]),
+        "before_streamlining": self._unstreamlined_sizes(spec)}
     out["first_fill_us_median"] = None
     return out
+
+  def _unstreamlined_sizes(self, spec) -> dict:
+    """Table sizes of the same grammar compiled with `CompileOptions(streamline=False)`."""
+    options = dataclasses.replace(self.compiler.options, streamline=False)
+    tables, info = self.cd.Compiler(self.compiler.vocab, options).compile_with_info(spec)
+    return {"token_edges": info.token_edges, "num_groups": info.num_groups,
+            "num_masks": info.num_masks, "nbytes_total": info.nbytes["total"],
+            "max_groups_per_state": int(tables.state_groups.shape[1])}
 
   def first_call(self, batch: int) -> float:
     """Seconds of the first jitted step at this batch size (trace + XLA compile)."""
@@ -415,17 +425,23 @@ def markdown_tables(rows, unavailable) -> str:
                  f"({r['compile_ms_min']:.2f}) | {r['compile_ms_cold_median']:.2f} | "
                  f"{'—' if first is None else f'{first:.1f}'} | "
                  f"{mismatches.get((engine, grammar), '—')} |")
-  lines += ["", "| grammar | stack D | token states | token edges | groups | masks | "
-            "terminals | dropped paths | table bytes | parse / rtn / compose / pack ms |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+  lines += ["", "Push-down tables, before -> after streamlining (never-legal groups removed):",
+            "", "| grammar | stack D | token states | token edges | groups | max groups "
+            "per state | masks | terminals | dropped paths | table bytes | parse / rtn / "
+            "compose / pack ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
   for (engine, grammar), r in first_rows.items():
     if engine != "ours" or "error" in r:
       continue
     t, s = r["tables"], r["tables"]["stage_ms_median"]
+    b = t["before_streamlining"]
     lines.append(f"| {grammar} | {t['stack_depth']} | {t['token_states']} | "
-                 f"{t['token_edges']} | {t['num_groups']} | {t['num_masks']} | "
+                 f"{b['token_edges']} -> {t['token_edges']} | "
+                 f"{b['num_groups']} -> {t['num_groups']} | "
+                 f"{b['max_groups_per_state']} -> {t['max_groups_per_state']} | "
+                 f"{b['num_masks']} -> {t['num_masks']} | "
                  f"{t['num_terminals']} | {t['dropped_paths']} | "
-                 f"{t['nbytes_total'] / 2**20:.2f} MiB | {s['parse']:.2f} / "
+                 f"{b['nbytes_total'] / 2**20:.2f} -> {t['nbytes_total'] / 2**20:.2f} MiB | "
+                 f"{s['parse']:.2f} / "
                  f"{s['byte_dfa']:.2f} / {s['compose']:.2f} / {s['pack']:.2f} |")
   lines += ["", f"| engine | grammar | B | fill us med (max) | apply us med | advance us med "
             f"| step us med | step p99 | step max | p99/med | step med depth<=1 | "

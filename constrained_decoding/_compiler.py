@@ -14,6 +14,7 @@ from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _pda
+from constrained_decoding.automata import _streamline
 from constrained_decoding.automata import _wide
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -65,6 +66,8 @@ class CompileOptions:
     max_pops, max_pushes: Most stack symbols one token may pop / push in a push-down
       automaton. Tokens that would exceed them (`"}}}}}}}}}"`) are not offered; the same
       text stays reachable through shorter tokens.
+    streamline: Remove the edge groups of a push-down automaton that no reachable stack
+      matches (`automata/_streamline.py`; exact). Off only to measure what it saves.
   """
 
   max_states: int = 100_000
@@ -79,6 +82,7 @@ class CompileOptions:
   stack_depth: int = 64
   max_pops: int = _pda.DEFAULT_MAX_POPS
   max_pushes: int = _pda.DEFAULT_MAX_PUSHES
+  streamline: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +103,8 @@ class CompileInfo:
     dropped_paths: Token paths of a push-down automaton not offered because they pop
       more than `CompileOptions.max_pops` symbols (paths pushing more than `max_pushes`
       are cut while exploring and not counted).
+    streamlined: Groups and edges before and after streamlining (push-down tables
+      compiled with `CompileOptions.streamline`), else None.
   """
 
   description: str
@@ -111,6 +117,7 @@ class CompileInfo:
   seconds: dict[str, float]
   num_groups: int | None = None
   dropped_paths: int = 0
+  streamlined: _streamline.StreamlineReport | None = None
 
 
 class Compiler:
@@ -227,15 +234,10 @@ class Compiler:
     opts = self.options
     rtn = _pda.build_rtn(grammar)
     t1 = time.perf_counter()
-    if rtn.num_states > opts.max_states:
-      raise CompileBudgetError(
-          f"{what} needs {rtn.num_states} automaton states. Expected at most "
-          f"CompileOptions.max_states={opts.max_states}. Raise the budget or simplify.")
-    wide = self.wide_states.find(rtn.byte_dfa()) if opts.wide_states else {}
-    token_pda = _pda.compose_token_pda(
-        rtn, self.trie, vocab_bytes=self._token_text, wide=wide,
-        num_words=_tables.num_words(self.vocab.vocab_size), max_pops=opts.max_pops,
-        max_pushes=opts.max_pushes, max_edges=opts.max_edges, deadline=deadline, what=what)
+    token_pda = self._token_pda(rtn, what, deadline)
+    report = None
+    if opts.streamline:
+      token_pda, report = _streamline.streamline(token_pda)
     t2 = time.perf_counter()
     tables = _tables.pack_pda_tables(token_pda, self.vocab, stack_depth=opts.stack_depth,
                                      min_bucket=opts.min_bucket)
@@ -255,8 +257,21 @@ class Compiler:
         num_masks=int(tables.group_mask[:groups].max(initial=0)) + 1, nbytes=nbytes,
         seconds={"parse": t_parsed - t0, "byte_dfa": t1 - t_parsed, "compose": t2 - t1,
                  "pack": t3 - t2, "total": t3 - t0},
-        num_groups=groups, dropped_paths=token_pda.dropped_paths)
+        num_groups=groups, dropped_paths=token_pda.dropped_paths, streamlined=report)
     return tables, info
+
+  def _token_pda(self, rtn, what: str, deadline: float):
+    """The token-level push-down automaton of a recursive transition network."""
+    opts = self.options
+    if rtn.num_states > opts.max_states:
+      raise CompileBudgetError(
+          f"{what} needs {rtn.num_states} automaton states. Expected at most "
+          f"CompileOptions.max_states={opts.max_states}. Raise the budget or simplify.")
+    wide = self.wide_states.find(rtn.byte_dfa()) if opts.wide_states else {}
+    return _pda.compose_token_pda(
+        rtn, self.trie, vocab_bytes=self._token_text, wide=wide,
+        num_words=_tables.num_words(self.vocab.vocab_size), max_pops=opts.max_pops,
+        max_pushes=opts.max_pushes, max_edges=opts.max_edges, deadline=deadline, what=what)
 
   def _token_text(self, token: int) -> bytes:
     return self.vocab.token_bytes[token] or b""

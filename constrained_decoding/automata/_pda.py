@@ -290,8 +290,7 @@ class _Configurations:
     Only configurations the walk actually reached are expanded: expanding every
     interned successor would explore all byte strings, not the vocabulary's.
     """
-    wanted = np.unique(wanted)
-    new = [c for c in wanted.tolist() if c not in self.expanded]
+    new = sorted(c for c in set(wanted.tolist()) if c not in self.expanded)
     if not new:
       return
     keys, targets, chunks = [self.keys], [self.targets], [self.target_chunks]
@@ -474,8 +473,8 @@ def _check_deterministic(rtn: Rtn, configs: _Configurations, pops: _PopSequences
       f" {rtn.rules[rtn.rule_of_state[state_b]]!r}) under the same stack. Expected a"
       " grammar that a left-to-right parser can follow with one byte of lookahead"
       " (no two alternatives that match the same text). Make the alternatives"
-      " differ, or pass Grammar(..., max_depth=N) to compile a bounded regular"
-      " version instead.")
+      " differ, or bound the recursion to compile a regular version instead:"
+      " Grammar(..., max_depth=N), or JsonSchema(..., max_ref_depth=N) for a schema.")
 
 
 def compose_token_pda(

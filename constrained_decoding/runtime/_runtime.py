@@ -8,7 +8,8 @@ the stack capacity, sets the sticky `error` flag.
 Push-down tables (recursive grammars, Alg. 3) keep a stack per row: `stack[B, D]` with
 `depth[B]` symbols in use. A state's edges come in groups, one per pop sequence; the
 allowed set is the union of the groups whose pops match the top of the stack, and
-advancing pops the group's symbols and pushes the edge's. Regular tables have one
+advancing pops the group's symbols and pushes the edge's. The matching groups pop
+prefixes of one sequence, so the union is the mask row of the deepest match alone. Regular tables have one
 group per state that pops nothing, and `D = 0`.
 
 Public functions:
@@ -136,11 +137,13 @@ def _row_bits(tables: ConstraintTables, state: ConstraintState) -> Array:
   """uint32 [B, W]: the allowed set of each row (end of sequence only once stopped)."""
   tables = _on_device(tables)
   groups, match = _matching_groups(tables, state)
-  bits = None
-  for k in range(groups.shape[1]):
-    row = tables.mask_bits[tables.group_mask[groups[:, k]]]
-    row = jnp.where(match[:, k, None], row, jnp.uint32(0))
-    bits = row if bits is None else bits | row
+  # The matching groups pop prefixes of one sequence (the stack's top), and the deepest
+  # one's mask row already holds the others' tokens (`tables._group_masks`): gather one
+  # row per batch row, however many groups match.
+  rank = jnp.where(match, tables.group_num_pops[groups] + 1, 0)
+  deepest = jnp.take_along_axis(groups, jnp.argmax(rank, axis=1)[:, None], axis=1)[:, 0]
+  bits = jnp.where((rank.max(axis=1) > 0)[:, None],
+                   tables.mask_bits[tables.group_mask[deepest]], jnp.uint32(0))
   bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
                     jnp.uint32(0))
   stopped = (state.done | state.error)[:, None]

@@ -37,14 +37,26 @@ def reference_end_allowed(tables: ConstraintTables, state: int, stack: tuple[int
 
 def reference_allowed(tables: ConstraintTables, state: int,
                       stack: tuple[int, ...] = ()) -> np.ndarray:
-  """The allowed-token set of `state` with `stack`, unpacked to bool `[V]`."""
-  mask_bits = np.asarray(tables.mask_bits)
-  bits = np.zeros(mask_bits.shape[1], np.uint32)
+  """The allowed-token set of `state` with `stack`, unpacked to bool `[V]`.
+
+  Built from the edges, not from `mask_bits`: the explicit tokens of the matching groups,
+  the state's terminal bitmaps and end of sequence where allowed. So it checks the packed
+  mask rows (and the device's choice of row) rather than repeating them.
+  """
+  bits = np.asarray(tables.eos_bits).copy()
+  if not reference_end_allowed(tables, state, stack):
+    bits[:] = 0
+  for terminal, _ in np.asarray(tables.state_terminals)[state]:
+    if terminal >= 0:
+      bits |= np.asarray(tables.terminal_bits)[terminal]
+  allowed = np.unpackbits(bits.view(np.uint8), bitorder="little")[:tables.vocab_size]
+  allowed = allowed.astype(bool)
+  edge_start = np.asarray(tables.edge_start)
+  edge_tokens = np.asarray(tables.edge_tokens)
   for group in _matching_groups(tables, state, stack):
-    bits |= mask_bits[int(np.asarray(tables.group_mask)[group])]
-  if reference_end_allowed(tables, state, stack):
-    bits |= np.asarray(tables.eos_bits)
-  return np.unpackbits(bits.view(np.uint8), bitorder="little")[:tables.vocab_size].astype(bool)
+    tokens = edge_tokens[edge_start[group]:edge_start[group + 1]]
+    allowed[tokens[tokens < tables.vocab_size]] = True
+  return allowed
 
 
 def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int, ...],
