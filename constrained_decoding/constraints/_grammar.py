@@ -10,6 +10,7 @@ first"). Without recursion the grammar is regular and lowers to one IR node; wit
 Public:
   GrammarIR                              a frozen, hashable grammar: start + rules.
   SourceText(text)                       offsets -> (line, column), for front-end errors.
+  children(node)                         sub-nodes of a Concat, Union or Repeat.
   references(node)                       names of the rules an IR node references.
   substitute(node, replace)              an IR node with its rule references replaced.
   concat(*parts), repeat(node, lo, hi)   `ir.concat` / `ir.repeat`, also simplifying
@@ -150,7 +151,8 @@ class SourceText:
 # Walking IR nodes.
 
 
-def _children(node: ir.Node) -> tuple[ir.Node, ...]:
+def children(node: ir.Node) -> tuple[ir.Node, ...]:
+  """The direct sub-nodes of a Concat, Union or Repeat (none for leaves and graphs)."""
   if isinstance(node, ir.Concat):
     return node.parts
   if isinstance(node, ir.Union):
@@ -172,7 +174,7 @@ def references(node: ir.Node) -> tuple[str, ...]:
     seen.add(id(n))
     if isinstance(n, ir.RuleRef):
       found.setdefault(n.name)
-    stack.extend(reversed(_children(n)))
+    stack.extend(reversed(children(n)))
   return tuple(found)
 
 
@@ -233,7 +235,7 @@ def tree_size(node: ir.Node) -> int:
 
   def walk(n: ir.Node) -> int:
     if id(n) not in memo:
-      memo[id(n)] = 1 + sum(walk(c) for c in _children(n))
+      memo[id(n)] = 1 + sum(walk(c) for c in children(n))
     return memo[id(n)]
 
   return walk(node)

@@ -2,14 +2,16 @@
 
 Public functions and classes:
   SchemaOptions                     how to lower: whitespace, strictness, depth bounds.
-  lower_json_schema(schema, opts)   (IR node, JSON pointers of ignored keywords).
+  lower_json_schema(schema, opts)   (IR node or recursive GrammarIR, ignored keyword pointers).
   pattern_ir(pattern)               decoded strings in which `pattern` matches (search).
   format_ir(name)                   decoded strings of a `format` (date-time, uuid, ...).
   FORMATS                           the supported `format` names.
 
-A schema limits recursion, so the set of JSON texts it accepts is (with the narrowings
-below) a regular language (paper Sec. 5.1); it is built from the pieces of
-`_json_values.py`. Dialect: draft 2020-12, plus draft-07's `definitions`, array-form
+Without recursive `$ref`s the set of JSON texts a schema accepts is (with the narrowings
+below) a regular language (paper Sec. 5.1), built from the pieces of `_json_values.py`.
+A recursive `$ref` makes it context-free: it becomes a grammar rule (see "Recursive
+`$ref`" below) and compiles to a push-down automaton, unless `max_ref_depth` bounds
+it back to a regular language. Dialect: draft 2020-12, plus draft-07's `definitions`, array-form
 `items` with `additionalItems`, and draft-04's boolean `exclusiveMinimum`/`Maximum`.
 
 Supported keywords:
@@ -57,10 +59,26 @@ not generated):
 * `$ref` next to other keywords (allowed since 2019-09) means `allOf` of the target and
   the siblings; the target's properties come first. Draft-07 `additionalItems` without
   array-form `items` has no effect and is dropped.
-* A recursive `$ref` is expanded at most `max_ref_depth` times along any path; deeper,
-  the alternative that needs it is dropped (an optional property is omitted, an array
-  stays shorter, an `anyOf` branch disappears). If nothing is left, the schema is
-  rejected with `UnsupportedSchemaError`. Only local refs (`#...` JSON pointers).
+* Recursive `$ref` (a `$ref` met again while its own target is being lowered). By
+  default (`max_ref_depth=None`) each recursive target, merged with its `$ref` siblings
+  and `allOf` parts as above, becomes one rule of a `_grammar.GrammarIR` whose body
+  refers to it (and to other recursive targets) by `RuleRef`; the grammar is
+  normalized (`_grammar.normalize`) and compiled to a push-down automaton, so nesting is
+  unbounded up to the runtime's `CompileOptions.stack_depth` (deeper sets the row's
+  `error`). The grammar must be deterministic with one byte of lookahead. An `anyOf`
+  that calls a recursive target next to alternatives starting with the same byte
+  (pydantic's union of recursive models, `Add | Num`) becomes a rule of its own, so
+  that one rule's automaton tells the alternatives apart; alternatives that are still
+  alike where a recursive `$ref` is entered (`{"anyOf": [{"$ref": "#/$defs/tree"},
+  {"type": "object"}]}`) raise `NondeterministicGrammarError` at compile time.
+  Schemas without recursion lower exactly as before, to one regular IR node. A `$ref`
+  chain that returns to itself with no JSON in between (`{"$ref": "#"}` at the root,
+  `allOf` of itself) accepts nothing finite and raises `SchemaError`, as does
+  recursion without an alternative that ends it. With `max_ref_depth=N`, a recursive
+  `$ref` is instead expanded at most N times along any path (a regular language);
+  deeper, the alternative that needs it is dropped (an optional property is omitted, an
+  array stays shorter, an `anyOf` branch disappears), and if nothing is left the schema
+  is rejected with `UnsupportedSchemaError`. Only local refs (`#...` JSON pointers).
 * `pattern` has search semantics, as in JSON Schema: `p` accepts strings containing a
   match, i.e. `(?s:.*)(?:p)(?s:.*)`, except that `^`/`\\A` at the start and `$`/`\\Z` at
   the end of the pattern (or of one of its top-level alternatives) anchor that side;
@@ -94,6 +112,7 @@ import re
 import urllib.parse
 
 from constrained_decoding import errors
+from constrained_decoding.constraints import _grammar
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints import _regex
@@ -148,34 +167,44 @@ class SchemaOptions:
     whitespace: Where whitespace may go.
     strict_properties: Forbid additional properties unless given by a schema.
     lenient: Ignore (and record) unsupported keywords instead of raising.
-    max_ref_depth: Most expansions of one recursive `$ref` along a path.
+    max_ref_depth: None: recursive `$ref`s become grammar rules (unbounded nesting).
+      N: most expansions of one recursive `$ref` along a path (a regular language).
     free_form_depth: Nesting limit of free-form values.
   """
 
   whitespace: jv.Whitespace = jv.Whitespace()
   strict_properties: bool = False
   lenient: bool = False
-  max_ref_depth: int = 3
+  max_ref_depth: int | None = None
   free_form_depth: int = 2
 
 
-def lower_json_schema(schema, options: SchemaOptions) -> tuple[ir.Node, tuple[str, ...]]:
-  """The IR of the JSON texts `schema` accepts, under the narrowings of the module doc.
+def lower_json_schema(
+    schema, options: SchemaOptions
+) -> tuple[ir.Node | _grammar.GrammarIR, tuple[str, ...]]:
+  """The language of the JSON texts `schema` accepts, under the narrowings of the module doc.
 
   Args:
     schema: A JSON Schema as Python values (dict or bool, as from `json.loads`).
     options: Lowering options.
 
   Returns:
-    The IR node and, in lenient mode, the JSON pointers of the keywords ignored (or
-    rounded), in the order met.
+    The language and, in lenient mode, the JSON pointers of the keywords ignored (or
+    rounded), in the order met. The language is a regular IR node, or, when recursion
+    is left (`max_ref_depth=None` and a recursive `$ref` that normalization keeps), a
+    normalized `GrammarIR` whose rules are the recursive `$ref` targets.
 
   Raises:
     SchemaError: The schema is malformed or accepts no JSON value.
     UnsupportedSchemaError: It uses a keyword or combination that is not supported.
   """
   lowerer = _Lowerer(schema, options)
-  node = lowerer.lower(schema, "#")
+  if options.max_ref_depth is None and isinstance(schema, dict):
+    node = lowerer.lower_root(schema)
+    if lowerer.rules:
+      return _recursive_grammar(schema, node, lowerer.rules), tuple(lowerer.ignored)
+  else:
+    node = lowerer.lower(schema, "#")
   if node == ir.NOTHING:
     if lowerer.cut:
       raise errors.UnsupportedSchemaError(
@@ -184,12 +213,269 @@ def lower_json_schema(schema, options: SchemaOptions) -> tuple[ir.Node, tuple[st
           " possibly empty array or an anyOf branch that ends the recursion. Add one, or"
           " raise max_ref_depth."
       )
-    raise errors.SchemaError(
-        f"JSON Schema {_short(schema)} accepts no JSON value. Expected a satisfiable"
-        " schema. Look for contradictory keywords (minimum > maximum, an empty enum, a"
-        " required property whose schema is false, ...)."
-    )
+    raise _unsatisfiable(schema)
   return node, tuple(lowerer.ignored)
+
+
+def _unsatisfiable(schema) -> errors.SchemaError:
+  return errors.SchemaError(
+      f"JSON Schema {_short(schema)} accepts no JSON value. Expected a satisfiable"
+      " schema. Look for contradictory keywords (minimum > maximum, an empty enum, a"
+      " required property whose schema is false, ...)."
+  )
+
+
+def _recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node]):
+  """The normalized grammar of the root's IR and the rules of recursive `$ref` targets.
+
+  Returns a regular IR node instead when normalization leaves no recursion (as for
+  `{"anyOf": [{"$ref": "#"}, {"type": "null"}]}`, which is just `null`).
+
+  Raises:
+    SchemaError: The start derives no finite JSON text (recursion that never ends).
+  """
+  memo: dict = {}
+  bodies = {name: _without_rule_graphs(body, memo) for name, body in rules.items()}
+  if isinstance(root, ir.RuleRef):
+    start = root.name
+  else:
+    start = next(n for n in ("#", "# (root)") if n not in bodies)
+    bodies = {start: _without_rule_graphs(root, memo), **bodies}
+  grammar = _grammar.GrammarIR(start, tuple(bodies.items()))
+  productive = _grammar.productive_rules(grammar)
+  if start not in productive:
+    dead = [name for name in rules if name not in productive]
+    if not dead:
+      raise _unsatisfiable(schema)
+    raise errors.SchemaError(
+        f"Recursive $ref {dead[0]!r} never ends: every alternative of its target refers"
+        f" to {dead} again, so the schema accepts no finite JSON value. Expected an"
+        " optional property, a possibly empty array or an anyOf branch that ends the"
+        " recursion. Add one."
+    )
+  grammar = _grammar.normalize(_lift_overlapping_unions(grammar))
+  if not _grammar.recursive_rules(grammar):
+    return _grammar.to_regular(grammar)
+  return grammar
+
+
+_MAX_LIFTS = 32  # Unions `_lift_overlapping_unions` turns into rules, at most.
+_ALL_BYTES = frozenset(range(256))
+_UTF8_LEADS = frozenset(range(0xC2, 0xF5))
+
+
+def _lift_overlapping_unions(grammar: _grammar.GrammarIR) -> _grammar.GrammarIR:
+  """Turns each union that calls a rule and may start like another alternative into a rule.
+
+  `{"anyOf": [{"$ref": "#/$defs/Add"}, {"$ref": "#/$defs/Num"}]}` inside `Add` (what
+  pydantic writes for a recursive union of models) is `Add | Num` with `Add` a rule:
+  both start with `{`, and a push-down automaton must decide at the `{` whether to
+  call `Add`, which one byte of lookahead cannot. The union `u` becomes the rule
+  `U = Add' | Num'` (each rule alternative replaced by its body, `u` by `U` everywhere),
+  so the choice is made inside one rule, by its DFA. Unions whose alternatives start
+  with different bytes (`Node | null`) are left alone.
+  """
+  rules = dict(grammar.rules)
+  for _ in range(_MAX_LIFTS):
+    union = _overlapping_union(rules)
+    if union is None:
+      break
+    called = [a.name for a in union.alternatives if isinstance(a, ir.RuleRef) and a.name in rules]
+    taken = set(rules)
+    base = " | ".join(called) + (" | ..." if len(called) < len(union.alternatives) else "")
+    name = next(n for n in (base, *(f"{base} ({i})" for i in range(2, len(taken) + 3)))
+                if n not in taken)
+    lifted = ir.RuleRef(name)
+    memo: dict = {}
+    rules = {r: _replace_node(body, union, lifted, memo) for r, body in rules.items()}
+    rules[name] = ir.union(*(rules[a.name] if isinstance(a, ir.RuleRef) and a.name in rules
+                             else _replace_node(a, union, lifted, memo)
+                             for a in union.alternatives))
+  return grammar.replace_rules(rules)
+
+
+def _overlapping_union(rules: dict[str, ir.Node]) -> ir.Union | None:
+  """A union with a rule alternative whose first bytes meet another alternative's."""
+  firsts = _rule_firsts(rules)
+  memo: dict = {}
+  seen: set[int] = set()
+  stack = list(rules.values())
+  while stack:
+    node = stack.pop()
+    if id(node) in seen:
+      continue
+    seen.add(id(node))
+    if isinstance(node, ir.Union) and any(isinstance(a, ir.RuleRef) for a in node.alternatives):
+      starts = [_first(a, firsts, memo)[0] for a in node.alternatives]
+      for i, a in enumerate(node.alternatives):
+        if isinstance(a, ir.RuleRef) and any(
+            starts[i] & other for j, other in enumerate(starts) if j != i):
+          return node
+    stack.extend(_grammar.children(node))
+  return None
+
+
+def _rule_firsts(rules: dict[str, ir.Node]) -> dict:
+  """Rule -> (bytes a string of it may start with, whether it is nullable): a fixpoint."""
+  firsts = {name: (frozenset(), False) for name in rules}
+  changed = True
+  while changed:
+    changed = False
+    memo: dict = {}
+    for name, body in rules.items():
+      value = _first(body, firsts, memo)
+      if value != firsts[name]:
+        firsts[name] = value
+        changed = True
+  return firsts
+
+
+def _first(node: ir.Node, firsts: dict, memo: dict) -> tuple[frozenset, bool]:
+  """(first bytes, nullable) of `node`, over-approximated for graphs and terminals."""
+  hit = memo.get(id(node))
+  if hit is not None:
+    return hit[1]
+  if isinstance(node, ir.Bytes):
+    value = (frozenset(node.data[:1]), not node.data)
+  elif isinstance(node, ir.CharClass):
+    ascii_bytes = {b for lo, hi in node.ranges for b in range(lo, min(hi, 0x7F) + 1)}
+    wide = any(hi > 0x7F for _, hi in node.ranges)
+    value = (frozenset(ascii_bytes) | (_UTF8_LEADS if wide else frozenset()), False)
+  elif isinstance(node, ir.ByteClass):
+    value = (frozenset(b for lo, hi in node.ranges for b in range(lo, hi + 1)), False)
+  elif isinstance(node, ir.Concat):
+    out, nullable = frozenset(), True
+    for part in node.parts:
+      part_first, part_nullable = _first(part, firsts, memo)
+      out |= part_first
+      if not part_nullable:
+        nullable = False
+        break
+    value = (out, nullable)
+  elif isinstance(node, ir.Union):
+    pairs = [_first(a, firsts, memo) for a in node.alternatives]
+    value = (frozenset().union(*(f for f, _ in pairs)), any(n for _, n in pairs))
+  elif isinstance(node, ir.Repeat):
+    inner, nullable = _first(node.node, firsts, memo)
+    value = (inner, nullable or node.min == 0)
+  elif isinstance(node, ir.RuleRef):
+    value = firsts.get(node.name, (frozenset(), False))
+  elif isinstance(node, ir.Graph):
+    value = (frozenset().union(*(_first(label, firsts, memo)[0] for _, label, _ in node.arcs)),
+             0 in node.finals)
+  else:  # Terminal: any token.
+    value = (_ALL_BYTES, False)
+  memo[id(node)] = (node, value)
+  return value
+
+
+def _replace_node(node: ir.Node, old: ir.Node, new: ir.Node, memo: dict) -> ir.Node:
+  """`node` with every sub-node equal to `old` replaced by `new` (graphs: not entered)."""
+  hit = memo.get(id(node))
+  if hit is not None:
+    return hit[1]
+  if node == old:
+    out = new
+  elif isinstance(node, ir.Concat):
+    parts = [_replace_node(p, old, new, memo) for p in node.parts]
+    out = node if all(a is b for a, b in zip(parts, node.parts)) else _grammar.concat(*parts)
+  elif isinstance(node, ir.Union):
+    alts = [_replace_node(a, old, new, memo) for a in node.alternatives]
+    out = node if all(a is b for a, b in zip(alts, node.alternatives)) else ir.union(*alts)
+  elif isinstance(node, ir.Repeat):
+    inner = _replace_node(node.node, old, new, memo)
+    out = node if inner is node.node else _grammar.repeat(inner, node.min, node.max)
+  else:
+    out = node
+  memo[id(node)] = (node, out)
+  return out
+
+
+def _conjunction_key(flat: list) -> str:
+  """The content of flattened (schema, pointer) conjuncts, as JSON text."""
+  return json.dumps([s for s, _ in flat], ensure_ascii=False, separators=(",", ":"))
+
+
+def _has_rule_ref(node: ir.Node, memo: dict) -> bool:
+  """Whether `node` (graph arcs included) contains a `RuleRef`; memoized by identity."""
+  hit = memo.get(id(node))
+  if hit is None:
+    if isinstance(node, ir.RuleRef):
+      found = True
+    elif isinstance(node, ir.Graph):
+      found = any(_has_rule_ref(label, memo) for _, label, _ in node.arcs)
+    else:
+      found = any(_has_rule_ref(c, memo) for c in _grammar.children(node))
+    hit = memo[id(node)] = (node, found)  # Keeps `node` alive so that its id stays unique.
+  return hit[1]
+
+
+def _without_rule_graphs(node: ir.Node, memo: dict) -> ir.Node:
+  """`node` with each `ir.Graph` that contains a `RuleRef` rewritten as Concat/Union/Repeat.
+
+  The grammar analyses and the push-down builder do not look inside graphs, so a rule
+  reference must not hide in one (`separated` arrays of a recursive item, `_members`
+  with a recursive additional property). Graphs without references stay as they are.
+  """
+  refs: dict = {}
+
+  def walk(n: ir.Node) -> ir.Node:
+    hit = memo.get(id(n))
+    if hit is not None:
+      return hit[1]
+    if not _has_rule_ref(n, refs):
+      out = n
+    elif isinstance(n, ir.Graph):
+      out = _graph_expression(n.num_states,
+                              [(s, walk(label), t) for s, label, t in n.arcs], n.finals)
+    elif isinstance(n, ir.Concat):
+      out = _grammar.concat(*(walk(p) for p in n.parts))
+    elif isinstance(n, ir.Union):
+      out = ir.union(*(walk(a) for a in n.alternatives))
+    elif isinstance(n, ir.Repeat):
+      out = _grammar.repeat(walk(n.node), n.min, n.max)
+    else:
+      out = n
+    memo[id(n)] = (n, out)
+    return out
+
+  return walk(node)
+
+
+def _graph_expression(num_states: int, arcs: list, finals) -> ir.Node:
+  """The language of an `ir.Graph` as one expression, by state elimination.
+
+  States go in order of fewest (incoming x outgoing) arcs, which for the small graphs
+  of `separated` and `_members` writes each label at most twice.
+  """
+  start, final = num_states, num_states + 1
+  edges: dict[tuple[int, int], ir.Node] = {}
+
+  def add(source: int, target: int, label: ir.Node) -> None:
+    old = edges.get((source, target))
+    edges[(source, target)] = label if old is None else ir.union(old, label)
+
+  add(start, 0, ir.EPSILON)
+  for source, label, target in arcs:
+    add(source, target, label)
+  for state in finals:
+    add(state, final, ir.EPSILON)
+  remaining = set(range(num_states))
+  while remaining:
+    def cost(q: int) -> tuple[int, int]:
+      ins = sum(1 for s, t in edges if t == q and s != q)
+      outs = sum(1 for s, t in edges if s == q and t != q)
+      return ins * outs, q
+    k = min(remaining, key=cost)
+    remaining.discard(k)
+    loop = edges.pop((k, k), None)
+    middle = ir.EPSILON if loop is None else _grammar.repeat(loop, 0, None)
+    incoming = [(s, edges.pop((s, t))) for s, t in list(edges) if t == k]
+    outgoing = [(t, edges.pop((s, t))) for s, t in list(edges) if s == k]
+    for source, before in incoming:
+      for target, after in outgoing:
+        add(source, target, _grammar.concat(before, middle, after))
+  return edges.get((start, final), ir.NOTHING)
 
 
 def _short(value, limit: int = 60) -> str:
@@ -233,7 +519,13 @@ def _constraining(schema: dict) -> bool:
 
 
 class _Lowerer:
-  """Walks one schema; holds the root (for `$ref`), options and what was ignored."""
+  """Walks one schema; holds the root (for `$ref`), options and what was ignored.
+
+  With `max_ref_depth=None`, the conjunctions being lowered that went through a `$ref`
+  are tracked by content (`active`); meeting one again inside itself makes it a rule:
+  the inner occurrence becomes `RuleRef(name)` and the outer one registers its body in
+  `rules` (name: the JSON pointer of its first `$ref`) and returns the `RuleRef` too.
+  """
 
   def __init__(self, root, options: SchemaOptions):
     self.root = root
@@ -243,6 +535,12 @@ class _Lowerer:
     self.cut: list[str] = []
     self.expanding: collections.Counter = collections.Counter()
     self.any_value = jv.json_value(self.ws, options.free_form_depth)
+    self.chain: list[str] = []  # `$ref`s being flattened, outermost first.
+    self.active: set[str] = set()  # Keys of the conjunctions being lowered.
+    self.names: dict[str, str] = {}  # Key -> rule name, once met inside itself.
+    self.rules: dict[str, ir.Node] = {}  # Rule name -> body, once lowered.
+    self.root_flat: list | None = None  # The root's conjuncts, and their key ("#").
+    self.root_key: str | None = None
 
   # ---- Errors and lenient records. ----
 
@@ -299,6 +597,10 @@ class _Lowerer:
       return self._lower_conjunction([(schema, pointer)], pointer)
     return self._lower_plain(_normalize(self._check(schema, pointer), pointer), pointer)
 
+  def lower_root(self, schema: dict) -> ir.Node:
+    """`lower(schema, "#")`, but as a conjunction that `{"$ref": "#"}` can recurse into."""
+    return self._lower_conjunction([(schema, "#")], "#", root=True)
+
   def _resolve(self, ref, pointer: str):
     """The subschema a local `$ref` points to."""
     where = _pointer(pointer, "$ref")
@@ -328,12 +630,13 @@ class _Lowerer:
         )
     return node
 
-  def _lower_conjunction(self, branches: list, pointer: str) -> ir.Node:
+  def _lower_conjunction(self, branches: list, pointer: str, *, root: bool = False) -> ir.Node:
     """`allOf` of (schema, pointer) branches: `$ref`s resolved, `allOf`s flattened, merged.
 
     A branch's `$ref` target and `allOf` parts come before its own keywords (so the
-    properties of a referenced base come first). Each `$ref` met here counts as one
-    expansion (bounded by `max_ref_depth`) while the merged schema is lowered.
+    properties of a referenced base come first). With `max_ref_depth=N`, each `$ref`
+    met here counts as one expansion while the merged schema is lowered; with None, a
+    conjunction through a `$ref` (or the `root`) may become a rule (`_lower_rule`).
     """
     flat, refs = [], []
     for schema, where in branches:
@@ -350,6 +653,13 @@ class _Lowerer:
         merged = self._merge(merged, schema, where)
         if merged is False:
           return ir.NOTHING
+    if self.options.max_ref_depth is None:
+      if refs:
+        return self._lower_rule(flat, refs[0], merged, where)
+      if root:  # Keyed lazily: most schemas never refer to the root.
+        self.root_flat = flat
+        return self._lower_rule(None, "#", merged, where)
+      return self._lower_plain(merged, where)
     for ref in refs:
       self.expanding[ref] += 1
     try:
@@ -369,11 +679,18 @@ class _Lowerer:
       ref = schema["$ref"]
       target = self._resolve(ref, where)
       refs.append(ref)
-      if self.expanding[ref] + refs.count(ref) > self.options.max_ref_depth:
+      if self.options.max_ref_depth is None:
+        if ref in self.chain:
+          self._ref_cycle(ref, where)
+      elif self.expanding[ref] + refs.count(ref) > self.options.max_ref_depth:
         self.cut.append(ref)
         return False
-      if not self._flatten(target, ref, flat, refs):
-        return False
+      self.chain.append(ref)
+      try:
+        if not self._flatten(target, ref, flat, refs):
+          return False
+      finally:
+        self.chain.pop()
     if "allOf" in schema:
       parts = schema["allOf"]
       if not isinstance(parts, list) or not parts:
@@ -388,6 +705,48 @@ class _Lowerer:
     if _constraining(own):
       flat.append((own, where))
     return True
+
+  def _ref_cycle(self, ref: str, where: str) -> None:
+    cycle = " -> ".join(self.chain[self.chain.index(ref):] + [ref])
+    raise errors.SchemaError(
+        f"$ref {ref!r} at {_pointer(where, '$ref')} refers back to itself ({cycle}) with"
+        " no JSON value in between, so the schema accepts no finite value. Expected each"
+        " recursive $ref inside an object property, an array item or an anyOf branch."
+        " Remove the cycle."
+    )
+
+  def _lower_rule(self, flat: list | None, hint: str, merged: dict, where: str) -> ir.Node:
+    """`_lower_plain(merged)`, or a `RuleRef` if this conjunction recurses into itself.
+
+    The key is the content of the flattened conjuncts (`$ref` targets, `allOf` parts and
+    siblings), so the rule is the merged schema, not the bare `$ref` target; `flat` is
+    None for the root, whose key is computed only once another key is.
+    """
+    key = "#" if flat is None else _conjunction_key(flat)
+    if self.root_key is None and self.root_flat is not None and flat is not None:
+      self.root_key = _conjunction_key(self.root_flat)
+    if key == self.root_key:
+      key = "#"  # The root, lowered before its key was known.
+    name = self.names.get(key)
+    if name is not None and name in self.rules:
+      return ir.RuleRef(name)
+    if key in self.active:
+      if name is None:
+        taken = set(self.names.values())
+        name = next(n for n in (hint, *(f"{hint} ({i})" for i in range(2, len(taken) + 3)))
+                    if n not in taken)
+        self.names[key] = name
+      return ir.RuleRef(name)
+    self.active.add(key)
+    try:
+      body = self._lower_plain(merged, where)
+    finally:
+      self.active.discard(key)
+    name = self.names.get(key)
+    if name is None:
+      return body
+    self.rules[name] = body
+    return ir.RuleRef(name)
 
   def _lower_plain(self, schema: dict, pointer: str) -> ir.Node:
     """A schema without `$ref` or `allOf` at its top."""

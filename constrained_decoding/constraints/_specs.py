@@ -219,6 +219,7 @@ import typing  # noqa: E402
 
 from constrained_decoding import errors as _errors  # noqa: E402
 from constrained_decoding.constraints import _dataclass  # noqa: E402
+from constrained_decoding.constraints import _grammar  # noqa: E402
 from constrained_decoding.constraints import _json_schema  # noqa: E402
 from constrained_decoding.constraints import _json_values  # noqa: E402
 
@@ -274,6 +275,14 @@ class JsonSchema:
   kept) so that the spec is hashable; a pydantic model class is read through its
   `model_json_schema()`.
 
+  Recursive schemas (`$ref` to an enclosing definition: trees, linked lists, mutually
+  recursive `$defs`) compile by default to a push-down automaton whose stack lives on
+  the device: nesting is unbounded up to `CompileOptions.stack_depth` (deeper sets the
+  row's `error`). The schema must then be deterministic with one byte of lookahead,
+  else `Compiler.compile` raises `NondeterministicGrammarError`. With `max_ref_depth=N`
+  the recursion is instead expanded at most N times (a regular constraint, any schema).
+  `to_ir()` exists only for regular ones; `pushdown_grammar()` returns the grammar.
+
   Attributes:
     schema: The schema as canonical JSON text (a dict, bool, JSON text or pydantic
       model class may be passed).
@@ -284,7 +293,9 @@ class JsonSchema:
       `properties` or `required` unless `additionalProperties` is a schema (by
       default, as in JSON Schema, they are allowed after the declared ones).
     lenient: Ignore unsupported keywords instead of raising; see `ignored_keywords()`.
-    max_ref_depth: Most expansions of one recursive `$ref` along a path.
+    max_ref_depth: None (default): recursive `$ref`s compile to a push-down automaton,
+      unbounded. N >= 1: each recursive `$ref` is expanded at most N times along a
+      path and deeper alternatives are dropped (a regular language).
     free_form_depth: Nesting limit of free-form values (`{}`, `true`, absent `items`,
       additional property values).
     max_whitespace: Longest whitespace run under `flexible`.
@@ -295,14 +306,15 @@ class JsonSchema:
   _: dataclasses.KW_ONLY
   strict_properties: bool = False
   lenient: bool = False
-  max_ref_depth: int = 3
+  max_ref_depth: int | None = None
   free_form_depth: int = 2
   max_whitespace: int = 2
 
   def __post_init__(self):
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
     _json_values.whitespace_policy(self.whitespace, self.max_whitespace)
-    _check_spec_int("JsonSchema", "max_ref_depth", self.max_ref_depth, 1)
+    if self.max_ref_depth is not None:
+      _check_spec_int("JsonSchema", "max_ref_depth", self.max_ref_depth, 1)
     _check_spec_int("JsonSchema", "free_form_depth", self.free_form_depth, 0)
 
   @property
@@ -317,7 +329,30 @@ class JsonSchema:
         max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth)
 
   def to_ir(self) -> ir.Node:
-    return _lowered_schema(self)[0]
+    """The regular IR of the schema's JSON texts.
+
+    Raises:
+      UnsupportedSchemaError: The schema is recursive and `max_ref_depth` is None
+        (compile it with `cd.Compiler`, which builds a push-down automaton).
+    """
+    language = _lowered_schema(self)[0]
+    if isinstance(language, _grammar.GrammarIR):
+      raise _errors.UnsupportedSchemaError(
+          f"JsonSchema has recursive $ref targets {list(language.names)}, so its language"
+          " is not regular. Expected a schema without recursion, or a depth bound. Compile"
+          " it with cd.Compiler (a push-down automaton), or pass max_ref_depth=N to"
+          " expand the recursion N levels deep."
+      )
+    return language
+
+  def pushdown_grammar(self):
+    """The normalized `GrammarIR` when the schema needs the push-down runtime, else None.
+
+    That is when it is recursive and `max_ref_depth` is None; `Compiler` then builds a
+    token-level push-down automaton (`automata/_pda.py`) instead of calling `to_ir`.
+    """
+    language = _lowered_schema(self)[0]
+    return language if isinstance(language, _grammar.GrammarIR) else None
 
   def ignored_keywords(self) -> tuple[str, ...]:
     """JSON pointers of the keywords ignored (or rounded) in lenient mode, e.g.
@@ -332,6 +367,8 @@ class JsonSchema:
     schema = self.schema if len(self.schema) <= 60 else self.schema[:57] + "..."
     flags = "".join(f", {name}=True" for name in ("strict_properties", "lenient")
                     if getattr(self, name))
+    if self.max_ref_depth is not None:
+      flags += f", max_ref_depth={self.max_ref_depth}"
     return f"JsonSchema({schema}, whitespace={self.whitespace!r}{flags})"
 
 

@@ -166,6 +166,9 @@ CASES = [
     ("draft7", DRAFT7, DRAFT7), ("scalar", SCALAR, SCALAR), ("boolean", BOOLEAN, BOOLEAN),
 ]
 
+# Spec options per case: the tree is bounded here (a regular language, walked as a byte
+# DFA); its unbounded push-down version is tested in json_schema_recursive_test.py.
+_OPTIONS = {"tree": {"max_ref_depth": 3}}
 _DFAS = {}
 
 
@@ -186,7 +189,7 @@ def _validate(instance, schema):
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("name, schema, _", CASES, ids=[c[0] for c in CASES])
 def test_random_walks_validate(name, schema, _, policy, strict):
-  spec = cd.JsonSchema(schema, policy, strict_properties=strict)
+  spec = cd.JsonSchema(schema, policy, strict_properties=strict, **_OPTIONS.get(name, {}))
   dfa = _dfa(spec)
   rng = random.Random(f"{name}-{policy}-{strict}")
   for _ in range(12):
@@ -397,7 +400,8 @@ def _whitespace_outside_strings(text: str) -> bool:
 @pytest.mark.parametrize("strict", [False, True], ids=["extras", "strict"])
 @pytest.mark.parametrize("name, schema, generator", CASES, ids=[c[0] for c in CASES])
 def test_generated_instances_are_accepted(name, schema, generator, strict):
-  specs = {p: cd.JsonSchema(schema, p, strict_properties=strict) for p in POLICIES}
+  specs = {p: cd.JsonSchema(schema, p, strict_properties=strict, **_OPTIONS.get(name, {}))
+           for p in POLICIES}
 
   @hypothesis.settings(max_examples=20, deadline=None, database=None,
                        suppress_health_check=list(hypothesis.HealthCheck))
@@ -748,10 +752,6 @@ ERROR_CASES = [
      r"exclusiveMinimum true at #/exclusiveMinimum has no minimum"),
     ({"type": "number", "maximum": "3"},
      cd.SchemaError, r"maximum '3' at #/maximum is not a number"),
-    ({"$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
-                      "required": ["n"]}},
-      "$ref": "#/$defs/n"}, cd.UnsupportedSchemaError,
-     r"Recursive \$ref '#/\$defs/n' has no non-recursive alternative within max_ref_depth=3"),
     ({"$defs": {"s": {"type": "string", "minLength": 1, "pattern": "x"}}, "$ref": "#/$defs/s"},
      cd.UnsupportedSchemaError, r"'minLength' at #/\$defs/s/minLength"),
     ({"items": [{}], "prefixItems": [{}]},
@@ -766,6 +766,14 @@ ERROR_CASES = [
 def test_error_messages(schema, error, message):
   with pytest.raises(error, match=message):
     cd.JsonSchema(schema).to_ir()
+
+
+def test_bounded_recursion_without_a_base_case():
+  schema = {"$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
+                            "required": ["n"]}}, "$ref": "#/$defs/n"}
+  with pytest.raises(cd.UnsupportedSchemaError, match=(
+      r"Recursive \$ref '#/\$defs/n' has no non-recursive alternative within max_ref_depth=3")):
+    cd.JsonSchema(schema, max_ref_depth=3).to_ir()
 
 
 @pytest.mark.parametrize("schema, message", [
