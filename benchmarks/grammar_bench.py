@@ -22,6 +22,10 @@ and walks the same token sequences, so the rows differ only in the engine:
             grow with the stack. "p99/med of per-token medians" takes each token's
             median over the repeated walks first: machine jitter (one slow step in
             one walk) drops out, a cost that depends on the input so far does not.
+            "same, from saved states" (ours, batch 1) times the step at each position
+            from the state saved before that token, positions in turn, so that the
+            walk loop's own effects drop out too (its first steps are slower whatever
+            the token).
 
 Documents are tokenized by greedy longest match (`regex_bench.walk_tokens`), so tokens
 cross terminal and rule boundaries (`"},`, `]]`, `((`) as a real tokenizer's would.
@@ -312,7 +316,31 @@ class OursGrammarRunner(regex_bench.OursRunner):
       with regex_bench._NoGc():  # pylint: disable=protected-access
         times, logits = self._walk(toks, batch, logits)
       runs.append(times)
-    return {"step": np.asarray(runs, np.float64)}
+    out = {"step": np.asarray(runs, np.float64)}
+    if batch == 1:
+      out["position"] = self._position_samples(toks, logits, len(runs))
+    return out
+
+  def _position_samples(self, toks, logits, repeats: int) -> np.ndarray:
+    """[repeats, T] seconds of the step at each position, each run from the saved state
+    before that token, positions in turn: the step's cost as a function of the input
+    so far, without the walk loop's own effects (its first steps are slower, whatever
+    the token)."""
+    jax, jnp = self.jax, self.jax.numpy
+    state = self.cd.init_state(self._tables, batch_size=1)
+    states = []
+    for tok in toks:
+      states.append(state)
+      _, state = self._step(self._tables, state, jnp.array(logits), tok)
+    times = np.zeros((repeats, len(toks)))
+    with regex_bench._NoGc():  # pylint: disable=protected-access
+      for r in range(repeats):
+        for i, (before, tok) in enumerate(zip(states, toks)):
+          spare = jax.block_until_ready(jnp.array(logits))  # donated below
+          start = time.perf_counter()
+          jax.block_until_ready(self._step(self._tables, before, spare, tok))
+          times[r, i] = time.perf_counter() - start
+    return times
 
 
 # --------------------------------------------------------------------------- driver
@@ -380,6 +408,9 @@ def bench_case(runner, case: GrammarCase, walks, args) -> list:
                # step in one walk) drops out, a cost that depends on the input does not.
                per_token_median=stats(np.concatenate(
                    [np.median(p["step"], axis=0) for p in per_walk])),
+               per_position_median=stats(np.concatenate(
+                   [np.median(p["position"], axis=0) for p in per_walk]))
+               if "position" in per_walk[0] else None,
                **_depth_stats(walks, [p["step"] for p in per_walk]))
     rows.append(row)
     print(f"  {runner.name} {case.name} B={batch}: step median {row['step']['median_us']:.1f}"
@@ -451,24 +482,28 @@ def markdown_tables(rows, unavailable) -> str:
                  f"{s['byte_dfa']:.2f} / {s['compose']:.2f} / {s['pack']:.2f} |")
   lines += ["", f"| engine | grammar | B | fill us med (max) | apply us med | advance us med "
             f"| step us med | step p99 | step max | p99/med | p99/med of per-token medians "
-            f"| step med depth<=1 | step med depth>={DEEP} | first jitted step s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            f"| same, from saved states | step med depth<=1 | step med depth>={DEEP} | "
+            f"first jitted step s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     if "error" in r:
       continue
     if "skipped" in r:
       lines.append(f"| {r['engine']} | {r['grammar']} | {r['batch']} | {r['skipped']} |"
-                   + " |" * 10)
+                   + " |" * 11)
       continue
     step = r["step"]
     fill = "—" if r["fill"] is None else f"{_f(r['fill'])} ({_f(r['fill'], 'max_us')})"
     jit = r["first_jit_call_s"]
     token = r.get("per_token_median")
     token_ratio = "—" if not token else f"{token['p99_us'] / token['median_us']:.2f}"
+    saved = r.get("per_position_median")
+    saved_ratio = "—" if not saved else f"{saved['p99_us'] / saved['median_us']:.2f}"
     lines.append(
         f"| {r['engine']} | {r['grammar']} | {r['batch']} | {fill} | {_f(r['apply'])} | "
         f"{_f(r['advance'])} | {_f(step)} | {_f(step, 'p99_us')} | {_f(step, 'max_us')} | "
-        f"{step['p99_us'] / step['median_us']:.2f} | {token_ratio} | {_f(r['depth_le_1'])} | "
+        f"{step['p99_us'] / step['median_us']:.2f} | {token_ratio} | {saved_ratio} | "
+        f"{_f(r['depth_le_1'])} | "
         f"{_f(r[f'depth_ge_{DEEP}'])} | {'—' if jit is None else f'{jit:.1f}'} |")
   for name, why in unavailable.items():
     lines.append(f"\n{'constrained_decoding' if name == 'ours' else name}: not available ({why})")
