@@ -368,3 +368,53 @@ def test_draft_equal_to_target_is_always_accepted(byte_models, byte_compiler):
                                         constraint=tables, max_new_tokens=20)
   assert stats.accepted == stats.drafted and sum(stats.drafted) > 0
   assert outs == cd.generate(target, prompts, constraint=tables, max_new_tokens=20)
+
+
+# ------------------------------------------------------- push-down (grammar) constraints
+
+_NESTED = 'root ::= item+ "."\nitem ::= "a" | "(" item* ")"\n'
+
+
+def _nested_ok(text: str) -> bool:
+  """Whether `text` is in the language of `_NESTED` (an independent checker)."""
+  if not text.endswith(".") or len(text) < 2:
+    return False
+  depth = 0
+  for ch in text[:-1]:
+    depth += {"(": 1, ")": -1, "a": 0}.get(ch, -10**6)
+    if depth < 0:
+      return False
+  return depth == 0
+
+
+def _nested_prefix_ok(text: str) -> bool:
+  depth = 0
+  for ch in text:
+    depth += {"(": 1, ")": -1, "a": 0}.get(ch, -10**6)
+    if depth < 0:
+      return False
+  return True
+
+
+def test_speculative_with_a_pushdown_grammar(byte_models, byte_compiler):
+  """Rewinding restores stacks: greedy speculative decoding equals plain decoding, and
+  sampled outputs are in the grammar's language (or viable prefixes when cut off)."""
+  target, draft = byte_models
+  tables = byte_compiler.compile(cd.Grammar(_NESTED))
+  assert tables.is_pushdown
+  prompts = [_DIST_PROMPT, [ord(c) for c in "(("], [ord(c) for c in "a(a"]]
+  plain = cd.generate(target, prompts, constraint=tables, max_new_tokens=20)
+  for d, constrain in [(draft, True), (draft, False), (cd.NGramDrafter(max_ngram=2), True)]:
+    outs, _ = cd.generate_speculative(target, prompts, draft=d, num_draft_tokens=_K,
+                                      constraint=tables, constrain_draft=constrain,
+                                      max_new_tokens=20)
+    assert outs == plain
+  for seed in range(3):
+    outs, _ = cd.generate_speculative(target, prompts, draft=draft, num_draft_tokens=_K,
+                                      constraint=tables, max_new_tokens=20,
+                                      sampling=cd.SamplingConfig(temperature=1.5), seed=seed)
+    for out in outs:
+      assert not out.error
+      # Cut off by max_new_tokens: a viable prefix (possibly complete, EOS not yet drawn).
+      viable = _nested_ok(out.text) or _nested_prefix_ok(out.text)
+      assert _nested_ok(out.text) if out.finished else viable, out.text
