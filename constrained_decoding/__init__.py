@@ -30,6 +30,7 @@ _EXPORTS = {
     "ConstraintState": "constrained_decoding.runtime",
     "init_state": "constrained_decoding.runtime",
     "allowed_tokens": "constrained_decoding.runtime",
+    "allowed_bits": "constrained_decoding.runtime",
     "mask_logits": "constrained_decoding.runtime",
     "advance": "constrained_decoding.runtime",
     "ConstraintHistory": "constrained_decoding.runtime",

@@ -6,6 +6,7 @@ from constrained_decoding.runtime._rewind import record
 from constrained_decoding.runtime._rewind import rewind
 from constrained_decoding.runtime._runtime import ConstraintState
 from constrained_decoding.runtime._runtime import advance
+from constrained_decoding.runtime._runtime import allowed_bits
 from constrained_decoding.runtime._runtime import allowed_tokens
 from constrained_decoding.runtime._runtime import init_state
 from constrained_decoding.runtime._runtime import mask_logits
@@ -14,6 +15,7 @@ __all__ = [
     "ConstraintHistory",
     "ConstraintState",
     "advance",
+    "allowed_bits",
     "allowed_tokens",
     "init_history",
     "init_state",

@@ -15,6 +15,7 @@ group per state that pops nothing, and `D = 0`.
 Public functions:
   init_state(tables, batch_size, constraint_ids)  the start state of each row.
   allowed_tokens(tables, state)   Bool[B, V] allowed next tokens.
+  allowed_bits(tables, state)     the same, packed into uint32 [B, ceil(V / 32)].
   mask_logits(tables, state, logits)  -inf where not allowed.
   advance(tables, state, tokens)  consume one token per row.
 """
@@ -23,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from constrained_decoding import tables as _tables
 from constrained_decoding.tables import ConstraintTables
@@ -133,8 +134,13 @@ def _end_allowed(tables: ConstraintTables, state: ConstraintState) -> Array:
   return ok
 
 
-def _row_bits(tables: ConstraintTables, state: ConstraintState) -> Array:
-  """uint32 [B, W]: the allowed set of each row (end of sequence only once stopped)."""
+def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
+  """The allowed set of each row, packed: token t is bit t % 32 of word t // 32.
+
+  What `allowed_tokens` unpacks; 32x smaller, for callers that count or combine sets
+  (popcounts for jump-forward, ORs across rows) without materializing `[B, V]` bools.
+  End of sequence only, once a row is `done` or in `error`.
+  """
   tables = _on_device(tables)
   groups, match = _matching_groups(tables, state)
   # The matching groups pop prefixes of one sequence (the stack's top), and the deepest
@@ -152,7 +158,7 @@ def _row_bits(tables: ConstraintTables, state: ConstraintState) -> Array:
 
 def allowed_tokens(tables: ConstraintTables, state: ConstraintState) -> Bool[Array, "B V"]:
   """Which tokens each row may produce next."""
-  bits = _row_bits(tables, state)
+  bits = allowed_bits(tables, state)
   shifts = jnp.arange(32, dtype=jnp.uint32)
   unpacked = ((bits[:, :, None] >> shifts) & 1).astype(bool)
   return unpacked.reshape(bits.shape[0], -1)[:, :tables.vocab_size]

@@ -145,3 +145,21 @@ def test_init_state_errors(gemma_compiler):
     cd.init_state(tables)
   with pytest.raises(ValueError, match=r"constraint_ids has shape \(3,\). Expected \(2,\)"):
     cd.init_state(tables, 2, constraint_ids=jnp.zeros(3, jnp.int32))
+
+
+def test_allowed_bits_pack_allowed_tokens(byte_compiler):
+  """`allowed_bits` is `allowed_tokens` packed (bit t % 32 of word t // 32), push-down
+  tables and end of sequence included, and stops at end of sequence only."""
+  tables = byte_compiler.compile(cd.Grammar('root ::= "a" | "(" root ")"'))
+  state = cd.init_state(tables, batch_size=2)
+  for token in [ord("("), ord("("), ord("a"), ord(")")]:
+    bits = np.asarray(cd.allowed_bits(tables, state))
+    assert bits.dtype == np.uint32 and bits.shape == (2, -(-tables.vocab_size // 32))
+    unpacked = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")
+    np.testing.assert_array_equal(unpacked[:, :tables.vocab_size].astype(bool),
+                                  np.asarray(cd.allowed_tokens(tables, state)))
+    state = cd.advance(tables, state, jnp.array([token, 0], jnp.int32))  # row 1: error
+  assert bool(state.error[1]) and not bool(state.error[0])
+  eos_only = np.zeros(tables.vocab_size, bool)
+  eos_only[256] = True
+  np.testing.assert_array_equal(np.asarray(cd.allowed_tokens(tables, state))[1], eos_only)
