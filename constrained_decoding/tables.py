@@ -255,8 +255,7 @@ def _group_masks(a: _Automaton, w: int, min_bucket: int) -> tuple[np.ndarray, np
   # Own rows first (each written by the first group holding it), then each mask row is
   # the OR of its chain's own rows: whole-row ORs, so a root group with a million edges
   # is not expanded once per descendant.
-  first_holder = np.full(len(own_rows), -1, np.int64)
-  first_holder[own_row[::-1]] = np.arange(g)[::-1]
+  _, first_holder = np.unique(own_row, return_index=True)  # own rows are 0..n-1
   holder_edges = first_holder[own_row[a.edge_group]] == a.edge_group
   own_bits = np.zeros((len(own_rows), w), np.uint32)
   _set_bits(own_bits, own_row[a.edge_group[holder_edges]],
