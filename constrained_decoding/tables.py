@@ -226,60 +226,38 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
 def _group_masks(a: _Automaton, w: int, min_bucket: int) -> tuple[np.ndarray, np.ndarray]:
   """Deduplicated mask rows: (mask_bits [M_pad, W], row of each group [G]).
 
-  A group's own tokens are its explicit edges, plus its state's terminal bitmaps when
-  it pops nothing (terminal edges apply whatever the stack holds; every push-down state
-  has a pop-free group). The groups of a state that match one stack are those whose pops
-  are prefixes of the deepest match's, so a group's row is the union of its own tokens
-  and those of its state's groups that pop a prefix of its pops: the allowed set when
-  it is the deepest matching group, one row gathered per step however many match.
+  The groups of a state that match one stack are those whose pops are prefixes of the
+  deepest match's, so a group's row is the union of its own tokens (`_own_rows`) and
+  those of its state's groups that pop a prefix of its pops: the allowed set when it is
+  the deepest matching group, one row gathered per step however many match. When no
+  group pops (token DFAs) the rows are the own rows.
   """
+  own_bits, own_row = _own_rows(a, w, min_bucket)
   if not a.group_num_pops.any():
-    return _regular_group_masks(a, w, min_bucket)
-  g = len(a.group_state)
-  counts = np.bincount(a.edge_group, minlength=g)
-  offsets = np.zeros(g + 1, np.int64)
-  np.cumsum(counts, out=offsets[1:])
-  terminals = np.where((a.group_num_pops == 0)[:, None],
-                       a.state_terminals[a.group_state, :, 0], -1).astype(np.int32)
-  tok_bytes = np.asarray(a.edge_token, np.int32).tobytes()
-  r = terminals.shape[1]
-  term_bytes = terminals.tobytes()
-  own_rows: dict[bytes, int] = {}
-  own_row = np.zeros(g, np.int32)
-  for k, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
-    key = term_bytes[4 * r * k:4 * r * (k + 1)] + tok_bytes[4 * lo:4 * hi]
-    own_row[k] = own_rows.setdefault(key, len(own_rows))
-  chains = _prefix_chains(a, own_row)
+    return own_bits, own_row
   rows: dict[tuple[int, ...], int] = {}
-  row_of_group = np.array([rows.setdefault(chain, len(rows)) for chain in chains], np.int32)
-  # Own rows first (each written by the first group holding it), then each mask row is
-  # the OR of its chain's own rows: whole-row ORs, so a root group with a million edges
-  # is not expanded once per descendant.
-  _, first_holder = np.unique(own_row, return_index=True)  # own rows are 0..n-1
-  holder_edges = first_holder[own_row[a.edge_group]] == a.edge_group
-  own_bits = np.zeros((len(own_rows), w), np.uint32)
-  _set_bits(own_bits, own_row[a.edge_group[holder_edges]],
-            np.asarray(a.edge_token[holder_edges], np.int64))
-  for column in terminals.T:
-    holders = np.nonzero((first_holder[own_row] == np.arange(g)) & (column >= 0))[0]
-    own_bits[own_row[holders]] |= a.terminal_bits[column[holders]]
+  row_of_group = np.array([rows.setdefault(chain, len(rows))
+                           for chain in _prefix_chains(a, own_row)], np.int32)
+  # Whole-row ORs of own rows, so a root group with a million edges is not expanded
+  # once per descendant.
   mask_bits = np.zeros((bucket_size(len(rows), min_bucket), w), np.uint32)
   for chain, row in rows.items():
     np.bitwise_or.reduce(own_bits[list(chain)], axis=0, out=mask_bits[row])
   return mask_bits, row_of_group
 
 
-def _regular_group_masks(a: _Automaton, w: int, min_bucket: int
-                         ) -> tuple[np.ndarray, np.ndarray]:
-  """`_group_masks` when no group pops (token DFAs): each row is one group's own tokens.
+def _own_rows(a: _Automaton, w: int, min_bucket: int) -> tuple[np.ndarray, np.ndarray]:
+  """Each group's own tokens, deduplicated: (rows [M_pad, W], row of each group [G]).
 
-  The same rows in the same order, without the prefix-chain bookkeeping (a third of
-  the packing time of a small JSON schema).
+  A group's own tokens are its explicit edges, plus its state's terminal bitmaps when
+  it pops nothing (terminal edges apply whatever the stack holds; every push-down state
+  has a pop-free group). Each row is written once, by the first group holding it.
   """
   g = len(a.group_state)
   offsets = np.zeros(g + 1, np.int64)
   np.cumsum(np.bincount(a.edge_group, minlength=g), out=offsets[1:])
-  terminals = np.ascontiguousarray(a.state_terminals[a.group_state, :, 0], np.int32)
+  terminals = np.where((a.group_num_pops == 0)[:, None],
+                       a.state_terminals[a.group_state, :, 0], -1).astype(np.int32)
   tok_bytes = np.asarray(a.edge_token, np.int32).tobytes()
   r = terminals.shape[1]
   term_bytes = terminals.tobytes()
@@ -292,14 +270,14 @@ def _regular_group_masks(a: _Automaton, w: int, min_bucket: int
                           new_row)
     first[k] = row == new_row
     row_of_group[k] = row
-  mask_bits = np.zeros((bucket_size(len(rows), min_bucket), w), np.uint32)
+  bits = np.zeros((bucket_size(len(rows), min_bucket), w), np.uint32)
   writes = first[a.edge_group]
-  _set_bits(mask_bits, row_of_group[a.edge_group[writes]],
+  _set_bits(bits, row_of_group[a.edge_group[writes]],
             np.asarray(a.edge_token[writes], np.int64))
   for column in terminals.T:
     groups = np.flatnonzero(first & (column >= 0))
-    mask_bits[row_of_group[groups]] |= a.terminal_bits[column[groups]]
-  return mask_bits, row_of_group
+    bits[row_of_group[groups]] |= a.terminal_bits[column[groups]]
+  return bits, row_of_group
 
 
 def _prefix_chains(a: _Automaton, own_row: np.ndarray) -> list[tuple[int, ...]]:
