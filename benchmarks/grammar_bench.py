@@ -427,8 +427,7 @@ def _projected_s(rows, batch: int, steps: int) -> float:
   return one["step"]["mean_us"] * 1e-6 * batch * steps
 
 
-def _f(stat, key="median_us") -> str:
-  return "—" if stat is None else f"{stat[key]:.1f}"
+_f = regex_bench._fmt  # pylint: disable=protected-access  (a stat's figure, or —)
 
 
 def _count_mismatches(rows) -> dict:
