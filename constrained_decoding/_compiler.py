@@ -51,8 +51,10 @@ class CompileOptions:
     min_bucket: Smallest padded size of the state, edge and mask axes. Sizes are padded
       to powers of two: a fixed bucket avoids recompiling the step function when the
       constraint changes, at the cost of up to 2x padding.
-    cache_dir: Where per-vocabulary work (the token trie) is cached on disk; None
-      disables the disk cache.
+    cache_dir: Where per-vocabulary work (the token trie, terminal bitmaps) is cached
+      on disk; None disables the disk cache.
+    max_cache_bytes: Size past which the terminal files in `cache_dir` are pruned,
+      least recently used first (each distinct free-text loop shape costs one file).
     wide_states: Represent states that loop on a large byte class (string bodies, free
       text) by one terminal edge with a cached token bitmap instead of ~255k explicit
       edges (exact; see `automata/_wide.py`). Off only to compare against plain
@@ -76,6 +78,7 @@ class CompileOptions:
   max_seconds: float = 120.0
   min_bucket: int = _tables.DEFAULT_MIN_BUCKET
   cache_dir: str | None = DEFAULT_CACHE_DIR
+  max_cache_bytes: int = _wide.DEFAULT_MAX_CACHE_BYTES
   wide_states: bool = True
   memoize: bool = True
   memo_size: int = 256
@@ -139,7 +142,8 @@ class Compiler:
     self.options = options or CompileOptions()
     self.trie = _detokenizer.load_or_build_trie(vocab, self.options.cache_dir)
     self.wide_states = _wide.WideStates(self.trie, _tables.num_words(vocab.vocab_size),
-                                        self.options.cache_dir)
+                                        self.options.cache_dir,
+                                        self.options.max_cache_bytes)
     self._memo: collections.OrderedDict = collections.OrderedDict()
 
   def compile(self, spec: Spec) -> _tables.ConstraintTables:

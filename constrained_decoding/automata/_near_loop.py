@@ -217,6 +217,9 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       if terminal.num_tokens < _wide.MIN_TERMINAL_TOKENS:
         continue
       group = {i for i, entry in enumerate(entries) if entry == e}
+      # The sub-trie needs only the tokens some state of the group can start with.
+      readable = (trans[[chosen[i] for i in sorted(group)]] != NO_STATE).any(axis=0)
+      terminal = wide_states.with_subtrie(terminal, readable)
       # One tiny trie per (loop, entry): every origin walks the fixes of all of them,
       # so none of those tokens stays in any bitmap of the group (no double edges).
       items = sorted({(text, t) for o, t, text in found if o in group})

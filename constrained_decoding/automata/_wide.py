@@ -38,8 +38,10 @@ from constrained_decoding.automata import _token_classes
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 
-# Bump when the cached layout changes.
-WIDE_FORMAT_VERSION = 6
+# Bump when the cached layout changes (files of other versions are deleted on write).
+WIDE_FORMAT_VERSION = 7
+# The on-disk cache of terminals is pruned, least recently used first, past this size.
+DEFAULT_MAX_CACHE_BYTES = 1 << 30
 # A state is a candidate when this many single bytes loop on it directly.
 MIN_SELF_LOOP_BYTES = 16
 # ... and becomes wide when its bitmap holds at least this many tokens.
@@ -171,21 +173,26 @@ class LoopTerminal:
       returns to it.
     num_tokens: Number of bits set.
     subtrie: Trie of every other token with text (and their prefixes), to find the
-      explicit edges of a wide state.
+      explicit edges of a wide state; None until `WideStates.with_subtrie` builds it
+      (most candidate loops are rejected on `num_tokens` alone, and the sub-trie of a
+      narrow loop is nearly the whole trie).
     loop, entry, after_first_byte: The loop automaton and how the terminal enters it
       (`build_loop_terminal`); None for a terminal that is not a loop's (then `exits`
       is None).
     full_node: int32 `[N]`, the full-trie node of each sub-trie node (for `exits`).
+    first_bytes: bool `[256]` or None (all): the sub-trie keeps only tokens starting
+      with these bytes (the others cannot be read where the terminal is used).
   """
 
   key: str
   bits: np.ndarray
   num_tokens: int
-  subtrie: VocabTrie
+  subtrie: VocabTrie | None
   loop: np.ndarray | None = None
   entry: int = 0
   after_first_byte: bool = False
   full_node: np.ndarray | None = None
+  first_bytes: np.ndarray | None = None
 
   @functools.cached_property
   def exits(self) -> LoopExits | None:
@@ -341,30 +348,33 @@ def _token_first_bytes(trie: VocabTrie) -> np.ndarray:
 
 
 def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words: int,
-                        key: str, *, after_first_byte: bool = False,
-                        first_bytes: np.ndarray | None = None) -> LoopTerminal:
-  """Bitmap and sub-trie of tokens going from loop state `entry` to the anchor (state 0).
+                        key: str, *, after_first_byte: bool = False) -> LoopTerminal:
+  """Bitmap of tokens going from loop state `entry` to the anchor (state 0), without
+  its sub-trie (`with_subtrie`).
 
   With `after_first_byte`, a token's first byte is not read (it is the byte that led
-  into the loop from outside). With `first_bytes` (bool `[256]`), the sub-trie keeps
-  only tokens starting with one of them. Walks the whole trie once; the caller caches
-  the result.
+  into the loop from outside). Walks the whole trie once; the caller caches the result.
   """
   home = _walk_loop(loop, trie, entry, after_first_byte=after_first_byte)
   token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
-  in_loop = home[token_node]
-  tokens = trie.token_ids[in_loop].astype(np.int64)
+  tokens = trie.token_ids[home[token_node]].astype(np.int64)
   bits = np.zeros(num_words, np.uint32)
   np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
-  special = np.ones(int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 0, bool)
-  special[tokens] = False
-  if first_bytes is not None:
+  return LoopTerminal(key=key, bits=bits, num_tokens=len(tokens), subtrie=None,
+                      loop=loop, entry=entry, after_first_byte=after_first_byte)
+
+
+def with_subtrie(terminal: LoopTerminal, trie: VocabTrie) -> LoopTerminal:
+  """`terminal` with its sub-trie: every token of `trie` outside its bitmap (and, with
+  `first_bytes`, starting with one of them), with their prefixes."""
+  num_tokens = int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 0
+  ids = np.arange(num_tokens)
+  special = (terminal.bits[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1 == 0
+  if terminal.first_bytes is not None:
     first = _token_first_bytes(trie)
-    special &= (first >= 0) & first_bytes[np.maximum(first, 0)]
-  subtrie, full_node = _subtrie(trie, special, f"{trie.fingerprint}/{key}")
-  return LoopTerminal(key=key, bits=bits, num_tokens=len(tokens), subtrie=subtrie,
-                      loop=loop, entry=entry, after_first_byte=after_first_byte,
-                      full_node=full_node)
+    special &= (first >= 0) & terminal.first_bytes[np.maximum(first, 0)]
+  subtrie, full_node = _subtrie(trie, special, f"{trie.fingerprint}/{terminal.key}")
+  return dataclasses.replace(terminal, subtrie=subtrie, full_node=full_node)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -460,10 +470,12 @@ class WideStates:
   token classes of `(?P<TEXT_TOKEN>)` and `(?P<PARAGRAPH_TOKEN>)` (`token_class_bits`).
   """
 
-  def __init__(self, trie: VocabTrie, num_words: int, cache_dir: str | None):
+  def __init__(self, trie: VocabTrie, num_words: int, cache_dir: str | None,
+               max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES):
     self.trie = trie
     self.num_words = num_words
     self.cache_dir = cache_dir
+    self.max_cache_bytes = max_cache_bytes
     self._memo: dict[str, LoopTerminal] = {}
     self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
     self._class_memo: dict[str, np.ndarray] = {}
@@ -509,6 +521,7 @@ class WideStates:
       digest = loop_digest(loop)
       terminal = self.terminal(loop, 0, digest=digest)
       if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
+        terminal = self.with_subtrie(terminal)
         phi = np.asarray(members, np.int32)
         wide[q] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
         loops.append((q, members, loop, digest))
@@ -518,6 +531,9 @@ class WideStates:
         if p not in wide:
           terminal = self.terminal(loop, entry, digest=digest)
           if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
+            # Most tokens cannot start here (after a backslash): a sub-trie of only
+            # those that can is small.
+            terminal = self.with_subtrie(terminal, trans[p] != NO_STATE)
             wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
     # States that move like a loop state but for a few bytes (`_near_loop.py`).
     wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide))
@@ -537,7 +553,8 @@ class WideStates:
         bits, count = self._entry_bits(parts)
         if count >= MIN_TERMINAL_TOKENS:
           phi = np.asarray(members, np.int32)
-          wide[p] = WideEdge(tuple(parts), bits, q, (phi,) * len(parts))
+          parts = tuple((self.with_subtrie(tail), first) for tail, first in parts)
+          wide[p] = WideEdge(parts, bits, q, (phi,) * len(parts))
     self._add_pre_entries(dfa, wide, loops)
     return wide
 
@@ -567,8 +584,9 @@ class WideStates:
     through entry states (the first character of free text), gets a terminal to q when
     enough tokens take that way (` world` after `Answer:`: most tokens start with a
     space). Its automaton is the canonical loop plus p and those entry states, and its
-    sub-trie holds p's other tokens, so the terminal is cached per local shape like the
-    others, and p's remaining tokens keep explicit edges. Only tried when the tokens whose
+    sub-trie holds p's other tokens of those first bytes, so the terminal is cached per
+    local shape like the others, and p's remaining tokens keep explicit edges (those of
+    other first bytes found in the full trie). Only tried when the tokens whose
     first byte leads that way are many, so this costs one cached trie walk per shape.
     """
     trans = dfa.transitions
@@ -593,10 +611,14 @@ class WideStates:
         shape = np.concatenate([loop, np.where(rows >= 0, index[np.maximum(rows, 0)],
                                                NO_STATE)]).astype(np.int32)
         index[outside] = NO_STATE
-        terminal = self.terminal(shape, size, first_bytes=trans[p] >= 0)
+        # Tokens of p's other first bytes are walked in the full trie (a partial edge):
+        # keeping them in this sub-trie would make it nearly the whole trie.
+        way_bytes = way_in[row]
+        terminal = self.terminal(shape, size)
         if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
+          terminal = self.with_subtrie(terminal, way_bytes)
           phi = np.asarray(members + outside, np.int32)
-          wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
+          wide[p] = WideEdge(((terminal, way_bytes),), terminal.bits, q, (phi,))
 
   @functools.cached_property
   def first_byte_bits(self) -> "_FirstByteBits":
@@ -604,27 +626,52 @@ class WideStates:
     return _FirstByteBits(self.trie, self.num_words)
 
   def terminal(self, loop: np.ndarray, entry: int, *, after_first_byte: bool = False,
-               first_bytes: np.ndarray | None = None, digest: bytes | None = None
-               ) -> LoopTerminal:
-    """The cached terminal of `loop` entered at `entry` (see `build_loop_terminal`).
+               digest: bytes | None = None) -> LoopTerminal:
+    """The cached terminal of `loop` entered at `entry` (see `build_loop_terminal`),
+    without its sub-trie (`with_subtrie`): most candidates are rejected on their
+    bitmap alone.
 
     `digest` is `loop_digest(loop)`, passed by callers that ask about one loop often.
     """
     if digest is None:
       digest = loop_digest(loop)
-    key = hashlib.sha1(digest + entry.to_bytes(4, "little") + bytes([after_first_byte]) +
-                       (b"" if first_bytes is None else np.packbits(first_bytes).tobytes())
+    key = hashlib.sha1(digest + entry.to_bytes(4, "little") + bytes([after_first_byte])
                        ).hexdigest()[:20]
     if key in self._memo:
       return self._memo[key]
-    terminal = self._load(key, loop=loop, entry=entry, after_first_byte=after_first_byte)
+    loop_info = dict(loop=loop, entry=entry, after_first_byte=after_first_byte)
+    terminal = self._load(key, **loop_info)
     if terminal is None:
       terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
-                                     after_first_byte=after_first_byte,
-                                     first_bytes=first_bytes)
+                                     after_first_byte=after_first_byte)
       self._save(terminal)
     self._memo[key] = terminal
     return terminal
+
+  def with_subtrie(self, terminal: LoopTerminal, first_bytes: np.ndarray | None = None
+                   ) -> LoopTerminal:
+    """`terminal` with its sub-trie, limited to tokens starting with `first_bytes` (bool
+    `[256]`, None for all) when given: a new terminal (its own key) with the same
+    bitmap, built once, then cached in memory and on disk."""
+    if terminal.subtrie is not None:
+      return terminal
+    key = terminal.key
+    if first_bytes is not None and not first_bytes.all():
+      key = hashlib.sha1(key.encode() + np.packbits(first_bytes).tobytes()).hexdigest()[:20]
+    else:
+      first_bytes = None
+    known = self._memo.get(key)
+    if known is not None and known.subtrie is not None:
+      return known
+    loop_info = dict(loop=terminal.loop, entry=terminal.entry,
+                     after_first_byte=terminal.after_first_byte, first_bytes=first_bytes)
+    known = self._load(key, **loop_info)
+    if known is None or known.subtrie is None:
+      known = with_subtrie(dataclasses.replace(terminal, key=key, first_bytes=first_bytes),
+                           self.trie)
+      self._save(known)
+    self._memo[key] = known
+    return known
 
   def _path(self, key: str) -> str | None:
     if self.cache_dir is None:
@@ -638,10 +685,15 @@ class WideStates:
       return None
     try:
       with np.load(path) as data:
-        sub = VocabTrie(**{f: data[f] for f in _SUBTRIE_FIELDS},
-                        fingerprint=f"{self.trie.fingerprint}/{key}")
-        return LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
-                            subtrie=sub, full_node=data["full_node"], **loop_info)
+        sub, full_node = None, None
+        if "full_node" in data.files:
+          sub = VocabTrie(**{f: data[f] for f in _SUBTRIE_FIELDS},
+                          fingerprint=f"{self.trie.fingerprint}/{key}")
+          full_node = data["full_node"]
+        terminal = LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
+                                subtrie=sub, full_node=full_node, **loop_info)
+      os.utime(path)  # Recently used: pruned last.
+      return terminal
     except (OSError, KeyError, ValueError):
       return None
 
@@ -649,9 +701,11 @@ class WideStates:
     path = self._path(terminal.key)
     if path is None:
       return
-    self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens,
-                full_node=terminal.full_node,
-                **{name: getattr(terminal.subtrie, name) for name in _SUBTRIE_FIELDS})
+    arrays = {}
+    if terminal.subtrie is not None:
+      arrays = {name: getattr(terminal.subtrie, name) for name in _SUBTRIE_FIELDS}
+      arrays["full_node"] = terminal.full_node
+    self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens, **arrays)
 
   def _write(self, path: str, **arrays) -> None:
     """Writes `arrays` to `path` atomically (concurrent compilers may share the cache)."""
@@ -660,3 +714,36 @@ class WideStates:
     with os.fdopen(fd, "wb") as f:
       np.savez(f, **arrays)
     os.replace(tmp, path)
+    prune_cache(self.cache_dir, self.max_cache_bytes)
+
+
+def prune_cache(cache_dir: str, max_bytes: int) -> None:
+  """Deletes terminal files of other format versions, then the least recently used ones
+  until those left take at most 3/4 of `max_bytes` (when they exceed `max_bytes`).
+
+  Tolerates files vanishing meanwhile (compilers in other processes share the cache).
+  """
+  current = f"wide-v{WIDE_FORMAT_VERSION}-"
+  files = []
+  for entry in os.scandir(cache_dir):
+    if not entry.name.startswith("wide-v") or not entry.name.endswith(".npz"):
+      continue
+    try:
+      if not entry.name.startswith(current):
+        os.remove(entry.path)
+      else:
+        stat = entry.stat()
+        files.append((stat.st_mtime, stat.st_size, entry.path))
+    except OSError:
+      pass
+  total = sum(size for _, size, _ in files)
+  if total <= max_bytes:
+    return
+  for _, size, path in sorted(files):
+    if total <= max_bytes * 3 // 4:
+      break
+    try:
+      os.remove(path)
+    except OSError:
+      pass
+    total -= size

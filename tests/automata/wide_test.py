@@ -5,6 +5,7 @@ whole DFA), plain trie walks of every sub-trie (the composition before `LoopExit
 the full trie's token bytes, and bitmaps rebuilt token by token.
 """
 
+import os
 import random
 
 import numpy as np
@@ -168,3 +169,57 @@ def test_restricted_and_entry_bitmaps(gemma_compiler):
   both, count = ws._entry_bits([(terminal, mask), (terminal, ~mask)])  # pylint: disable=protected-access
   np.testing.assert_array_equal(both, terminal.bits)
   assert count == len(ids)
+
+
+def test_cache_keeps_sub_tries_only_of_used_terminals(gemma_vocab, tmp_path, monkeypatch):
+  """Rejected candidates (narrow loops) are cached as bitmaps alone; the terminals in use
+  have sub-tries, limited to the first bytes their states can read."""
+  compiler = cd.Compiler(gemma_vocab, cd.CompileOptions(cache_dir=str(tmp_path)))
+  ws = compiler.wide_states
+  dfa = _fsa.compile_byte_dfa(cd.JsonSchema(GPQA).to_ir())
+  wide = ws.find(dfa)
+  used = {terminal.key for edge in wide.values() for terminal, _ in edge.parts
+          if not terminal.key.startswith("near-")}  # Near-loop fixes: tiny, not cached.
+  with_subtrie = set()
+  for path in tmp_path.glob(f"wide-v{_wide.WIDE_FORMAT_VERSION}-*.npz"):
+    with np.load(path) as data:
+      if "full_node" in data.files:
+        with_subtrie.add(path.stem.rsplit("-", 1)[1])
+  assert used and used <= with_subtrie
+  assert len(list(tmp_path.glob("wide-*.npz"))) > len(with_subtrie)  # Rejected ones.
+  trie = compiler.trie
+  for edge in wide.values():
+    for terminal, _ in edge.parts:
+      sub = terminal.subtrie
+      assert sub.num_nodes < trie.num_nodes // 4, (terminal.key, sub.num_nodes)
+      if terminal.first_bytes is not None:  # Only tokens starting with those bytes.
+        roots = sub.child_byte[sub.child_start[0]:sub.child_start[1]]
+        assert terminal.first_bytes[roots].all()
+  # A new process reads them back: the same edges, no sub-trie rebuilt.
+  again = cd.Compiler(gemma_vocab, cd.CompileOptions(cache_dir=str(tmp_path))).wide_states
+  built = []
+  original = _wide.with_subtrie
+  monkeypatch.setattr(_wide, "with_subtrie", lambda *a: built.append(a) or original(*a))
+  rewide = again.find(dfa)
+  assert not built
+  assert sorted(rewide) == sorted(wide)
+  for p, edge in wide.items():
+    np.testing.assert_array_equal(rewide[p].bits, edge.bits)
+
+
+def test_prune_cache(tmp_path):
+  """Other format versions go at once; then the least recently used, past the limit."""
+  current = f"wide-v{_wide.WIDE_FORMAT_VERSION}-"
+  (tmp_path / "wide-v1-old.npz").write_bytes(b"x" * 10)
+  (tmp_path / "trie-v1-keep.npz").write_bytes(b"x" * 10)
+  for i in range(8):
+    path = tmp_path / f"{current}{i}.npz"
+    path.write_bytes(b"x" * 100)
+    os.utime(path, (1000 + i, 1000 + i))
+  _wide.prune_cache(str(tmp_path), max_bytes=1000)  # 800 bytes: under the limit.
+  names = sorted(p.name for p in tmp_path.iterdir())
+  assert "wide-v1-old.npz" not in names and "trie-v1-keep.npz" in names
+  assert len(names) == 9
+  _wide.prune_cache(str(tmp_path), max_bytes=500)  # Down to 3/4 of 500: 3 files.
+  left = sorted(p.name for p in tmp_path.glob(f"{current}*"))
+  assert left == [f"{current}{i}.npz" for i in (5, 6, 7)]
