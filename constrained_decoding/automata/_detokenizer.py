@@ -73,6 +73,29 @@ class VocabTrie:
     return pair, slot
 
   @functools.cached_property
+  def parent(self) -> np.ndarray:
+    """int32 `[N]`: each node's parent (the root's is itself)."""
+    parent = np.zeros(self.num_nodes, np.int32)
+    parent[self.child_node] = np.repeat(np.arange(self.num_nodes, dtype=np.int32),
+                                        np.diff(self.child_start))
+    return parent
+
+  @functools.cached_property
+  def token_node(self) -> np.ndarray:
+    """int32, aligned with `token_ids`: the node spelling each token."""
+    return np.repeat(np.arange(self.num_nodes, dtype=np.int32), np.diff(self.token_start))
+
+  @functools.cached_property
+  def token_first_byte(self) -> np.ndarray:
+    """int16 `[max token id + 1]`: each token's first byte, -1 for tokens without bytes."""
+    roots = self.child_node[self.child_start[0]:self.child_start[1]]
+    # Nodes are numbered depth first: a subtree is a contiguous range of nodes.
+    which = np.searchsorted(roots, self.token_node, side="right") - 1
+    first = np.full(int(self.token_ids.max()) + 1 if len(self.token_ids) else 0, -1, np.int16)
+    first[self.token_ids] = self.child_byte[self.child_start[0] + which]
+    return first
+
+  @functools.cached_property
   def is_byte_complete(self) -> bool:
     """Whether every single byte is a token (then every byte path is tokenizable)."""
     lo, hi = self.child_start[0], self.child_start[1]

@@ -306,45 +306,35 @@ def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str
   """The trie restricted to the tokens in bool `special` [num tokens] and their prefixes,
   and the full-trie node of each of its nodes."""
   num_nodes = trie.num_nodes
-  token_node = np.repeat(np.arange(num_nodes), np.diff(trie.token_start))
-  keep_token = special[trie.token_ids]  # token_ids are grouped by node, in node order
+  keep_token = np.flatnonzero(special[trie.token_ids])
   keep = np.zeros(num_nodes, bool)
-  keep[token_node[keep_token]] = True
-  parent = np.zeros(num_nodes, np.int64)
-  parent[trie.child_node] = np.repeat(np.arange(num_nodes), np.diff(trie.child_start))
-  # Mark ancestors, deepest level first.
-  for depth in range(int(trie.node_depth.max()), 0, -1):
-    at = np.nonzero(keep & (trie.node_depth == depth))[0]
-    keep[parent[at]] = True
   keep[0] = True
-  new_id = np.cumsum(keep) - 1
-  slot_keep = keep[trie.child_node]
-  child_counts = np.bincount(parent[trie.child_node][slot_keep], minlength=num_nodes)[keep]
-  token_counts = np.bincount(token_node[keep_token], minlength=num_nodes)[keep]
-  child_start = np.zeros(len(child_counts) + 1, np.int32)
-  np.cumsum(child_counts, out=child_start[1:])
-  token_start = np.zeros(len(token_counts) + 1, np.int32)
-  np.cumsum(token_counts, out=token_start[1:])
+  front = trie.token_node[keep_token]
+  while len(front):  # Mark ancestors, one level up at a time (work ~ kept nodes).
+    front = front[~keep[front]]
+    keep[front] = True
+    front = np.sort(trie.parent[front])
+    front = front[np.diff(front, prepend=-1) != 0]
+  kept = np.flatnonzero(keep).astype(np.int32)  # Depth-first order is kept.
+  new_id = np.full(num_nodes, -1, np.int32)
+  new_id[kept] = np.arange(len(kept), dtype=np.int32)
+  pair, slot = trie.child_slots(kept)
+  child_kept = keep[trie.child_node[slot]]
+  pair, slot = pair[child_kept], slot[child_kept]
+  child_start = np.zeros(len(kept) + 1, np.int32)
+  np.cumsum(np.bincount(pair, minlength=len(kept)), out=child_start[1:])
+  token_start = np.zeros(len(kept) + 1, np.int32)
+  np.cumsum(np.bincount(new_id[trie.token_node[keep_token]], minlength=len(kept)),
+            out=token_start[1:])
   return VocabTrie(
       child_start=child_start,
-      child_byte=trie.child_byte[slot_keep],
-      child_node=new_id[trie.child_node[slot_keep]].astype(np.int32),
-      node_depth=trie.node_depth[keep],
+      child_byte=trie.child_byte[slot],
+      child_node=new_id[trie.child_node[slot]],
+      node_depth=trie.node_depth[kept],
       token_start=token_start,
       token_ids=trie.token_ids[keep_token],
       fingerprint=fingerprint,
-  ), np.flatnonzero(keep).astype(np.int32)
-
-
-def _token_first_bytes(trie: VocabTrie) -> np.ndarray:
-  """int `[max token id + 1]`: the first byte of each token with bytes (-1 for others)."""
-  token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
-  roots = trie.child_node[trie.child_start[0]:trie.child_start[1]]
-  # Trie nodes are numbered in depth-first order: a subtree is a contiguous range.
-  which = np.searchsorted(roots, token_node, side="right") - 1
-  first = np.full(int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 0, -1)
-  first[trie.token_ids] = trie.child_byte[trie.child_start[0] + which]
-  return first
+  ), kept
 
 
 def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words: int,
@@ -356,8 +346,7 @@ def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words
   into the loop from outside). Walks the whole trie once; the caller caches the result.
   """
   home = _walk_loop(loop, trie, entry, after_first_byte=after_first_byte)
-  token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
-  tokens = trie.token_ids[home[token_node]].astype(np.int64)
+  tokens = trie.token_ids[home[trie.token_node]].astype(np.int64)
   bits = np.zeros(num_words, np.uint32)
   np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
   return LoopTerminal(key=key, bits=bits, num_tokens=len(tokens), subtrie=None,
@@ -371,7 +360,7 @@ def with_subtrie(terminal: LoopTerminal, trie: VocabTrie) -> LoopTerminal:
   ids = np.arange(num_tokens)
   special = (terminal.bits[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1 == 0
   if terminal.first_bytes is not None:
-    first = _token_first_bytes(trie)
+    first = trie.token_first_byte
     special &= (first >= 0) & terminal.first_bytes[np.maximum(first, 0)]
   subtrie, full_node = _subtrie(trie, special, f"{trie.fingerprint}/{terminal.key}")
   return dataclasses.replace(terminal, subtrie=subtrie, full_node=full_node)
@@ -426,12 +415,8 @@ class _FirstByteBits:
   """For each byte b, the bitmap of the tokens whose first byte is b."""
 
   def __init__(self, trie: VocabTrie, num_words: int):
-    token_node = np.repeat(np.arange(trie.num_nodes), np.diff(trie.token_start))
-    roots = trie.child_node[trie.child_start[0]:trie.child_start[1]]
-    # Trie nodes are numbered in depth-first order: a subtree is a contiguous range.
-    which = np.searchsorted(roots, token_node, side="right") - 1
-    first = trie.child_byte[trie.child_start[0] + which].astype(np.int64)
     ids = trie.token_ids.astype(np.int64)
+    first = trie.token_first_byte[ids].astype(np.int64)
     self.rows = np.zeros((256, num_words), np.uint32)
     np.bitwise_or.at(self.rows, (first, ids >> 5), np.uint32(1) << (ids & 31).astype(np.uint32))
     # Tokens per first byte: the rows partition the tokens with bytes, so a union's
@@ -528,7 +513,7 @@ class WideStates:
     for q, members, loop, digest in loops:
       phi = np.asarray(members, np.int32)
       for entry, p in enumerate(members[1:], start=1):
-        if p not in wide:
+        if p not in wide and self.may_hold_many(loop, entry):
           terminal = self.terminal(loop, entry, digest=digest)
           if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
             # Most tokens cannot start here (after a backslash): a sub-trie of only
@@ -619,6 +604,13 @@ class WideStates:
           terminal = self.with_subtrie(terminal, way_bytes)
           phi = np.asarray(members + outside, np.int32)
           wide[p] = WideEdge(((terminal, way_bytes),), terminal.bits, q, (phi,))
+
+  def may_hold_many(self, loop: np.ndarray, entry: int) -> bool:
+    """Whether the terminal of `loop` at `entry` could hold MIN_TERMINAL_TOKENS tokens:
+    at most the tokens whose first byte the loop reads there (inside a multi-byte
+    character, only byte-fallback tokens), so most loop states need no trie walk."""
+    readable = loop[entry] != NO_STATE
+    return int(self.first_byte_bits.counts[readable].sum()) >= MIN_TERMINAL_TOKENS
 
   @functools.cached_property
   def first_byte_bits(self) -> "_FirstByteBits":
