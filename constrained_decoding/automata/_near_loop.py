@@ -213,7 +213,7 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
         continue
       found = [(int(walked[o]), t, text) for o, t, text in found]
     for e in sorted(set(entries)):
-      if not wide_states.may_hold_many(loop, e):
+      if not wide_states.may_hold_many(loop, e, digest):
         continue
       terminal = wide_states.terminal(loop, e, digest=digest)
       if terminal.num_tokens < _wide.MIN_TERMINAL_TOKENS:

@@ -464,6 +464,8 @@ class WideStates:
     self._memo: dict[str, LoopTerminal] = {}
     self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
     self._class_memo: dict[str, np.ndarray] = {}
+    self._many_memo: dict[bytes, np.ndarray] = {}  # Loop digest -> `may_hold_many`.
+    self._shape_memo: dict[tuple, LoopTerminal] = {}  # (digest, entry, after first byte).
 
   def token_class_bits(self, name: str) -> np.ndarray:
     """uint32 `[W]`: the tokens of the token class `name` (memory and disk cached)."""
@@ -513,7 +515,7 @@ class WideStates:
     for q, members, loop, digest in loops:
       phi = np.asarray(members, np.int32)
       for entry, p in enumerate(members[1:], start=1):
-        if p not in wide and self.may_hold_many(loop, entry):
+        if p not in wide and self.may_hold_many(loop, entry, digest):
           terminal = self.terminal(loop, entry, digest=digest)
           if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
             # Most tokens cannot start here (after a backslash): a sub-trie of only
@@ -605,12 +607,16 @@ class WideStates:
           phi = np.asarray(members + outside, np.int32)
           wide[p] = WideEdge(((terminal, way_bytes),), terminal.bits, q, (phi,))
 
-  def may_hold_many(self, loop: np.ndarray, entry: int) -> bool:
-    """Whether the terminal of `loop` at `entry` could hold MIN_TERMINAL_TOKENS tokens:
-    at most the tokens whose first byte the loop reads there (inside a multi-byte
-    character, only byte-fallback tokens), so most loop states need no trie walk."""
-    readable = loop[entry] != NO_STATE
-    return int(self.first_byte_bits.counts[readable].sum()) >= MIN_TERMINAL_TOKENS
+  def may_hold_many(self, loop: np.ndarray, entry: int, digest: bytes) -> bool:
+    """Whether the terminal of `loop` (`loop_digest` `digest`) at `entry` could hold
+    MIN_TERMINAL_TOKENS tokens: at most the tokens whose first byte the loop reads there
+    (inside a multi-byte character, only byte-fallback tokens), so most loop states
+    need no trie walk."""
+    many = self._many_memo.get(digest)
+    if many is None:
+      many = (loop != NO_STATE) @ self.first_byte_bits.counts >= MIN_TERMINAL_TOKENS
+      self._many_memo[digest] = many
+    return bool(many[entry])
 
   @functools.cached_property
   def first_byte_bits(self) -> "_FirstByteBits":
@@ -627,9 +633,14 @@ class WideStates:
     """
     if digest is None:
       digest = loop_digest(loop)
+    shape = (digest, entry, after_first_byte)
+    hit = self._shape_memo.get(shape)
+    if hit is not None:
+      return hit
     key = hashlib.sha1(digest + entry.to_bytes(4, "little") + bytes([after_first_byte])
                        ).hexdigest()[:20]
     if key in self._memo:
+      self._shape_memo[shape] = self._memo[key]
       return self._memo[key]
     loop_info = dict(loop=loop, entry=entry, after_first_byte=after_first_byte)
     terminal = self._load(key, **loop_info)
@@ -637,7 +648,7 @@ class WideStates:
       terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
                                      after_first_byte=after_first_byte)
       self._save(terminal)
-    self._memo[key] = terminal
+    self._memo[key] = self._shape_memo[shape] = terminal
     return terminal
 
   def with_subtrie(self, terminal: LoopTerminal, first_bytes: np.ndarray | None = None
