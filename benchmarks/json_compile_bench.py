@@ -30,7 +30,12 @@ Every engine then walks sample documents token by token (greedy longest tokens),
 row reports whether each token was allowed and the end accepted: a check that the
 engines were given the same language.
 
-  python benchmarks/json_compile_bench.py     # about 7 minutes (loaded 2-core machine)
+Step (ours, `--step-batch-sizes`): the issue asks that the per-step cost stay that of
+plain regexes. For each constraint and for a plain regex (`regex_bench`'s ISO
+date-time), the jitted mask_logits + advance of `regex_bench.py` walks the first sample's
+tokens (tables on the device once), median and p99 per step over --step-repeats walks.
+
+  python benchmarks/json_compile_bench.py     # about 8 minutes (loaded 2-core machine)
 """
 
 import argparse
@@ -256,6 +261,59 @@ class Peer:
     return "ok"
 
 
+# ---------------------------------------------------------------------------- steps
+
+STEP_BASELINE = next(c for c in regex_bench.CASES if c.name == "iso_datetime")
+
+
+def bench_steps(vocab, tokens_by_sample: dict, batch_sizes: list, repeats: int) -> list:
+  """Our per-step time on each constraint's tables and on a plain regex's, per batch size."""
+  runner = regex_bench.OursRunner(vocab)
+  cd = runner.cd
+  work = [(f"plain regex ({STEP_BASELINE.name})", cd.Regex(STEP_BASELINE.pattern),
+           regex_bench.walk_tokens(vocab.token_bytes, STEP_BASELINE.target, vocab.eos_ids[0]))]
+  for case in CASES:
+    spec = (cd.Regex(case.regex) if case.regex is not None else
+            cd.Json(2) if case.ours_only else cd.JsonSchema(case.schema))
+    work.append((case.name, spec, tokens_by_sample[case.samples[0]]))
+  rows = []
+  for name, spec, tokens in work:
+    runner.use_tables(runner.compiler.compile(spec))
+    runner.check_walk(tokens)  # Raises if a token of the sample is not allowed.
+    for batch in batch_sizes:
+      step = runner.step_stats(tokens, batch, repeats)["step"]
+      rows.append({"constraint": name, "batch": batch, "tokens": len(tokens), **step})
+      print(f"  step / {name} / B={batch}: {step['median_us']:.0f} us median, "
+            f"{step['p99_us']:.0f} us p99", flush=True)
+  return rows
+
+
+def step_markdown(step_rows) -> str:
+  lines = ["| constraint (ours) | B | tokens walked | step µs med | step µs p99 |",
+           "|---|---|---|---|---|"]
+  for r in step_rows:
+    lines.append(f"| {r['constraint']} | {r['batch']} | {r['tokens']} | "
+                 f"{r['median_us']:.0f} | {r['p99_us']:.0f} |")
+  return "\n".join(lines)
+
+
+def step_targets(step_rows) -> list[str]:
+  """Per batch size, each constraint's median step against the plain regex's.
+
+  "Unchanged" is judged as within 1.3x: run-to-run noise on this shared machine.
+  """
+  out = []
+  for batch in sorted({r["batch"] for r in step_rows}):
+    rows = [r for r in step_rows if r["batch"] == batch]
+    base = rows[0]["median_us"]
+    worst = max(rows[1:], key=lambda r: r["median_us"])
+    ratio = worst["median_us"] / base
+    out.append(f"per-step cost at B={batch} vs plain regex ({base:.0f} us): slowest "
+               f"{worst['constraint']} {worst['median_us']:.0f} us = {ratio:.2f}x "
+               f"(unchanged within 1.3x: {'met' if ratio <= 1.3 else 'NOT met'})")
+  return out
+
+
 # ---------------------------------------------------------------------------- driver
 
 
@@ -370,8 +428,13 @@ def parse_args(argv=None):
                       help=f"comma-separated subset of {','.join(ENGINES)}")
   parser.add_argument("--out", default=os.path.join(_REPO, "benchmarks", "results",
                                                     "json_compile.json"))
+  parser.add_argument("--step-batch-sizes", default="1,64",
+                      help="batch sizes of our step timing (default 1,64; empty: skip)")
+  parser.add_argument("--step-repeats", type=int, default=20,
+                      help="walks per step timing (default 20)")
   args = parser.parse_args(argv)
   args.engines = [e for e in args.engines.split(",") if e]
+  args.step_batch_sizes = [int(b) for b in args.step_batch_sizes.split(",") if b]
   unknown = set(args.engines) - set(ENGINES)
   if unknown:
     parser.error(f"unknown engines {sorted(unknown)}; expected a subset of {ENGINES}")
@@ -405,19 +468,26 @@ def main(argv=None):
             f"first {row['first_ms']:.1f} ms, warm {row['compile_ms_warm_median']:.2f} ms, "
             f"samples {list(row['samples'].values())}")
         print(f"  {name} / {case.name}: {brief}", flush=True)
+  step_rows = []
+  if args.step_batch_sizes and "ours" in built:
+    step_rows = bench_steps(vocab, tokens_by_sample, args.step_batch_sizes, args.step_repeats)
   print()
   print(markdown(rows))
-  summary = targets(rows)
+  if step_rows:
+    print()
+    print(step_markdown(step_rows))
+  summary = targets(rows) + step_targets(step_rows)
   print("\nTargets (issue 4):\n" + "\n".join(f"  {line}" for line in summary))
   machine["load_average_at_end"] = os.getloadavg()
   print(f"load average at end: {machine['load_average_at_end']}")
   meta = {"machine": machine, "vocabulary": f"Gemma 3 (GGUF), {vocab.vocab_size} tokens",
-          "repeats": args.repeats, "threads": "peers: 1 (xgrammar max_threads, torch)",
+          "repeats": args.repeats, "step_repeats": args.step_repeats,
+          "threads": "peers: 1 (xgrammar max_threads, torch)",
           "cases": [dataclasses.asdict(c) for c in CASES]}
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w", encoding="utf-8") as f:
     json.dump({"meta": meta, "engines": engines, "unavailable": unavailable, "results": rows,
-               "targets": summary}, f, indent=1, ensure_ascii=False)
+               "steps": step_rows, "targets": summary}, f, indent=1, ensure_ascii=False)
   print(f"\nwrote {args.out}")
 
 

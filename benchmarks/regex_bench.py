@@ -306,10 +306,13 @@ class OursRunner:
     """Host compile `repeats` times with the cache disabled."""
     stats = _timed_compiles(lambda: self.compiler.compile(self.cd.Regex(case.pattern)),
                             repeats)
-    # On the device once, as in a decode loop: numpy tables would be copied into every
-    # jitted call.
-    self._tables = self.jax.device_put(self.compiler.compile(self.cd.Regex(case.pattern)))
+    self.use_tables(self.compiler.compile(self.cd.Regex(case.pattern)))
     return {"pattern_used": case.pattern, **stats, "first_fill_us_median": None}
+
+  def use_tables(self, tables) -> None:
+    """The tables `check_walk` and `step_stats` run on, put on the device once, as in a
+    decode loop (numpy tables would be copied into every jitted call)."""
+    self._tables = self.jax.device_put(tables)
 
   def check_walk(self, tokens) -> list:
     """Walks once at batch 1 checking each token survives masking; returns allowed counts."""
