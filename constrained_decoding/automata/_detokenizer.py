@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 
@@ -149,6 +150,37 @@ def build_trie(vocab: Vocabulary) -> VocabTrie:
   )
 
 
+_UNWRITABLE: set[str] = set()  # Cache directories already warned about.
+
+
+def write_cache_file(cache_dir: str, path: str, arrays: dict) -> bool:
+  """Writes `arrays` to `path` in `cache_dir` as .npz, atomically (write, then rename,
+  so a concurrent reader never sees a partial file).
+
+  The disk cache is an optimization: when the directory cannot be written (read-only
+  home, full disk), this warns once per directory and returns False instead of failing
+  the compile.
+  """
+  tmp = None
+  try:
+    os.makedirs(cache_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".npz")
+    with os.fdopen(fd, "wb") as f:
+      np.savez(f, **arrays)
+    os.replace(tmp, path)
+    return True
+  except OSError as e:
+    if tmp is not None and os.path.exists(tmp):
+      os.remove(tmp)
+    if cache_dir not in _UNWRITABLE:
+      _UNWRITABLE.add(cache_dir)
+      warnings.warn(
+          f"constrained_decoding cannot write its cache in {cache_dir!r} ({e}); compiling "
+          "without it (slower). Pass CompileOptions(cache_dir=...) a writable directory, "
+          "or cache_dir=None to silence this.", RuntimeWarning, stacklevel=3)
+    return False
+
+
 def load_or_build_trie(vocab: Vocabulary, cache_dir: str | None) -> VocabTrie:
   """`build_trie`, cached in `cache_dir` under the vocabulary fingerprint (None: no cache)."""
   if cache_dir is None:
@@ -163,12 +195,7 @@ def load_or_build_trie(vocab: Vocabulary, cache_dir: str | None) -> VocabTrie:
   print(f"constrained_decoding: building the token trie for {vocab!r} (cached afterwards)",
         file=sys.stderr)
   trie = build_trie(vocab)
-  os.makedirs(cache_dir, exist_ok=True)
-  # Write-then-rename so a concurrent reader never sees a partial file.
-  fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".npz")
-  with os.fdopen(fd, "wb") as f:
-    np.savez(f, **{name: getattr(trie, name) for name in _FIELDS})
-  os.replace(tmp, path)
+  write_cache_file(cache_dir, path, {name: getattr(trie, name) for name in _FIELDS})
   print(f"constrained_decoding: trie with {trie.num_nodes} nodes built in "
         f"{time.perf_counter() - started:.2f} s", file=sys.stderr)
   return trie
@@ -224,8 +251,11 @@ def load_or_build_detokenizing_fst(vocab: Vocabulary, cache_dir: str | None):
     except pynini.FstIOError:
       pass  # Unreadable: rebuild below.
   fst = detokenizing_fst(load_or_build_trie(vocab, cache_dir))
-  fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".fst")
-  os.close(fd)
-  fst.write(tmp)
-  os.replace(tmp, path)
+  try:
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".fst")
+    os.close(fd)
+    fst.write(tmp)
+    os.replace(tmp, path)
+  except (OSError, pynini.FstIOError):
+    pass  # Best effort, as `write_cache_file` (which has warned about the directory).
   return fst

@@ -29,14 +29,13 @@ import dataclasses
 import functools
 import hashlib
 import os
-import tempfile
 
 import numpy as np
 
 from constrained_decoding.automata import _near_loop
 from constrained_decoding.automata import _token_classes
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
-from constrained_decoding.automata._detokenizer import VocabTrie
+from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_file
 
 # Bump when the cached layout changes (files of other versions are deleted on write).
 WIDE_FORMAT_VERSION = 7
@@ -695,10 +694,13 @@ class WideStates:
           full_node = data["full_node"]
         terminal = LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
                                 subtrie=sub, full_node=full_node, **loop_info)
-      os.utime(path)  # Recently used: pruned last.
-      return terminal
     except (OSError, KeyError, ValueError):
       return None
+    try:
+      os.utime(path)  # Recently used: pruned last.
+    except OSError:
+      pass  # A read-only cache still serves.
+    return terminal
 
   def _save(self, terminal: LoopTerminal) -> None:
     path = self._path(terminal.key)
@@ -711,13 +713,9 @@ class WideStates:
     self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens, **arrays)
 
   def _write(self, path: str, **arrays) -> None:
-    """Writes `arrays` to `path` atomically (concurrent compilers may share the cache)."""
-    os.makedirs(self.cache_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".npz")
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
-    os.replace(tmp, path)
-    prune_cache(self.cache_dir, self.max_cache_bytes)
+    """Writes `arrays` to `path` (best effort: see `write_cache_file`), then prunes."""
+    if write_cache_file(self.cache_dir, path, arrays):
+      prune_cache(self.cache_dir, self.max_cache_bytes)
 
 
 def prune_cache(cache_dir: str, max_bytes: int) -> None:

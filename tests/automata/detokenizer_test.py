@@ -5,9 +5,11 @@ import time
 
 import numpy as np
 import pynini
+import pytest
 
 import constrained_decoding as cd
 from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _wide
 
 
 def _token_string_fst(ids) -> pynini.Fst:
@@ -87,3 +89,26 @@ def test_detokenizing_fst_disk_cache(byte_vocab, tmp_path):
   assert pynini.equal(built, loaded)
   assert built.num_states() == 1  # bytes only: every token is one arc from the root
   assert sum(1 for _ in built.arcs(0)) == 256
+
+
+def test_unwritable_cache_dir_warns_once_and_compiles(tmp_path, monkeypatch):
+  """The disk cache is best effort: a directory that cannot be created (here a path
+  under a regular file) gives one warning, and compiles still succeed and agree."""
+  monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)  # Wide states in a tiny vocabulary.
+  writes = []
+  original = _wide.write_cache_file
+  monkeypatch.setattr(_wide, "write_cache_file", lambda *a: writes.append(a) or original(*a))
+  blocker = tmp_path / "not_a_directory"
+  blocker.write_bytes(b"")
+  vocab = cd.Vocabulary.from_token_bytes(
+      [bytes([b]) for b in range(256)] + [b"ab", b"abc", None], eos_ids=[258])
+  spec = cd.Regex(r'"([^"\\]|\\.)*"|ab+c')
+  with pytest.warns(RuntimeWarning, match="cannot write its cache") as caught:
+    compiler = cd.Compiler(vocab, cd.CompileOptions(cache_dir=str(blocker / "cache")))
+    tables = compiler.compile(spec)
+    compiler.compile(cd.Regex(r"[^\n]*x"))  # More terminals to cache: no second warning.
+  assert sum("cannot write its cache" in str(w.message) for w in caught) == 1
+  assert len(writes) > 1 and tables.terminal_bits.any()  # Terminals tried to be cached.
+  reference = cd.Compiler(vocab, cd.CompileOptions(cache_dir=None)).compile(spec)
+  for name in ("mask_bits", "edge_tokens", "edge_targets", "terminal_bits"):
+    np.testing.assert_array_equal(getattr(tables, name), getattr(reference, name))
