@@ -19,7 +19,7 @@ Supported keywords:
               definitions.
   string      minLength, maxLength (in code points), pattern, format.
   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact ranges).
-  number      the same, with integer-valued bounds only.
+  number      the same (decimal bounds too: 0.25 <= x < 2.5 is exact).
   object      properties, required, additionalProperties.
   array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems: false.
   ignored     title, description, examples, default, $schema, $id, $comment,
@@ -977,7 +977,9 @@ class _Lowerer:
           f"{key} {value!r} at {_pointer(pointer, key)} is not a number. Expected a finite"
           " JSON number. Fix the value."
       )
-    return fractions.Fraction(value)
+    # A float is read as the decimal it was written as (0.1 is 1/10, not the nearest
+    # binary fraction): bounds compare exactly with the decimal texts generated.
+    return fractions.Fraction(repr(value) if isinstance(value, float) else value)
 
   def _bounds(self, schema: dict, pointer: str) -> list:
     """[(value, exclusive, keyword)] for the lower and upper bound; value None: unbounded.
@@ -1006,30 +1008,17 @@ class _Lowerer:
     return sides
 
   def _lower_number(self, name: str, schema: dict, pointer: str) -> ir.Node:
-    (lo, lo_exclusive, lo_key), (hi, hi_exclusive, hi_key) = self._bounds(schema, pointer)
+    (lo, lo_exclusive, _), (hi, hi_exclusive, _) = self._bounds(schema, pointer)
     if name == "integer":
       low = None if lo is None else (math.floor(lo) + 1 if lo_exclusive else math.ceil(lo))
       high = None if hi is None else (math.ceil(hi) - 1 if hi_exclusive else math.floor(hi))
       return jv.integer_range(low, high)
     if lo is None and hi is None:
       return jv.JSON_NUMBER
-    if lo is not None and lo.denominator != 1:
-      self._non_integer_bound(lo, _pointer(pointer, lo_key))
-      lo, lo_exclusive = fractions.Fraction(math.ceil(lo)), False
-    if hi is not None and hi.denominator != 1:
-      self._non_integer_bound(hi, _pointer(pointer, hi_key))
-      hi, hi_exclusive = fractions.Fraction(math.floor(hi)), False
     if lo is not None and hi is not None and (
         lo > hi or lo == hi and (lo_exclusive or hi_exclusive)):
       return ir.NOTHING
-    return jv.number_range(None if lo is None else int(lo), None if hi is None else int(hi),
-                           lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
-
-  def _non_integer_bound(self, value, where: str) -> None:
-    self.unsupported(where, (
-        f"Bound {float(value)!r} at {where} is not an integer, which is not supported for"
-        " type 'number'. Expected integer bounds on numbers (any bound works on"
-        " 'integer'). Use an integer bound, or pass lenient=True to round it inward."))
+    return jv.number_range(lo, hi, lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
 
   # ---- Objects and arrays. ----
 

@@ -11,7 +11,7 @@ Public functions and classes:
   encode_text(node)                   IR over decoded text -> IR over canonical JSON string bodies.
   string_except(texts)                canonical JSON strings whose value is not in `texts`.
   integer_range(lo, hi)               canonical decimal integers in [lo, hi] (None: unbounded).
-  number_range(lo, hi, ...)           decimal numbers (no exponent) in an integer-bounded interval.
+  number_range(lo, hi, ...)           decimal numbers (no exponent) in an interval.
   json_value(ws, max_depth, ...)      schema-free JSON with bounded nesting.
   const_value(value, ws)              one Python JSON value, serialized under `ws`.
   delimited(open, close, item, ws, min_count, max_count)  `[item, item, ...]`-style lists.
@@ -28,7 +28,11 @@ Formatting decisions (narrowings of JSON that make generation well defined):
 * Numbers. Integers have no leading zeros, no `+`, and no negative zero (`-0`).
   Unbounded numbers follow the full JSON grammar (fraction and exponent allowed; the
   exponent is not bounded, so Python's `json.loads` may read a huge one as `inf`).
-  Bounded numbers (`number_range`) have no exponent and no negative zero (`-0.0`).
+  Bounded numbers (`number_range`) have no exponent and no negative zero (`-0.0`);
+  their value is compared with the bounds exactly, as a decimal (JSON Schema's numbers
+  are mathematical values). A validator that reads JSON numbers as binary floats may
+  disagree next to a bound on texts with more than 17 significant digits
+  (`0.10000000000000000001` exceeds 0.1 but reads as the float 0.1).
 * Strings. Unconstrained string values accept the full JSON string syntax (every
   escape, `\\uXXXX` for any scalar value but never a surrogate: characters outside
   the BMP are written as UTF-8, so lone surrogates cannot be produced). Strings whose
@@ -39,6 +43,7 @@ Formatting decisions (narrowings of JSON that make generation well defined):
 """
 
 import dataclasses
+import fractions
 import functools
 import json
 import math
@@ -404,48 +409,123 @@ def integer_range(lo: int | None, hi: int | None) -> ir.Node:
 
 
 _ANY_FRACTION = ir.repeat(_FRACTION, 0, 1)
-_ZERO_FRACTION = ir.repeat(ir.concat(ir.Bytes(b"."), ir.repeat(ir.Bytes(b"0"), 1, None)), 0, 1)
-_NONZERO_FRACTION = ir.concat(ir.Bytes(b"."), ir.repeat(_DIGIT, 0, None), _NONZERO_DIGIT,
-                              ir.repeat(_DIGIT, 0, None))
 
 
-def _magnitude(lo: int, lo_exclusive: bool, hi: int | None, hi_exclusive: bool) -> ir.Node:
+def decimal_digits(x: fractions.Fraction) -> tuple[int, str]:
+  """(integer part, fraction digits without trailing zeros) of a finite decimal x >= 0.
+
+  Raises:
+    ValueError: x has no finite decimal expansion (a denominator with a prime factor
+      other than 2 and 5); JSON numbers always have one.
+  """
+  q = x.denominator
+  for p in (2, 5):
+    while q % p == 0:
+      q //= p
+  if q != 1:
+    raise ValueError(f"{x} has no finite decimal expansion")
+  whole, rest = divmod(x.numerator, x.denominator)
+  digits = []
+  while rest:
+    digit, rest = divmod(10 * rest, x.denominator)
+    digits.append(str(digit))
+  return whole, "".join(digits)
+
+
+def _fraction_digits(lo, hi, memo: dict) -> tuple[ir.Node, bool]:
+  """Digit strings F whose value 0.F is within the bounds, as (the IR of the non-empty
+  ones, whether the empty string is one).
+
+  `lo`/`hi` are None (unbounded) or (d, strict): 0.F >= 0.d (> when strict) and
+  0.F <= 0.d (<), d without trailing zeros. Digit by digit: a first digit above lo's
+  (below hi's) frees the rest from that bound; an equal one passes the rest of d on.
+  """
+  if lo is not None and not lo[0] and not lo[1]:
+    lo = None  # 0.F >= 0 always holds.
+  if hi is not None and not hi[0] and hi[1]:
+    return ir.NOTHING, False  # 0.F < 0 never does.
+  key = (lo, hi)
+  if key in memo:
+    return memo[key]
+  empty_ok = lo is None  # 0 meets every remaining upper bound, and no lower one.
+  if lo is None and hi is None:
+    node = ir.repeat(_DIGIT, 1, None)
+  elif lo is not None and not lo[0] and hi is None:  # Some nonzero digit.
+    node = ir.concat(ir.repeat(ir.Bytes(b"0"), 0, None), _NONZERO_DIGIT,
+                     ir.repeat(_DIGIT, 0, None))
+  elif lo is None and not hi[0]:  # Zeros only.
+    node = ir.repeat(ir.Bytes(b"0"), 1, None)
+  elif lo is not None and hi is not None and not lo[0] and not hi[0]:
+    node = ir.NOTHING  # Nonzero and all zeros.
+  else:
+    low = int(lo[0][0]) if lo is not None and lo[0] else 0
+    high = int(hi[0][0]) if hi is not None and hi[0] else 0 if hi is not None else 9
+    by_rest: dict = {}
+    for c in range(low if lo is not None else 0, high + 1):
+      rest_lo = None if lo is None or c > low else (lo[0][1:], lo[1])
+      rest_hi = None if hi is None or c < high else (hi[0][1:], hi[1])
+      by_rest.setdefault((rest_lo, rest_hi), []).append(c)
+    parts = []
+    for (rest_lo, rest_hi), digits in by_rest.items():
+      rest, rest_empty = _fraction_digits(rest_lo, rest_hi, memo)
+      tail = ir.union(ir.EPSILON, rest) if rest_empty else rest
+      parts.append(ir.concat(ir.char_class([(0x30 + d, 0x30 + d) for d in digits]), tail))
+    node = ir.union(*parts)
+  memo[key] = node, empty_ok
+  return memo[key]
+
+
+def _fraction_part(lo, hi) -> ir.Node:
+  """`(.F)?` texts, F within the bounds of `_fraction_digits` (no part: F empty)."""
+  digits, empty_ok = _fraction_digits(lo, hi, {})
+  dotted = ir.concat(ir.Bytes(b"."), digits)
+  return ir.union(ir.EPSILON, dotted) if empty_ok else dotted
+
+
+def _magnitude(lo: fractions.Fraction, lo_exclusive: bool, hi: fractions.Fraction | None,
+               hi_exclusive: bool) -> ir.Node:
   """Decimals `I(.F)?` (canonical I) whose value m satisfies lo <(=) m <(=) hi, lo >= 0.
 
-  With integer bounds the value's integer part decides everything but the two ends:
-  `I` strictly inside takes any fraction; `I == lo` needs a nonzero fraction when the
-  bound is exclusive; `I == hi` needs an all-zero (or no) fraction when inclusive.
+  The integer part I decides everything but at the bounds' own integer parts, where the
+  fraction is compared with the bound's fraction digit by digit (`_fraction_digits`).
   """
-  parts = []
-  first = lo + 1 if lo_exclusive else lo
-  if hi is None or first <= hi - 1:
-    parts.append(ir.concat(_natural_range(first, None if hi is None else hi - 1),
-                           _ANY_FRACTION))
-  if lo_exclusive and (hi is None or lo < hi):
-    parts.append(ir.concat(ir.Bytes(str(lo).encode()), _NONZERO_FRACTION))
-  if hi is not None and not hi_exclusive and (hi > lo or (hi == lo and not lo_exclusive)):
-    parts.append(ir.concat(ir.Bytes(str(hi).encode()), _ZERO_FRACTION))
-  return ir.union(*parts) if parts else ir.NOTHING
+  low, low_digits = decimal_digits(lo)
+  low_bound = (low_digits, lo_exclusive)
+  if hi is None:
+    return ir.union(ir.concat(_natural_range(low + 1, None), _ANY_FRACTION),
+                    ir.concat(ir.Bytes(str(low).encode()), _fraction_part(low_bound, None)))
+  high, high_digits = decimal_digits(hi)
+  high_bound = (high_digits, hi_exclusive)
+  if low > high:
+    return ir.NOTHING
+  if low == high:
+    return ir.concat(ir.Bytes(str(low).encode()), _fraction_part(low_bound, high_bound))
+  return ir.union(ir.concat(_natural_range(low + 1, high - 1), _ANY_FRACTION),
+                  ir.concat(ir.Bytes(str(low).encode()), _fraction_part(low_bound, None)),
+                  ir.concat(ir.Bytes(str(high).encode()), _fraction_part(None, high_bound)))
 
 
-def number_range(lo: int | None, hi: int | None, *, lo_exclusive: bool = False,
-                 hi_exclusive: bool = False) -> ir.Node:
-  """Decimal numbers `-?I(.F)?` (no exponent) with value in an integer-bounded interval.
+def number_range(lo, hi, *, lo_exclusive: bool = False, hi_exclusive: bool = False
+                 ) -> ir.Node:
+  """Decimal numbers `-?I(.F)?` (no exponent) with value in an interval.
 
-  Exact for that format: every such text whose value v satisfies `lo <= v` (`lo < v`
-  if `lo_exclusive`) and `v <= hi` (`v < hi`), except negative zeros (`-0`, `-0.0`).
-  None leaves a side unbounded.
+  `lo` and `hi` are ints, `fractions.Fraction`s with a finite decimal expansion (every
+  JSON number has one), or None for an unbounded side. Exact for that format: every such
+  text whose value v satisfies `lo <= v` (`lo < v` if `lo_exclusive`) and `v <= hi`
+  (`v < hi`), except negative zeros (`-0`, `-0.0`).
   """
+  lo = None if lo is None else fractions.Fraction(lo)
+  hi = None if hi is None else fractions.Fraction(hi)
   parts = []
   if hi is None or hi > 0 or (hi == 0 and not hi_exclusive):
     if lo is None or lo < 0:
-      low, low_exclusive = 0, False
+      low, low_exclusive = fractions.Fraction(0), False
     else:
       low, low_exclusive = lo, lo_exclusive
     parts.append(_magnitude(low, low_exclusive, hi, hi_exclusive))
   if lo is None or lo < 0:  # v = -m with m > 0.
     if hi is None or hi >= 0:
-      m_lo, m_lo_exclusive = 0, True
+      m_lo, m_lo_exclusive = fractions.Fraction(0), True
     else:
       m_lo, m_lo_exclusive = -hi, hi_exclusive
     m_hi = None if lo is None else -lo

@@ -140,6 +140,61 @@ def test_number_range_exhaustive_small(lo_exclusive, hi_exclusive):
       assert got.tolist() == expected, (lo, hi)
 
 
+_FRACTIONAL_DECIMALS = [sign + str(i) + f for i in range(0, 5) for f in
+                        ["", ".0", ".2", ".25", ".250", ".2500001", ".249", ".3", ".05",
+                         ".049", ".051", ".5", ".50", ".9", ".99", ".999"]
+                        for sign in ("", "-")] + ["-0", "-0.0", "0.", ".25", "1e0"]
+
+
+@pytest.mark.parametrize("lo_exclusive", [False, True])
+@pytest.mark.parametrize("hi_exclusive", [False, True])
+def test_number_range_fractional_bounds(lo_exclusive, hi_exclusive):
+  """Bounds with fraction digits: the fraction is compared digit by digit at the bound's
+  own integer part (0.25 vs 0.250, 0.249, 0.2500001), on both signs."""
+  bounds = [None] + [fractions.Fraction(b) for b in
+                     ("-3.5", "-1.25", "-0.05", "0", "0.05", "0.25", "1.999", "2.5", "3")]
+  values = [_decimal_value(t) for t in _FRACTIONAL_DECIMALS]
+  for lo in bounds:
+    for hi in bounds:
+      node = jv.number_range(lo, hi, lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
+      got = accepts_many(compile_byte_dfa(node), _FRACTIONAL_DECIMALS)
+      expected = [v is not None
+                  and (lo is None or (v > lo if lo_exclusive else v >= lo))
+                  and (hi is None or (v < hi if hi_exclusive else v <= hi)) for v in values]
+      assert got.tolist() == expected, (lo, hi)
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    lo=st.one_of(st.none(), st.decimals(-1000, 1000, places=4)),
+    hi=st.one_of(st.none(), st.decimals(-1000, 1000, places=4)),
+    lo_exclusive=st.booleans(), hi_exclusive=st.booleans(),
+    probes=st.lists(st.decimals(-1100, 1100, places=6), min_size=1, max_size=20))
+def test_number_range_random_decimal_bounds(lo, hi, lo_exclusive, hi_exclusive, probes):
+  lo = None if lo is None else fractions.Fraction(lo)
+  hi = None if hi is None else fractions.Fraction(hi)
+  dfa = compile_byte_dfa(jv.number_range(lo, hi, lo_exclusive=lo_exclusive,
+                                         hi_exclusive=hi_exclusive))
+  texts = []
+  # The probes (with trailing zeros, as hypothesis writes them) and the bounds themselves,
+  # each also a hair above or (by one more digit) next to it.
+  for text in [format(p, "f") for p in probes] + [_fraction_text(b) for b in (lo, hi)
+                                                 if b is not None]:
+    texts += [text, text + "0", text + "01"] if "." in text else [text, text + ".0",
+                                                                  text + ".01"]
+  for text, ok in zip(texts, accepts_many(dfa, texts)):
+    v = _decimal_value(text)
+    expected = v is not None and (lo is None or (v > lo if lo_exclusive else v >= lo)) and (
+        hi is None or (v < hi if hi_exclusive else v <= hi))
+    assert ok == expected, (lo, hi, text)
+
+
+def _fraction_text(x: fractions.Fraction) -> str:
+  """The canonical decimal text of a finite decimal (no exponent)."""
+  whole, digits = jv.decimal_digits(abs(x))
+  return ("-" if x < 0 else "") + str(whole) + ("." + digits if digits else "")
+
+
 def test_number_range_random_big():
   rng = random.Random(7)
   for _ in range(10):
