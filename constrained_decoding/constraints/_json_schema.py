@@ -17,7 +17,8 @@ it back to a regular language. Dialect: draft 2020-12, plus draft-07's `definiti
 Supported keywords:
   any type    type (a name or a list), enum, const, anyOf, oneOf, allOf, $ref, $defs,
               definitions.
-  string      minLength, maxLength (in code points), pattern, format.
+  string      minLength, maxLength (in code points), pattern, format (together:
+              their intersection, `_intersect.py`).
   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact ranges).
   number      the same (decimal bounds too: 0.25 <= x < 2.5 is exact).
   object      properties, required, additionalProperties.
@@ -113,6 +114,7 @@ import urllib.parse
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _grammar
+from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints import _regex
@@ -917,37 +919,35 @@ class _Lowerer:
   def _lower_string(self, schema: dict, pointer: str) -> ir.Node:
     min_length = self._count(schema, "minLength", pointer) or 0
     max_length = self._count(schema, "maxLength", pointer)
-    content = [k for k in ("pattern", "format") if k in schema]
-    if len(content) == 2:
-      where = _pointer(pointer, "format")
-      self.unsupported(where, (
-          f"JSON Schema keyword 'format' at {where} is combined with 'pattern', which is"
-          " not supported (it needs an intersection of automata). Expected one of them."
-          " Fold the format into the pattern, or pass lenient=True to ignore the format."))
-      content = ["pattern"]
-    if content and (min_length > 0 or max_length is not None):
-      for key in ("minLength", "maxLength"):
-        if key in schema:
-          where = _pointer(pointer, key)
-          self.unsupported(where, (
-              f"JSON Schema keyword {key!r} at {where} is combined with {content[0]!r},"
-              " which is not supported (it needs an intersection of automata). Expected"
-              f" the length inside the {content[0]}, e.g. a bounded repeat. Rewrite it, or"
-              " pass lenient=True to ignore the length."))
-    if content == ["pattern"]:
-      return _quoted(self._pattern(schema["pattern"], _pointer(pointer, "pattern")))
-    if content == ["format"]:
+    if max_length is not None and max_length < min_length:
+      return ir.NOTHING
+    texts = []  # Languages of the decoded value, intersected below.
+    if "pattern" in schema:
+      texts.append(self._pattern(schema["pattern"], _pointer(pointer, "pattern")))
+    if "format" in schema:
       where = _pointer(pointer, "format")
       name = schema["format"]
       if name in FORMATS:
-        return _quoted(jv.encode_text(format_ir(name)))
-      self.unsupported(where, (
-          f"format {name!r} at {where} is not supported. Expected one of {sorted(FORMATS)}."
-          " Use a pattern instead, or pass lenient=True to accept any string."))
-      return jv.json_string()
-    if max_length is not None and max_length < min_length:
-      return ir.NOTHING
-    return jv.json_string(min_length, max_length)
+        texts.append(format_ir(name))
+      else:
+        self.unsupported(where, (
+            f"format {name!r} at {where} is not supported. Expected one of"
+            f" {sorted(FORMATS)}. Use a pattern instead, or pass lenient=True to accept"
+            " any string."))
+    if not texts:
+      return jv.json_string(min_length, max_length)
+    if min_length > 0 or max_length is not None:
+      texts.append(_intersect.text_of_length(min_length, max_length))
+    text = texts[0]
+    for other in texts[1:]:
+      try:
+        text = _intersect.intersect_text(text, other)
+      except ValueError as e:
+        raise errors.UnsupportedSchemaError(
+            f"The string constraints at {pointer} (pattern, format, lengths) are too large"
+            f" to combine: {e}. Expected their intersection to be a smaller automaton."
+            " Simplify the pattern or lower maxLength.") from e
+    return _quoted(jv.encode_text(text))
 
   def _pattern(self, pattern, where: str) -> ir.Node:
     if not isinstance(pattern, str):
@@ -956,7 +956,7 @@ class _Lowerer:
           " Quote the pattern."
       )
     try:
-      return jv.encode_text(pattern_ir(pattern))
+      return pattern_ir(pattern)
     except errors.RegexSyntaxError as e:
       raise errors.SchemaError(
           f"pattern {pattern!r} at {where} is not a valid regular expression. Expected"

@@ -266,9 +266,12 @@ def encode_text(node: ir.Node) -> ir.Node:
       return ir.union(*(encode_text(a) for a in alternatives))
     case ir.Repeat(body, lo, hi):
       return ir.repeat(encode_text(body), lo, hi)
+    case ir.Graph(num_states, arcs, finals):
+      return ir.Graph(num_states, tuple((a, encode_text(label), b) for a, label, b in arcs),
+                      finals)
   raise ValueError(
-      f"IR node {node!r} does not denote text. Expected Bytes, CharClass, Concat, Union or"
-      " Repeat. Use a regex without byte classes or terminals."
+      f"IR node {node!r} does not denote text. Expected Bytes, CharClass, Concat, Union,"
+      " Repeat or Graph. Use a regex without byte classes or terminals."
   )
 
 
