@@ -87,11 +87,12 @@ not generated):
   (`\\d` = [0-9], like ECMAScript); `$` matches only at the very end (ECMAScript), not
   before a final newline (Python). Python's validators use Unicode `\\d`, `\\w`, so
   `\\D`, `\\W` here admit non-ASCII digits and letters that Python would reject.
-* String lengths count code points; `pattern`, `format` and `minLength`/`maxLength`
-  cannot be combined in one schema (that needs an intersection of automata). A bounded
-  `maxLength` costs one automaton state per length, each allowing most tokens.
-* Number bounds on `number` must be integers (`lenient=True` rounds others inward);
-  on `integer` any bound works (rounded exactly). `multipleOf` is not supported.
+* String lengths count code points; `pattern`, `format` and `minLength`/`maxLength` in
+  one schema combine exactly (`_intersect.py`: a product automaton over characters,
+  refused past 100k states). A bounded `maxLength` costs one automaton state per
+  length, each allowing most tokens.
+* Number bounds are exact decimals on `number` (written without exponent when bounded)
+  and are rounded exactly on `integer`. `multipleOf` is not supported.
 * Formats (decoded values; uppercase `T` and `Z` only; no leap seconds):
   date (RFC 3339 full-date with month lengths and leap years, years 0001-9999),
   time (full-time: `hh:mm:ss[.frac]` then `Z` or `+hh:mm`/`-hh:mm`), date-time (`dateTtime`),
@@ -100,7 +101,12 @@ not generated):
   hostname (1 to 8 dot-separated RFC 1123 labels of 1-30 characters, so the 253
   character limit holds), email (a dot-atom local part `@` a hostname: no quoted
   local parts, no IP literals, the 64-character local-part limit is not enforced),
-  uri (RFC 3986 `URI`: scheme, hierarchical part, query, fragment; no IPvFuture).
+  uri (RFC 3986 `URI`: scheme, hierarchical part, query, fragment; no IPvFuture),
+  duration (RFC 3339 Appendix A, `P1Y2M3DT4H5M6S`, `P2W`; seconds may have a decimal
+  fraction, as ISO 8601 and pydantic's timedelta write them).
+  The OpenAPI hints `password` and `binary` and pydantic's `path` denote any string.
+* The content keywords (`contentEncoding`, `contentMediaType`, `contentSchema`) are
+  annotations in draft 2020-12 and are ignored like `title`.
 """
 
 import collections
@@ -122,6 +128,7 @@ from constrained_decoding.constraints import _regex
 _ANNOTATIONS = frozenset({
     "title", "description", "examples", "default", "$schema", "$id", "$comment",
     "deprecated", "readOnly", "writeOnly",
+    "contentEncoding", "contentMediaType", "contentSchema",  # Annotations since 2019-09.
 })
 _DEFINITIONS = frozenset({"$defs", "definitions"})
 _NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS
@@ -1377,7 +1384,15 @@ _URI = (
     rf"[A-Za-z][A-Za-z0-9+.\-]*:(?://{_AUTHORITY}{_SEGMENTS}|/(?:{_PCHAR}+{_SEGMENTS})?"
     rf"|{_PCHAR}+{_SEGMENTS}|)(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
 )
+_DURATION_TIME = r"T(?:\d+H(?:\d+M(?:\d+(?:\.\d+)?S)?)?|\d+M(?:\d+(?:\.\d+)?S)?|\d+(?:\.\d+)?S)"
+_DURATION = (rf"P(?:(?:\d+Y(?:\d+M(?:\d+D)?)?|\d+M(?:\d+D)?|\d+D)(?:{_DURATION_TIME})?"
+             rf"|{_DURATION_TIME}|\d+W)")
+_ANY_TEXT = r"(?s:.*)"
 _FORMAT_PATTERNS = {
+    "duration": _DURATION,
+    "password": _ANY_TEXT,
+    "binary": _ANY_TEXT,
+    "path": _ANY_TEXT,
     "date": _DATE,
     "time": _TIME,
     "date-time": f"{_DATE}T{_TIME}",
