@@ -536,6 +536,64 @@ def number_range(lo, hi, *, lo_exclusive: bool = False, hi_exclusive: bool = Fal
   return ir.union(*parts)
 
 
+def multiple_of(step: fractions.Fraction, *, max_states: int = 100_000) -> ir.Node:
+  """Decimal texts `-?D+(.D+)?` whose value is an integer multiple of `step` > 0.
+
+  Permissive on form (leading zeros, `-0`): intersect it with a canonical number IR.
+  With step = p/q in lowest terms and s its number of decimal places, every multiple
+  has at most s significant fraction digits, and x is one exactly when X = x * 10^s
+  (an integer) is divisible by D = p * 10^s / q. The automaton reads X's digits
+  keeping X mod D; after s fraction digits only zeros may follow, and at the end the
+  missing places count as zeros.
+
+  Raises:
+    ValueError: step has no finite decimal expansion, or D would exceed `max_states`.
+  """
+  _, digits = decimal_digits(step)
+  places = len(digits)
+  divisor = step.numerator * 10**places // step.denominator
+  num_states = 2 + divisor * (places + 3)
+  if num_states > max_states:
+    raise ValueError(f"multipleOf {step} needs {num_states} states")
+  # States: 0 start, 1 after '-'; with X mod D = r so far: integer part, f fraction
+  # digits read (f = 0..places), and zeros past the places (at least one read).
+  def integer(r):
+    return 2 + r
+
+  def fraction(r, f):
+    return 2 + divisor * (1 + f) + r
+
+  def zeros(r):
+    return 2 + divisor * (places + 2) + r
+
+  arcs, finals = [(0, ir.Bytes(b"-"), 1)], []
+
+  def digit_arcs(source, target_of):
+    by_target: dict[int, list] = {}
+    for d in range(10):
+      target = target_of(d)
+      if target is not None:
+        by_target.setdefault(target, []).append((0x30 + d, 0x30 + d))
+    arcs.extend((source, ir.char_class(ranges), target) for target, ranges in by_target.items())
+
+  for source in (0, 1):
+    digit_arcs(source, lambda d: integer(d % divisor))
+  for r in range(divisor):
+    digit_arcs(integer(r), lambda d, r=r: integer((10 * r + d) % divisor))
+    arcs.append((integer(r), ir.Bytes(b"."), fraction(r, 0)))
+    if r * 10**places % divisor == 0:
+      finals.append(integer(r))
+    for f in range(places):
+      digit_arcs(fraction(r, f), lambda d, r=r, f=f: fraction((10 * r + d) % divisor, f + 1))
+    for f in range(1, places + 1):
+      if r * 10**(places - f) % divisor == 0:
+        finals.append(fraction(r, f))
+    arcs += [(fraction(r, places), ir.Bytes(b"0"), zeros(r)), (zeros(r), ir.Bytes(b"0"), zeros(r))]
+    if r % divisor == 0:
+      finals.append(zeros(r))
+  return ir.Graph(num_states=num_states, arcs=tuple(arcs), finals=tuple(finals))
+
+
 # ---- Containers, constants and schema-free JSON. ----
 
 

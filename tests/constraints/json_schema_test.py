@@ -9,6 +9,7 @@ table of every error path.
 
 import datetime
 import decimal
+import fractions
 import ipaddress
 import json
 import math
@@ -732,8 +733,9 @@ ERROR_CASES = [
      cd.UnsupportedSchemaError, r"'uniqueItems' at #/properties/tags/uniqueItems"),
     ({"properties": {"a/b~c": {"not": {}}}}, cd.UnsupportedSchemaError,
      r"'not' at #/properties/a~1b~0c/not is not supported"),
-    ({"type": "integer", "multipleOf": 3},
-     cd.UnsupportedSchemaError, r"'multipleOf' at #/multipleOf"),
+    ({"type": "integer", "multipleOf": 3.000001},
+     cd.UnsupportedSchemaError, r"multipleOf 3.000001 at #/multipleOf .* too large"),
+    ({"type": "integer", "multipleOf": -2}, cd.SchemaError, r"multipleOf -2 at #/multipleOf is"),
     ({"type": "object", "patternProperties": {"^x": {}}}, cd.UnsupportedSchemaError,
      r"'patternProperties' at #/patternProperties"),
     ({"if": {}, "then": {}}, cd.UnsupportedSchemaError, r"'if' at #/if"),
@@ -971,3 +973,46 @@ def test_string_keywords_combine_exactly(schema):
     assert got == expected, text
     accepted += got
   assert accepted >= 3  # Not vacuous.
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "multipleOf": 5},
+    {"type": "integer", "multipleOf": 2.5, "minimum": -20, "maximum": 20},
+    {"type": "number", "multipleOf": 0.25, "exclusiveMinimum": -1, "maximum": 2.5},
+    {"type": "number", "multipleOf": 0.01},
+    {"type": "number", "multipleOf": 1.5, "minimum": 0.5},
+    {"allOf": [{"type": "integer", "multipleOf": 4}, {"multipleOf": 6}]},
+], ids=["int-5", "int-2.5-bounded", "quarter-bounded", "cents", "1.5-min", "allOf-lcm"])
+def test_multiple_of_against_jsonschema(schema):
+  """Every decimal text in a grid of candidates: accepted exactly when it is in the
+  generated number format, jsonschema validates the rest of the schema, and the value
+  is a multiple of every step (exact fractions: float `%` is not)."""
+  dfa = _dfa(cd.JsonSchema(schema))
+  parts = [schema, *schema.get("allOf", [])]
+  steps = [fractions.Fraction(str(p["multipleOf"])) for p in parts if "multipleOf" in p]
+  strip = lambda p: {k: v for k, v in p.items() if k != "multipleOf"}  # pylint: disable=unnecessary-lambda-assignment
+  rest = strip(schema) | ({"allOf": [strip(p) for p in schema["allOf"]]}
+                          if "allOf" in schema else {})
+  validator = jsonschema.Draft202012Validator(rest)
+  integer = any(p.get("type") == "integer" for p in parts)
+  candidates = set()
+  for whole in range(-25, 26):
+    for fraction in ("", ".0", ".00", ".01", ".1", ".25", ".5", ".50", ".75", ".125", ".3"):
+      candidates.add(f"{whole}{fraction}")
+  candidates |= {"-0", "-0.0", "1e2", "007", "0.250", "-0.25", "-0.5"}
+  accepted = 0
+  for text in sorted(candidates):
+    canonical = bool(re.fullmatch(r"-?(0|[1-9]\d*)(\.\d+)?", text)) and not re.fullmatch(
+        r"-0(\.0*)?", text) and not (integer and "." in text)  # Integers: no fraction.
+    expected = canonical and validator.is_valid(int(text) if integer else float(text)) and all(
+        (fractions.Fraction(text) / step).denominator == 1 for step in steps)
+    assert dfa.accepts(text.encode()) == expected, text
+    accepted += expected
+  assert accepted >= 5
+
+
+def test_multiple_of_errors():
+  with pytest.raises(cd.SchemaError, match=r"multipleOf 0 at #/multipleOf is not positive"):
+    cd.JsonSchema({"type": "number", "multipleOf": 0}).to_ir()
+  with pytest.raises(cd.UnsupportedSchemaError, match=r"multipleOf 123457 at #/multipleOf"):
+    cd.JsonSchema({"type": "integer", "multipleOf": 123457}).to_ir()
