@@ -232,8 +232,7 @@ def _pack_bytes(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
   if not nfa.epsilons and len(nfa.arcs) >= 64:  # Below that, numpy's overhead loses.
     return _pack_bytes_numpy(nfa, edges, finals)
   class_of = {edge: k for k, edge in enumerate(edges)}
-  words: list[int] = []
-  extend = words.extend
+  words: list[int] = []  # `words += tuple` is cheaper than a `words.extend` call.
   epsilons = nfa.epsilons
   deterministic = not epsilons
   for state, arcs in enumerate(nfa.arcs):
@@ -243,23 +242,24 @@ def _pack_bytes(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
       lo, hi, dst = arcs
       label = class_of[lo] + 1
       if label == class_of[hi + 1]:
-        extend((final, 1, 0, label, label, 0, dst))
+        words += (final, 1, 0, label, label, 0, dst)
         continue
     header = len(words)
-    extend((final, 0, 0))
+    words += (final, 0, 0)
     for target in epsilons.get(state, ()):
-      extend((EPSILON_LABEL, EPSILON_LABEL, 0, target))
-    labels = set()
+      words += (EPSILON_LABEL, EPSILON_LABEL, 0, target)
     for k in range(0, num_ranges, 3):
       dst = arcs[k + 2]
       first, last = class_of[arcs[k]] + 1, class_of[arcs[k + 1] + 1]
-      for label in range(first, last + 1):
-        extend((label, label, 0, dst))
-      if deterministic:
-        labels.update(range(first, last + 1))
+      if first == last:
+        words += (first, first, 0, dst)
+      else:
+        for label in range(first, last + 1):
+          words += (label, label, 0, dst)
     count = (len(words) - header - 3) // 4
     words[header + 1] = count
-    if deterministic and len(labels) != count:
+    # Deterministic: no label twice among the state's arcs (one set per state).
+    if deterministic and count > 1 and len(set(words[header + 3::4])) != count:
       deterministic = False
   num_arcs = (len(words) - 3 * len(nfa.arcs)) // 4
   header = _HEADER_PREFIX + struct.pack(
@@ -315,6 +315,7 @@ def _pack_bytes_numpy(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]
 
 # One class per byte (label b + 1 is byte b) and per token class (label 257 + j).
 _BYTE_EDGES = list(range(257 + len(ir.TOKEN_CLASSES)))
+_LABELS = np.arange(len(_BYTE_EDGES))  # Every class label (0: epsilon), for `np.repeat`.
 _TOKEN_CLASS_BASE = 256  # Token class j is the pseudo-byte 256 + j.
 
 
@@ -563,15 +564,19 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteD
         accepting=np.zeros((0,), bool),
         start=_byte_dfa.NO_STATE,
     )
-  table = np.full((num_states, len(edges) - 1), _byte_dfa.NO_STATE, np.int32)
-  table[src, labels - 1] = dst
+  # Column j holds the arcs labelled j (byte class j - 1); column 0 (epsilon) stays empty.
+  table = np.full((num_states, len(edges)), _byte_dfa.NO_STATE, np.int32)
+  table[src, labels] = dst
   if start != 0:  # Swap `start` and 0 so that the start state is 0.
     order = np.arange(num_states)
     order[[0, start]] = order[[start, 0]]  # An involution: old <-> new numbering.
     table = np.where(table >= 0, order[table], table)[order].astype(np.int32)
     accepting = accepting[order]
   if len(edges) - 1 != edges[-1]:  # Not one class per value: expand classes to values.
-    table = np.take(table, np.repeat(np.arange(len(edges) - 1), np.diff(edges)), axis=1)
+    sizes = [b - a for a, b in zip(edges, edges[1:])]
+    table = table.take(_LABELS[1:len(edges)].repeat(sizes), axis=1)
+  else:
+    table = table[:, 1:]
   token_arcs = np.zeros((0, 3), np.int32)
   if table.shape[1] > _TOKEN_CLASS_BASE:
     extra = table[:, _TOKEN_CLASS_BASE:]
@@ -607,7 +612,7 @@ def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:
   if labels.size and labels.min() <= EPSILON_LABEL:
     raise ValueError("Expected an epsilon-free automaton, got epsilon arcs instead.")
   return _dfa_from_arcs(
-      start, states["final"] != _ZERO, np.repeat(np.arange(num_states), states["num_arcs"]),
+      start, states["final"] != _ZERO, np.arange(num_states).repeat(states["num_arcs"]),
       labels, arcs[3::4], edges,
   )
 
