@@ -209,62 +209,51 @@ def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
   character), so that the loop describes q's character class and nothing of the
   surrounding constraint: its terminal is then shared by every constraint that has the
   same class (every JSON string body, say).
+
+  Plain Python over the rows of the few states near q (a ball of a few dozen states):
+  cheaper than numpy calls on arrays that small.
   """
   # Byte classes are byte ranges in order, so the class table gives the same distances
   # and the same first-byte order as the byte table, reading fewer columns.
-  trans = dfa.byte_classes[0]
+  table = dfa.byte_classes[0]
+  rows: dict[int, set[int]] = {}
+
+  def successors(s: int) -> set[int]:
+    row = rows.get(s)
+    if row is None:
+      row = rows[s] = set(table[s].tolist())
+      row.discard(NO_STATE)
+    return row
+
   # A state s != q on such a cycle is at most MAX_LOOP_BYTES - 1 bytes from q, and so
   # is every state of a shortest way back from s to q: the ball around q holds them all.
-  ball, front = {q: 0}, [q]
-  outside = np.ones(dfa.num_states + 1, bool)  # Index NO_STATE (-1): the last entry.
-  outside[[q, -1]] = False
+  ahead, front = {q: 0}, [q]
   for step in range(1, MAX_LOOP_BYTES):
-    reached = np.zeros(dfa.num_states + 1, bool)
-    reached[trans[front]] = True
-    reached &= outside
-    front = np.flatnonzero(reached).tolist()
+    front = [t for s in front for t in successors(s) if t not in ahead
+             and ahead.setdefault(t, step) == step]
     if not front:
       break
-    outside[front] = False
-    for r in front:
-      ball[r] = step
-  states = list(ball)  # q first
-  size = len(states)
-  index = np.full(dfa.num_states + 1, size, np.int64)  # NO_STATE (-1) reads `size`.
-  index[states] = np.arange(size)
-  sub = index[trans[states]]  # [size, C], `size` outside the ball
-  adjacent = np.zeros((size, size + 1), bool)
-  adjacent[np.arange(size)[:, None], sub] = True
-  adjacent = adjacent[:, :size]
   # Shortest distances back to q inside the ball, up to the cycle bound.
-  inf = MAX_LOOP_BYTES + 1
-  behind = np.full(size, inf)
-  behind[0] = 0
-  front_behind = np.zeros(size, bool)
-  front_behind[0] = True
+  before: dict[int, list[int]] = {s: [] for s in ahead}
+  for s in ahead:
+    for t in successors(s):
+      if t in before:
+        before[t].append(s)
+  behind, front = {q: 0}, [q]
   for step in range(1, MAX_LOOP_BYTES + 1):
-    front_behind = adjacent[:, front_behind].any(axis=1) & (behind == inf)
-    if not front_behind.any():
+    front = [s for t in front for s in before[t] if s not in behind
+             and behind.setdefault(s, step) == step]
+    if not front:
       break
-    behind[front_behind] = step
-  ahead = np.fromiter(ball.values(), np.int64, size)
-  in_loop = np.zeros(size + 1, bool)
-  in_loop[:size] = ahead + behind <= MAX_LOOP_BYTES
-  in_loop[0] = True
+  in_loop = {s for s, d in behind.items() if ahead[s] + d <= MAX_LOOP_BYTES}
   # Canonical numbering: BFS from q, successors in order of their first byte.
-  rows = np.flatnonzero(in_loop[:size])
-  targets = sub[rows]
-  targets[~in_loop[targets]] = size  # Only successors in the loop; `size` is none.
-  successors = {row: list(dict.fromkeys(targets_of))  # First-byte order, each once.
-                for row, targets_of in zip(rows.tolist(), targets.tolist())}
-  order, seen, k = [0], {0, size}, 0
-  while k < len(order):
-    for r in successors[order[k]]:
-      if r not in seen:
-        seen.add(r)
-        order.append(r)
-    k += 1
-  return [states[i] for i in order]
+  order, seen = [q], {q}
+  for s in order:  # `order` grows while it is read.
+    for t in table[s].tolist():  # In order of the first byte.
+      if t in in_loop and t not in seen:
+        seen.add(t)
+        order.append(t)
+  return order
 
 
 def _canonical_loop(dfa: ByteDfa, q: int) -> tuple[list[int], np.ndarray]:
