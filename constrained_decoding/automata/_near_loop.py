@@ -195,7 +195,8 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
     if q not in candidates:
       continue
     members = np.asarray(members_list, np.int64)
-    states = [p for p in candidates[q] if p not in out]
+    inside = set(members_list)  # L's own states are not near it (they are in it).
+    states = [p for p in candidates[q] if p not in out and p not in inside]
     chosen, entries, walk = [], [], []
     for p, partner in zip(states, _partners(dfa, members, loop, states) if states else ()):
       if partner is not None:
