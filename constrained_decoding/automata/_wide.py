@@ -227,24 +227,14 @@ def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
 
   # A state s != q on such a cycle is at most MAX_LOOP_BYTES - 1 bytes from q, and so
   # is every state of a shortest way back from s to q: the ball around q holds them all.
-  ahead, front = {q: 0}, [q]
-  for step in range(1, MAX_LOOP_BYTES):
-    front = [t for s in front for t in successors(s) if t not in ahead
-             and ahead.setdefault(t, step) == step]
-    if not front:
-      break
+  ahead = _distances(q, successors, MAX_LOOP_BYTES - 1)
   # Shortest distances back to q inside the ball, up to the cycle bound.
   before: dict[int, list[int]] = {s: [] for s in ahead}
   for s in ahead:
     for t in successors(s):
       if t in before:
         before[t].append(s)
-  behind, front = {q: 0}, [q]
-  for step in range(1, MAX_LOOP_BYTES + 1):
-    front = [s for t in front for s in before[t] if s not in behind
-             and behind.setdefault(s, step) == step]
-    if not front:
-      break
+  behind = _distances(q, before.__getitem__, MAX_LOOP_BYTES)
   in_loop = {s for s, d in behind.items() if ahead[s] + d <= MAX_LOOP_BYTES}
   # Canonical numbering: BFS from q, successors in order of their first byte.
   order, seen = [q], {q}
@@ -254,6 +244,22 @@ def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
         seen.add(t)
         order.append(t)
   return order
+
+
+def _distances(start: int, neighbours, limit: int) -> dict[int, int]:
+  """Breadth-first distances from `start` along `neighbours(s)`, up to `limit` steps."""
+  distance, front = {start: 0}, [start]
+  for step in range(1, limit + 1):
+    reached = []
+    for s in front:
+      for t in neighbours(s):
+        if t not in distance:
+          distance[t] = step
+          reached.append(t)
+    if not reached:
+      break
+    front = reached
+  return distance
 
 
 def _canonical_loop(dfa: ByteDfa, q: int) -> tuple[list[int], np.ndarray]:
