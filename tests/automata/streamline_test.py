@@ -113,11 +113,8 @@ def _assert_same_walks(full, slim, walks):
         break
 
 
-@functools.cache
-def _gemma_pdas(name: str, compiler_id: int):
+def _gemma_pdas(compiler, name: str):
   """(TokenPda, unstreamlined tables, streamlined tables) of a built-in grammar."""
-  del compiler_id  # Cache key only.
-  compiler = _COMPILER[0]
   rtn = _pda.build_rtn(cd.Grammar.builtin(name).pushdown_grammar())
   token_pda = compiler._token_pda(rtn, name, time.perf_counter() + 600)  # pylint: disable=protected-access
   pack = functools.partial(_tables.pack_pda_tables, vocab=compiler.vocab, stack_depth=64)
@@ -125,14 +122,10 @@ def _gemma_pdas(name: str, compiler_id: int):
           pack(_streamline.streamline(token_pda)[0]))
 
 
-_COMPILER = []
-
-
-@pytest.fixture(name="pdas")
+@pytest.fixture(scope="module", name="pdas")
 def fixture_pdas(gemma_compiler):
-  if not _COMPILER:
-    _COMPILER.append(gemma_compiler)
-  return lambda name: _gemma_pdas(name, id(gemma_compiler))
+  """name -> `_gemma_pdas`, each built once per module."""
+  return functools.cache(functools.partial(_gemma_pdas, gemma_compiler))
 
 
 def _random_walks(tables, rng, count, length):

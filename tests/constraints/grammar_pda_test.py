@@ -5,7 +5,6 @@ Oracles: `lark` Earley parsers for the built-in grammars (`grammar_test._twin`),
 reference walker (`testing.reference_step_stack`) for the device runtime.
 """
 
-import functools
 import json
 import random
 
@@ -25,20 +24,10 @@ from constrained_decoding.testing import (TokenIndex, reference_accepts, referen
 PDA_BUILTINS = ["json", "arithmetic", "sexpr"]
 
 
-@functools.cache
-def _gemma_tables(name: str, compiler_id: int):
-  del compiler_id  # Cache key only.
-  return _COMPILER[0].compile(cd.Grammar.builtin(name))
-
-
-_COMPILER = []
-
-
-@pytest.fixture(name="tables_for")
+@pytest.fixture(scope="module", name="tables_for")
 def fixture_tables_for(gemma_compiler):
-  if not _COMPILER:
-    _COMPILER.append(gemma_compiler)
-  return lambda name: _gemma_tables(name, id(gemma_compiler))
+  """name -> the compiled built-in grammar (the compiler memoizes it)."""
+  return lambda name: gemma_compiler.compile(cd.Grammar.builtin(name))
 
 
 @pytest.fixture(scope="module", name="index")

@@ -208,16 +208,21 @@ def test_recursion_that_normalizes_away_is_regular():
 # ---- Byte vocabulary: every schema, every policy, deep instances. ----
 
 
-_BYTE_TABLES = {}
+_COMPILED = {}  # (vocabulary fingerprint, schema name, policy, strict) -> (tables, info)
 _bounded_dfa = json_schema_test._dfa  # pylint: disable=protected-access  (byte DFA of to_ir)
 
 
-def _byte_tables(compiler, name, policy, strict):
-  key = (name, policy, strict)
-  if key not in _BYTE_TABLES:
+def _compiled(compiler, name, policy, strict):
+  """(tables, info) of SCHEMAS[name], compiled once per vocabulary and options."""
+  key = (compiler.vocab.fingerprint, name, policy, strict)
+  if key not in _COMPILED:
     spec = cd.JsonSchema(SCHEMAS[name], policy, strict_properties=strict)
-    _BYTE_TABLES[key] = compiler.compile(spec)
-  return _BYTE_TABLES[key]
+    _COMPILED[key] = compiler.compile_with_info(spec)
+  return _COMPILED[key]
+
+
+def _byte_tables(compiler, name, policy, strict):
+  return _compiled(compiler, name, policy, strict)[0]
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["extras", "strict"])
@@ -313,7 +318,6 @@ def test_random_byte_walks_validate(name, strict, byte_compiler, byte_vocab):
 
 GEMMA_CASES = [("tree", "compact", False), ("tree", "flexible", True), ("list", "single", True),
                ("expr", "compact", True), ("value", "single", True)]
-_GEMMA = {}
 
 
 @pytest.fixture(scope="module", name="index")
@@ -321,19 +325,11 @@ def fixture_index(gemma_vocab):
   return TokenIndex(gemma_vocab)
 
 
-def _gemma_tables(compiler, name, policy, strict):
-  key = (name, policy, strict)
-  if key not in _GEMMA:
-    spec = cd.JsonSchema(SCHEMAS[name], policy, strict_properties=strict)
-    _GEMMA[key] = compiler.compile_with_info(spec)
-  return _GEMMA[key]
-
-
 @pytest.mark.parametrize("name, policy, strict", GEMMA_CASES)
 def test_gemma_random_tokenizations_and_walks(name, policy, strict, gemma_compiler, gemma_vocab,
                                               index):
   schema = SCHEMAS[name]
-  tables, info = _gemma_tables(gemma_compiler, name, policy, strict)
+  tables, info = _compiled(gemma_compiler, name, policy, strict)
   assert tables.is_pushdown and info.num_groups is not None
   rng = random.Random(f"gemma-{name}-{policy}")
   for _ in range(6):  # Completeness.
