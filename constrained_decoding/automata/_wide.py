@@ -455,7 +455,7 @@ class WideStates:
     self.num_words = num_words
     self.cache_dir = cache_dir
     self.max_cache_bytes = max_cache_bytes
-    self._memo: dict[str, LoopTerminal] = {}
+    self._subtrie_memo: dict[str, LoopTerminal] = {}  # Key -> terminal with sub-trie.
     self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
     self._class_memo: dict[str, np.ndarray] = {}
     self._many_memo: dict[bytes, np.ndarray] = {}  # Loop digest -> `may_hold_many`.
@@ -628,21 +628,16 @@ class WideStates:
     if digest is None:
       digest = loop_digest(loop)
     shape = (digest, entry, after_first_byte)
-    hit = self._shape_memo.get(shape)
-    if hit is not None:
-      return hit
-    key = hashlib.sha1(digest + entry.to_bytes(4, "little") + bytes([after_first_byte])
-                       ).hexdigest()[:20]
-    if key in self._memo:
-      self._shape_memo[shape] = self._memo[key]
-      return self._memo[key]
-    loop_info = dict(loop=loop, entry=entry, after_first_byte=after_first_byte)
-    terminal = self._load(key, **loop_info)
+    terminal = self._shape_memo.get(shape)
     if terminal is None:
-      terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
-                                     after_first_byte=after_first_byte)
-      self._save(terminal)
-    self._memo[key] = self._shape_memo[shape] = terminal
+      key = hashlib.sha1(digest + entry.to_bytes(4, "little") + bytes([after_first_byte])
+                         ).hexdigest()[:20]
+      terminal = self._load(key, loop=loop, entry=entry, after_first_byte=after_first_byte)
+      if terminal is None:
+        terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
+                                       after_first_byte=after_first_byte)
+        self._save(terminal)
+      self._shape_memo[shape] = terminal
     return terminal
 
   def with_subtrie(self, terminal: LoopTerminal, first_bytes: np.ndarray | None = None
@@ -657,8 +652,8 @@ class WideStates:
       key = hashlib.sha1(key.encode() + np.packbits(first_bytes).tobytes()).hexdigest()[:20]
     else:
       first_bytes = None
-    known = self._memo.get(key)
-    if known is not None and known.subtrie is not None:
+    known = self._subtrie_memo.get(key)
+    if known is not None:
       return known
     loop_info = dict(loop=terminal.loop, entry=terminal.entry,
                      after_first_byte=terminal.after_first_byte, first_bytes=first_bytes)
@@ -667,7 +662,7 @@ class WideStates:
       known = with_subtrie(dataclasses.replace(terminal, key=key, first_bytes=first_bytes),
                            self.trie)
       self._save(known)
-    self._memo[key] = known
+    self._subtrie_memo[key] = known
     return known
 
   def _path(self, key: str) -> str | None:
