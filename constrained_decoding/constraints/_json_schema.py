@@ -828,8 +828,7 @@ class _Lowerer:
           self._merge_conflict(key, where, va, vb)
         merged[key] = min(va, vb)
       elif key == "multipleOf":  # Multiples of both: of their least common multiple.
-        a_step, b_step = (fractions.Fraction(repr(v) if isinstance(v, float) else v)
-                          for v in (va, vb))
+        a_step, b_step = _exact(va), _exact(vb)
         if a_step <= 0 or b_step <= 0:
           self._merge_conflict(key, where, va, vb)
         numerator = math.lcm(a_step.numerator, b_step.numerator)
@@ -995,9 +994,7 @@ class _Lowerer:
           f"{key} {value!r} at {_pointer(pointer, key)} is not a number. Expected a finite"
           " JSON number. Fix the value."
       )
-    # A float is read as the decimal it was written as (0.1 is 1/10, not the nearest
-    # binary fraction): bounds compare exactly with the decimal texts generated.
-    return fractions.Fraction(repr(value) if isinstance(value, float) else value)
+    return _exact(value)
 
   def _bounds(self, schema: dict, pointer: str) -> list:
     """[(value, exclusive, keyword)] for the lower and upper bound; value None: unbounded.
@@ -1220,6 +1217,13 @@ def _ir_size(node: ir.Node) -> int:
   if isinstance(node, ir.Graph):
     return 1 + sum(_ir_size(label) for _, label, _ in node.arcs)
   return 1
+
+
+def _exact(value) -> fractions.Fraction:
+  """A JSON number as an exact fraction. A float is read as the decimal it was written
+  as (0.1 is 1/10, not the nearest binary fraction), so bounds and steps compare
+  exactly with the decimal texts generated."""
+  return fractions.Fraction(repr(value) if isinstance(value, float) else value)
 
 
 def _quoted(body: ir.Node) -> ir.Node:
