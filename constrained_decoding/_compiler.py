@@ -14,6 +14,7 @@ from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _pda
+from constrained_decoding.automata import _splice
 from constrained_decoding.automata import _streamline
 from constrained_decoding.automata import _wide
 from constrained_decoding.constraints import _ir as ir
@@ -123,6 +124,10 @@ class CompileInfo:
   streamlined: _streamline.StreamlineReport | None = None
 
 
+# Composed fragments a compiler keeps (each ~1 MB for depth-2 schema-free JSON).
+_MAX_FRAGMENTS = 8
+
+
 class Compiler:
   """Compiles constraint specs into `ConstraintTables` for one vocabulary.
 
@@ -145,6 +150,8 @@ class Compiler:
                                         self.options.cache_dir,
                                         self.options.max_cache_bytes)
     self._memo: collections.OrderedDict = collections.OrderedDict()
+    # Shared fragments (schema-free JSON values) composed with the vocabulary, by name.
+    self._fragments: collections.OrderedDict = collections.OrderedDict()
 
   def compile(self, spec: Spec) -> _tables.ConstraintTables:
     """Compiles `spec` into tables for this vocabulary (memoized by spec)."""
@@ -178,7 +185,15 @@ class Compiler:
       return self._compile_pushdown(grammar, what, t0, time.perf_counter(), deadline)
     node = spec.to_ir()
     t1 = time.perf_counter()
-    dfa = _fsa.compile_byte_dfa(node)
+    dfa = _fsa.compile_byte_dfa(node, fragments=opts.wide_states)
+    given = None
+    if len(dfa.fragment_arcs):
+      automata = [self._fragment(f, deadline, what) for f in dfa.fragments]
+      spliced = _splice.splice(dfa, automata)
+      if spliced is None:
+        dfa = _fsa.compile_byte_dfa(node)
+      else:
+        dfa, given = spliced
     t2 = time.perf_counter()
     if dfa.num_states > opts.max_states:
       raise CompileBudgetError(
@@ -191,11 +206,12 @@ class Compiler:
           f"{what} matches no string at all. Expected a constraint with at least one "
           f"match; check for empty classes such as '[^\\x00-\\U0010ffff]'."
       )
-    wide = self.wide_states.find(dfa) if opts.wide_states else {}
+    wide = (self.wide_states.find(dfa, None if given is None else given.states)
+            if opts.wide_states else {})
     token_dfa = _compose.compose_token_dfa(
         dfa, self.trie, wide=wide, token_class_bits=self.wide_states.token_class_bits,
         num_words=_tables.num_words(self.vocab.vocab_size),
-        max_edges=opts.max_edges, deadline=deadline, what=what)
+        max_edges=opts.max_edges, deadline=deadline, what=what, given=given)
     t3 = time.perf_counter()
     if token_dfa.num_states == 0:
       raise EmptyConstraintError(
@@ -231,6 +247,20 @@ class Compiler:
                  "pack": t4 - t3, "total": t4 - t0},
     )
     return tables, info
+
+  def _fragment(self, fragment: ir.Fragment, deadline: float,
+                what: str) -> _splice.FragmentAutomaton:
+    """`fragment` composed with this compiler's vocabulary, built once (a few kept)."""
+    automaton = self._fragments.get(fragment)
+    if automaton is None:
+      automaton = _splice.build_fragment(fragment, self.trie, self.wide_states,
+                                         max_edges=self.options.max_edges,
+                                         deadline=deadline, what=what)
+      self._fragments[fragment] = automaton
+      while len(self._fragments) > _MAX_FRAGMENTS:
+        self._fragments.popitem(last=False)
+    self._fragments.move_to_end(fragment)
+    return automaton
 
   def _compile_pushdown(self, grammar, what: str, t0: float, t_parsed: float,
                         deadline: float):

@@ -5,7 +5,8 @@ token-level composition with the vocabulary trie (`automata/_compose.py`).
 
 Besides bytes, its alphabet has one symbol per token class of `ir.TOKEN_CLASSES`
 (`(?P<TEXT_TOKEN>)`, ...): such a *token-class arc* is read by exactly one whole token of
-the class, and composition turns it into a terminal edge (Sec. 2.5.1).
+the class, and composition turns it into a terminal edge (Sec. 2.5.1). Before splicing
+(`_splice.py`), it may also have one symbol per shared fragment (`ir.Fragment`).
 """
 
 import dataclasses
@@ -34,6 +35,10 @@ class ByteDfa:
       one whole token of class `ir.TOKEN_CLASSES[token class]` leads from state to
       target. Empty for pure byte languages.
     class_edges: Optional byte classes, see `byte_classes`.
+    fragment_arcs: int32 `[F, 3]`; (state, fragment index, target): a text of
+      `fragments[fragment index]` leads from state to target. Only from
+      `_fsa.compile_byte_dfa(..., fragments=True)`, until `_splice.py` replaces them.
+    fragments: The `ir.Fragment` of each fragment index.
   """
 
   transitions: np.ndarray
@@ -41,6 +46,8 @@ class ByteDfa:
   start: int
   token_arcs: np.ndarray = dataclasses.field(default_factory=_no_token_arcs)
   class_edges: np.ndarray | None = None
+  fragment_arcs: np.ndarray = dataclasses.field(default_factory=_no_token_arcs)
+  fragments: tuple = ()
 
   @property
   def num_states(self) -> int:

@@ -341,11 +341,13 @@ def _covers_all_bytes(edge) -> bool:
   return any(first is None for _, first in edge.parts) or bool(edge.first_bytes.all())
 
 
-def _narrow(wide: dict, num_states: int) -> tuple[np.ndarray, np.ndarray | None]:
+def _narrow(wide: dict, num_states: int, given: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray | None]:
   """States walked in the full trie, and the first bytes each of them walks there
-  (None: every byte, for every state)."""
+  (None: every byte, for every state). States where `given` is set are not walked."""
   partial = {s: edge for s, edge in wide.items() if not _covers_all_bytes(edge)}
-  narrow = np.array([s for s in range(num_states) if s not in wide or s in partial],
+  narrow = np.array([s for s in range(num_states)
+                     if (s not in wide or s in partial) and (given is None or not given[s])],
                     np.int64)
   if not partial:
     return narrow, None
@@ -523,6 +525,60 @@ def _loop_part_edges(dfa: ByteDfa, group: list):
   return edges, (exits.full_node[node], state, origin)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class GivenEdges:
+  """Edges known before composition (spliced fragment copies, `_splice.py`).
+
+  Attributes:
+    states: bool `[Q]`; the states whose edges these are (they are not walked).
+    edges: (source, token, target) int32 arrays: their explicit edges that stay in
+      known territory.
+    terminals: {state: [(bitmap, target), ...]} their terminal edges, in precedence order.
+    frontier: (full-trie node, state, origin) int32 arrays: walks still to do from
+      them (tokens that leave a copy; walked with every other state's).
+  """
+
+  states: np.ndarray
+  edges: tuple[np.ndarray, np.ndarray, np.ndarray]
+  terminals: dict
+  frontier: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def token_edges(dfa: ByteDfa, trie: VocabTrie, *, wide: dict,
+                given: GivenEdges | None = None, max_edges: int = 20_000_000,
+                deadline: float = float("inf"), what: str = "The constraint"):
+  """The explicit edges (source, token, target) of `dfa` composed with `trie`, untrimmed,
+  unsorted, byte-DFA states: those of `given` and those found by walking the other
+  states (see `compose_token_dfa`)."""
+  budget = dict(max_edges=max_edges, deadline=deadline, what=what)
+  narrow, outside = _narrow(wide, dfa.num_states, None if given is None else given.states)
+  plain, loops = _group_parts(wide, fast=True)
+  # One walk of the full trie: the narrow states and every loop part's exits together.
+  full_plan, *sub_plans = _plain_plan(trie, narrow, outside, plain)
+  _, narrow, outside = full_plan
+  if outside is not None and outside.all():
+    outside = None
+  frontiers = [_root_frontier(dfa, trie, narrow, outside)]
+  parts = []
+  if given is not None:
+    frontiers.append(given.frontier)
+    parts.append(given.edges)
+  for key in sorted(loops):
+    edges, frontier = _loop_part_edges(dfa, loops[key])
+    parts.append(edges)
+    frontiers.append(frontier)
+  parts += _walk_frontier(dfa.transitions, trie, *_concatenate_columns(frontiers), **budget)
+  for part_trie, origins, first_bytes in sub_plans:
+    parts += _walk(dfa, part_trie, origins, first_bytes=first_bytes, **budget)
+  src, tok, dst = _concatenate_columns(parts) if parts else (np.zeros(0, np.int32),) * 3
+  if len(src) > max_edges:
+    raise CompileBudgetError(
+        f"{what} needs {len(src)} token edges. Expected at most "
+        f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
+        f"sub-expressions such as '.*' (free text is what makes token automata large).")
+  return src, tok, dst
+
+
 def compose_token_dfa(
     dfa: ByteDfa,
     trie: VocabTrie,
@@ -533,6 +589,7 @@ def compose_token_dfa(
     max_edges: int = 20_000_000,
     deadline: float = float("inf"),
     what: str = "The constraint",
+    given: GivenEdges | None = None,
 ) -> TokenDfa:
   """The trimmed token-level DFA accepting token sequences whose bytes `dfa` accepts.
 
@@ -549,6 +606,8 @@ def compose_token_dfa(
     max_edges: Budget on explicit token edges (raises `CompileBudgetError` beyond it).
     deadline: `time.perf_counter()` value after which composition gives up.
     what: How to name the constraint in error messages.
+    given: Edges of some states known beforehand (spliced fragment copies): those
+      states are not walked.
 
   Returns:
     A `TokenDfa` whose start state is 0, or one with zero states when no token sequence
@@ -564,27 +623,16 @@ def compose_token_dfa(
       return _token_classes.class_bits(trie, name, num_words)
 
   q = dfa.num_states
-  budget = dict(max_edges=max_edges, deadline=deadline, what=what)
-  narrow, outside = _narrow(wide, q)
-  plain, loops = _group_parts(wide, fast=True)
-  # One walk of the full trie: the narrow states and every loop part's exits together.
-  full_plan, *sub_plans = _plain_plan(trie, narrow, outside, plain)
-  _, narrow, outside = full_plan
-  if outside is not None and outside.all():
-    outside = None
-  frontiers = [_root_frontier(dfa, trie, narrow, outside)]
-  parts = []
-  for key in sorted(loops):
-    edges, frontier = _loop_part_edges(dfa, loops[key])
-    parts.append(edges)
-    frontiers.append(frontier)
-  parts += _walk_frontier(dfa.transitions, trie, *_concatenate_columns(frontiers), **budget)
-  for part_trie, origins, first_bytes in sub_plans:
-    parts += _walk(dfa, part_trie, origins, first_bytes=first_bytes, **budget)
+  src, tok, dst = token_edges(dfa, trie, wide=wide, given=given, max_edges=max_edges,
+                              deadline=deadline, what=what)
   terminal_edges = _terminal_edges(dfa, wide, token_class_bits, num_words)
-  src, tok, dst = _concatenate_columns(parts) if parts else (np.zeros(0, np.int32),) * 3
+  num_given = 0
+  if given is not None:
+    terminal_edges.update(given.terminals)
+    num_given = sum(map(len, given.terminals.values()))
   if (trie.is_byte_complete
-      and sum(map(len, terminal_edges.values())) == len(wide) + len(dfa.token_arcs)):
+      and sum(map(len, terminal_edges.values()))
+      == len(wide) + len(dfa.token_arcs) + num_given):
     # Every byte is a token, every token class used is non-empty and `ByteDfa`s are
     # trimmed, so each state is reached and can finish at token boundaries too (spell
     # the bytes one by one): nothing to prune.

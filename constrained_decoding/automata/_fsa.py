@@ -5,7 +5,10 @@ OpenFst reserves label 0 for epsilon. Unicode classes become UTF-8 byte automata
 A token-level `ir.Terminal` (one whole token of a class of `ir.TOKEN_CLASSES`) is one
 more symbol: class j is the pseudo-byte 256 + j (label 257 + j), so determinization and
 minimization treat it like any byte, and the exported `ByteDfa` lists it in
-`token_arcs`. An `ir.Graph` is embedded state for state between fresh NFA states.
+`token_arcs`. An `ir.Graph` is embedded state for state between fresh NFA states. An
+`ir.Fragment` is its body, or, when the caller asks (`compile_byte_dfa(node,
+fragments=True)`), one more pseudo-byte per distinct fragment, exported as
+`fragment_arcs` for `_splice.py` to replace with a copy of the fragment's automaton.
 
 Public functions:
   utf8_sequences(lo, hi)  the UTF-8 byte-range sequences encoding scalar values lo..hi.
@@ -156,12 +159,14 @@ class _Nfa:
     bounds: Every `lo` and `hi + 1` of a range: the edges of the byte classes.
   """
 
-  __slots__ = ("arcs", "epsilons", "bounds")
+  __slots__ = ("arcs", "epsilons", "bounds", "fragments")
 
-  def __init__(self):
+  def __init__(self, fragments: bool = False):
     self.arcs: list[list[int]] = [[], []]
     self.epsilons: dict[int, list[int]] = {}
     self.bounds = {0, 256}
+    # The distinct fragments met, in order, when they become pseudo-bytes; else None.
+    self.fragments: list[ir.Fragment] | None = [] if fragments else None
 
   def new_state(self) -> int:
     self.arcs.append([])
@@ -315,8 +320,9 @@ def _pack_bytes_numpy(nfa: _Nfa, edges: list[int], finals) -> tuple[bytes, bool]
 
 # One class per byte (label b + 1 is byte b) and per token class (label 257 + j).
 _BYTE_EDGES = list(range(257 + len(ir.TOKEN_CLASSES)))
-_LABELS = np.arange(len(_BYTE_EDGES))  # Every class label (0: epsilon), for `np.repeat`.
 _TOKEN_CLASS_BASE = 256  # Token class j is the pseudo-byte 256 + j.
+# Fragment k of a compile is the pseudo-byte 256 + len(TOKEN_CLASSES) + k.
+_FRAGMENT_BASE = _TOKEN_CLASS_BASE + len(ir.TOKEN_CLASSES)
 
 
 def _add_char_class(nfa: _Nfa, node: ir.CharClass, src: int, dst: int) -> None:
@@ -463,6 +469,17 @@ def _add_terminal(nfa: _Nfa, node: ir.Terminal, src: int, dst: int) -> None:
   nfa.add_range(src, label, label, dst)
 
 
+def _add_fragment(nfa: _Nfa, node: ir.Fragment, src: int, dst: int) -> None:
+  """Adds the fragment's body, or its pseudo-byte arc when the NFA keeps fragments."""
+  if nfa.fragments is None:
+    _add_node(nfa, node.body, src, dst)
+    return
+  if node not in nfa.fragments:
+    nfa.fragments.append(node)
+  label = _FRAGMENT_BASE + nfa.fragments.index(node)
+  nfa.add_range(src, label, label, dst)
+
+
 def _add_graph(nfa: _Nfa, node: ir.Graph, src: int, dst: int) -> None:
   """Embeds the automaton `node` between src and dst through fresh states.
 
@@ -487,6 +504,7 @@ _ADDERS = {
     ir.Repeat: _add_repeat,
     ir.Terminal: _add_terminal,
     ir.Graph: _add_graph,
+    ir.Fragment: _add_fragment,
 }
 
 
@@ -505,8 +523,8 @@ def _add_node(nfa: _Nfa, node: ir.Node, src: int, dst: int) -> None:
   _ADDERS.get(type(node), _add_unknown)(nfa, node, src, dst)
 
 
-def _build_nfa(node: ir.Node) -> _Nfa:
-  nfa = _Nfa()
+def _build_nfa(node: ir.Node, fragments: bool = False) -> _Nfa:
+  nfa = _Nfa(fragments)
   _add_node(nfa, node, 0, 1)
   return nfa
 
@@ -547,7 +565,8 @@ def _minimize(
   return pywrapfst.determinize(fst).minimize()
 
 
-def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteDfa:
+def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
+                   fragments: tuple = ()) -> _byte_dfa.ByteDfa:
   """Builds a `ByteDfa` from arc arrays over class labels, renumbered so that start is 0.
 
   Args:
@@ -555,7 +574,9 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteD
     accepting: bool `[Q]`, whether each state is final.
     src, labels, dst: The arcs, as int arrays; label k + 1 means byte class k.
     edges: Class k is the bytes `edges[k]..edges[k+1]-1` (`_BYTE_EDGES`: one per byte);
-      values from 256 on are token classes (256 + j), exported as `token_arcs`.
+      values from 256 on are token classes (256 + j), exported as `token_arcs`, then
+      fragments (`_FRAGMENT_BASE + k`), exported as `fragment_arcs`.
+    fragments: The `ir.Fragment` of each fragment index.
   """
   num_states = len(accepting)
   if num_states == 0:
@@ -574,23 +595,29 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges) -> _byte_dfa.ByteD
     accepting = accepting[order]
   if len(edges) - 1 != edges[-1]:  # Not one class per value: expand classes to values.
     sizes = [b - a for a, b in zip(edges, edges[1:])]
-    table = table.take(_LABELS[1:len(edges)].repeat(sizes), axis=1)
+    table = table.take(np.arange(1, len(edges)).repeat(sizes), axis=1)
   else:
     table = table[:, 1:]
-  token_arcs = np.zeros((0, 3), np.int32)
+  token_arcs = fragment_arcs = np.zeros((0, 3), np.int32)
   if table.shape[1] > _TOKEN_CLASS_BASE:
     extra = table[:, _TOKEN_CLASS_BASE:]
     state, klass = np.nonzero(extra != _byte_dfa.NO_STATE)
-    token_arcs = np.stack([state, klass, extra[state, klass]], axis=1).astype(np.int32)
+    arcs = np.stack([state, klass, extra[state, klass]], axis=1).astype(np.int32)
+    is_fragment = klass >= len(ir.TOKEN_CLASSES)
+    token_arcs = arcs[~is_fragment]
+    fragment_arcs = arcs[is_fragment]
+    fragment_arcs[:, 1] -= len(ir.TOKEN_CLASSES)
     table = table[:, :_TOKEN_CLASS_BASE]
   # Row-major: every later stage reads whole rows or (state, byte) pairs.
   table = np.ascontiguousarray(table)
   byte_edges = np.asarray([e for e in edges if e <= _TOKEN_CLASS_BASE])
   return _byte_dfa.ByteDfa(transitions=table, accepting=accepting, start=0,
-                           token_arcs=token_arcs, class_edges=byte_edges)
+                           token_arcs=token_arcs, class_edges=byte_edges,
+                           fragment_arcs=fragment_arcs, fragments=tuple(fragments))
 
 
-def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:
+def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES, fragments: tuple = ()
+                 ) -> _byte_dfa.ByteDfa:
   """Exports a DFA through OpenFst's binary `const` format, parsed with numpy.
 
   A `ConstFst` stores fixed-size state records and then all arcs in state order, so
@@ -613,7 +640,7 @@ def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:
     raise ValueError("Expected an epsilon-free automaton, got epsilon arcs instead.")
   return _dfa_from_arcs(
       start, states["final"] != _ZERO, np.arange(num_states).repeat(states["num_arcs"]),
-      labels, arcs[3::4], edges,
+      labels, arcs[3::4], edges, fragments,
   )
 
 
@@ -647,21 +674,24 @@ def fst_to_byte_dfa(fst: pynini.Fst) -> _byte_dfa.ByteDfa:
   return _export_fast(_minimize(fst))
 
 
-def compile_byte_dfa(node: ir.Node) -> _byte_dfa.ByteDfa:
+def compile_byte_dfa(node: ir.Node, *, fragments: bool = False) -> _byte_dfa.ByteDfa:
   """The minimal `ByteDfa` of an IR node; the same as `fst_to_byte_dfa(ir_to_fst(node))`.
 
   Faster than that composition: OpenFst works over byte classes (sets of bytes that
   no range of the NFA separates) instead of single bytes, and the classes are expanded
   back to bytes only in the exported table.
 
+  With `fragments`, each distinct `ir.Fragment` is one pseudo-byte arc (`fragment_arcs`,
+  `fragments`) instead of its body, for `_splice.py`.
+
   Raises:
     UnsupportedFeatureError: `node` contains a `Terminal` that is not a token class.
   """
-  nfa = _build_nfa(node)
+  nfa = _build_nfa(node, fragments)
   finals = _remove_epsilons(nfa)
   edges = _byte_classes(nfa.bounds)
   data, deterministic = _pack_bytes(nfa, edges, finals)
   fst = _minimize(
       pywrapfst.Fst.read_from_string(data), has_epsilons=False, deterministic=deterministic
   )
-  return _export_fast(fst, edges)
+  return _export_fast(fst, edges, tuple(nfa.fragments or ()))

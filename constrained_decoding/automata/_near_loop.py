@@ -27,7 +27,7 @@ the anchor from both, or was removed. The walk only follows declared-key prefixe
 it visits a handful of trie nodes.
 
 Public functions:
-  near_loop_edges(wide_states, dfa, loops, wide)  terminal edges of near-loop states
+  near_loop_edges(wide_states, dfa, loops, wide, skip)  terminal edges of near-loop states
                                                   (called by `WideStates.find`).
 """
 
@@ -48,13 +48,15 @@ MAX_DISAGREEING_BYTES = 16
 MAX_WALK_PAIRS = 50_000
 
 
-def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict) -> dict[int, list[int]]:
-  """Anchor -> states without a terminal yet that have >= MIN_BYTES_TO_ANCHOR bytes to it."""
+def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict, skip: np.ndarray
+                ) -> dict[int, list[int]]:
+  """Anchor -> states without a terminal yet, not skipped, that have >=
+  MIN_BYTES_TO_ANCHOR bytes to it."""
   table, _, size = dfa.byte_classes
   out: dict[int, list[int]] = {}
   for q in anchors:
     bytes_to_q = (table == q) @ size  # [n]: bytes leading to q, per state.
-    for p in np.flatnonzero(bytes_to_q >= MIN_BYTES_TO_ANCHOR).tolist():
+    for p in np.flatnonzero((bytes_to_q >= MIN_BYTES_TO_ANCHOR) & ~skip).tolist():
       if p != q and p not in wide:
         out.setdefault(q, []).append(p)
   return out
@@ -175,7 +177,7 @@ def _bits_of(tokens: np.ndarray, num_words: int) -> np.ndarray:
 
 
 def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
-                    wide: dict) -> dict:
+                    wide: dict, skip: np.ndarray) -> dict:
   """Terminal edges of the near-loop states of `dfa` (see the module doc).
 
   Args:
@@ -184,11 +186,12 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
     loops: (anchor, members, canonical loop, its `_wide.loop_digest`) of each wide
       loop, as `WideStates.find` computes them.
     wide: The edges found so far (loop states); their states are not candidates.
+    skip: bool `[Q]`; states that are not candidates either.
 
   Returns:
     State -> `_wide.WideEdge` for each near-loop state.
   """
-  candidates = _candidates(dfa, [q for q, *_ in loops], wide)
+  candidates = _candidates(dfa, [q for q, *_ in loops], wide, skip)
   trans, trie = dfa.transitions, wide_states.trie
   out = {}
   for q, members_list, loop, digest in loops:

@@ -480,8 +480,11 @@ class WideStates:
     self._class_memo[name] = bits
     return bits
 
-  def find(self, dfa: ByteDfa) -> dict[int, "WideEdge"]:
+  def find(self, dfa: ByteDfa, skip: np.ndarray | None = None) -> dict[int, "WideEdge"]:
     """State -> its terminal edge, for the wide states of `dfa` and their neighbours.
+
+    States where `skip` (bool `[Q]`) is set get no edge and anchor no loop (the copies
+    of a spliced fragment, whose edges come from the fragment).
 
     * A wide state q (one looping on many bytes directly) gets a terminal back to itself.
     * Other states of its loop, such as the state after a backslash in a JSON string
@@ -494,7 +497,9 @@ class WideStates:
     trans = dfa.transitions
     table, _, size = dfa.byte_classes  # [Q, C]: counts of bytes per state read this.
     self_loops = (table == states[:, None]) @ size
-    anchors = np.nonzero(self_loops >= MIN_SELF_LOOP_BYTES)[0].tolist()
+    if skip is None:
+      skip = np.zeros(dfa.num_states, bool)
+    anchors = np.nonzero((self_loops >= MIN_SELF_LOOP_BYTES) & ~skip)[0].tolist()
     wide: dict[int, WideEdge] = {}
     loops = []
     for q in anchors:
@@ -517,12 +522,12 @@ class WideStates:
             terminal = self.with_subtrie(terminal, trans[p] != NO_STATE)
             wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
     # States that move like a loop state but for a few bytes (`_near_loop.py`).
-    wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide))
+    wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide, skip))
     for q, members, loop, digest in loops:
       is_member = _member_mask(dfa.num_states, members)
       position = {r: i for i, r in enumerate(members)}
       into_loop = is_member[table] @ size
-      for p in np.nonzero(into_loop >= MIN_SELF_LOOP_BYTES)[0].tolist():
+      for p in np.nonzero((into_loop >= MIN_SELF_LOOP_BYTES) & ~skip)[0].tolist():
         if p in wide or is_member[p]:
           continue
         row = trans[p]
@@ -536,7 +541,7 @@ class WideStates:
           phi = np.asarray(members, np.int32)
           parts = tuple((self.with_subtrie(tail), first) for tail, first in parts)
           wide[p] = WideEdge(parts, bits, q, (phi,) * len(parts))
-    self._add_pre_entries(dfa, wide, loops)
+    self._add_pre_entries(dfa, wide, loops, skip)
     return wide
 
   def _entry_bits(self, parts: list) -> tuple[np.ndarray, int]:
@@ -558,7 +563,8 @@ class WideStates:
       self._entry_memo[key] = hit
     return hit
 
-  def _add_pre_entries(self, dfa: ByteDfa, wide: dict, loops: list) -> None:
+  def _add_pre_entries(self, dfa: ByteDfa, wide: dict, loops: list, skip: np.ndarray
+                       ) -> None:
     """Terminals for states just before a wide region (after `Answer:`, before ` text`).
 
     A state p outside every loop whose bytes lead into the loop of anchor q, directly or
@@ -582,7 +588,7 @@ class WideStates:
       way_in = _member_mask(dfa.num_states, members + entries)
       # Tokens whose first byte leads that way, per state.
       tokens_in = way_in[table].astype(np.float64) @ counts
-      for p in np.nonzero(tokens_in >= MIN_TERMINAL_TOKENS)[0].tolist():
+      for p in np.nonzero((tokens_in >= MIN_TERMINAL_TOKENS) & ~skip)[0].tolist():
         if p in wide or index[p] >= 0:
           continue
         row = trans[p]

@@ -17,6 +17,9 @@ Nodes (each denotes a set of byte strings):
                          sugar whose regex would be quadratic (Sec. 2.5.2).
   RuleRef(name)          the language of grammar rule `name`; only inside a `GrammarIR`
                          (`constraints/_grammar.py`), never compiled directly.
+  Fragment(name, body)   the language of `body`, marked as a part that many constraints
+                         share (schema-free JSON values): the compiler may build its
+                         token automaton once per vocabulary and splice in copies.
 """
 
 import dataclasses
@@ -118,8 +121,27 @@ class RuleRef:
   name: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Fragment:
+  """The language of `body`, as a part whose token automaton may be shared.
+
+  Byte-wise a fragment is just `body`. It marks a sub-language that appears in many
+  constraints (an additional property's schema-free JSON value), so that the compiler
+  may compose it with the vocabulary once and splice a copy into each automaton
+  (`automata/_splice.py`) instead of composing it again every time.
+
+  Attributes:
+    name: Identifies `body`: fragments with one name must have equal bodies (equality
+      and hashing use the name only, so that large bodies are never hashed).
+    body: The language.
+  """
+
+  name: str
+  body: "Node" = dataclasses.field(compare=False, repr=False)
+
+
 Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal, Graph,
-                    RuleRef]
+                    RuleRef, Fragment]
 
 # Token classes of `Terminal` nodes, in precedence order: when a token belongs to several
 # classes allowed in one state, the terminal edge of the earlier class is followed
@@ -217,3 +239,38 @@ def repeat(node: Node, min_count: int, max_count: int | None) -> Node:
   if min_count == max_count == 1:
     return node
   return Repeat(node, min_count, max_count)
+
+
+def inline_fragments(node: Node) -> Node:
+  """`node` with every `Fragment` replaced by its body (for analyses that do not know
+  fragments, such as the grammar builder's)."""
+  memo: dict[int, tuple[Node, Node]] = {}
+
+  def walk(n: Node) -> Node:
+    hit = memo.get(id(n))
+    if hit is not None:
+      return hit[1]
+    out = n  # Unchanged unless a fragment is inside.
+    if isinstance(n, Fragment):
+      out = walk(n.body)
+    elif isinstance(n, Concat):
+      parts = [walk(p) for p in n.parts]
+      if any(a is not b for a, b in zip(parts, n.parts)):
+        out = concat(*parts)
+    elif isinstance(n, Union):
+      alternatives = [walk(a) for a in n.alternatives]
+      if any(a is not b for a, b in zip(alternatives, n.alternatives)):
+        out = union(*alternatives)
+    elif isinstance(n, Repeat):
+      inner = walk(n.node)
+      if inner is not n.node:
+        out = repeat(inner, n.min, n.max)
+    elif isinstance(n, Graph):
+      labels = [walk(label) for _, label, _ in n.arcs]
+      if any(a is not label for a, (_, label, _) in zip(labels, n.arcs)):
+        out = Graph(n.num_states, tuple((a, new, b) for (a, _, b), new in zip(n.arcs, labels)),
+                    n.finals)
+    memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
+    return out
+
+  return walk(node)

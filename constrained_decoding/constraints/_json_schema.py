@@ -247,6 +247,9 @@ def _recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node]):
     SchemaError: The start derives no finite JSON text (recursion that never ends).
   """
   memo: dict = {}
+  # The grammar analyses and the push-down builder work on plain IR.
+  root = ir.inline_fragments(root)
+  rules = {name: ir.inline_fragments(body) for name, body in rules.items()}
   bodies = {name: _without_rule_graphs(body, memo) for name, body in rules.items()}
   if isinstance(root, ir.RuleRef):
     start = root.name
@@ -547,6 +550,13 @@ class _Lowerer:
     self.cut: list[str] = []
     self.expanding: collections.Counter = collections.Counter()
     self.any_value = jv.json_value(self.ws, options.free_form_depth)
+    # An additional property's value: one fragment that the compiler composes with the
+    # vocabulary once and splices into every schema (`automata/_splice.py`).
+    # (Its leading whitespace goes inside: the fragment must be all that may come next.)
+    self.extra_value = jv.json_value_fragment(self.ws, options.free_form_depth,
+                                              leading_gap=True)
+    self.extra_colon = (self.ws.colon if self.ws.gap == ir.EPSILON
+                        else ir.concat(self.ws.gap, ir.Bytes(b":")))
     self.chain: list[str] = []  # `$ref`s being flattened, outermost first.
     self.active: set[str] = set()  # Keys of the conjunctions being lowered.
     self.names: dict[str, str] = {}  # Key -> rule name, once met inside itself.
@@ -1093,9 +1103,12 @@ class _Lowerer:
         members.append((key, node, True))
     extra = None
     if extra_schema is not None:
-      value = self.lower(extra_schema, _pointer(pointer, "additionalProperties"))
+      colon, value = self.extra_colon, self.extra_value
+      if extra_schema is not True:
+        colon = ws.colon
+        value = self.lower(extra_schema, _pointer(pointer, "additionalProperties"))
       if value != ir.NOTHING:
-        extra = ir.concat(jv.string_except([k for k, _, _ in members]), ws.colon, value)
+        extra = ir.concat(jv.string_except([k for k, _, _ in members]), colon, value)
     members = [(ir.concat(jv.canonical_string(key), ws.colon, node), is_required)
                for key, node, is_required in members
                if is_required or node != ir.NOTHING]
@@ -1216,7 +1229,7 @@ def _ir_size(node: ir.Node) -> int:
     return 1 + _ir_size(node.node) * max(1, node.min if node.max is None else node.max)
   if isinstance(node, ir.Graph):
     return 1 + sum(_ir_size(label) for _, label, _ in node.arcs)
-  return 1
+  return 1  # Leaves, and fragments: one arc of the byte automaton until spliced.
 
 
 def _exact(value) -> fractions.Fraction:

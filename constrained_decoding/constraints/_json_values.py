@@ -13,6 +13,7 @@ Public functions and classes:
   integer_range(lo, hi)               canonical decimal integers in [lo, hi] (None: unbounded).
   number_range(lo, hi, ...)           decimal numbers (no exponent) in an interval.
   json_value(ws, max_depth, ...)      schema-free JSON with bounded nesting.
+  json_value_fragment(ws, max_depth)  the same as a shared `ir.Fragment` (spliced by compilers).
   const_value(value, ws)              one Python JSON value, serialized under `ws`.
   delimited(open, close, item, ws, min_count, max_count)  `[item, item, ...]`-style lists.
   separated(head, item, separator, tail, min_count)      the same, as a looping `ir.Graph`.
@@ -699,6 +700,21 @@ def json_value(ws: Whitespace, max_depth: int, *, max_object_depth: int | None =
   if root == "array" and max_depth > 0 and arrays > 0:
     return delimited(b"[", b"]", _json_value(ws, max_depth - 1, objects, arrays - 1), ws)
   return ir.NOTHING
+
+
+def json_value_fragment(ws: Whitespace, max_depth: int, *, leading_gap: bool = False
+                        ) -> ir.Fragment:
+  """`json_value(ws, max_depth)` as an `ir.Fragment`: compilers compose it with their
+  vocabulary once and splice it into every constraint using it (`automata/_splice.py`).
+
+  `leading_gap` puts the whitespace `ws` allows before the value (`ws.gap`) inside the
+  fragment: a spliced fragment must start where nothing but it may be read.
+  """
+  body = json_value(ws, max_depth)
+  if leading_gap and ws.gap != ir.EPSILON:
+    return ir.Fragment(f"json-value/{ws.name}/{ws.max_run}/{max_depth}/gap",
+                       ir.concat(ws.gap, body))
+  return ir.Fragment(f"json-value/{ws.name}/{ws.max_run}/{max_depth}", body)
 
 
 def _object_of(ws: Whitespace, value: ir.Node) -> ir.Node:

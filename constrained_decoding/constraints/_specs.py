@@ -421,8 +421,12 @@ class Json:
       )
 
   def to_ir(self) -> ir.Node:
+    ws = _json_values.whitespace_policy(self.whitespace, self.max_whitespace)
+    if (self.root == "any" and self.max_object_depth is None
+        and self.max_array_depth is None):
+      return _json_values.json_value_fragment(ws, self.max_depth)  # Shared with schemas.
     return _json_values.json_value(
-        _json_values.whitespace_policy(self.whitespace, self.max_whitespace), self.max_depth,
+        ws, self.max_depth,
         max_object_depth=self.max_object_depth, max_array_depth=self.max_array_depth,
         root=self.root)
 

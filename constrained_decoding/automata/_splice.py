@@ -1,0 +1,245 @@
+"""Shared fragments: compose a sub-language with the vocabulary once, splice in copies.
+
+An additional property's value in a JSON Schema object is schema-free JSON: a byte
+automaton of ~300 states (every scalar's lexer once per nesting context) that is the
+same in every schema, yet composing it with the vocabulary costs far more than the rest
+of a typical schema. So the IR marks it as an `ir.Fragment`; `_fsa` leaves each
+occurrence as one pseudo-byte arc s --F--> c, and here
+
+* `build_fragment` composes the fragment's automaton with the vocabulary once (per
+  compiler, i.e. per vocabulary and options): its explicit edges that stay inside,
+  its terminal edges, and its *exits*, the places where a token leaves the fragment
+  after a complete value (`1,` or `abc"}`): (origin state, full-trie node of the
+  token prefix that ends with the first byte after the value, that byte). Exits are
+  found by composing the fragment with one extra sink state per byte that may follow
+  a JSON value (`EXIT_BYTES`), which reads anything.
+* `splice` replaces each arc s --F--> c by a copy of the fragment's states, s acting as
+  the fragment's start, and gives each accepting copy state c's transitions besides
+  its own (they read disjoint bytes: a complete value is followed by `,`, `}`, ...).
+  The copies' edges are the fragment's, renumbered; only the exits are walked, from
+  c on the exit byte, together with the rest of the automaton's walks.
+
+The result is the automaton inlining the fragment would give (not necessarily
+minimal), with the same token edges, found without walking the copies' states.
+Splicing needs s to read nothing but the fragment and c to read only `EXIT_BYTES` that
+no accepting fragment state reads; otherwise `splice` returns None and the compiler
+inlines the fragment.
+
+Public names:
+  EXIT_BYTES                         bytes that may follow a fragment's text.
+  FragmentAutomaton, build_fragment  a fragment composed with the vocabulary.
+  splice(dfa, automata)              the byte DFA with fragment copies + their edges.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _fsa
+from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
+from constrained_decoding.automata._detokenizer import VocabTrie
+from constrained_decoding.constraints import _ir as ir
+
+# What may follow a JSON value: a separator, a closing bracket or whitespace.
+EXIT_BYTES = b",]} \t\n\r"
+_EXIT_BYTE_ARRAY = np.frombuffer(EXIT_BYTES, np.uint8).astype(np.int64)
+_IS_EXIT_BYTE = np.zeros(256, bool)
+_IS_EXIT_BYTE[_EXIT_BYTE_ARRAY] = True
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FragmentAutomaton:
+  """A fragment composed with one vocabulary (see the module doc).
+
+  Attributes:
+    name: The fragment's name.
+    dfa: Its minimal byte DFA (start 0; empty for the empty language).
+    edges: (source, token, target) int32 arrays: explicit edges that stay inside.
+    terminals: {state: [(bitmap, target), ...]} terminal edges, in precedence order.
+    exit_from, exit_node, exit_byte: int32 `[X]`: tokens leaving after a complete
+      value: from state exit_from, the tokens at and below full-trie node exit_node
+      read their bytes up to exit_node's inside the fragment, ending in an accepting
+      state, then exit_byte (exit_node's last byte), which the fragment does not read
+      there.
+  """
+
+  name: str
+  dfa: ByteDfa
+  edges: tuple[np.ndarray, np.ndarray, np.ndarray]
+  terminals: dict
+  exit_from: np.ndarray
+  exit_node: np.ndarray
+  exit_byte: np.ndarray
+
+
+def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
+                   max_edges: int = 20_000_000, deadline: float = float("inf"),
+                   what: str = "The constraint") -> FragmentAutomaton:
+  """Composes `fragment` with the vocabulary of `trie` (`wide_states`: its terminal cache).
+
+  Raises:
+    ValueError: The fragment's body is not a byte language (token classes, fragments).
+    CompileBudgetError: Composition exceeds `max_edges` or `deadline`.
+  """
+  dfa = _fsa.compile_byte_dfa(fragment.body)
+  if len(dfa.token_arcs) or len(dfa.fragment_arcs):
+    raise ValueError(f"Fragment {fragment.name!r} must be a byte language. Expected no "
+                     "token classes or fragments inside it.")
+  empty = np.zeros(0, np.int32)
+  q = dfa.num_states
+  if q == 0:
+    return FragmentAutomaton(fragment.name, dfa, (empty,) * 3, {}, empty, empty, empty)
+  accepting = np.flatnonzero(dfa.accepting)
+  free = dfa.transitions[accepting][:, _EXIT_BYTE_ARRAY] == NO_STATE  # [A, B]
+  used = np.flatnonzero(free.any(axis=0))
+  sinks = q + np.arange(len(used), dtype=np.int32)
+  trans = np.concatenate([dfa.transitions, np.repeat(sinks[:, None], 256, axis=1)])
+  for sink, j in zip(sinks, used):
+    trans[accepting[free[:, j]], _EXIT_BYTE_ARRAY[j]] = sink
+  exit_bytes = _EXIT_BYTE_ARRAY[used]
+  edges = np.union1d(dfa.class_edges if dfa.class_edges is not None else np.arange(257),
+                     np.concatenate([exit_bytes, exit_bytes + 1]))
+  probe = ByteDfa(transitions=trans, accepting=np.concatenate([dfa.accepting,
+                                                               np.ones(len(used), bool)]),
+                  start=0, class_edges=edges)
+  is_sink = np.arange(probe.num_states) >= q
+  wide = wide_states.find(probe, is_sink)
+  given = _compose.GivenEdges(is_sink, (empty,) * 3, {}, (empty,) * 3)
+  src, tok, dst = _compose.token_edges(probe, trie, wide=wide, given=given,
+                                       max_edges=max_edges, deadline=deadline, what=what)
+  terminals = _compose._terminal_edges(probe, wide, None, 0)  # pylint: disable=protected-access
+  leaving = dst >= q
+  exit_from, exit_node, exit_byte = _exits(trans, q, trie, src[leaving], tok[leaving])
+  inside = ~leaving
+  return FragmentAutomaton(fragment.name, dfa, (src[inside], tok[inside], dst[inside]),
+                           terminals, exit_from, exit_node, exit_byte)
+
+
+def _exits(trans: np.ndarray, q: int, trie: VocabTrie, src: np.ndarray, tok: np.ndarray):
+  """The distinct exits (from, node, byte) of the edges (src, tok) into sink states
+  (those >= q): each token's bytes are read from src until a sink is entered."""
+  if not len(src):
+    empty = np.zeros(0, np.int32)
+    return empty, empty, empty
+  node_of_token = np.zeros(int(trie.token_ids.max()) + 1, np.int32)
+  node_of_token[trie.token_ids] = trie.token_node
+  node_byte = np.zeros(trie.num_nodes, np.int64)
+  node_byte[trie.child_node] = trie.child_byte
+  node = node_of_token[tok]
+  depth = trie.node_depth[node]
+  # path[:, d]: the node at depth d + 1 on each token's path (root excluded).
+  path = np.zeros((len(node), int(depth.max())), np.int32)
+  current = node.copy()
+  for d in range(path.shape[1] - 1, -1, -1):
+    below = depth > d
+    path[below, d] = current[below]
+    current[below] = trie.parent[current[below]]
+  state = src.astype(np.int64)
+  exit_at = np.full(len(node), -1, np.int64)
+  for d in range(path.shape[1]):
+    walking = (exit_at < 0) & (depth > d)
+    nxt = trans[state[walking], node_byte[path[walking, d]]]
+    state[walking] = nxt
+    rows = np.flatnonzero(walking)
+    exit_at[rows[nxt >= q]] = d
+  rows = np.arange(len(node))
+  exit_node = path[rows, exit_at]
+  key = np.unique(src.astype(np.int64) * trie.num_nodes + exit_node)
+  exit_from = (key // trie.num_nodes).astype(np.int32)
+  exit_node = (key % trie.num_nodes).astype(np.int32)
+  return exit_from, exit_node, node_byte[exit_node].astype(np.int32)
+
+
+def splice(dfa: ByteDfa, automata: list[FragmentAutomaton]
+           ) -> tuple[ByteDfa, _compose.GivenEdges] | None:
+  """`dfa` with each fragment arc replaced by a copy of its fragment, and the copies'
+  edges for `_compose.compose_token_dfa(..., given=...)`; None when some arc cannot
+  be spliced (see the module doc): then inline the fragments instead.
+
+  `automata[k]` is the composed `dfa.fragments[k]`.
+  """
+  arcs = dfa.fragment_arcs
+  sources = arcs[:, 0]
+  q = dfa.num_states
+  trans = dfa.transitions
+  if (len(np.unique(sources)) != len(sources) or dfa.accepting[sources].any()
+      or (trans[sources] != NO_STATE).any() or np.isin(sources, dfa.token_arcs[:, 0]).any()
+      or np.isin(arcs[:, 2], dfa.token_arcs[:, 0]).any()):
+    return None
+  sizes = []
+  for _, k, _ in arcs.tolist():
+    fragment = automata[k].dfa
+    if fragment.num_states == 0 or fragment.accepting[0]:
+      return None
+    sizes.append(fragment.num_states - 1)
+  total = q + sum(sizes)
+  new_trans = np.full((total, 256), NO_STATE, np.int32)
+  new_trans[:q] = trans
+  accepting = np.zeros(total, bool)
+  accepting[:q] = dfa.accepting
+  copies = np.zeros(total, bool)
+  phis = []
+  offset = q
+  for (s, k, _), size in zip(arcs.tolist(), sizes):
+    fragment = automata[k].dfa
+    phi = np.empty(size + 1, np.int32)
+    phi[0] = s
+    phi[1:] = np.arange(offset, offset + size, dtype=np.int32)
+    offset += size
+    rows = fragment.transitions
+    new_trans[phi] = np.where(rows >= 0, phi[rows], NO_STATE)
+    copies[phi] = True
+    phis.append(phi)
+  # Accepting copy states also continue like c (whose row is final now: c is no copy).
+  edge_parts, frontier_parts, terminals = [], [], {}
+  for (_, k, c), phi in zip(arcs.tolist(), phis):
+    automaton = automata[k]
+    finals = phi[automaton.dfa.accepting]
+    follow = new_trans[c] != NO_STATE
+    if not _IS_EXIT_BYTE[follow].all() or (new_trans[finals][:, follow] != NO_STATE).any():
+      return None
+    new_trans[np.ix_(finals, np.flatnonzero(follow))] = new_trans[c, follow]
+    accepting[finals] = dfa.accepting[c]
+    src, tok, dst = automaton.edges
+    edge_parts.append((phi[src], tok, phi[dst]))
+    for state, edges in automaton.terminals.items():
+      terminals[int(phi[state])] = [(bits, int(phi[target])) for bits, target in edges]
+    nxt = new_trans[c, automaton.exit_byte]
+    keep = np.flatnonzero(nxt != NO_STATE)
+    frontier_parts.append((automaton.exit_node[keep], nxt[keep],
+                           phi[automaton.exit_from[keep]]))
+  class_edges = [np.arange(257) if d.class_edges is None else d.class_edges
+                 for d in [dfa] + [a.dfa for a in automata]]
+  # A continuation c that only the fragment arcs led to is unreachable now (the copies'
+  # accepting states took its arcs): drop it, so that the DFA stays trimmed.
+  into = np.zeros(total + 1, bool)
+  into[trans.ravel()] = True  # NO_STATE marks the extra last slot.
+  into[dfa.token_arcs[:, 2]] = True
+  into[dfa.start] = True
+  keep = np.ones(total, bool)
+  keep[arcs[:, 2]] = into[arcs[:, 2]]
+  class_edges = np.unique(np.concatenate(class_edges))
+  src, tok, dst = _columns(edge_parts)
+  node, state, origin = _columns(frontier_parts)
+  if keep.all():
+    return (ByteDfa(transitions=new_trans, accepting=accepting, start=dfa.start,
+                    token_arcs=dfa.token_arcs, class_edges=class_edges),
+            _compose.GivenEdges(copies, (src, tok, dst), terminals, (node, state, origin)))
+  new_id = np.cumsum(keep, dtype=np.int32) - 1
+  new_id = np.append(np.where(keep, new_id, NO_STATE), NO_STATE).astype(np.int32)  # [-1]: -1.
+  token_arcs = dfa.token_arcs.copy()
+  token_arcs[:, [0, 2]] = new_id[token_arcs[:, [0, 2]]]
+  spliced = ByteDfa(transitions=new_id[new_trans[keep]], accepting=accepting[keep],
+                    start=int(new_id[dfa.start]), token_arcs=token_arcs,
+                    class_edges=class_edges)
+  given = _compose.GivenEdges(
+      copies[keep], (new_id[src], tok, new_id[dst]),
+      {int(new_id[s]): [(bits, int(new_id[t])) for bits, t in edges]
+       for s, edges in terminals.items()},
+      (node, new_id[state], new_id[origin]))
+  return spliced, given
+
+
+def _columns(parts: list) -> tuple[np.ndarray, ...]:
+  return tuple(np.concatenate(column).astype(np.int32) for column in zip(*parts))
