@@ -646,9 +646,9 @@ def compose_token_dfa(
       return _empty_token_dfa(num_words)
   if dfa.start == 0 and (live is None or live.all()):  # Nothing to renumber.
     state_terminals, terminal_bits = _pack_terminals(terminal_edges, range(q), q, num_words)
-    order = _by_source_token(src, tok, q, _views(trie).token_span)
+    src, tok, dst = _sorted_edges(src, tok, dst, q, _views(trie).token_span)
     return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
-                    edge_source=src[order], edge_token=tok[order], edge_target=dst[order],
+                    edge_source=src, edge_token=tok, edge_target=dst,
                     terminal_bits=terminal_bits, state_terminals=state_terminals)
   if live is None:
     live = np.ones(q, bool)
@@ -659,14 +659,14 @@ def compose_token_dfa(
   state_terminals, terminal_bits = _pack_terminals(terminal_edges, new_id.tolist(), len(order),
                                                    num_words)
   keep = live[src] & live[dst]
-  src, tok, dst = new_id[src[keep]], tok[keep], new_id[dst[keep]]
-  by_source_token = _by_source_token(src, tok, len(order), _views(trie).token_span)
+  src, tok, dst = _sorted_edges(new_id[src[keep]], tok[keep], new_id[dst[keep]], len(order),
+                                _views(trie).token_span)
   return TokenDfa(
       num_states=len(order),
       accepting=dfa.accepting[order].astype(bool),
-      edge_source=src[by_source_token],
-      edge_token=tok[by_source_token],
-      edge_target=dst[by_source_token],
+      edge_source=src,
+      edge_token=tok,
+      edge_target=dst,
       terminal_bits=terminal_bits,
       state_terminals=state_terminals,
   )
@@ -683,15 +683,24 @@ def _concatenate_columns(parts: list) -> tuple[np.ndarray, ...]:
   return tuple(np.concatenate(column, dtype=np.int32) for column in zip(*parts))
 
 
-def _by_source_token(src: np.ndarray, tok: np.ndarray, num_states: int,
-                     token_span: int) -> np.ndarray:
-  """The order sorting edges by (source, token) (the pairs are unique, so any sort).
+def _sorted_edges(src: np.ndarray, tok: np.ndarray, dst: np.ndarray, num_states: int,
+                  token_span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The edges sorted by (source, token) (the pairs are unique, so any sort), as int32.
 
-  The key fits int32 for most constraints, whose argsort is ~20% faster than int64's.
+  Sorting one int64 key of bit fields (source, token, target) is about twice as fast as
+  an argsort and three gathers.
   """
-  if num_states * token_span < 2**31:
-    return (src * np.int32(token_span) + tok).argsort()
-  return (src.astype(np.int64) << 32 | tok).argsort()
+  state_bits = max(int(num_states - 1).bit_length(), 1)
+  token_bits = max(int(token_span - 1).bit_length(), 1)
+  if 2 * state_bits + token_bits > 63:
+    order = (src.astype(np.int64) << 32 | tok).argsort()
+    return src[order], tok[order], dst[order]
+  key = (src.astype(np.int64) << token_bits | tok) << state_bits | dst
+  key.sort()
+  state_mask, token_mask = (1 << state_bits) - 1, (1 << token_bits) - 1
+  return ((key >> (token_bits + state_bits)).astype(np.int32),
+          (key >> state_bits & token_mask).astype(np.int32),
+          (key & state_mask).astype(np.int32))
 
 
 def _pack_terminals(terminal_edges: dict, new_id, num_states: int,
@@ -700,19 +709,19 @@ def _pack_terminals(terminal_edges: dict, new_id, num_states: int,
 
   `new_id` maps byte-DFA states to token-DFA states (-1: dropped), e.g. a list.
   """
-  live_edges = {}
-  for s, edges in terminal_edges.items():
-    if new_id[s] >= 0:
-      kept = [(bits, new_id[t]) for bits, t in edges if new_id[t] >= 0]
-      if kept:
-        live_edges[int(new_id[s])] = kept
-  width = max((len(edges) for edges in live_edges.values()), default=1)
-  state_terminals = np.full((num_states, width, 2), -1, np.int32)
-  distinct: list[np.ndarray] = []
+  rows, distinct = [], []
   by_sample: dict[bytes, list[int]] = {}  # A sample of words -> distinct bitmaps with it.
   by_id: dict[int, int] = {}  # Edges often share one array: compare it once.
-  for s, edges in live_edges.items():
-    for r, (bits, target) in enumerate(edges):
+  width = 1
+  for s, edges in terminal_edges.items():
+    source = new_id[s]
+    if source < 0:
+      continue
+    rank = 0
+    for bits, target in edges:
+      target = new_id[target]
+      if target < 0:
+        continue
       k = by_id.get(id(bits))
       if k is None:
         same = by_sample.setdefault(bits[::61].tobytes(), [])
@@ -722,6 +731,13 @@ def _pack_terminals(terminal_edges: dict, new_id, num_states: int,
           distinct.append(bits)
           same.append(k)
         by_id[id(bits)] = k
-      state_terminals[s, r] = (k, target)
+      rows.append((source, rank, k, target))
+      rank += 1
+    width = max(width, rank)
+  state_terminals = np.full((num_states, width, 2), -1, np.int32)
+  if rows:
+    source, rank, k, target = np.array(rows, np.int32).T
+    state_terminals[source, rank, 0] = k
+    state_terminals[source, rank, 1] = target
   terminal_bits = np.array(distinct) if distinct else np.zeros((0, num_words), np.uint32)
   return state_terminals, terminal_bits

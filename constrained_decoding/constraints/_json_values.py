@@ -328,17 +328,27 @@ def _trie_complement(node: dict) -> tuple[ir.Node, ir.Node, ir.Node]:
     non_texts.append(ir.concat(step, child_non_texts))
     leave.append(ir.concat(step, child_leave))
     shared.append(ir.concat(step, child_shared))
-  taken = ir.normalize_ranges([(c, c) for c in children])
-  literal = _intersect(_LITERAL_ASCII, ir.complement_ranges(taken))
-  if literal:
-    leave.append(ir.CharClass(literal))
-  if _intersect(taken, _SHARED_RANGES):  # A text continues with one: exact class here.
-    others = _intersect(_SHARED_RANGES, ir.complement_ranges(taken))
-    if others:
-      leave.append(_canonical_class(others))
-  else:
+  classes, takes_shared = _leaving_classes(tuple(children))
+  leave += classes
+  if not takes_shared:
     shared.append(ir.EPSILON)
   return ir.union(*non_texts), ir.union(*leave), ir.union(*shared)
+
+
+@functools.lru_cache(maxsize=4096)
+def _leaving_classes(children: tuple[int, ...]) -> tuple[tuple[ir.Node, ...], bool]:
+  """(classes of the characters leaving a trie node whose children are `children`,
+  whether a child is in `_SHARED_RANGES`), for `_trie_complement`: cached per set of
+  children, as declared keys share letters."""
+  taken = ir.normalize_ranges([(c, c) for c in children])
+  literal = _intersect(_LITERAL_ASCII, ir.complement_ranges(taken))
+  classes = [ir.CharClass(literal)] if literal else []
+  takes_shared = bool(_intersect(taken, _SHARED_RANGES))
+  if takes_shared:  # A text continues with one: exact class here.
+    others = _intersect(_SHARED_RANGES, ir.complement_ranges(taken))
+    if others:
+      classes.append(_canonical_class(others))
+  return tuple(classes), takes_shared
 
 
 # ---- Integer and number ranges (digit-by-digit automata). ----
