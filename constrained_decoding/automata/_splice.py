@@ -32,6 +32,7 @@ Public names:
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -71,6 +72,11 @@ class FragmentAutomaton:
   exit_from: np.ndarray
   exit_node: np.ndarray
   exit_byte: np.ndarray
+
+  @functools.cached_property
+  def shifted_transitions(self) -> np.ndarray:
+    """`dfa.transitions + 1` (NO_STATE becomes 0), for `splice`'s one-gather renumbering."""
+    return self.dfa.transitions + 1
 
 
 def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
@@ -187,8 +193,12 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton]
     phi[0] = s
     phi[1:] = np.arange(offset, offset + size, dtype=np.int32)
     offset += size
-    rows = fragment.transitions
-    new_trans[phi] = np.where(rows >= 0, phi[rows], NO_STATE)
+    # Entry f + 1 of [NO_STATE, phi...] maps f, and NO_STATE (-1) to itself; the copy's
+    # states after its start are the block offset - size..offset - 1.
+    lookup = np.concatenate([[NO_STATE], phi])
+    shifted = automata[k].shifted_transitions
+    new_trans[s] = lookup[shifted[0]]
+    np.take(lookup, shifted[1:], out=new_trans[offset - size:offset])
     copies[phi] = True
     phis.append(phi)
   # Accepting copy states also continue like c (whose row is final now: c is no copy).
@@ -213,12 +223,10 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton]
                  for d in [dfa] + [a.dfa for a in automata]]
   # A continuation c that only the fragment arcs led to is unreachable now (the copies'
   # accepting states took its arcs): drop it, so that the DFA stays trimmed.
-  into = np.zeros(total + 1, bool)
-  into[trans.ravel()] = True  # NO_STATE marks the extra last slot.
-  into[dfa.token_arcs[:, 2]] = True
-  into[dfa.start] = True
   keep = np.ones(total, bool)
-  keep[arcs[:, 2]] = into[arcs[:, 2]]
+  reached = set(dfa.token_arcs[:, 2].tolist()) | {dfa.start}
+  for c in set(arcs[:, 2].tolist()) - reached:
+    keep[c] = bool((trans == c).any())
   class_edges = np.unique(np.concatenate(class_edges))
   src, tok, dst = _columns(edge_parts)
   node, state, origin = _columns(frontier_parts)
