@@ -230,7 +230,7 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
 
 
 def _group_masks(a: _Automaton, w: int, min_bucket: int,
-                 edge_start: list[int]) -> tuple[np.ndarray, np.ndarray]:
+                 edge_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Deduplicated mask rows: (mask_bits [M_pad, W], row of each group [G]).
 
   The groups of a state that match one stack are those whose pops are prefixes of the
@@ -254,7 +254,7 @@ def _group_masks(a: _Automaton, w: int, min_bucket: int,
 
 
 def _own_rows(a: _Automaton, w: int, min_bucket: int,
-              edge_start: list[int]) -> tuple[np.ndarray, np.ndarray]:
+              edge_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Each group's own tokens, deduplicated: (rows [M_pad, W], row of each group [G]).
 
   A group's own tokens are its explicit edges (`edge_start[g]:edge_start[g + 1]`), plus
@@ -262,46 +262,50 @@ def _own_rows(a: _Automaton, w: int, min_bucket: int,
   stack holds; every push-down state has a pop-free group). Each row is written once,
   by the first group holding it.
   """
-  g = len(a.group_state)
   if a.regular:
-    terminals = np.ascontiguousarray(a.state_terminals[:, :, 0], np.int32)
+    terminals = a.state_terminals[:, :, 0]
   else:
     terminals = np.where((a.group_num_pops == 0)[:, None],
-                         a.state_terminals[a.group_state, :, 0], -1).astype(np.int32)
-  tok_bytes = np.asarray(a.edge_token, np.int32).tobytes()
-  r = terminals.shape[1]
-  term_bytes = terminals.tobytes()
-  rows: dict[bytes, int] = {}
-  row_of_group = []
-  first = []  # Whether each group is the first of its row (it writes the row).
-  written = []  # (row, terminal ids) of the rows that hold terminal bitmaps.
-  duplicate_edges = 0  # Edges of groups that are not first: their bits are written.
-  for k, (lo, hi, term_row) in enumerate(zip(edge_start[:-1], edge_start[1:],
-                                             terminals.tolist())):
-    new_row = len(rows)
-    row = rows.setdefault(term_bytes[4 * r * k:4 * r * (k + 1)] + tok_bytes[4 * lo:4 * hi],
-                          new_row)
-    row_of_group.append(row)
-    first.append(row == new_row)
-    if row != new_row:
-      duplicate_edges += hi - lo
-    elif max(term_row, default=-1) >= 0:
-      written.append((row, term_row))
-  row_of_group = np.array(row_of_group, np.int32)
-  bits = np.zeros((bucket_size(len(rows), min_bucket), w), np.uint32)
-  _copy_terminal_rows(bits, written, a.terminal_bits)
-  if duplicate_edges > _DUPLICATE_EDGES:
-    writes = np.array(first)[a.edge_group]
-    _set_bits(bits, row_of_group[a.edge_group[writes]],
-              np.asarray(a.edge_token[writes], np.int64))
+                         a.state_terminals[a.group_state, :, 0], -1)
+  terminals = np.ascontiguousarray(terminals, np.int32)
+  starts = edge_start.tolist()
+  row_of_group, first = _distinct_groups(a.edge_token, starts, terminals)
+  bits = np.zeros((bucket_size(len(first), min_bucket), w), np.uint32)
+  _copy_terminal_rows(bits, [(row, terms) for row, terms in enumerate(terminals[first].tolist())
+                             if max(terms, default=-1) >= 0], a.terminal_bits)
+  lo, hi = [starts[k] for k in first], [starts[k + 1] for k in first]
+  if len(a.edge_token) - (sum(hi) - sum(lo)) > _DUPLICATE_EDGES:
+    # Only the rows' first groups set bits: their edges, copied slice by slice.
+    _set_bits(bits, np.repeat(np.arange(len(first)), np.subtract(hi, lo)),
+              np.concatenate([a.edge_token[l:h] for l, h in zip(lo, hi)]))
   else:  # Setting a row's bits twice changes nothing: skip filtering.
-    _set_bits(bits, row_of_group[a.edge_group], np.asarray(a.edge_token, np.int64))
+    _set_bits(bits, np.repeat(row_of_group, edge_start[1:] - edge_start[:-1]), a.edge_token)
   return bits, row_of_group
 
 
-# Edges of duplicate rows above which `_own_rows` filters them out before setting bits:
-# `np.bitwise_or.at` costs ~10 ns an edge, the filter ~5 us.
+# Edges of duplicate rows above which `_own_rows` copies out the edges of the rows' first
+# groups (~0.3 us a row) rather than setting the bits of every edge (~8 ns an edge).
 _DUPLICATE_EDGES = 512
+
+
+def _distinct_groups(tokens: np.ndarray, edge_start: list[int],
+                     terminals: np.ndarray) -> tuple[np.ndarray, list[int]]:
+  """Numbers the groups' distinct (terminal ids, explicit tokens) in order of first use.
+
+  Returns (row of each group int32 [G], first group of each row [M], ascending). Keys
+  are raw bytes, one comprehension over the groups (no per-group numpy calls); the first
+  group holding a key stands for its row.
+  """
+  tok_bytes = np.asarray(tokens, np.int32).tobytes()
+  r4 = 4 * terminals.shape[1]
+  term_bytes = terminals.tobytes()
+  first_of: dict[bytes, int] = {}
+  first_group = [first_of.setdefault(term_bytes[r4 * k:r4 * (k + 1)] + tok_bytes[4 * lo:4 * hi], k)
+                 for k, (lo, hi) in enumerate(zip(edge_start[:-1], edge_start[1:]))]
+  first = list(first_of.values())
+  row_of_first = np.zeros(len(first_group), np.int32)
+  row_of_first[first] = np.arange(len(first))
+  return row_of_first[first_group], first
 
 
 def _copy_terminal_rows(bits: np.ndarray, written: list, terminal_bits: np.ndarray) -> None:
@@ -343,7 +347,7 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
   # Edges are sorted by group: group k's are those before the first of group k + 1.
   edge_start = np.full(g_pad + 1, e, np.int32)
   edge_start[:g + 1] = a.edge_group.searchsorted(np.arange(g + 1, dtype=a.edge_group.dtype))
-  mask_bits, row_of_group = _group_masks(a, w, min_bucket, edge_start[:g + 1].tolist())
+  mask_bits, row_of_group = _group_masks(a, w, min_bucket, edge_start[:g + 1])
   state_groups = _state_groups(a, s_pad)
   group_mask = np.zeros(g_pad, np.int32)
   group_mask[:g] = row_of_group
@@ -354,10 +358,8 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
     group_pops[:g] = a.group_pops
     group_num_pops[:g] = a.group_num_pops
     edge_pushes[:e] = a.edge_push
-  edge_tokens = np.full(e_pad, PAD_TOKEN, np.int32)
-  edge_targets = np.full(e_pad, NO_STATE, np.int32)
-  edge_tokens[:e] = a.edge_token
-  edge_targets[:e] = a.edge_target
+  edge_tokens = _padded(a.edge_token, e_pad, PAD_TOKEN)
+  edge_targets = _padded(a.edge_target, e_pad, NO_STATE)
   accepting = np.zeros(s_pad, bool)
   accepting[:s] = a.accepting
   terminal_bits = _padded_terminal_bits(a, w)
@@ -373,6 +375,14 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
       eos_bits=bitmask(np.asarray(vocab.eos_ids, np.int64), vocab.vocab_size),
       terminal_bits=terminal_bits, state_terminals=state_terminals,
       vocab_size=vocab.vocab_size, stack_depth=stack_depth)
+
+
+def _padded(values: np.ndarray, size: int, fill: int) -> np.ndarray:
+  """int32 `[size]`: `values`, then `fill` (each entry written once: these are ~E long)."""
+  out = np.empty(size, np.int32)
+  out[:len(values)] = values
+  out[len(values):] = fill
+  return out
 
 
 def _padded_terminal_bits(a: _Automaton, w: int) -> np.ndarray:
@@ -409,13 +419,29 @@ def _state_groups(a: _Automaton, s_pad: int) -> np.ndarray:
 
 
 def _set_bits(bits: np.ndarray, rows: np.ndarray, tokens: np.ndarray) -> None:
-  """ORs token bits into `bits[rows]`.
+  """ORs token bits into `bits[rows]`: whole groups of edges, each sorted by token, where
+  the groups of one row hold the same tokens.
 
-  `np.bitwise_or.at` (unbuffered, fast since numpy 1.25) beats sorting the words and
-  summing their bits with `np.add.reduceat` by about a third for a few thousand edges.
+  `np.bitwise_or.at` (unbuffered, fast since numpy 1.25) costs ~8 ns an edge. When words
+  hold several tokens (dense groups, as in push-down tables), the runs of equal words
+  are ORed with `np.bitwise_or.reduceat` and written once, several times faster.
   """
   key = rows.astype(np.int64) * bits.shape[1] + (tokens >> 5)
-  np.bitwise_or.at(bits.reshape(-1), key, np.uint32(1) << (tokens & 31).astype(np.uint32))
+  token_bits = np.uint32(1) << (tokens & 31).astype(np.uint32)
+  if len(key) > _DENSE_CHECK_EDGES:
+    word_ends = key[1:] != key[:-1]
+    if 2 * np.count_nonzero(word_ends) < len(key):  # Two tokens or more a word on average.
+      runs = np.flatnonzero(np.concatenate(([True], word_ends)))
+      # A row's groups give its words the same bits in every run: `|=` may write a word
+      # several times, always with the same value.
+      bits.reshape(-1)[key[runs]] |= np.bitwise_or.reduceat(token_bits, runs)
+      return
+  np.bitwise_or.at(bits.reshape(-1), key, token_bits)
+
+
+# Edges above which `_set_bits` checks whether words hold several tokens (the check costs
+# ~3% of `np.bitwise_or.at`; dense push-down groups have ~1M edges).
+_DENSE_CHECK_EDGES = 1 << 16
 
 
 def _used_sizes(t: ConstraintTables) -> tuple[int, int, int, int, int]:
