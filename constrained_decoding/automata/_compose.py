@@ -21,8 +21,13 @@ call overhead): the explicit edges of a wide state are read from its terminal's 
 the walks past the loop's exits are done here, together with the other states' walks in
 one pass over the full trie; deep, narrow levels of that pass step in plain Python.
 
-Public functions:
+States of spliced fragment copies (`_splice.py`) come with their edges (`GivenEdges`):
+they are not walked, only the walks leaving them (their exits) join the others.
+
+Public names:
   compose_token_dfa(dfa, trie, ...)  -> TokenDfa
+  token_edges(dfa, trie, ...)        -> the explicit edges, untrimmed (for fragments)
+  GivenEdges                         edges of states known before composition
   walk_plan(wide, num_states, trie)  -> the trie walks that find every explicit edge
 """
 
@@ -70,6 +75,9 @@ _PY_FRONTIER = 24
 
 # `_TrieViews.node_token` of a node spelling several tokens (ids with the same bytes).
 _SEVERAL_TOKENS = -2
+
+# A `stop_at` state no walk reaches.
+_NEVER = 2**31 - 1
 
 
 class _TrieViews:
@@ -138,9 +146,11 @@ def _emit(trie: VocabTrie, views: _TrieViews, node, state, origin):
   return origin[rep], trie.token_ids[slot + views.arange(len(rep))], state[rep]
 
 
-def _python_steps(views: _TrieViews, flat, node, state, origin, found: list):
+def _python_steps(views: _TrieViews, flat, node, state, origin, found: list,
+                  stop_at: int = _NEVER, stopped: list | None = None):
   """Steps a small frontier in plain Python until it is empty or grows past a few
-  times `_PY_FRONTIER`; appends the edges met to `found` (flat triples).
+  times `_PY_FRONTIER`; appends the edges met to `found` (flat triples), and the pairs
+  reaching states >= `stop_at` to `stopped` (not walked further).
 
   Returns:
     The remaining frontier (node, state, origin) as lists (empty when done).
@@ -150,6 +160,9 @@ def _python_steps(views: _TrieViews, flat, node, state, origin, found: list):
   while node and len(node) <= 4 * _PY_FRONTIER:
     next_node, next_state, next_origin = [], [], []
     for n, q, o in zip(node, state, origin):
+      if q >= stop_at:
+        stopped.append((n, q, o))
+        continue
       for i in range(token_start[n], token_start[n + 1]):
         found += (o, token_ids[i], q)
       base = q << 8
@@ -193,12 +206,15 @@ def _emit_rows(trie: VocabTrie, views: _TrieViews, levels: list):
 
 
 def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin, *,
-                   max_edges: int, deadline: float, what: str, num_edges: int = 0):
+                   max_edges: int, deadline: float, what: str, num_edges: int = 0,
+                   stop_at: int = _NEVER, stopped: list | None = None):
   """Token edges of the lockstep walk of `trie` and the DFA from a frontier of pairs.
 
   Each frontier pair (trie node, DFA state, origin) stands for the byte path from the
   root to the node read from `origin` into `state`; every token at or below the node
   whose bytes the DFA accepts from there gives an edge (origin, token, state reached).
+  Pairs that reach a state >= `stop_at` are appended to `stopped` instead, as
+  (node, state, origin) arrays or tuples, and neither emitted nor walked further.
 
   Returns:
     A list of (source, token, target) int arrays, in no particular order (to be
@@ -235,12 +251,19 @@ def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin
 
   row = state << 8  # Frontier states as offsets of their rows in `flat`.
   while len(node):
+    if stop_at != _NEVER:
+      at_stop = row >= stop_at << 8
+      if at_stop.any():
+        stopped.append((node[at_stop], row[at_stop] >> 8, origin[at_stop]))
+        node, row, origin = node[~at_stop], row[~at_stop], origin[~at_stop]
+        continue
     if len(node) <= _PY_FRONTIER:
       if flat_view is None:
         flat_view = memoryview(np.ascontiguousarray(flat, np.int32))
       before = len(found)
       node, state, origin = _python_steps(views, flat_view, node.tolist(),
-                                          (row >> 8).tolist(), origin.tolist(), found)
+                                          (row >> 8).tolist(), origin.tolist(), found,
+                                          stop_at, stopped)
       num_edges += (len(found) - before) // 3
       check()
       if not node:
@@ -546,10 +569,16 @@ class GivenEdges:
 
 def token_edges(dfa: ByteDfa, trie: VocabTrie, *, wide: dict,
                 given: GivenEdges | None = None, max_edges: int = 20_000_000,
-                deadline: float = float("inf"), what: str = "The constraint"):
+                deadline: float = float("inf"), what: str = "The constraint",
+                stop_at: int = _NEVER, stopped: list | None = None):
   """The explicit edges (source, token, target) of `dfa` composed with `trie`, untrimmed,
   unsorted, byte-DFA states: those of `given` and those found by walking the other
-  states (see `compose_token_dfa`)."""
+  states (see `compose_token_dfa`).
+
+  Walks in the full trie that reach a state >= `stop_at` stop there and are appended
+  to `stopped` ((node, state, origin) arrays or tuples); `_splice.py` finds a
+  fragment's exits so. Walks of other tries (terminals' sub-tries) must not reach one.
+  """
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
   narrow, outside = _narrow(wide, dfa.num_states, None if given is None else given.states)
   plain, loops = _group_parts(wide, fast=True)
@@ -567,7 +596,8 @@ def token_edges(dfa: ByteDfa, trie: VocabTrie, *, wide: dict,
     edges, frontier = _loop_part_edges(dfa, loops[key])
     parts.append(edges)
     frontiers.append(frontier)
-  parts += _walk_frontier(dfa.transitions, trie, *_concatenate_columns(frontiers), **budget)
+  parts += _walk_frontier(dfa.transitions, trie, *_concatenate_columns(frontiers), **budget,
+                          stop_at=stop_at, stopped=stopped)
   for part_trie, origins, first_bytes in sub_plans:
     parts += _walk(dfa, part_trie, origins, first_bytes=first_bytes, **budget)
   src, tok, dst = _concatenate_columns(parts) if parts else (np.zeros(0, np.int32),) * 3

@@ -11,8 +11,8 @@ occurrence as one pseudo-byte arc s --F--> c, and here
   its terminal edges, and its *exits*, the places where a token leaves the fragment
   after a complete value (`1,` or `abc"}`): (origin state, full-trie node of the
   token prefix that ends with the first byte after the value, that byte). Exits are
-  found by composing the fragment with one extra sink state per byte that may follow
-  a JSON value (`EXIT_BYTES`), which reads anything.
+  found by composing the fragment with one extra dead-end state per byte that may
+  follow a JSON value (`EXIT_BYTES`), where the walks stop and are recorded.
 * `splice` replaces each arc s --F--> c by a copy of the fragment's states, s acting as
   the fragment's start, and gives each accepting copy state c's transitions besides
   its own (they read disjoint bytes: a complete value is followed by `,`, `}`, ...).
@@ -96,12 +96,13 @@ def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
   q = dfa.num_states
   if q == 0:
     return FragmentAutomaton(fragment.name, dfa, (empty,) * 3, {}, empty, empty, empty)
+  # The probe: one dead-end sink per byte that may follow a value, entered from every
+  # accepting state that does not read that byte itself.
   accepting = np.flatnonzero(dfa.accepting)
   free = dfa.transitions[accepting][:, _EXIT_BYTE_ARRAY] == NO_STATE  # [A, B]
   used = np.flatnonzero(free.any(axis=0))
-  sinks = q + np.arange(len(used), dtype=np.int32)
-  trans = np.concatenate([dfa.transitions, np.repeat(sinks[:, None], 256, axis=1)])
-  for sink, j in zip(sinks, used):
+  trans = np.concatenate([dfa.transitions, np.full((len(used), 256), NO_STATE, np.int32)])
+  for sink, j in enumerate(used, start=q):
     trans[accepting[free[:, j]], _EXIT_BYTE_ARRAY[j]] = sink
   exit_bytes = _EXIT_BYTE_ARRAY[used]
   edges = np.union1d(dfa.class_edges if dfa.class_edges is not None else np.arange(257),
@@ -112,49 +113,28 @@ def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
   is_sink = np.arange(probe.num_states) >= q
   wide = wide_states.find(probe, is_sink)
   given = _compose.GivenEdges(is_sink, (empty,) * 3, {}, (empty,) * 3)
+  stopped = []
   src, tok, dst = _compose.token_edges(probe, trie, wide=wide, given=given,
-                                       max_edges=max_edges, deadline=deadline, what=what)
+                                       max_edges=max_edges, deadline=deadline, what=what,
+                                       stop_at=q, stopped=stopped)
+  if (dst >= q).any():
+    raise ValueError(f"Fragment {fragment.name!r} has terminals whose sub-trie walks leave"
+                     " it. Expected a fragment without near-loop states (JSON values).")
   terminals = _compose._terminal_edges(probe, wide, None, 0)  # pylint: disable=protected-access
-  leaving = dst >= q
-  exit_from, exit_node, exit_byte = _exits(trans, q, trie, src[leaving], tok[leaving])
-  inside = ~leaving
-  return FragmentAutomaton(fragment.name, dfa, (src[inside], tok[inside], dst[inside]),
-                           terminals, exit_from, exit_node, exit_byte)
+  exit_from, exit_node, exit_byte = _exits(stopped, trie)
+  return FragmentAutomaton(fragment.name, dfa, (src, tok, dst), terminals, exit_from,
+                           exit_node, exit_byte)
 
 
-def _exits(trans: np.ndarray, q: int, trie: VocabTrie, src: np.ndarray, tok: np.ndarray):
-  """The distinct exits (from, node, byte) of the edges (src, tok) into sink states
-  (those >= q): each token's bytes are read from src until a sink is entered."""
-  if not len(src):
-    empty = np.zeros(0, np.int32)
-    return empty, empty, empty
-  node_of_token = np.zeros(int(trie.token_ids.max()) + 1, np.int32)
-  node_of_token[trie.token_ids] = trie.token_node
-  node_byte = np.zeros(trie.num_nodes, np.int64)
+def _exits(stopped: list, trie: VocabTrie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(from, node, byte) of the walks stopped at a sink ((node, state, origin) arrays or
+  ints), sorted by (from, node); node's last byte is the one leading into the sink."""
+  node = np.concatenate([np.atleast_1d(n) for n, _, _ in stopped] + [[]]).astype(np.int32)
+  origin = np.concatenate([np.atleast_1d(o) for _, _, o in stopped] + [[]]).astype(np.int32)
+  order = np.lexsort((node, origin))
+  node_byte = np.zeros(trie.num_nodes, np.int32)
   node_byte[trie.child_node] = trie.child_byte
-  node = node_of_token[tok]
-  depth = trie.node_depth[node]
-  # path[:, d]: the node at depth d + 1 on each token's path (root excluded).
-  path = np.zeros((len(node), int(depth.max())), np.int32)
-  current = node.copy()
-  for d in range(path.shape[1] - 1, -1, -1):
-    below = depth > d
-    path[below, d] = current[below]
-    current[below] = trie.parent[current[below]]
-  state = src.astype(np.int64)
-  exit_at = np.full(len(node), -1, np.int64)
-  for d in range(path.shape[1]):
-    walking = (exit_at < 0) & (depth > d)
-    nxt = trans[state[walking], node_byte[path[walking, d]]]
-    state[walking] = nxt
-    rows = np.flatnonzero(walking)
-    exit_at[rows[nxt >= q]] = d
-  rows = np.arange(len(node))
-  exit_node = path[rows, exit_at]
-  key = np.unique(src.astype(np.int64) * trie.num_nodes + exit_node)
-  exit_from = (key // trie.num_nodes).astype(np.int32)
-  exit_node = (key % trie.num_nodes).astype(np.int32)
-  return exit_from, exit_node, node_byte[exit_node].astype(np.int32)
+  return origin[order], node[order], node_byte[node[order]]
 
 
 def splice(dfa: ByteDfa, automata: list[FragmentAutomaton]
