@@ -21,7 +21,9 @@ Supported keywords:
               their intersection, `_intersect.py`).
   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact ranges).
   number      the same (decimal bounds too: 0.25 <= x < 2.5 is exact).
-  object      properties, required, additionalProperties.
+  object      properties, required, additionalProperties, propertyNames (type, pattern,
+              format, minLength, maxLength, enum, const), patternProperties (one
+              pattern; a declared key it matches must satisfy both schemas).
   array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems: false.
   ignored     title, description, examples, default, $schema, $id, $comment,
               deprecated, readOnly, writeOnly (annotations: no effect on validity).
@@ -41,7 +43,10 @@ not generated):
   `properties` does not declare); optional ones may be skipped. Additional properties
   (allowed when `additionalProperties` is absent, `true` or a schema) come only after
   the declared ones, with keys that are any string except the declared keys; two
-  additional properties may share a key (preventing it is not regular).
+  additional properties may share a key (preventing it is not regular). With
+  `patternProperties`, undeclared keys are generated only if they match its pattern
+  (values per its schema): keys matching no pattern, which `additionalProperties`
+  (absent: any value) would allow, are not generated.
   `strict_properties=True` forbids additional properties in objects that declare
   `properties` or `required` unless `additionalProperties` is an explicit schema;
   `{"type": "object"}` alone stays a free-form object.
@@ -142,7 +147,7 @@ _TYPE_OF_KEYWORD = {
     "minimum": "number", "maximum": "number", "exclusiveMinimum": "number",
     "exclusiveMaximum": "number", "multipleOf": "number",
     "properties": "object", "required": "object", "additionalProperties": "object",
-    "items": "array", "prefixItems": "array", "additionalItems": "array",
+    "propertyNames": "object", "patternProperties": "object", "items": "array", "prefixItems": "array", "additionalItems": "array",
     "minItems": "array", "maxItems": "array",
 }
 _SUPPORTED = frozenset({
@@ -151,12 +156,17 @@ _SUPPORTED = frozenset({
 # Standard keywords this library does not implement.
 _UNSUPPORTED = frozenset({
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "patternProperties", "propertyNames", "minProperties", "maxProperties",
+    "minProperties", "maxProperties",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
     "uniqueItems", "$dynamicRef", "$dynamicAnchor", "$anchor", "$recursiveRef",
     "$recursiveAnchor", "$vocabulary",
 })
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+# Keywords that decide which schema a property's value must satisfy.
+_OBJECT_MEMBER_KEYWORDS = ("properties", "additionalProperties", "patternProperties")
+# Keywords `propertyNames` may use (a schema for strings, applied to each key).
+_NAME_KEYWORDS = frozenset({"type", "pattern", "format", "minLength", "maxLength", "enum",
+                            "const"})
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
 _NUMBER = (int, float, fractions.Fraction)  # Fractions: merged `multipleOf`s.
 # Keyword -> (types, description) its value must have for `allOf` merging.
@@ -804,6 +814,13 @@ class _Lowerer:
     Subschemas under the same keyword become a lazy `{"allOf": [x, y]}`, merged when
     (and if) they are lowered, so recursive schemas are merged one level at a time.
     """
+    for one, other in ((a, b), (b, a)):
+      if "patternProperties" in one and any(k in other for k in _OBJECT_MEMBER_KEYWORDS):
+        raise errors.UnsupportedSchemaError(
+            f"allOf at {_pointer(pointer, 'allOf')} combines patternProperties with another"
+            " side's properties, additionalProperties or patternProperties, which is not"
+            " supported. Expected patternProperties on one side only. Merge the subschemas"
+            " by hand.")
     merged = dict(a)
     for key, vb in b.items():
       if key not in merged or key in _NO_CONSTRAINT:
@@ -948,7 +965,16 @@ class _Lowerer:
     max_length = self._count(schema, "maxLength", pointer)
     if max_length is not None and max_length < min_length:
       return ir.NOTHING
-    texts = []  # Languages of the decoded value, intersected below.
+    texts = self._text_languages(schema, pointer)
+    if not texts:
+      return jv.json_string(min_length, max_length)
+    if min_length > 0 or max_length is not None:
+      texts.append(_intersect.text_of_length(min_length, max_length))
+    return _quoted(jv.encode_text(self._intersect_texts(texts, pointer)))
+
+  def _text_languages(self, schema: dict, pointer: str) -> list[ir.Node]:
+    """The decoded-text languages of a string schema's `pattern` and `format`."""
+    texts = []
     if "pattern" in schema:
       texts.append(self._pattern(schema["pattern"], _pointer(pointer, "pattern")))
     if "format" in schema:
@@ -961,10 +987,9 @@ class _Lowerer:
             f"format {name!r} at {where} is not supported. Expected one of"
             f" {sorted(FORMATS)}. Use a pattern instead, or pass lenient=True to accept"
             " any string."))
-    if not texts:
-      return jv.json_string(min_length, max_length)
-    if min_length > 0 or max_length is not None:
-      texts.append(_intersect.text_of_length(min_length, max_length))
+    return texts
+
+  def _intersect_texts(self, texts: list[ir.Node], pointer: str) -> ir.Node:
     text = texts[0]
     for other in texts[1:]:
       try:
@@ -974,7 +999,47 @@ class _Lowerer:
             f"The string constraints at {pointer} (pattern, format, lengths) are too large"
             f" to combine: {e}. Expected their intersection to be a smaller automaton."
             " Simplify the pattern or lower maxLength.") from e
-    return _quoted(jv.encode_text(text))
+    return text
+
+  def _name_language(self, names, pointer: str) -> ir.Node | None:
+    """The decoded texts `propertyNames` allows as keys (IR over characters), None for any.
+
+    Supports the string keywords (type, pattern, format, minLength, maxLength) and
+    enum/const (their strings).
+    """
+    if names is True:
+      return None
+    if names is False:
+      return ir.NOTHING
+    names = self._schema_dict(names, pointer)
+    for key in names:
+      if key not in _NAME_KEYWORDS and key not in _NO_CONSTRAINT:
+        where = _pointer(pointer, key)
+        self.unsupported(where, (
+            f"propertyNames keyword {key!r} at {where} is not supported. Expected type,"
+            " pattern, format, minLength, maxLength, enum or const. Remove it, or pass"
+            " lenient=True to ignore it (the output may then violate it)."))
+    if "type" in names and "string" not in self._type_names(names["type"], pointer):
+      return ir.NOTHING  # Property names are strings.
+    texts = self._text_languages(names, pointer)
+    min_length = self._count(names, "minLength", pointer) or 0
+    max_length = self._count(names, "maxLength", pointer)
+    if min_length > 0 or max_length is not None:
+      if max_length is not None and max_length < min_length:
+        return ir.NOTHING
+      texts.append(_intersect.text_of_length(min_length, max_length))
+    for key in ("enum", "const"):
+      if key in names:
+        values = [names[key]] if key == "const" else names[key]
+        if not isinstance(values, list):
+          raise errors.SchemaError(
+              f"enum at {_pointer(pointer, 'enum')} is {_short(values)}. Expected an array"
+              " of JSON values. Wrap the value in a list, or use const.")
+        texts.append(ir.union(*(ir.Bytes(v.encode()) for v in values
+                                if isinstance(v, str) and _encodable(v))))
+    if not texts:
+      return None
+    return self._intersect_texts(texts, pointer)
 
   def _pattern(self, pattern, where: str) -> ir.Node:
     if not isinstance(pattern, str):
@@ -1093,22 +1158,45 @@ class _Lowerer:
       extra_schema = None if self.options.strict_properties and declares else True
     else:
       extra_schema = None if additional is False else additional
+    names = self._name_language(schema.get("propertyNames", True),
+                                _pointer(pointer, "propertyNames"))
+    pattern = self._pattern_property(schema, pointer)
     members = []
-    for key, subschema in properties.items():
-      node = self.lower(subschema, _pointer(pointer, "properties", key))
+    for key in dict.fromkeys([*properties, *required]):
+      matches = pattern is not None and _has_text(pattern[0], key)
+      if key in properties:
+        subschema, where = properties[key], _pointer(pointer, "properties", key)
+        if matches:  # Both apply.
+          subschema = _lazy_all_of(subschema, pattern[1])
+      elif matches:
+        subschema, where = pattern[1], _pointer(pointer, "patternProperties", pattern[2])
+      else:
+        subschema, where = additional, _pointer(pointer, "additionalProperties")
+      if names is not None and not _has_text(names, key):
+        node = ir.NOTHING  # propertyNames forbids the key.
+      else:
+        node = self.lower(subschema, where)
       members.append((key, node, key in required))
-    for key in dict.fromkeys(required):
-      if key not in properties:
-        node = self.lower(additional, _pointer(pointer, "additionalProperties"))
-        members.append((key, node, True))
+    declared = [k for k, _, _ in members]
     extra = None
-    if extra_schema is not None:
+    if pattern is not None:  # Keys matching the pattern; no others (module doc).
+      value = self.lower(pattern[1], _pointer(pointer, "patternProperties", pattern[2]))
+      keys = [pattern[0], jv.text_except(declared)] + ([names] if names is not None else [])
+      extra = ir.concat(_quoted(jv.encode_text(self._intersect_texts(
+          keys, _pointer(pointer, "patternProperties")))), ws.colon, value)
+    elif extra_schema is not None:
       colon, value = self.extra_colon, self.extra_value
       if extra_schema is not True:
         colon = ws.colon
         value = self.lower(extra_schema, _pointer(pointer, "additionalProperties"))
-      if value != ir.NOTHING:
-        extra = ir.concat(jv.string_except([k for k, _, _ in members]), colon, value)
+      if names is None:
+        keys = jv.string_except(declared)
+      else:
+        keys = _quoted(jv.encode_text(self._intersect_texts(
+            [names, jv.text_except(declared)], _pointer(pointer, "propertyNames"))))
+      extra = ir.concat(keys, colon, value)
+    if extra == ir.NOTHING:
+      extra = None
     members = [(ir.concat(jv.canonical_string(key), ws.colon, node), is_required)
                for key, node, is_required in members
                if is_required or node != ir.NOTHING]
@@ -1117,6 +1205,25 @@ class _Lowerer:
     if body != ir.NOTHING:
       parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
     return ir.union(*parts) if parts else ir.NOTHING
+
+  def _pattern_property(self, schema: dict, pointer: str):
+    """(decoded-text IR, schema, pattern) of the one `patternProperties` entry, or None."""
+    patterns = schema.get("patternProperties", {})
+    where = _pointer(pointer, "patternProperties")
+    if not isinstance(patterns, dict):
+      raise errors.SchemaError(
+          f"patternProperties at {where} is {_short(patterns)}. Expected an object mapping"
+          " patterns to schemas. Fix the value.")
+    if not patterns:
+      return None
+    if len(patterns) > 1:
+      self.unsupported(where, (
+          f"patternProperties at {where} has {len(patterns)} patterns. Expected at most one"
+          " (keys matching several patterns need every matching schema). Merge them into"
+          " one pattern, or pass lenient=True to ignore the keyword."))
+      return None
+    [(pattern, subschema)] = patterns.items()
+    return self._pattern(pattern, _pointer(where, pattern)), subschema, pattern
 
   def _lower_array(self, schema: dict, pointer: str) -> ir.Node:
     ws = self.ws
@@ -1230,6 +1337,22 @@ def _ir_size(node: ir.Node) -> int:
   if isinstance(node, ir.Graph):
     return 1 + sum(_ir_size(label) for _, label, _ in node.arcs)
   return 1  # Leaves, and fragments: one arc of the byte automaton until spliced.
+
+
+def _has_text(language: ir.Node, text: str) -> bool:
+  """Whether the decoded-text IR `language` holds `text`."""
+  if not _encodable(text):
+    return False
+  return _intersect.intersect_text(ir.Bytes(text.encode()), language) != ir.NOTHING
+
+
+def _encodable(text: str) -> bool:
+  """Whether `text` is valid Unicode text (no lone surrogates, which JSON can escape)."""
+  try:
+    text.encode()
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 def _exact(value) -> fractions.Fraction:

@@ -10,6 +10,7 @@ Public functions and classes:
   canonical_string(text)              the one string `json.dumps(text, ensure_ascii=False)`.
   encode_text(node)                   IR over decoded text -> IR over canonical JSON string bodies.
   string_except(texts)                canonical JSON strings whose value is not in `texts`.
+  text_except(texts)                  decoded texts not in `texts` (IR over characters).
   integer_range(lo, hi)               canonical decimal integers in [lo, hi] (None: unbounded).
   number_range(lo, hi, ...)           decimal numbers (no exponent) in an interval.
   json_value(ws, max_depth, ...)      schema-free JSON with bounded nesting.
@@ -308,6 +309,41 @@ def string_except(texts) -> ir.Node:
   left = ir.union(leave, ir.concat(shared_prefixes, _SHARED_CLASS))
   body = ir.union(non_texts, ir.concat(left, ir.repeat(_ANY_CANONICAL_CHAR, 0, None)))
   return ir.concat(_QUOTE, body, _QUOTE)
+
+
+def text_except(texts) -> ir.Graph:
+  """Decoded texts (IR over characters, for `_intersect.intersect_text`) other than `texts`.
+
+  The trie of `texts` with one more state, "anything": a character that no text
+  continues with leads there, and it reads any character. Every state but the texts'
+  ends is final.
+  """
+  children: list[dict[int, int]] = [{}]
+  is_text = [False]
+  for text in texts:
+    if not text.isascii():
+      try:
+        text.encode()
+      except UnicodeEncodeError:
+        continue  # A lone surrogate: no text of the IR spells it anyway.
+    node = 0
+    for ch in text:
+      nxt = children[node].get(ord(ch))
+      if nxt is None:
+        nxt = children[node][ord(ch)] = len(children)
+        children.append({})
+        is_text.append(False)
+      node = nxt
+    is_text[node] = True
+  anything = len(children)
+  arcs = [(anything, ir.char_class([(0, ir.MAX_CODE_POINT)]), anything)]
+  for node, kids in enumerate(children):
+    arcs += [(node, ir.Bytes(chr(c).encode()), child) for c, child in kids.items()]
+    others = ir.complement_ranges(ir.normalize_ranges((c, c) for c in kids))
+    if others:
+      arcs.append((node, ir.CharClass(others), anything))
+  finals = [node for node in range(anything) if not is_text[node]] + [anything]
+  return ir.Graph(num_states=anything + 1, arcs=tuple(arcs), finals=tuple(finals))
 
 
 def _trie_complement(node: dict) -> tuple[ir.Node, ir.Node, ir.Node]:

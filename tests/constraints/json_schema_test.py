@@ -736,8 +736,24 @@ ERROR_CASES = [
     ({"type": "integer", "multipleOf": 3.000001},
      cd.UnsupportedSchemaError, r"multipleOf 3.000001 at #/multipleOf .* too large"),
     ({"type": "integer", "multipleOf": -2}, cd.SchemaError, r"multipleOf -2 at #/multipleOf is"),
-    ({"type": "object", "patternProperties": {"^x": {}}}, cd.UnsupportedSchemaError,
-     r"'patternProperties' at #/patternProperties"),
+    ({"type": "object", "minProperties": 1}, cd.UnsupportedSchemaError,
+     r"'minProperties' at #/minProperties"),
+    ({"type": "object", "patternProperties": {"^x": {}, "^y": {}}}, cd.UnsupportedSchemaError,
+     r"patternProperties at #/patternProperties has 2 patterns. Expected at most one"),
+    ({"type": "object", "patternProperties": ["^x"]}, cd.SchemaError,
+     r"patternProperties at #/patternProperties is \[\"\^x\"\]. Expected an object"),
+    ({"type": "object", "patternProperties": {"(": {}}}, cd.SchemaError,
+     r"pattern '\(' at #/patternProperties/\( is not a valid"),
+    ({"type": "object", "propertyNames": {"minimum": 1}}, cd.UnsupportedSchemaError,
+     r"propertyNames keyword 'minimum' at #/propertyNames/minimum is not supported"),
+    ({"type": "object", "propertyNames": {"format": "color"}}, cd.UnsupportedSchemaError,
+     r"format 'color' at #/propertyNames/format is not supported"),
+    ({"type": "object", "propertyNames": {"enum": "a"}}, cd.SchemaError,
+     r"enum at #/propertyNames/enum is \"a\". Expected an array"),
+    ({"allOf": [{"patternProperties": {"^x": {}}}, {"properties": {"a": {}}}]},
+     cd.UnsupportedSchemaError, r"allOf at #/allOf combines patternProperties with another"),
+    ({"type": "object", "required": ["Zed"], "propertyNames": {"pattern": "^[a-z]+$"}},
+     cd.SchemaError, r"accepts no JSON value"),
     ({"if": {}, "then": {}}, cd.UnsupportedSchemaError, r"'if' at #/if"),
     ({"type": "string", "maxlength": 3}, cd.UnsupportedSchemaError,
      r"'maxlength' at #/maxlength is not a keyword this library knows"),
@@ -1016,3 +1032,71 @@ def test_multiple_of_errors():
     cd.JsonSchema({"type": "number", "multipleOf": 0}).to_ir()
   with pytest.raises(cd.UnsupportedSchemaError, match=r"multipleOf 123457 at #/multipleOf"):
     cd.JsonSchema({"type": "integer", "multipleOf": 123457}).to_ir()
+
+
+# ---- propertyNames and patternProperties. ----
+
+_NAMED = {"type": "object", "properties": {"id": {"type": "integer"}, "Zed": {"type": "null"}},
+          "propertyNames": {"pattern": "^[a-z]", "maxLength": 4}}
+_PATTERNED = {"type": "object", "properties": {"ab": {"type": "integer", "minimum": 5},
+                                               "az": {"type": "integer"}},
+              "patternProperties": {"^a[a-c]*x?$": {"type": "integer", "maximum": 9}},
+              "additionalProperties": False}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("schema", [_NAMED, _PATTERNED], ids=["names", "patterned"])
+def test_key_constraints_random_walks_validate(schema, policy):
+  dfa = _dfa(cd.JsonSchema(schema, policy))
+  rng = random.Random(policy)
+  for _ in range(30):
+    _validate(json.loads(random_accepted_bytes(dfa, rng, soft_limit=100)), schema)
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(key=st.one_of(st.text(max_size=6), st.sampled_from(["id", "Zed", "ab", "az",
+                                                                       "a", "abx", "ax"])),
+                  value=st.sampled_from([1, 7, 12, -3, "s", None]))
+def test_key_constraints_agree_with_jsonschema(key, value):
+  # One property, so no narrowing applies (order, extras after declared): accepted
+  # exactly when valid.
+  for schema in (_NAMED, _PATTERNED):
+    instance = {key: value}
+    text = json.dumps(instance, ensure_ascii=False, separators=(",", ":")).encode()
+    valid = jsonschema.Draft202012Validator(schema).is_valid(instance)
+    if not key.isascii():
+      try:
+        key.encode()
+      except UnicodeEncodeError:
+        valid = False  # Lone surrogates are not text: never generated.
+    assert _dfa(cd.JsonSchema(schema)).accepts(text) == valid, (schema, instance)
+
+
+def test_pattern_properties_narrowing_and_pydantic_dicts():
+  import pydantic  # pylint: disable=import-outside-toplevel
+  import typing  # pylint: disable=import-outside-toplevel
+
+  class Model(pydantic.BaseModel):
+    labels: dict[typing.Literal["x", "y"], int]
+    words: dict[pydantic.constr(pattern=r"^[a-z]+$"), str]
+
+  schema = Model.model_json_schema()
+  dfa = _dfa(cd.JsonSchema(schema))
+  assert dfa.accepts(b'{"labels":{"x":1,"y":2},"words":{"cat":"a"}}')
+  assert not dfa.accepts(b'{"labels":{"z":1},"words":{}}')  # propertyNames: exact.
+  # A key matching no pattern is valid (additionalProperties defaults to true) but not
+  # generated: the documented narrowing.
+  assert jsonschema.Draft202012Validator(schema).is_valid({"labels": {}, "words": {"Cat": 1}})
+  assert not dfa.accepts(b'{"labels":{},"words":{"Cat":1}}')
+  rng = random.Random(0)
+  for _ in range(30):
+    Model.model_validate_json(random_accepted_bytes(dfa, rng, soft_limit=80))
+
+
+def test_key_constraints_in_lenient_mode():
+  schema = {"type": "object", "patternProperties": {"^x": {}, "^y": {}},
+            "propertyNames": {"pattern": "^[xy]", "minimum": 1}}
+  spec = cd.JsonSchema(schema, lenient=True)
+  assert spec.ignored_keywords() == ("#/propertyNames/minimum", "#/patternProperties")
+  dfa = _dfa(spec)
+  assert dfa.accepts(b'{"x1":[],"y":{}}') and not dfa.accepts(b'{"z":1}')
