@@ -59,9 +59,9 @@ not generated):
 * `oneOf` is lowered as `anyOf`: exact when the alternatives are disjoint (different
   types, or a distinguishing `const`), wider otherwise (exclusivity is not enforced).
 * `allOf` is merged keyword by keyword (types intersected, bounds tightened,
-  `properties` merged with each side's `additionalProperties`, `required` united);
-  two different `pattern`s or `format`s, or draft-04 boolean exclusive bounds on both
-  sides, raise `UnsupportedSchemaError`.
+  `properties` merged with each side's `additionalProperties`, `required` united,
+  `pattern`s and `format`s all applied); draft-04 boolean exclusive bounds on both
+  sides raise `UnsupportedSchemaError`.
 * `$ref` next to other keywords (allowed since 2019-09) means `allOf` of the target and
   the siblings; the target's properties come first. Draft-07 `additionalItems` without
   array-form `items` has no effect and is dropped.
@@ -865,6 +865,12 @@ class _Lowerer:
         if len(va) * len(vb) > _MAX_PRODUCT:
           self._merge_conflict(key, where, va, vb)
         merged[key] = [_lazy_all_of(x, y) for x in va for y in vb]
+      elif key in ("pattern", "format"):  # Both apply: kept as a tuple, intersected.
+        values = []
+        for value in (*_merged_values(merged, key), *_merged_values(b, key)):
+          if not any(_same_value(value, v) for v in values):
+            values.append(value)
+        merged[key] = tuple(values) if len(values) > 1 else values[0]
       elif key in ("properties", "additionalProperties", "items", "prefixItems"):
         pass  # Below: they interact across keywords.
       elif not _same_value(va, vb):  # pattern, format, ...
@@ -973,14 +979,14 @@ class _Lowerer:
     return _quoted(jv.encode_text(self._intersect_texts(texts, pointer)))
 
   def _text_languages(self, schema: dict, pointer: str) -> list[ir.Node]:
-    """The decoded-text languages of a string schema's `pattern` and `format`."""
+    """The decoded-text languages of a string schema's `pattern` and `format` (a tuple
+    of several after `allOf` merging: all apply)."""
     texts = []
-    if "pattern" in schema:
-      texts.append(self._pattern(schema["pattern"], _pointer(pointer, "pattern")))
-    if "format" in schema:
+    for pattern in _merged_values(schema, "pattern"):
+      texts.append(self._pattern(pattern, _pointer(pointer, "pattern")))
+    for name in _merged_values(schema, "format"):
       where = _pointer(pointer, "format")
-      name = schema["format"]
-      if name in FORMATS:
+      if isinstance(name, str) and name in FORMATS:
         texts.append(format_ir(name))
       else:
         self.unsupported(where, (
@@ -1337,6 +1343,14 @@ def _ir_size(node: ir.Node) -> int:
   if isinstance(node, ir.Graph):
     return 1 + sum(_ir_size(label) for _, label, _ in node.arcs)
   return 1  # Leaves, and fragments: one arc of the byte automaton until spliced.
+
+
+def _merged_values(schema: dict, key: str) -> tuple:
+  """A keyword's values: () when absent, the tuple `allOf` merging made, or (value,)."""
+  if key not in schema:
+    return ()
+  value = schema[key]
+  return value if isinstance(value, tuple) else (value,)
 
 
 def _has_text(language: ir.Node, text: str) -> bool:

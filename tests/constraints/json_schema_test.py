@@ -800,8 +800,10 @@ ERROR_CASES = [
     ({"type": "array", "prefixItems": {}}, cd.SchemaError, r"prefixItems at #/prefixItems"),
     ({"anyOf": []}, cd.SchemaError, r"anyOf at #/anyOf is \[\]. Expected a non-empty array"),
     ({"allOf": {}}, cd.SchemaError, r"allOf at #/allOf is \{\}"),
-    ({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, cd.UnsupportedSchemaError,
-     r"allOf at #/allOf combines 'pattern' values \"a\" and \"b\""),
+    ({"allOf": [{"pattern": "a"}, {"pattern": 5}]}, cd.SchemaError,
+     r"pattern 5 at #/pattern is not a string"),
+    ({"type": "string", "format": ["date"]}, cd.UnsupportedSchemaError,
+     r"format \['date'\] at #/format is not supported"),
     ({"allOf": [{"required": ["a"]}, {"required": "a"}]}, cd.SchemaError,
      r"allOf at #/allOf has 'required' values \[\"a\"\] and \"a\". Expected an array of names"),
     ({"allOf": [{"minimum": 0, "exclusiveMinimum": True},
@@ -1100,3 +1102,13 @@ def test_key_constraints_in_lenient_mode():
   assert spec.ignored_keywords() == ("#/propertyNames/minimum", "#/patternProperties")
   dfa = _dfa(spec)
   assert dfa.accepts(b'{"x1":[],"y":{}}') and not dfa.accepts(b'{"z":1}')
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(text=st.text(alphabet="abcx-\u00e9", max_size=8))
+def test_all_of_applies_every_pattern(text):
+  schema = {"allOf": [{"type": "string", "pattern": "a"}, {"pattern": "^[^x]*$"},
+                      {"allOf": [{"pattern": "b"}, {"pattern": "a"}]}]}
+  expected = all(re.search(p, text) for p in ("a", "^[^x]*$", "b"))
+  assert _dfa(cd.JsonSchema(schema)).accepts(json.dumps(text, ensure_ascii=False).encode()) \
+      == expected
