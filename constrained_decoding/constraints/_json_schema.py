@@ -16,7 +16,8 @@ it back to a regular language. Dialect: draft 2020-12, plus draft-07's `definiti
 
 Supported keywords:
   any type    type (a name or a list), enum, const, anyOf, oneOf, allOf, $ref, $defs,
-              definitions.
+              definitions. Next to enum/const, string and number keywords filter the
+              values they apply to (exactly: text automata, exact decimals).
   string      minLength, maxLength (in code points), pattern, format (together:
               their intersection, `_intersect.py`).
   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact ranges).
@@ -902,16 +903,29 @@ class _Lowerer:
     if "const" in schema:
       const = schema["const"]
       values = [const] if values is None or any(_same_value(const, v) for v in values) else []
+    checks = {}  # Keywords that filter the values, by the JSON type they apply to.
     for key in schema:
-      if key not in _NO_CONSTRAINT and key not in ("enum", "const", "type"):
-        where = _pointer(pointer, key)
-        self.unsupported(where, (
-            f"JSON Schema keyword {key!r} at {where} is combined with enum/const, which is"
-            " not supported. Expected only type next to enum or const. Filter the enum"
-            " values yourself, or pass lenient=True to ignore the keyword."))
+      if key in _NO_CONSTRAINT or key in ("enum", "const", "type"):
+        continue
+      kind = _TYPE_OF_KEYWORD.get(key)
+      if kind in ("string", "number"):
+        checks[kind] = True
+        continue
+      where = _pointer(pointer, key)
+      self.unsupported(where, (
+          f"JSON Schema keyword {key!r} at {where} is combined with enum/const, which is"
+          " not supported. Expected type, string or number keywords next to enum or"
+          " const. Filter the enum values yourself, or pass lenient=True to ignore the"
+          " keyword."))
     if "type" in schema:
       types = self._type_names(schema["type"], pointer)
       values = [v for v in values if _has_type(v, types)]
+    if "string" in checks:  # Keywords apply to values of their type only.
+      values = [v for v in values
+                if not isinstance(v, str) or self._valid_string(v, schema, pointer)]
+    if "number" in checks:
+      values = [v for v in values
+                if not _has_type(v, ["number"]) or self._valid_number(v, schema, pointer)]
     nodes = []
     for value in values:
       try:
@@ -919,6 +933,29 @@ class _Lowerer:
       except ValueError as e:
         raise errors.SchemaError(f"enum/const at {pointer}: {e}") from e
     return ir.union(*nodes) if nodes else ir.NOTHING
+
+  def _valid_string(self, value: str, schema: dict, pointer: str) -> bool:
+    """Whether the string `value` satisfies `schema`'s string keywords (lengths in code
+    points; `pattern`s and `format`s as their text automata)."""
+    min_length = self._count(schema, "minLength", pointer) or 0
+    max_length = self._count(schema, "maxLength", pointer)
+    if len(value) < min_length or (max_length is not None and len(value) > max_length):
+      return False
+    return all(_has_text(text, value) for text in self._text_languages(schema, pointer))
+
+  def _valid_number(self, value, schema: dict, pointer: str) -> bool:
+    """Whether the number `value` satisfies `schema`'s bounds and `multipleOf`, exactly
+    (a float is read as the decimal it is written as, as for bounds)."""
+    if isinstance(value, float) and not math.isfinite(value):
+      return True  # Not JSON: `jv.const_value` reports it.
+    x = _exact(value)
+    (lo, lo_exclusive, _), (hi, hi_exclusive, _) = self._bounds(schema, pointer)
+    if lo is not None and (x < lo or lo_exclusive and x == lo):
+      return False
+    if hi is not None and (x > hi or hi_exclusive and x == hi):
+      return False
+    step = self._step(schema, pointer)
+    return step is None or (x / step).denominator == 1
 
   def _type_names(self, value, pointer: str) -> list[str]:
     names = [value] if isinstance(value, str) else value

@@ -780,8 +780,9 @@ ERROR_CASES = [
      r"string constraints at # \(pattern, format, lengths\) are too large to combine"),
     ({"type": "number", "minimum": 2.5, "exclusiveMaximum": 2.5}, cd.SchemaError,
      r"accepts no JSON value"),
-    ({"enum": ["a"], "maxLength": 3}, cd.UnsupportedSchemaError,
-     r"'maxLength' at #/maxLength is combined with enum/const"),
+    ({"enum": [{"a": 1}], "properties": {"a": {}}}, cd.UnsupportedSchemaError,
+     r"'properties' at #/properties is combined with enum/const"),
+    ({"enum": ["abc"], "maxLength": 2}, cd.SchemaError, r"accepts no JSON value"),
     ({"enum": "a"}, cd.SchemaError, r"enum at #/enum is \"a\". Expected an array"),
     ({"type": "integer", "minimum": 5, "maximum": 3}, cd.SchemaError, r"accepts no JSON value"),
     ({"enum": [1, 2], "type": "string"}, cd.SchemaError, r"accepts no JSON value"),
@@ -1112,3 +1113,30 @@ def test_all_of_applies_every_pattern(text):
   expected = all(re.search(p, text) for p in ("a", "^[^x]*$", "b"))
   assert _dfa(cd.JsonSchema(schema)).accepts(json.dumps(text, ensure_ascii=False).encode()) \
       == expected
+
+
+_ENUM_VALUES = st.one_of(st.integers(-20, 20),
+                         st.sampled_from([0.5, 2.5, 1.25, -0.75, 3.0, 0.3, 1.1]),
+                         st.text(alphabet="ab\u00e9-", max_size=4), st.booleans(), st.none())
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(values=st.lists(_ENUM_VALUES, min_size=1, max_size=6, unique_by=json.dumps),
+                  keywords=st.sampled_from([
+                      {"minLength": 2, "pattern": "a"}, {"maxLength": 1, "format": "date"},
+                      {"minimum": 0, "exclusiveMaximum": 2.5},
+                      {"multipleOf": 0.25, "maximum": 3}, {"type": "number", "minimum": 1},
+                      {"exclusiveMinimum": -1, "maxLength": 3, "pattern": "^[ab]"}]))
+def test_enum_is_filtered_by_string_and_number_keywords(values, keywords):
+  schema = {"enum": values, **keywords}
+  validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+  valid = [v for v in values if validator.is_valid(v)]
+  if not valid:
+    with pytest.raises(cd.SchemaError, match="accepts no JSON value"):
+      cd.JsonSchema(schema).to_ir()
+    return
+  dfa = _dfa(cd.JsonSchema(schema))
+  valid_texts = {json.dumps(v) for v in valid}  # Not `in`: True == 1 in Python.
+  for v in values:
+    text = json.dumps(v, ensure_ascii=False).encode()
+    assert dfa.accepts(text) == (json.dumps(v) in valid_texts), (schema, v)
