@@ -249,18 +249,17 @@ class Compiler:
     return tables, info
 
   def _fragment(self, fragment: ir.Fragment, deadline: float,
-                what: str) -> _splice.FragmentAutomaton:
-    """`fragment` composed with this compiler's vocabulary, built once (a few kept)."""
-    automaton = self._fragments.get(fragment)
-    if automaton is None:
-      automaton = _splice.build_fragment(fragment, self.trie, self.wide_states,
-                                         max_edges=self.options.max_edges,
-                                         deadline=deadline, what=what)
-      self._fragments[fragment] = automaton
+                what: str) -> _splice.FragmentAutomaton | None:
+    """`fragment` composed with this compiler's vocabulary, built once (a few kept);
+    None if it cannot be spliced (`_splice.build_fragment`)."""
+    if fragment not in self._fragments:
+      self._fragments[fragment] = _splice.build_fragment(
+          fragment, self.trie, self.wide_states, max_edges=self.options.max_edges,
+          deadline=deadline, what=what)
       while len(self._fragments) > _MAX_FRAGMENTS:
         self._fragments.popitem(last=False)
     self._fragments.move_to_end(fragment)
-    return automaton
+    return self._fragments[fragment]
 
   def _compile_pushdown(self, grammar, what: str, t0: float, t_parsed: float,
                         deadline: float):

@@ -81,17 +81,19 @@ class FragmentAutomaton:
 
 def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
                    max_edges: int = 20_000_000, deadline: float = float("inf"),
-                   what: str = "The constraint") -> FragmentAutomaton:
+                   what: str = "The constraint") -> FragmentAutomaton | None:
   """Composes `fragment` with the vocabulary of `trie` (`wide_states`: its terminal cache).
 
+  Returns None for a fragment this cannot splice (then inline it): one with token
+  classes inside, or whose terminals need sub-trie walks (near-loop states) that can
+  leave it, since those walks do not stop at its exits.
+
   Raises:
-    ValueError: The fragment's body is not a byte language (token classes, fragments).
     CompileBudgetError: Composition exceeds `max_edges` or `deadline`.
   """
   dfa = _fsa.compile_byte_dfa(fragment.body)
-  if len(dfa.token_arcs) or len(dfa.fragment_arcs):
-    raise ValueError(f"Fragment {fragment.name!r} must be a byte language. Expected no "
-                     "token classes or fragments inside it.")
+  if len(dfa.token_arcs):
+    return None
   empty = np.zeros(0, np.int32)
   q = dfa.num_states
   if q == 0:
@@ -118,8 +120,7 @@ def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
                                        max_edges=max_edges, deadline=deadline, what=what,
                                        stop_at=q, stopped=stopped)
   if (dst >= q).any():
-    raise ValueError(f"Fragment {fragment.name!r} has terminals whose sub-trie walks leave"
-                     " it. Expected a fragment without near-loop states (JSON values).")
+    return None
   terminals = _compose._terminal_edges(probe, wide, None, 0)  # pylint: disable=protected-access
   exit_from, exit_node, exit_byte = _exits(stopped, trie)
   return FragmentAutomaton(fragment.name, dfa, (src, tok, dst), terminals, exit_from,
@@ -137,14 +138,17 @@ def _exits(stopped: list, trie: VocabTrie) -> tuple[np.ndarray, np.ndarray, np.n
   return origin[order], node[order], node_byte[node[order]]
 
 
-def splice(dfa: ByteDfa, automata: list[FragmentAutomaton]
+def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None]
            ) -> tuple[ByteDfa, _compose.GivenEdges] | None:
   """`dfa` with each fragment arc replaced by a copy of its fragment, and the copies'
   edges for `_compose.compose_token_dfa(..., given=...)`; None when some arc cannot
-  be spliced (see the module doc): then inline the fragments instead.
+  be spliced (see the module doc), or some fragment could not be built: then inline
+  the fragments instead.
 
   `automata[k]` is the composed `dfa.fragments[k]`.
   """
+  if any(automaton is None for automaton in automata):
+    return None
   arcs = dfa.fragment_arcs
   sources = arcs[:, 0]
   q = dfa.num_states

@@ -191,10 +191,14 @@ def test_fragment_equality_is_by_name():
           == ir.concat(ir.Bytes(b"["), ir.Bytes(b"1")))
 
 
-def test_fragment_with_token_classes_is_rejected(compiler):
-  bad = ir.Fragment("bad", ir.Terminal("TEXT_TOKEN"))
-  with pytest.raises(ValueError, match="must be a byte language"):
-    _splice.build_fragment(bad, compiler.trie, compiler.wide_states)
+def test_fragment_with_token_classes_is_inlined(compiler):
+  node = ir.concat(ir.Bytes(b"<"), ir.Fragment("token", ir.Terminal("TEXT_TOKEN")))
+  assert _splice.build_fragment(node.parts[1], compiler.trie, compiler.wide_states) is None
+  dfa = _fsa.compile_byte_dfa(node, fragments=True)
+  assert _splice.splice(dfa, [None]) is None
+  # The compiler then inlines: one token-class terminal after "<".
+  inlined = _fsa.compile_byte_dfa(node)
+  assert len(inlined.token_arcs) == 1
 
 
 def test_gemma_rpg_default_spliced_equals_inlined(gemma_compiler):
