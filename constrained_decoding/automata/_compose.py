@@ -713,6 +713,10 @@ def _concatenate_columns(parts: list) -> tuple[np.ndarray, ...]:
   return tuple(np.concatenate(column, dtype=np.int32) for column in zip(*parts))
 
 
+# Below this many edges, an argsort and three gathers (fewer numpy calls) sort faster.
+_FEW_EDGES = 4096
+
+
 def _sorted_edges(src: np.ndarray, tok: np.ndarray, dst: np.ndarray, num_states: int,
                   token_span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The edges sorted by (source, token) (the pairs are unique, so any sort), as int32.
@@ -722,7 +726,7 @@ def _sorted_edges(src: np.ndarray, tok: np.ndarray, dst: np.ndarray, num_states:
   """
   state_bits = max(int(num_states - 1).bit_length(), 1)
   token_bits = max(int(token_span - 1).bit_length(), 1)
-  if 2 * state_bits + token_bits > 63:
+  if len(src) < _FEW_EDGES or 2 * state_bits + token_bits > 63:
     order = (src.astype(np.int64) << 32 | tok).argsort()
     return src[order], tok[order], dst[order]
   key = (src.astype(np.int64) << token_bits | tok) << state_bits | dst
