@@ -37,3 +37,22 @@ def byte_vocab():
 @pytest.fixture(scope="session")
 def byte_compiler(byte_vocab, tmp_path_factory):
   return cd.Compiler(byte_vocab, cd.CompileOptions(cache_dir=str(tmp_path_factory.mktemp("c"))))
+
+
+@pytest.fixture
+def spy(monkeypatch):
+  """`spy(module, name)` wraps `module.name` for the test and returns the list its
+  calls' results are appended to."""
+
+  def install(module, name: str) -> list:
+    calls = []
+    original = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+      calls.append(original(*args, **kwargs))
+      return calls[-1]
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+  return install

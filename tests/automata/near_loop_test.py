@@ -80,18 +80,11 @@ def _token_map(tdfa: _compose.TokenDfa) -> list[dict[int, int]]:
     ({"type": "object", "additionalProperties": {"type": "string"},
       "properties": {"ab": {"const": 1}, "abc": {"const": 2}}}, "compact"),
 ])
-def test_near_loop_states_are_exact(schema, policy, small_vocab, monkeypatch):
+def test_near_loop_states_are_exact(schema, policy, small_vocab, monkeypatch, spy):
   monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)
   compiler = cd.Compiler(small_vocab, cd.CompileOptions(cache_dir=None))
   dfa = _fsa.compile_byte_dfa(cd.JsonSchema(schema, policy).to_ir())
-  calls = []
-  original = _near_loop.near_loop_edges
-
-  def spy(*args):
-    calls.append(original(*args))
-    return calls[-1]
-
-  monkeypatch.setattr(_near_loop, "near_loop_edges", spy)
+  calls = spy(_near_loop, "near_loop_edges")
   wide = compiler.wide_states.find(dfa)
   assert calls and calls[0], "no near-loop state: the test would be vacuous"
   assert all(wide[p] is edge for p, edge in calls[0].items())

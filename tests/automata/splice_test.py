@@ -160,15 +160,8 @@ def test_unspliceable_arcs_are_refused(compiler, node):
   assert _splice.splice(dfa, automata) is None
 
 
-def test_compiler_splices_default_schemas(compiler, monkeypatch):
-  calls = []
-  original = _splice.splice
-
-  def spy(*args):
-    calls.append(original(*args))
-    return calls[-1]
-
-  monkeypatch.setattr(_splice, "splice", spy)
+def test_compiler_splices_default_schemas(compiler, spy):
+  calls = spy(_splice, "splice")
   schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
   texts = {"compact": b'{"id":1,"x":[1,"a"]}', "single": b'{"id": 1, "x": [1, "a"]}',
            "flexible": b'{ "id":1 , "x": [1,"a"] }'}
