@@ -25,7 +25,10 @@ Supported keywords:
   object      properties, required, additionalProperties, propertyNames (type, pattern,
               format, minLength, maxLength, enum, const), patternProperties (one
               pattern; a declared key it matches must satisfy both schemas).
-  array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems: false.
+  array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems (true:
+              for items with at most `MAX_UNIQUE_VALUES` = 8 values, such as enums,
+              booleans or small integer ranges: every set of distinct values, in any
+              order; pydantic's `set[SomeEnum]`).
   ignored     title, description, examples, default, $schema, $id, $comment,
               deprecated, readOnly, writeOnly (annotations: no effect on validity).
 Every other keyword raises `UnsupportedSchemaError` naming it and its JSON pointer
@@ -148,8 +151,9 @@ _TYPE_OF_KEYWORD = {
     "minimum": "number", "maximum": "number", "exclusiveMinimum": "number",
     "exclusiveMaximum": "number", "multipleOf": "number",
     "properties": "object", "required": "object", "additionalProperties": "object",
-    "propertyNames": "object", "patternProperties": "object", "items": "array", "prefixItems": "array", "additionalItems": "array",
-    "minItems": "array", "maxItems": "array",
+    "propertyNames": "object", "patternProperties": "object",
+    "items": "array", "prefixItems": "array", "additionalItems": "array",
+    "minItems": "array", "maxItems": "array", "uniqueItems": "array",
 }
 _SUPPORTED = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", *_TYPE_OF_KEYWORD,
@@ -159,7 +163,7 @@ _UNSUPPORTED = frozenset({
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
     "minProperties", "maxProperties",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
-    "uniqueItems", "$dynamicRef", "$dynamicAnchor", "$anchor", "$recursiveRef",
+    "$dynamicRef", "$dynamicAnchor", "$anchor", "$recursiveRef",
     "$recursiveAnchor", "$vocabulary",
 })
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
@@ -169,6 +173,8 @@ _OBJECT_MEMBER_KEYWORDS = ("properties", "additionalProperties", "patternPropert
 _NAME_KEYWORDS = frozenset({"type", "pattern", "format", "minLength", "maxLength", "enum",
                             "const"})
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
+# Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
+MAX_UNIQUE_VALUES = 8
 _NUMBER = (int, float, fractions.Fraction)  # Fractions: merged `multipleOf`s.
 # Keyword -> (types, description) its value must have for `allOf` merging.
 _MERGE_SHAPES = {
@@ -591,9 +597,6 @@ class _Lowerer:
       if key in _ANNOTATIONS or key in _DEFINITIONS or key in _SUPPORTED:
         continue
       where = _pointer(pointer, key)
-      if key == "uniqueItems" and schema[key] is False:
-        dropped.append(key)  # A no-op.
-        continue
       if key in _UNSUPPORTED:
         self.unsupported(where, (
             f"JSON Schema keyword {key!r} at {where} is not supported. Expected only the"
@@ -866,6 +869,8 @@ class _Lowerer:
         if len(va) * len(vb) > _MAX_PRODUCT:
           self._merge_conflict(key, where, va, vb)
         merged[key] = [_lazy_all_of(x, y) for x in va for y in vb]
+      elif key == "uniqueItems" and isinstance(va, bool) and isinstance(vb, bool):
+        merged[key] = va or vb
       elif key in ("pattern", "format"):  # Both apply: kept as a tuple, intersected.
         values = []
         for value in (*_merged_values(merged, key), *_merged_values(b, key)):
@@ -1249,6 +1254,46 @@ class _Lowerer:
       parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
     return ir.union(*parts) if parts else ir.NOTHING
 
+  def _lower_unique_array(self, schema: dict, pointer: str) -> ir.Node | None:
+    """An array with `uniqueItems: true` whose items take at most `MAX_UNIQUE_VALUES`
+    values (enums, booleans, small integer ranges): every set of distinct values, in
+    any order, as an automaton over the subsets used so far. None after recording the
+    keyword in lenient mode when that is not the case."""
+    where = _pointer(pointer, "uniqueItems")
+    values = None
+    if "prefixItems" not in schema:
+      values = _distinct_values(self.lower(schema.get("items", True), _pointer(pointer, "items")))
+    if values is None or len(values) > MAX_UNIQUE_VALUES:
+      self.unsupported(where, (
+          f"uniqueItems at {where} needs items with at most {MAX_UNIQUE_VALUES} possible"
+          " values (an enum, booleans, a small integer range) and no prefixItems: distinct"
+          " values from a larger set are not a regular language. Bound the items with an"
+          " enum, or pass lenient=True to allow repeats."))
+      return None
+    min_items = self._count(schema, "minItems", pointer) or 0
+    max_items = self._count(schema, "maxItems", pointer)
+    k = len(values)
+    max_items = k if max_items is None else min(max_items, k)
+    if min_items > max_items:
+      return ir.NOTHING
+    # States: 0 before `[`, 1 after `]`, 2 + mask for the set of values used so far.
+    ws = self.ws
+    arcs = []
+    if min_items == 0:
+      arcs.append((0, ws.empty(b"[]"), 1))
+    if max_items >= 1:
+      arcs += [(0, ir.concat(ws.open(b"["), values[j]), 2 + (1 << j)) for j in range(k)]
+    for mask in range(1, 1 << k):
+      size = bin(mask).count("1")
+      if size > max_items:
+        continue
+      if size >= min_items:
+        arcs.append((2 + mask, ws.close(b"]"), 1))
+      for j in range(k):
+        if size < max_items and not mask >> j & 1:
+          arcs.append((2 + mask, ir.concat(ws.comma, values[j]), 2 + (mask | 1 << j)))
+    return ir.Graph(num_states=2 + (1 << k), arcs=tuple(arcs), finals=(1,))
+
   def _pattern_property(self, schema: dict, pointer: str):
     """(decoded-text IR, schema, pattern) of the one `patternProperties` entry, or None."""
     patterns = schema.get("patternProperties", {})
@@ -1270,6 +1315,15 @@ class _Lowerer:
 
   def _lower_array(self, schema: dict, pointer: str) -> ir.Node:
     ws = self.ws
+    unique = schema.get("uniqueItems", False)
+    if not isinstance(unique, bool):
+      raise errors.SchemaError(
+          f"uniqueItems at {_pointer(pointer, 'uniqueItems')} is {_short(unique)}. Expected"
+          " true or false. Fix the value.")
+    if unique:
+      node = self._lower_unique_array(schema, pointer)
+      if node is not None:
+        return node
     prefix_schemas = schema.get("prefixItems", [])
     if not isinstance(prefix_schemas, list):
       raise errors.SchemaError(
@@ -1388,6 +1442,57 @@ def _merged_values(schema: dict, key: str) -> tuple:
     return ()
   value = schema[key]
   return value if isinstance(value, tuple) else (value,)
+
+
+def _distinct_values(node: ir.Node) -> list[ir.Node] | None:
+  """The JSON values of a finite IR of JSON texts, each as the IR of its texts (a value
+  may have several spellings: whitespace), or None when there are too many or
+  infinitely many texts."""
+  texts = _finite_texts(node, 4 * MAX_UNIQUE_VALUES)
+  if texts is None:
+    return None
+  spellings: dict[str, list[bytes]] = {}
+  for text in sorted(texts):
+    value = json.dumps(json.loads(text), sort_keys=True)
+    spellings.setdefault(value, []).append(text)
+  return [ir.union(*(ir.Bytes(t) for t in group)) for group in spellings.values()]
+
+
+def _finite_texts(node: ir.Node, limit: int) -> set[bytes] | None:
+  """All byte strings of `node` if there are at most `limit`, else None."""
+  match node:
+    case ir.Bytes(data):
+      return {data}
+    case ir.CharClass(ranges) | ir.ByteClass(ranges):
+      if sum(hi - lo + 1 for lo, hi in ranges) > limit:
+        return None
+      if isinstance(node, ir.ByteClass):
+        return {bytes([b]) for lo, hi in ranges for b in range(lo, hi + 1)}
+      return {chr(c).encode() for lo, hi in ranges for c in range(lo, hi + 1)}
+    case ir.Concat(parts):
+      out = {b""}
+      for part in parts:
+        texts = _finite_texts(part, limit)
+        if texts is None or len(out) * len(texts) > limit:
+          return None
+        out = {a + b for a in out for b in texts}
+      return out
+    case ir.Union(alternatives):
+      out = set()
+      for alternative in alternatives:
+        texts = _finite_texts(alternative, limit)
+        if texts is None:
+          return None
+        out |= texts
+        if len(out) > limit:
+          return None
+      return out
+    case ir.Repeat(body, lo, hi):
+      if hi is None:
+        return None
+      return _finite_texts(ir.union(*(ir.concat(*[body] * n) for n in range(lo, hi + 1))),
+                           limit)
+  return None  # Graphs, fragments and terminals: not enumerated.
 
 
 def _has_text(language: ir.Node, text: str) -> bool:
