@@ -24,7 +24,8 @@ Supported keywords:
   number      the same (decimal bounds too: 0.25 <= x < 2.5 is exact).
   object      properties, required, additionalProperties, propertyNames (type, pattern,
               format, minLength, maxLength, enum, const), patternProperties (one
-              pattern; a declared key it matches must satisfy both schemas).
+              pattern; a declared key it matches must satisfy both schemas),
+              minProperties, maxProperties.
   array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems (true:
               for items with at most `MAX_UNIQUE_VALUES` = 8 values, such as enums,
               booleans or small integer ranges: every set of distinct values, in any
@@ -50,7 +51,10 @@ not generated):
   additional properties may share a key (preventing it is not regular). With
   `patternProperties`, undeclared keys are generated only if they match its pattern
   (values per its schema): keys matching no pattern, which `additionalProperties`
-  (absent: any value) would allow, are not generated.
+  (absent: any value) would allow, are not generated. Towards `minProperties` only
+  the first additional property counts (later ones may repeat its key, and a parser
+  keeps one), so a minimum that needs two or more additional properties raises
+  `UnsupportedSchemaError`.
   `strict_properties=True` forbids additional properties in objects that declare
   `properties` or `required` unless `additionalProperties` is an explicit schema;
   `{"type": "object"}` alone stays a free-form object.
@@ -154,6 +158,7 @@ _TYPE_OF_KEYWORD = {
     "propertyNames": "object", "patternProperties": "object",
     "items": "array", "prefixItems": "array", "additionalItems": "array",
     "minItems": "array", "maxItems": "array", "uniqueItems": "array",
+    "minProperties": "object", "maxProperties": "object",
 }
 _SUPPORTED = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", *_TYPE_OF_KEYWORD,
@@ -161,7 +166,6 @@ _SUPPORTED = frozenset({
 # Standard keywords this library does not implement.
 _UNSUPPORTED = frozenset({
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "minProperties", "maxProperties",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
     "$dynamicRef", "$dynamicAnchor", "$anchor", "$recursiveRef",
     "$recursiveAnchor", "$vocabulary",
@@ -1248,7 +1252,10 @@ class _Lowerer:
     members = [(ir.concat(jv.canonical_string(key), ws.colon, node), is_required)
                for key, node, is_required in members
                if is_required or node != ir.NOTHING]
-    body, can_be_empty = _members(members, extra, ws)
+    if "minProperties" in schema or "maxProperties" in schema:
+      body, can_be_empty = self._counted_members(members, extra, schema, pointer)
+    else:
+      body, can_be_empty = _members(members, extra, ws)
     parts = [ws.empty(b"{}")] if can_be_empty else []
     if body != ir.NOTHING:
       parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
@@ -1293,6 +1300,57 @@ class _Lowerer:
         if size < max_items and not mask >> j & 1:
           arcs.append((2 + mask, ir.concat(ws.comma, values[j]), 2 + (mask | 1 << j)))
     return ir.Graph(num_states=2 + (1 << k), arcs=tuple(arcs), finals=(1,))
+
+  def _counted_members(self, members: list, extra: ir.Node | None, schema: dict,
+                       pointer: str) -> tuple[ir.Node, bool]:
+    """`_members` with `minProperties`/`maxProperties`: an automaton over (member, how
+    many written). Additional keys may repeat one another (keeping them distinct is not
+    regular) and a parser keeps one of each, so towards `minProperties` only the first
+    additional property counts; towards `maxProperties` all do."""
+    lo = self._count(schema, "minProperties", pointer) or 0
+    hi = self._count(schema, "maxProperties", pointer)
+    n = len(members)
+    if extra is not None and lo > n + 1:
+      where = _pointer(pointer, "minProperties")
+      self.unsupported(where, (
+          f"minProperties {lo} at {where} needs {lo - n} additional properties with"
+          " distinct keys, which cannot be guaranteed (keys that may repeat are not"
+          " regular to exclude), so only one additional property counts. Expected at most"
+          f" {n + 1} here: declare the properties, or pass lenient=True to ignore it."))
+      lo = 0
+    ws = self.ws
+    states: dict[tuple, int] = {}
+
+    def state(*key) -> int:
+      return states.setdefault(key, len(states))
+
+    arcs, finals = [], []
+    cap = n if hi is None else min(n, hi)
+    for i, (member, is_required) in enumerate(members):
+      for d in range(min(i, cap) + 1):
+        if not is_required:
+          arcs.append((state("m", i, d), ir.EPSILON, state("m", i + 1, d)))
+        if d < cap:
+          label = ir.concat(ws.comma, member) if d else member
+          arcs.append((state("m", i, d), label, state("m", i + 1, d + 1)))
+    for d in range(cap + 1):
+      more = 0 if extra is None else (1 if hi is None else hi - d)  # Extras, 1 = "some".
+      arcs.append((state("m", n, d), ir.EPSILON, state("x", d, 0)))
+      for x in range(more + 1):
+        if d + x and d + min(x, 1) >= lo:
+          finals.append(state("x", d, x))
+        if x < more or hi is None and x == 1:
+          label = ir.concat(ws.comma, extra) if d + x else extra
+          arcs.append((state("x", d, x), label, state("x", d, min(x + 1, more))))
+    can_be_empty = lo == 0 and all(not is_required for _, is_required in members)
+    if not finals:
+      return ir.NOTHING, can_be_empty
+    start = state("m", 0, 0)
+    order = {s: i for i, s in enumerate(sorted(states.values(), key=lambda s: s != start))}
+    graph = ir.Graph(num_states=len(states),
+                     arcs=tuple((order[a], label, order[b]) for a, label, b in arcs),
+                     finals=tuple(sorted({order[f] for f in finals})))
+    return graph, can_be_empty
 
   def _pattern_property(self, schema: dict, pointer: str):
     """(decoded-text IR, schema, pattern) of the one `patternProperties` entry, or None."""

@@ -744,8 +744,14 @@ ERROR_CASES = [
     ({"type": "integer", "multipleOf": 3.000001},
      cd.UnsupportedSchemaError, r"multipleOf 3.000001 at #/multipleOf .* too large"),
     ({"type": "integer", "multipleOf": -2}, cd.SchemaError, r"multipleOf -2 at #/multipleOf is"),
-    ({"type": "object", "minProperties": 1}, cd.UnsupportedSchemaError,
-     r"'minProperties' at #/minProperties"),
+    ({"type": "object", "minProperties": 2}, cd.UnsupportedSchemaError,
+     r"minProperties 2 at #/minProperties needs 2 additional properties with distinct keys"),
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": False,
+      "minProperties": 2}, cd.SchemaError, r"accepts no JSON value"),
+    ({"type": "object", "maxProperties": -1}, cd.SchemaError,
+     r"maxProperties -1 at #/maxProperties is not a non-negative integer"),
+    ({"type": "object", "dependentSchemas": {}}, cd.UnsupportedSchemaError,
+     r"'dependentSchemas' at #/dependentSchemas"),
     ({"type": "object", "patternProperties": {"^x": {}, "^y": {}}}, cd.UnsupportedSchemaError,
      r"patternProperties at #/patternProperties has 2 patterns. Expected at most one"),
     ({"type": "object", "patternProperties": ["^x"]}, cd.SchemaError,
@@ -1197,3 +1203,65 @@ def test_unique_items_merge_under_all_of_and_lenient():
                           lenient=True)
   assert lenient.ignored_keywords() == ("#/uniqueItems",)
   assert _dfa(lenient).accepts(b'["a","a"]')  # Ignored: wider, as documented.
+
+
+# ---- minProperties and maxProperties. ----
+
+_COUNTED = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "null"},
+                                             "c": {"const": "c"}},
+            "required": ["b"], "additionalProperties": {"type": "boolean"}}
+
+
+@pytest.mark.parametrize("policy", ["compact", "flexible"])
+@pytest.mark.parametrize("bounds", [{"minProperties": 2}, {"maxProperties": 2},
+                                    {"minProperties": 3, "maxProperties": 4},
+                                    {"maxProperties": 0}], ids=["min", "max", "both", "zero"])
+def test_property_counts_walks_validate(bounds, policy):
+  schema = {**_COUNTED, **bounds}
+  if bounds == {"maxProperties": 0}:  # "b" is required: nothing fits.
+    with pytest.raises(cd.SchemaError, match="accepts no JSON value"):
+      cd.JsonSchema(schema, policy).to_ir()
+    return
+  dfa = _dfa(cd.JsonSchema(schema, policy))
+  rng = random.Random(policy)
+  sizes = set()
+  for _ in range(40):  # Repeated extra keys collapse when parsed: still valid.
+    instance = json.loads(random_accepted_bytes(dfa, rng, soft_limit=100))
+    _validate(instance, schema)
+    sizes.add(len(instance))
+  assert len(sizes) > 1
+
+
+def test_repeated_additional_keys_do_not_count_towards_min_properties():
+  # One possible extra key: walks repeat it often, and a parser keeps one.
+  schema = {"type": "object", "properties": {"a": {"type": "null"}},
+            "propertyNames": {"enum": ["a", "x"]}, "additionalProperties": {"type": "boolean"},
+            "minProperties": 2, "maxProperties": 3}
+  dfa = _dfa(cd.JsonSchema(schema))
+  assert dfa.accepts(b'{"a":null,"x":true}') and not dfa.accepts(b'{"x":true,"x":false}')
+  rng = random.Random(0)
+  for _ in range(60):
+    _validate(json.loads(random_accepted_bytes(dfa, rng, soft_limit=60)), schema)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(declared=st.lists(st.sampled_from("abc"), unique=True),
+                  extras=st.lists(st.sampled_from(["x", "y", "zz"]), unique=True, max_size=3),
+                  lo=st.integers(0, 4), hi=st.integers(0, 5))
+def test_property_counts_agree_with_jsonschema(declared, extras, lo, hi):
+  schema = {**_COUNTED, "minProperties": lo, "maxProperties": hi}
+  values = {"a": 1, "b": None, "c": "c"}
+  instance = {k: values[k] for k in "abc" if k in declared} | {k: True for k in extras}
+  text = json.dumps(instance, separators=(",", ":")).encode()
+  valid = jsonschema.Draft202012Validator(schema).is_valid(instance)
+  # The documented narrowing: towards minProperties one additional property counts.
+  generated = valid and len(declared) + min(len(extras), 1) >= lo
+  try:
+    dfa = _dfa(cd.JsonSchema(schema))
+  except cd.UnsupportedSchemaError:
+    assert lo > 3 + 1  # More than the declared properties and one extra.
+    return
+  except cd.SchemaError:
+    assert not generated
+    return
+  assert dfa.accepts(text) == generated, (schema, instance)
