@@ -7,12 +7,13 @@ of a typical schema. So the IR marks it as an `ir.Fragment`; `_fsa` leaves each
 occurrence as one pseudo-byte arc s --F--> c, and here
 
 * `build_fragment` composes the fragment's automaton with the vocabulary once (per
-  compiler, i.e. per vocabulary and options): its explicit edges that stay inside,
-  its terminal edges, and its *exits*, the places where a token leaves the fragment
-  after a complete value (`1,` or `abc"}`): (origin state, full-trie node of the
-  token prefix that ends with the first byte after the value, that byte). Exits are
-  found by composing the fragment with one extra dead-end state per byte that may
-  follow a JSON value (`EXIT_BYTES`), where the walks stop and are recorded.
+  compiler, i.e. per vocabulary and options; cached on disk next to the terminals): its
+  explicit edges that stay inside, its terminal edges, and its *exits*, the places
+  where a token leaves the fragment after a complete value (`1,` or `abc"}`): (origin
+  state, full-trie node of the token prefix that ends with the first byte after the
+  value, that byte). Exits are found by composing the fragment with one extra dead-end
+  state per byte that may follow a JSON value (`EXIT_BYTES`), where the walks stop and
+  are recorded.
 * `splice` replaces each arc s --F--> c by a copy of the fragment's states, s acting as
   the fragment's start, and gives each accepting copy state c's transitions besides
   its own (they read disjoint bytes: a complete value is followed by `,`, `}`, ...).
@@ -33,6 +34,7 @@ Public names:
 
 import dataclasses
 import functools
+import hashlib
 
 import numpy as np
 
@@ -98,6 +100,13 @@ def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
   q = dfa.num_states
   if q == 0:
     return FragmentAutomaton(fragment.name, dfa, (empty,) * 3, {}, empty, empty, empty)
+  key = _cache_key(dfa, trie, wide_states.num_words)
+  cached = wide_states.load_arrays(key)
+  if cached is not None:
+    try:
+      return _from_arrays(fragment.name, dfa, cached)
+    except (KeyError, ValueError, IndexError):
+      pass  # A damaged file: build anew (and overwrite it).
   # The probe: one dead-end sink per byte that may follow a value, entered from every
   # accepting state that does not read that byte itself.
   accepting = np.flatnonzero(dfa.accepting)
@@ -123,8 +132,53 @@ def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
     return None
   terminals = _compose._terminal_edges(probe, wide, None, 0)  # pylint: disable=protected-access
   exit_from, exit_node, exit_byte = _exits(stopped, trie)
-  return FragmentAutomaton(fragment.name, dfa, (src, tok, dst), terminals, exit_from,
-                           exit_node, exit_byte)
+  automaton = FragmentAutomaton(fragment.name, dfa, (src, tok, dst), terminals, exit_from,
+                                exit_node, exit_byte)
+  wide_states.save_arrays(key, **_to_arrays(automaton))
+  return automaton
+
+
+# Bump when the cached layout or what a fragment's edges are changes.
+_FRAGMENT_FORMAT = 1
+
+
+def _cache_key(dfa: ByteDfa, trie: VocabTrie, num_words: int) -> str:
+  """The cache key of a fragment: its automaton (not its name: the IR a name stands for
+  may change between versions), the vocabulary and the format."""
+  digest = hashlib.sha1(f"fragment-{_FRAGMENT_FORMAT}-{trie.fingerprint}-{num_words}".encode())
+  for array in (dfa.transitions, dfa.accepting, dfa.class_edges):
+    digest.update(b"|" if array is None else np.ascontiguousarray(array).tobytes())
+  return "fragment-" + digest.hexdigest()[:24]
+
+
+def _to_arrays(automaton: FragmentAutomaton) -> dict:
+  """The arrays `_from_arrays` rebuilds `automaton` from (its DFA is recompiled)."""
+  bits, index = [], {}
+  rows = []  # (state, rank, bitmap, target) per terminal edge.
+  for state, edges in automaton.terminals.items():
+    for rank, (bitmap, target) in enumerate(edges):
+      k = index.setdefault(id(bitmap), len(bits))
+      if k == len(bits):
+        bits.append(bitmap)
+      rows.append((state, rank, k, target))
+  src, tok, dst = automaton.edges
+  return dict(src=src, tok=tok, dst=dst, exit_from=automaton.exit_from,
+              exit_node=automaton.exit_node, exit_byte=automaton.exit_byte,
+              terminal_rows=np.array(rows, np.int32).reshape(-1, 4),
+              terminal_bits=np.array(bits) if bits else np.zeros((0, 0), np.uint32))
+
+
+def _from_arrays(name: str, dfa: ByteDfa, arrays: dict) -> FragmentAutomaton:
+  """The fragment `_to_arrays` stored."""
+  terminals: dict[int, list] = {}
+  bits = arrays["terminal_bits"]
+  for state, rank, k, target in arrays["terminal_rows"].tolist():
+    edges = terminals.setdefault(state, [])
+    if rank != len(edges):
+      raise ValueError("terminal edges out of order")
+    edges.append((bits[k], target))
+  return FragmentAutomaton(name, dfa, (arrays["src"], arrays["tok"], arrays["dst"]), terminals,
+                           arrays["exit_from"], arrays["exit_node"], arrays["exit_byte"])
 
 
 def _exits(stopped: list, trie: VocabTrie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

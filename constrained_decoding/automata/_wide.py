@@ -671,6 +671,29 @@ class WideStates:
     self._subtrie_memo[key] = known
     return known
 
+  def load_arrays(self, key: str) -> dict | None:
+    """The arrays `save_arrays` stored under `key`, or None (other per-vocabulary results
+    share this cache, its versioning and pruning: spliced fragments)."""
+    path = self._path(key)
+    if path is None or not os.path.exists(path):
+      return None
+    try:
+      with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    except (OSError, KeyError, ValueError):
+      return None
+    try:
+      os.utime(path)  # Recently used: pruned last.
+    except OSError:
+      pass  # A read-only cache still serves.
+    return arrays
+
+  def save_arrays(self, key: str, **arrays) -> None:
+    """Stores `arrays` under `key` (best effort, like the terminals)."""
+    path = self._path(key)
+    if path is not None:
+      self._write(path, **arrays)
+
   def _path(self, key: str) -> str | None:
     if self.cache_dir is None:
       return None

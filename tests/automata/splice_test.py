@@ -51,14 +51,18 @@ def _small_terminals(monkeypatch):
   monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)
 
 
+def _fragment(compiler: cd.Compiler, fragment: ir.Fragment):
+  """The compiler's composed `fragment` (built once per compiler)."""
+  return compiler._fragment(fragment, float("inf"), "test")  # pylint: disable=protected-access
+
+
 def _token_dfa(compiler: cd.Compiler, node: ir.Node, splice: bool):
   """The token DFA of `node`, fragments spliced (asserted) or inlined."""
   dfa = _fsa.compile_byte_dfa(node, fragments=splice)
   given = None
   if splice:
     assert len(dfa.fragment_arcs), "no fragment arc: the test would be vacuous"
-    spliced = _splice.splice(dfa, [compiler._fragment(f, float("inf"), "test")  # pylint: disable=protected-access
-                                   for f in dfa.fragments])
+    spliced = _splice.splice(dfa, [_fragment(compiler, f) for f in dfa.fragments])
     assert spliced is not None, "splicing refused"
     dfa, given = spliced
   wide = compiler.wide_states.find(dfa, None if given is None else given.states)
@@ -126,7 +130,7 @@ def test_spliced_schema_free_json_equals_inlined(compiler, depth):
   # The end state that only the fragment arc led to is dropped with the arc.
   inline_dfa = _fsa.compile_byte_dfa(ir.inline_fragments(node))
   spliced_dfa, _ = _splice.splice(_fsa.compile_byte_dfa(node, fragments=True),
-                                  [compiler._fragment(node, float("inf"), "test")])  # pylint: disable=protected-access
+                                  [_fragment(compiler, node)])
   assert spliced_dfa.num_states == inline_dfa.num_states
 
 
@@ -156,7 +160,7 @@ def test_spliced_ir_equals_inlined(compiler, node):
 ], ids=["digit", "x", "alternative", "two-values", "space-before"])
 def test_unspliceable_arcs_are_refused(compiler, node):
   dfa = _fsa.compile_byte_dfa(node, fragments=True)
-  automata = [compiler._fragment(f, float("inf"), "test") for f in dfa.fragments]  # pylint: disable=protected-access
+  automata = [_fragment(compiler, f) for f in dfa.fragments]
   assert _splice.splice(dfa, automata) is None
 
 
@@ -203,3 +207,28 @@ def test_gemma_rpg_default_spliced_equals_inlined(gemma_compiler):
   assert_same_language(_token_dfa(gemma_compiler, node, True),
                        _token_dfa(gemma_compiler, node, False),
                        gemma_compiler.vocab.vocab_size)
+
+
+def test_fragments_are_cached_on_disk(tmp_path, monkeypatch):
+  vocab = _vocab(True)
+  fragment = cd.Json(1).to_ir()
+  options = cd.CompileOptions(cache_dir=str(tmp_path))
+  built = _fragment(cd.Compiler(vocab, options), fragment)
+  [path] = tmp_path.glob("wide-v*-fragment-*.npz")
+
+  def no_walks(*args, **kwargs):
+    raise AssertionError("composed again instead of loading the cached fragment")
+
+  with monkeypatch.context() as patch:
+    patch.setattr(_compose, "token_edges", no_walks)
+    loaded = _fragment(cd.Compiler(vocab, options), fragment)
+  for name in ("edges", "exit_from", "exit_node", "exit_byte"):
+    assert all(np.array_equal(a, b) for a, b in zip(np.atleast_2d(getattr(built, name)),
+                                                     np.atleast_2d(getattr(loaded, name))))
+  assert built.terminals.keys() == loaded.terminals.keys()
+  for state, edges in built.terminals.items():
+    assert [(b.tobytes(), t) for b, t in edges] == [(b.tobytes(), t)
+                                                   for b, t in loaded.terminals[state]]
+  path.write_bytes(b"not a zip file")  # Damaged: built again, and rewritten.
+  again = _fragment(cd.Compiler(vocab, options), fragment)
+  assert np.array_equal(again.edges[1], built.edges[1]) and path.stat().st_size > 100
