@@ -701,25 +701,19 @@ class WideStates:
                         f"{self.trie.fingerprint[:24]}-{self.num_words}-{key}.npz")
 
   def _load(self, key: str, **loop_info) -> LoopTerminal | None:
-    path = self._path(key)
-    if path is None or not os.path.exists(path):
+    data = self.load_arrays(key)
+    if data is None:
       return None
     try:
-      with np.load(path) as data:
-        sub, full_node = None, None
-        if "full_node" in data.files:
-          sub = VocabTrie(**{f: data[f] for f in _SUBTRIE_FIELDS},
-                          fingerprint=f"{self.trie.fingerprint}/{key}")
-          full_node = data["full_node"]
-        terminal = LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
-                                subtrie=sub, full_node=full_node, **loop_info)
-    except (OSError, KeyError, ValueError):
+      sub, full_node = None, None
+      if "full_node" in data:
+        sub = VocabTrie(**{f: data[f] for f in _SUBTRIE_FIELDS},
+                        fingerprint=f"{self.trie.fingerprint}/{key}")
+        full_node = data["full_node"]
+      return LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
+                          subtrie=sub, full_node=full_node, **loop_info)
+    except (KeyError, ValueError):
       return None
-    try:
-      os.utime(path)  # Recently used: pruned last.
-    except OSError:
-      pass  # A read-only cache still serves.
-    return terminal
 
   def _save(self, terminal: LoopTerminal) -> None:
     path = self._path(terminal.key)
