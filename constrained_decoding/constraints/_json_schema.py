@@ -571,8 +571,9 @@ class _Lowerer:
     self.cut: list[str] = []
     self.expanding: collections.Counter = collections.Counter()
     self.any_value = jv.json_value(self.ws, options.free_form_depth)
-    # An additional property's value: one fragment that the compiler composes with the
-    # vocabulary once and splices into every schema (`automata/_splice.py`).
+    # A schema-free property value (additional properties, `{}`/`true` properties): one
+    # fragment that the compiler composes with the vocabulary once and splices into
+    # every schema (`automata/_splice.py`).
     # (Its leading whitespace goes inside: the fragment must be all that may come next.)
     self.extra_value = jv.json_value_fragment(self.ws, options.free_form_depth,
                                               leading_gap=True)
@@ -1249,8 +1250,7 @@ class _Lowerer:
       extra = ir.concat(keys, colon, value)
     if extra == ir.NOTHING:
       extra = None
-    members = [(ir.concat(jv.canonical_string(key), ws.colon, node), is_required)
-               for key, node, is_required in members
+    members = [(self._member(key, node), is_required) for key, node, is_required in members
                if is_required or node != ir.NOTHING]
     if "minProperties" in schema or "maxProperties" in schema:
       body, can_be_empty = self._counted_members(members, extra, schema, pointer)
@@ -1300,6 +1300,12 @@ class _Lowerer:
         if size < max_items and not mask >> j & 1:
           arcs.append((2 + mask, ir.concat(ws.comma, values[j]), 2 + (mask | 1 << j)))
     return ir.Graph(num_states=2 + (1 << k), arcs=tuple(arcs), finals=(1,))
+
+  def _member(self, key: str, value: ir.Node) -> ir.Node:
+    """`"key": value`; a schema-free value as the shared fragment (`_splice.py`)."""
+    if value == self.any_value:  # Cheap: equal nodes share their parts.
+      return ir.concat(jv.canonical_string(key), self.extra_colon, self.extra_value)
+    return ir.concat(jv.canonical_string(key), self.ws.colon, value)
 
   def _counted_members(self, members: list, extra: ir.Node | None, schema: dict,
                        pointer: str) -> tuple[ir.Node, bool]:

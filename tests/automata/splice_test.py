@@ -108,6 +108,8 @@ SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "object"},
                                       "b": {"type": "array", "items": {"type": "object"}}}},
     {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "null"}}}},
+    {"type": "object", "properties": {"a": {}, "b": {"title": "any"}, "c": True},
+     "required": ["a"], "additionalProperties": False},
 ]
 
 
