@@ -580,6 +580,9 @@ def token_edges(dfa: ByteDfa, trie: VocabTrie, *, wide: dict,
   fragment's exits so. Walks of other tries (terminals' sub-tries) must not reach one.
   """
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
+  if given is not None and any(given.states[s] for s in wide):
+    raise ValueError("A state has both given edges and a wide edge. Expected the wide "
+                     "states found with the given states skipped (`WideStates.find`).")
   narrow, outside = _narrow(wide, dfa.num_states, None if given is None else given.states)
   plain, loops = _group_parts(wide, fast=True)
   # One walk of the full trie: the narrow states and every loop part's exits together.

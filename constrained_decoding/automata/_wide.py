@@ -514,7 +514,7 @@ class WideStates:
     for q, members, loop, digest in loops:
       phi = np.asarray(members, np.int32)
       for entry, p in enumerate(members[1:], start=1):
-        if p not in wide and self.may_hold_many(loop, entry, digest):
+        if p not in wide and not skip[p] and self.may_hold_many(loop, entry, digest):
           terminal = self.terminal(loop, entry, digest=digest)
           if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
             # Most tokens cannot start here (after a backslash): a sub-trie of only
