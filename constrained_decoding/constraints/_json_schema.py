@@ -123,7 +123,9 @@ not generated):
   fraction, as ISO 8601 and pydantic's timedelta write them).
   The OpenAPI hints `password` and `binary` and pydantic's `path` denote any string.
 * The content keywords (`contentEncoding`, `contentMediaType`, `contentSchema`) are
-  annotations in draft 2020-12 and are ignored like `title`.
+  annotations in draft 2020-12 and are ignored like `title`, and so is OpenAPI's
+  `discriminator` (pydantic writes it next to a discriminated union's `oneOf`, whose
+  alternatives then differ in a `const`, so lowering them as `anyOf` is exact).
 """
 
 import collections
@@ -146,6 +148,7 @@ _ANNOTATIONS = frozenset({
     "title", "description", "examples", "default", "$schema", "$id", "$comment",
     "deprecated", "readOnly", "writeOnly",
     "contentEncoding", "contentMediaType", "contentSchema",  # Annotations since 2019-09.
+    "discriminator",  # OpenAPI's hint on a oneOf (pydantic's discriminated unions).
 })
 _DEFINITIONS = frozenset({"$defs", "definitions"})
 _NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS

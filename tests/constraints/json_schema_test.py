@@ -1265,3 +1265,28 @@ def test_property_counts_agree_with_jsonschema(declared, extras, lo, hi):
     assert not generated
     return
   assert dfa.accepts(text) == generated, (schema, instance)
+
+
+def test_pydantic_discriminated_union():
+  import pydantic  # pylint: disable=import-outside-toplevel
+  import typing  # pylint: disable=import-outside-toplevel
+
+  class Cat(pydantic.BaseModel):
+    kind: typing.Literal["cat"]
+    lives: int
+
+  class Dog(pydantic.BaseModel):
+    kind: typing.Literal["dog"]
+    bark: str
+
+  class Owner(pydantic.BaseModel):
+    pet: typing.Union[Cat, Dog] = pydantic.Field(discriminator="kind")
+
+  schema = Owner.model_json_schema()
+  assert "discriminator" in schema["properties"]["pet"]
+  dfa = _dfa(cd.JsonSchema(schema))
+  assert dfa.accepts(b'{"pet":{"kind":"cat","lives":9}}')
+  assert not dfa.accepts(b'{"pet":{"kind":"cat","bark":"woof"}}')
+  rng = random.Random(0)
+  for _ in range(30):
+    Owner.model_validate_json(random_accepted_bytes(dfa, rng, soft_limit=60))
