@@ -904,7 +904,8 @@ class _Lowerer:
 
   # ---- Enums and types. ----
 
-  def _lower_enum(self, schema: dict, pointer: str) -> ir.Node:
+  def _enum_values(self, schema: dict, pointer: str) -> list:
+    """The values `enum` and `const` both allow (`schema` has at least one of them)."""
     values = None
     if "enum" in schema:
       values = schema["enum"]
@@ -916,6 +917,10 @@ class _Lowerer:
     if "const" in schema:
       const = schema["const"]
       values = [const] if values is None or any(_same_value(const, v) for v in values) else []
+    return values
+
+  def _lower_enum(self, schema: dict, pointer: str) -> ir.Node:
+    values = self._enum_values(schema, pointer)
     checks = {}  # Keywords that filter the values, by the JSON type they apply to.
     for key in schema:
       if key in _NO_CONSTRAINT or key in ("enum", "const", "type"):
@@ -1080,19 +1085,13 @@ class _Lowerer:
     texts = self._text_languages(names, pointer)
     min_length = self._count(names, "minLength", pointer) or 0
     max_length = self._count(names, "maxLength", pointer)
+    if max_length is not None and max_length < min_length:
+      return ir.NOTHING
     if min_length > 0 or max_length is not None:
-      if max_length is not None and max_length < min_length:
-        return ir.NOTHING
       texts.append(_intersect.text_of_length(min_length, max_length))
-    for key in ("enum", "const"):
-      if key in names:
-        values = [names[key]] if key == "const" else names[key]
-        if not isinstance(values, list):
-          raise errors.SchemaError(
-              f"enum at {_pointer(pointer, 'enum')} is {_short(values)}. Expected an array"
-              " of JSON values. Wrap the value in a list, or use const.")
-        texts.append(ir.union(*(ir.Bytes(v.encode()) for v in values
-                                if isinstance(v, str) and _encodable(v))))
+    if "enum" in names or "const" in names:
+      texts.append(ir.union(*(ir.Bytes(v.encode()) for v in self._enum_values(names, pointer)
+                              if isinstance(v, str) and _encodable(v))))
     if not texts:
       return None
     return self._intersect_texts(texts, pointer)
