@@ -202,13 +202,16 @@ class LoopTerminal:
                       after_first_byte=self.after_first_byte)
 
 
-def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
+def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray) -> list[int]:
   """States on short cycles through q, in canonical (BFS, byte order) order, q first.
 
   Only cycles of at most MAX_LOOP_BYTES bytes count (one character, or an escape and a
   character), so that the loop describes q's character class and nothing of the
   surrounding constraint: its terminal is then shared by every constraint that has the
-  same class (every JSON string body, say).
+  same class (every JSON string body, say). Cycles through `skip` states (spliced
+  copies) do not count: a one-byte extra value would otherwise pull an extra key's
+  whole frame (`":1,"a`) into the key body's loop, and the key's declared-prefix
+  states out of the near-loop search.
 
   Plain Python over the rows of the few states near q (a ball of a few dozen states):
   cheaper than numpy calls on arrays that small.
@@ -221,8 +224,7 @@ def _loop_states(dfa: ByteDfa, q: int) -> list[int]:
   def successors(s: int) -> set[int]:
     row = rows.get(s)
     if row is None:
-      row = rows[s] = set(table[s].tolist())
-      row.discard(NO_STATE)
+      row = rows[s] = {t for t in set(table[s].tolist()) if t != NO_STATE and not skip[t]}
     return row
 
   # A state s != q on such a cycle is at most MAX_LOOP_BYTES - 1 bytes from q, and so
@@ -262,9 +264,11 @@ def _distances(start: int, neighbours, limit: int) -> dict[int, int]:
   return distance
 
 
-def _canonical_loop(dfa: ByteDfa, q: int) -> tuple[list[int], np.ndarray]:
-  """The loop's states (q first) and its transitions renumbered canonically, -1 outside."""
-  states = _loop_states(dfa, q)
+def _canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray
+                    ) -> tuple[list[int], np.ndarray]:
+  """The loop's states (q first) and its transitions renumbered canonically, -1 outside
+  (`skip` as in `_loop_states`)."""
+  states = _loop_states(dfa, q, skip)
   index = np.full(dfa.num_states, NO_STATE, np.int32)
   index[states] = np.arange(len(states), dtype=np.int32)
   trans = dfa.transitions[states]
@@ -503,7 +507,7 @@ class WideStates:
     wide: dict[int, WideEdge] = {}
     loops = []
     for q in anchors:
-      members, loop = _canonical_loop(dfa, q)
+      members, loop = _canonical_loop(dfa, q, skip)
       digest = loop_digest(loop)
       terminal = self.terminal(loop, 0, digest=digest)
       if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
