@@ -132,14 +132,14 @@ def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
     return None
   terminals = _compose._terminal_edges(probe, wide, None, 0)  # pylint: disable=protected-access
   exit_from, exit_node, exit_byte = _exits(stopped, trie)
-  automaton = FragmentAutomaton(fragment.name, dfa, (src, tok, dst), terminals, exit_from,
-                                exit_node, exit_byte)
-  wide_states.save_arrays(key, **_to_arrays(automaton))
-  return automaton
+  arrays = _to_arrays(FragmentAutomaton(fragment.name, dfa, (src, tok, dst), terminals,
+                                        exit_from, exit_node, exit_byte))
+  wide_states.save_arrays(key, **arrays)
+  return _from_arrays(fragment.name, dfa, arrays)  # As loaded: one object per bitmap.
 
 
 # Bump when the cached layout or what a fragment's edges are changes.
-_FRAGMENT_FORMAT = 1
+_FRAGMENT_FORMAT = 2
 
 
 def _cache_key(dfa: ByteDfa, trie: VocabTrie, num_words: int) -> str:
@@ -157,7 +157,7 @@ def _to_arrays(automaton: FragmentAutomaton) -> dict:
   rows = []  # (state, rank, bitmap, target) per terminal edge.
   for state, edges in automaton.terminals.items():
     for rank, (bitmap, target) in enumerate(edges):
-      k = index.setdefault(id(bitmap), len(bits))
+      k = index.setdefault(bitmap.tobytes(), len(bits))  # Equal bitmaps stored once.
       if k == len(bits):
         bits.append(bitmap)
       rows.append((state, rank, k, target))
@@ -171,7 +171,9 @@ def _to_arrays(automaton: FragmentAutomaton) -> dict:
 def _from_arrays(name: str, dfa: ByteDfa, arrays: dict) -> FragmentAutomaton:
   """The fragment `_to_arrays` stored."""
   terminals: dict[int, list] = {}
-  bits = arrays["terminal_bits"]
+  # One array object per bitmap, shared by its edges: `_compose._pack_terminals`
+  # compares bitmaps by identity first (a view per edge would be compared by content).
+  bits = list(arrays["terminal_bits"])
   for state, rank, k, target in arrays["terminal_rows"].tolist():
     edges = terminals.setdefault(state, [])
     if rank != len(edges):
