@@ -116,3 +116,28 @@ def test_wide_states_become_terminals(gemma_compiler):
   # ~255k tokens in one bitmap; only a few hundred explicit edges remain.
   bits = np.unpackbits(ours.terminal_bits[0].view(np.uint8)).sum()
   assert bits > 200_000 and len(ours.edge_token) < 5_000
+
+
+@pytest.mark.parametrize("copies", [1, 3, 40])
+def test_shared_frontier_walk_equals_plain_walk(copies, gemma_compiler):
+  """Walking each distinct (node, state) pair once and copying its edges to every
+  origin gives the edges of walking every pair (same multiset)."""
+  dfa = _fsa.compile_byte_dfa(cd.Regex(r'"[a-z ]{0,6}"(, "[0-9]+")?').to_ir())
+  trie = gemma_compiler.trie
+  rng = np.random.default_rng(copies)
+  origins = np.arange(dfa.num_states, dtype=np.int64)
+  node, state, origin = _compose._root_frontier(dfa, trie, origins)  # pylint: disable=protected-access
+  pick = rng.integers(0, len(node), size=copies * len(node))
+  frontier = (node[pick], state[pick], rng.integers(0, 50, size=len(pick)).astype(np.int32))
+  budget = dict(max_edges=10**8, deadline=float("inf"), what="test")
+
+  def as_rows(parts):
+    src, tok, dst = _compose._concatenate_columns(parts)  # pylint: disable=protected-access
+    return sorted(zip(src.tolist(), tok.tolist(), dst.tolist()))
+
+  plain = as_rows(_compose._walk_frontier(dfa.transitions, trie, *frontier, **budget))  # pylint: disable=protected-access
+  shared = as_rows(_compose._walk_shared_frontier(dfa.transitions, trie, *frontier, **budget))  # pylint: disable=protected-access
+  assert plain and shared == plain
+  with pytest.raises(cd.CompileBudgetError, match="token edges"):
+    _compose._walk_shared_frontier(dfa.transitions, trie, *frontier,  # pylint: disable=protected-access
+                                   **dict(budget, max_edges=len(plain) - 1))
