@@ -86,11 +86,12 @@ def _partners(dfa: ByteDfa, members: np.ndarray, loop: np.ndarray,
 
 def _disagreement_walk(trie: VocabTrie, trans: np.ndarray, members: np.ndarray,
                        loop: np.ndarray, origins: np.ndarray, entries: np.ndarray):
-  """Tokens in their entry's bitmap that may behave differently from their origin.
+  """Trie nodes of tokens in their entry's bitmap that may behave differently from
+  their origin.
 
   Returns:
-    (origin index, token id, token bytes) per token found, or None when the walk
-    exceeds MAX_WALK_PAIRS.
+    (origin index, trie node) int arrays, one pair per node found (each of its tokens
+    is such a token), or None when the walk exceeds MAX_WALK_PAIRS.
   """
   dead_row = np.full((1, trans.shape[1]), NO_STATE, trans.dtype)
   trans_ext = np.concatenate([trans, dead_row])  # Row -1: the dead state stays dead.
@@ -99,7 +100,7 @@ def _disagreement_walk(trie: VocabTrie, trans: np.ndarray, members: np.ndarray,
   true_state = origins.astype(np.int64)
   loop_state = entries.astype(np.int64)
   origin = np.arange(len(origins))
-  levels, found, visited = [], [], 0  # levels[k]: (parent index, byte) of frontier k.
+  found_origin, found_node, visited = [], [], 0
   while len(node):
     pair, slot = trie.child_slots(node)
     byte = trie.child_byte[slot]
@@ -108,66 +109,56 @@ def _disagreement_walk(trie: VocabTrie, trans: np.ndarray, members: np.ndarray,
     keep = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of[nxt_loop]))[0]
     node = trie.child_node[slot[keep]].astype(np.int64)
     true_state, loop_state, origin = nxt_true[keep], nxt_loop[keep], origin[pair[keep]]
-    levels.append((pair[keep].tolist(), byte[keep].tolist()))
     visited += len(node)
     if visited > MAX_WALK_PAIRS:
       return None
-    for i in np.nonzero((loop_state == 0) & (trie.token_start[node + 1] >
-                                             trie.token_start[node]))[0].tolist():
-      found.append((len(levels) - 1, i, int(origin[i]), int(node[i])))
-  out = []
-  for level, i, o, n in found:
-    path = []
-    for parents, data in reversed(levels[:level + 1]):
-      path.append(data[i])
-      i = parents[i]
-    text = bytes(reversed(path))
-    for t in trie.token_ids[trie.token_start[n]:trie.token_start[n + 1]].tolist():
-      out.append((o, t, text))
-  return out
+    hit = (loop_state == 0) & (trie.token_start[node + 1] > trie.token_start[node])
+    found_origin.append(origin[hit])
+    found_node.append(node[hit])
+  return np.concatenate(found_origin), np.concatenate(found_node)
 
 
-def _tiny_trie(items: list[tuple[bytes, int]], fingerprint: str) -> VocabTrie:
-  """The prefix trie of a few (bytes, token id) pairs, in `VocabTrie` layout."""
-  items = sorted(set(items))
-  children: list[dict[int, int]] = [{}]
-  tokens: list[list[int]] = [[]]
-  depth = [0]
-  for data, token in items:
-    node = 0
-    for b in data:
-      nxt = children[node].get(b)
-      if nxt is None:
-        nxt = children[node][b] = len(children)
-        children.append({})
-        tokens.append([])
-        depth.append(depth[node] + 1)
-      node = nxt
-    tokens[node].append(token)
-  # Renumber depth-first, children by byte, as `build_trie` does.
-  order, stack = [], [0]
-  while stack:
-    node = stack.pop()
-    order.append(node)
-    stack.extend(children[node][b] for b in sorted(children[node], reverse=True))
-  new_id = {old: new for new, old in enumerate(order)}
-  child_start, child_byte, child_node, token_start, token_ids = [0], [], [], [0], []
-  for old in order:
-    for b in sorted(children[old]):
-      child_byte.append(b)
-      child_node.append(new_id[children[old][b]])
-    child_start.append(len(child_byte))
-    token_ids.extend(tokens[old])
-    token_start.append(len(token_ids))
+def _fix_trie(trie: VocabTrie, nodes: np.ndarray, fingerprint: str) -> VocabTrie:
+  """The trie of the tokens spelled by full-trie `nodes` (sorted, distinct), in
+  `VocabTrie` layout: those nodes and their ancestors, depth-first as in `trie`.
+
+  Work ~ the nodes kept (a few hundred), not the vocabulary.
+  """
+  kept, front = [nodes], nodes
+  while len(front):  # Ancestors, one level up at a time.
+    front = np.unique(trie.parent[front[front > 0]])
+    kept.append(front)
+  kept = np.unique(np.concatenate(kept + [np.zeros(1, nodes.dtype)])).astype(np.int32)
+  pair, slot = trie.child_slots(kept)
+  child = trie.child_node[slot]
+  index = np.minimum(np.searchsorted(kept, child), len(kept) - 1)
+  is_kept = kept[index] == child
+  pair, slot, index = pair[is_kept], slot[is_kept], index[is_kept]
+  child_start = np.zeros(len(kept) + 1, np.int32)
+  np.cumsum(np.bincount(pair, minlength=len(kept)), out=child_start[1:])
+  counts = np.zeros(len(kept), np.int32)
+  at = np.searchsorted(kept, nodes)
+  counts[at] = trie.token_start[nodes + 1] - trie.token_start[nodes]
+  token_start = np.zeros(len(kept) + 1, np.int32)
+  np.cumsum(counts, out=token_start[1:])
   return VocabTrie(
-      child_start=np.asarray(child_start, np.int32),
-      child_byte=np.asarray(child_byte, np.uint8),
-      child_node=np.asarray(child_node, np.int32),
-      node_depth=np.asarray([depth[old] for old in order], np.int32),
-      token_start=np.asarray(token_start, np.int32),
-      token_ids=np.asarray(token_ids, np.int32),
+      child_start=child_start,
+      child_byte=trie.child_byte[slot],
+      child_node=index.astype(np.int32),
+      node_depth=trie.node_depth[kept],
+      token_start=token_start,
+      token_ids=_tokens_of(trie, nodes),
       fingerprint=fingerprint,
   )
+
+
+def _tokens_of(trie: VocabTrie, nodes: np.ndarray) -> np.ndarray:
+  """The token ids spelled by `nodes`, node by node."""
+  lo, hi = trie.token_start[nodes], trie.token_start[nodes + 1]
+  counts = hi - lo
+  ends = np.cumsum(counts)
+  return trie.token_ids[np.repeat(lo - (ends - counts), counts) +
+                        np.arange(int(ends[-1]) if len(ends) else 0)]
 
 
 def _bits_of(tokens: np.ndarray, num_words: int) -> np.ndarray:
@@ -209,13 +200,14 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
     if not chosen:
       continue
     walked = np.nonzero(walk)[0]
-    found = []
+    found_entry = found_node = np.zeros(0, np.int64)
     if len(walked):
       found = _disagreement_walk(trie, trans, members, loop, np.asarray(chosen)[walked],
                                  np.asarray(entries)[walked])
       if found is None:
         continue
-      found = [(int(walked[o]), t, text) for o, t, text in found]
+      found_entry = np.asarray(entries)[walked][found[0]]
+      found_node = found[1]
     for e in sorted(set(entries)):
       if not wide_states.may_hold_many(loop, e, digest):
         continue
@@ -226,19 +218,19 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       # The sub-trie needs only the tokens some state of the group can start with.
       readable = (trans[[chosen[i] for i in sorted(group)]] != NO_STATE).any(axis=0)
       terminal = wide_states.with_subtrie(terminal, readable)
-      # One tiny trie per (loop, entry): every origin walks the fixes of all of them,
+      # One fix trie per (loop, entry): every origin walks the fixes of all of them,
       # so none of those tokens stays in any bitmap of the group (no double edges).
-      items = sorted({(text, t) for o, t, text in found if o in group})
+      nodes = np.unique(found_node[found_entry == e])
       parts = [(terminal, None)]
       part_states = [members.astype(np.int32)]
       bits = terminal.bits
-      if items:
-        key = "near-" + hashlib.sha1(repr(items).encode()).hexdigest()[:20]
-        fixes = np.asarray([t for _, t in items], np.int64)
+      if len(nodes):
+        key = "near-" + hashlib.sha1(nodes.astype(np.int64).tobytes()).hexdigest()[:20]
+        fixes = _tokens_of(trie, nodes)
         fix_bits = _bits_of(fixes, len(bits))
         parts.append((_wide.LoopTerminal(
-            key=key, bits=fix_bits, num_tokens=len(items),
-            subtrie=_tiny_trie(items, f"{trie.fingerprint}/{key}")), None))
+            key=key, bits=fix_bits, num_tokens=len(fixes),
+            subtrie=_fix_trie(trie, nodes, f"{trie.fingerprint}/{key}")), None))
         part_states.append(None)
         bits = bits & ~fix_bits
       for i in group:

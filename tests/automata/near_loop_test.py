@@ -112,11 +112,44 @@ def test_keys_must_differ_and_walk_stays_in_prefixes(monkeypatch, small_vocab):
   monkeypatch.setattr(_near_loop, "_disagreement_walk", spy)
   compiler = cd.Compiler(small_vocab, cd.CompileOptions(cache_dir=None))
   compiler.wide_states.find(_fsa.compile_byte_dfa(cd.JsonSchema(GPQA).to_ir()))
-  texts = {text.decode() for found in visited for _, _, text in found}
+  trie = compiler.trie
+  texts = {small_vocab.token_bytes[t].decode() for _, nodes in visited
+           for n in nodes.tolist()
+           for t in trie.token_ids[trie.token_start[n]:trie.token_start[n + 1]].tolist()}
   keys = ("Final Answer", "Solution")
   # Every token it found spells part of a declared key (the chain it follows).
   assert texts and all(any(t in k for k in keys) for t in texts), texts
 
+
+
+def _spelled(trie, node=0, prefix=b""):
+  """(bytes, token id) of every token below `node`, read by walking the trie's layout;
+  checks the layout's invariants on the way."""
+  assert trie.node_depth[node] == len(prefix)
+  out = [(prefix, t) for t in trie.token_ids[trie.token_start[node]:
+                                              trie.token_start[node + 1]].tolist()]
+  children = range(trie.child_start[node], trie.child_start[node + 1])
+  assert list(trie.child_byte[children]) == sorted(set(trie.child_byte[children]))
+  for slot in children:
+    child = int(trie.child_node[slot])
+    assert child > node  # Depth-first numbering.
+    out += _spelled(trie, child, prefix + bytes([trie.child_byte[slot]]))
+  return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fix_trie_spells_exactly_the_tokens_of_its_nodes(seed, small_vocab):
+  trie = cd.Compiler(small_vocab, cd.CompileOptions(cache_dir=None)).trie
+  rng = random.Random(seed)
+  nodes = np.unique(np.array(rng.sample(range(1, trie.num_nodes), 12), np.int64))
+  nodes = nodes[trie.token_start[nodes + 1] > trie.token_start[nodes]]
+  fixes = _near_loop._fix_trie(trie, nodes, "fp")  # pylint: disable=protected-access
+  expected = sorted((small_vocab.token_bytes[t], t)
+                    for n in nodes.tolist()
+                    for t in trie.token_ids[trie.token_start[n]:trie.token_start[n + 1]].tolist())
+  assert expected and sorted(_spelled(fixes)) == expected
+  # Only the nodes on the way to them (no dead branches).
+  assert fixes.num_nodes == len({b[:k] for b, _ in expected for k in range(len(b) + 1)})
 
 # ---- The real vocabulary. ----
 
