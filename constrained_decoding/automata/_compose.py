@@ -384,7 +384,7 @@ def _terminal_edges(dfa: ByteDfa, wide: dict, class_bits, num_words: int):
   """{state: [(bitmap, target), ...]} in precedence order; empty token classes dropped."""
   edges: dict[int, list] = {}
   for s, edge in wide.items():
-    edges[s] = [(edge.bits, edge.target)]
+    edges[s] = [(edge.bits, edge.target)] + edge.inside_edges()
   if len(dfa.token_arcs):
     if num_words <= 0:
       raise ValueError(
@@ -419,16 +419,23 @@ def _narrow(wide: dict, num_states: int, given: np.ndarray | None = None
 
 
 def _group_parts(wide: dict, fast: bool) -> tuple[dict, dict]:
-  """Terminal key -> [(state, terminal, first bytes, loop states)], for plain sub-trie
-  walks and (with `fast`) for `_loop_part_edges`."""
+  """Terminal key -> [(state, terminal, first bytes, loop states, inside cover)], for
+  plain sub-trie walks and (with `fast`) for `_loop_part_edges`; loop parts with
+  different covers (`_wide.InsideCover`, first parts only) are grouped apart.
+
+  Plain walks emit every token of a sub-trie: only the fast path uses covers (and
+  `_terminal_edges` their terminals, which explicit edges would override anyway).
+  """
   plain: dict[str, list] = {}
   loops: dict[str, list] = {}
   for s, edge in wide.items():
     states = edge.part_states or (None,) * len(edge.parts)
-    for (terminal, first), phi in zip(edge.parts, states):
+    for k, ((terminal, first), phi) in enumerate(zip(edge.parts, states)):
       use_loop = fast and phi is not None and terminal.loop is not None
-      (loops if use_loop else plain).setdefault(terminal.key, []).append(
-          (s, terminal, first, phi))
+      cover = edge.inside if k == 0 and use_loop else None
+      key = terminal.key if cover is None else f"{terminal.key}|{cover.key}"
+      (loops if use_loop else plain).setdefault(key, []).append(
+          (s, terminal, first, phi, cover))
   return plain, loops
 
 
@@ -438,7 +445,7 @@ def _plain_plan(trie: VocabTrie, narrow, outside, plain: dict) -> list:
     group = plain[key]
     origins = np.array([s for s, *_ in group], np.int64)
     first_bytes = np.stack([np.ones(256, bool) if first is None else first
-                            for _, _, first, _ in group])
+                            for _, _, first, *_ in group])
     plan.append((group[0][1].subtrie, origins, first_bytes))
   return plan
 
@@ -481,13 +488,22 @@ def _exit_groups(exits) -> tuple[np.ndarray, np.ndarray]:
   return pair
 
 
-def _resolved_at_root(trans: np.ndarray, exits, origins: np.ndarray, phi: np.ndarray):
+def _explicit_inside(exits, cover) -> tuple[np.ndarray, np.ndarray]:
+  """(token, loop state) of the inside tokens of `exits` that stay explicit edges: all
+  of them, or those a `_wide.InsideCover` keeps."""
+  if cover is None:
+    return exits.inside_token, exits.inside_state
+  return exits.inside_token[cover.keep], exits.inside_state[cover.keep]
+
+
+def _resolved_at_root(trans: np.ndarray, exits, origins: np.ndarray, phi: np.ndarray,
+                      cover=None):
   """`_loop_part_edges` when every origin is its part's entry state (loop states and
-  pre-entries): all tokens of `exits`, and the exits' frontier (a DFA lookup per exit:
-  fewer numpy calls than one per group expanded to its exits)."""
-  num_inside = len(exits.inside_token)
-  edges = (np.repeat(origins, num_inside), np.tile(exits.inside_token, len(origins)),
-           phi[:, exits.inside_state].ravel())
+  pre-entries): all (explicit) inside tokens of `exits`, and the exits' frontier (a DFA
+  lookup per exit: fewer numpy calls than one per group expanded to its exits)."""
+  inside_token, inside_state = _explicit_inside(exits, cover)
+  edges = (np.repeat(origins, len(inside_token)), np.tile(inside_token, len(origins)),
+           phi[:, inside_state].ravel())
   exit_from, exit_byte = _exit_groups(exits)
   nxt = trans[phi[:, exit_from], exit_byte]  # [O, exits]
   row, column = np.nonzero(nxt != NO_STATE)
@@ -495,11 +511,12 @@ def _resolved_at_root(trans: np.ndarray, exits, origins: np.ndarray, phi: np.nda
   return edges, frontier
 
 
-def _resolved_at_root_once(trans: np.ndarray, exits, origin: int, phi: np.ndarray):
+def _resolved_at_root_once(trans: np.ndarray, exits, origin: int, phi: np.ndarray,
+                           cover=None):
   """`_resolved_at_root` for a single origin (the usual case): one-dimensional lookups,
   a third fewer numpy calls."""
-  edges = (np.full(len(exits.inside_token), origin, np.int32), exits.inside_token,
-           phi[exits.inside_state])
+  inside_token, inside_state = _explicit_inside(exits, cover)
+  edges = (np.full(len(inside_token), origin, np.int32), inside_token, phi[inside_state])
   exit_from, exit_byte = _exit_groups(exits)
   nxt = trans[phi[exit_from], exit_byte]
   keep = (nxt != NO_STATE).nonzero()[0]
@@ -516,29 +533,31 @@ def _loop_part_edges(dfa: ByteDfa, group: list):
   cached walk of `LoopTerminal.exits` below that node, so its tokens and exits are read
   from those arrays (for loop and entry states that is at once, at the root). Exits and
   pairs that leave the loop automaton while disagreeing are walked in the DFA alone.
-  Exact: the same edges as walking the whole sub-trie from p.
+  Exact: the same edges as walking the whole sub-trie from p, less the inside tokens
+  that the group's `_wide.InsideCover` turns into terminal edges.
 
   Returns:
     (edges found, frontier): the edges (source, token, target) read so far, and the
     pairs still to walk in the DFA alone as (full-trie node, state, origin) arrays
     (`LoopExits.full_node`: below them the full trie is the sub-trie).
   """
-  terminal = group[0][1]
+  terminal, cover = group[0][1], group[0][4]
   exits, sub, loop = terminal.exits, terminal.subtrie, terminal.loop
   trans = dfa.transitions
   at_root = not terminal.after_first_byte and all(states[terminal.entry] == s
-                                                  for s, *_, states in group)
+                                                  for s, _, _, states, _ in group)
   if at_root and len(group) == 1:
-    origin, *_, states = group[0]
-    return _resolved_at_root_once(trans, exits, int(origin), np.asarray(states, np.int32))
+    origin, _, _, states, _ = group[0]
+    return _resolved_at_root_once(trans, exits, int(origin), np.asarray(states, np.int32),
+                                  cover)
   origins = np.array([s for s, *_ in group], np.int32)
-  phi = np.array([states for *_, states in group], np.int32)  # [O, L]
+  phi = np.array([states for _, _, _, states, _ in group], np.int32)  # [O, L]
   if at_root:
-    return _resolved_at_root(trans, exits, origins, phi)
+    return _resolved_at_root(trans, exits, origins, phi, cover)
   views = _views(sub)
   if terminal.after_first_byte:
     lo, hi = sub.child_start[0], sub.child_start[1]
-    first = np.stack([np.ones(256, bool) if f is None else f for _, _, f, _ in group])
+    first = np.stack([np.ones(256, bool) if f is None else f for _, _, f, *_ in group])
     root_bytes = sub.child_byte[lo:hi]
     true = trans[origins][:, root_bytes]
     which, column = np.nonzero(first[:, root_bytes] & (true != NO_STATE))
@@ -574,6 +593,9 @@ def _loop_part_edges(dfa: ByteDfa, group: list):
   node, which = (np.concatenate(c) for c in zip(*resolved))
   end = exits.node_end[node]
   k, i = _ranges(np.searchsorted(exits.inside_node, node), np.searchsorted(exits.inside_node, end))
+  if cover is not None:
+    explicit = cover.keep[i]
+    k, i = k[explicit], i[explicit]
   o = which[k]
   found.append((origins[o], exits.inside_token[i], phi[o, exits.inside_state[i]]))
   k, i = _ranges(np.searchsorted(exits.exit_node, node), np.searchsorted(exits.exit_node, end))
@@ -707,7 +729,8 @@ def compose_token_dfa(
     num_given = sum(map(len, given.terminals.values()))
   if (trie.is_byte_complete
       and sum(map(len, terminal_edges.values()))
-      == len(wide) + len(dfa.token_arcs) + num_given):
+      == sum(1 + len(edge.inside_edges()) for edge in wide.values())
+      + len(dfa.token_arcs) + num_given):
     # Every byte is a token, every token class used is non-empty and `ByteDfa`s are
     # trimmed, so each state is reached and can finish at token boundaries too (spell
     # the bytes one by one): nothing to prune.

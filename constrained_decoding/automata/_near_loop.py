@@ -90,8 +90,9 @@ def _disagreement_walk(trie: VocabTrie, trans: np.ndarray, members: np.ndarray,
   their origin.
 
   Returns:
-    (origin index, trie node) int arrays, one pair per node found (each of its tokens
-    is such a token), or None when the walk exceeds MAX_WALK_PAIRS.
+    (origin index, trie node, loop state) int arrays, one triple per node found (each
+    of its tokens is such a token; loop state 0 is the anchor, for the bitmap, others
+    for `_wide.InsideCover`), or None when the walk exceeds MAX_WALK_PAIRS.
   """
   dead_row = np.full((1, trans.shape[1]), NO_STATE, trans.dtype)
   trans_ext = np.concatenate([trans, dead_row])  # Row -1: the dead state stays dead.
@@ -100,7 +101,7 @@ def _disagreement_walk(trie: VocabTrie, trans: np.ndarray, members: np.ndarray,
   true_state = origins.astype(np.int64)
   loop_state = entries.astype(np.int64)
   origin = np.arange(len(origins))
-  found_origin, found_node, visited = [], [], 0
+  found_origin, found_node, found_state, visited = [], [], [], 0
   while len(node):
     pair, slot = trie.child_slots(node)
     byte = trie.child_byte[slot]
@@ -112,10 +113,12 @@ def _disagreement_walk(trie: VocabTrie, trans: np.ndarray, members: np.ndarray,
     visited += len(node)
     if visited > MAX_WALK_PAIRS:
       return None
-    hit = (loop_state == 0) & (trie.token_start[node + 1] > trie.token_start[node])
+    hit = trie.token_start[node + 1] > trie.token_start[node]
     found_origin.append(origin[hit])
     found_node.append(node[hit])
-  return np.concatenate(found_origin), np.concatenate(found_node)
+    found_state.append(loop_state[hit])
+  return (np.concatenate(found_origin), np.concatenate(found_node),
+          np.concatenate(found_state))
 
 
 def _fix_trie(trie: VocabTrie, nodes: np.ndarray, fingerprint: str) -> VocabTrie:
@@ -200,14 +203,14 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
     if not chosen:
       continue
     walked = np.nonzero(walk)[0]
-    found_entry = found_node = np.zeros(0, np.int64)
+    found_entry = found_node = found_state = np.zeros(0, np.int64)
     if len(walked):
       found = _disagreement_walk(trie, trans, members, loop, np.asarray(chosen)[walked],
                                  np.asarray(entries)[walked])
       if found is None:
         continue
       found_entry = np.asarray(entries)[walked][found[0]]
-      found_node = found[1]
+      found_node, found_state = found[1], found[2]
     for e in sorted(set(entries)):
       if not wide_states.may_hold_many(loop, e, digest):
         continue
@@ -220,7 +223,12 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       terminal = wide_states.with_subtrie(terminal, readable)
       # One fix trie per (loop, entry): every origin walks the fixes of all of them,
       # so none of those tokens stays in any bitmap of the group (no double edges).
-      nodes = np.unique(found_node[found_entry == e])
+      in_group = found_entry == e
+      nodes = np.unique(found_node[in_group & (found_state == 0)])
+      # Tokens ending inside the loop on those branches stay explicit for the group
+      # (`_compose` finds them there); the others take the cover's terminals.
+      cover = _wide.inside_cover(terminal, _tokens_of(
+          trie, np.unique(found_node[in_group & (found_state != 0)])))
       parts = [(terminal, None)]
       part_states = [members.astype(np.int32)]
       bits = terminal.bits
@@ -234,5 +242,5 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
         part_states.append(None)
         bits = bits & ~fix_bits
       for i in group:
-        out[chosen[i]] = _wide.WideEdge(tuple(parts), bits, q, tuple(part_states))
+        out[chosen[i]] = _wide.WideEdge(tuple(parts), bits, q, tuple(part_states), cover)
   return out

@@ -139,7 +139,7 @@ def build_fragment(fragment: ir.Fragment, trie: VocabTrie, wide_states, *,
 
 
 # Bump when the cached layout or what a fragment's edges are changes.
-_FRAGMENT_FORMAT = 2
+_FRAGMENT_FORMAT = 3
 
 
 def _cache_key(dfa: ByteDfa, trie: VocabTrie, num_words: int) -> str:

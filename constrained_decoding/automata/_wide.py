@@ -45,6 +45,9 @@ DEFAULT_MAX_CACHE_BYTES = 1 << 30
 MIN_SELF_LOOP_BYTES = 16
 # ... and becomes wide when its bitmap holds at least this many tokens.
 MIN_TERMINAL_TOKENS = 1024
+# A loop state other than the anchor where at least this many tokens end gets its own
+# terminal edge (`InsideCover`) instead of one explicit edge per token and state.
+MIN_INSIDE_TOKENS = 64
 # Bitmaps kept by `_FirstByteBits.restrict` (32 KiB each for a 262k vocabulary).
 _RESTRICT_CACHE_SIZE = 256
 # Loops are cycles through the wide state of at most this many bytes: a backslash
@@ -365,6 +368,62 @@ def with_subtrie(terminal: LoopTerminal, trie: VocabTrie) -> LoopTerminal:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class InsideCover:
+  """Terminal edges for tokens that end inside a loop, off its anchor.
+
+  Tokens whose bytes stay in the loop automaton but end at a state j other than the
+  anchor (after a backslash in a JSON string: ` $\\`, `{\\`, ~330 Gemma tokens) are
+  `LoopExits.inside_token`; each would be one explicit edge per state using the loop.
+  For the states j where many end, a wide edge gets one more terminal edge instead:
+  those tokens' bitmap, to phi(j).
+
+  Attributes:
+    states: The loop states j covered, ascending.
+    bits: uint32 `[W]` per covered state: the tokens ending there, less `explicit`.
+    keep: bool `[I]`, aligned with the terminal's `exits.inside_token`: the inside
+      tokens that stay explicit edges (those of other states, and `explicit`).
+    key: Identifies (terminal, explicit tokens), for grouping composition work.
+  """
+
+  states: tuple[int, ...]
+  bits: tuple[np.ndarray, ...]
+  keep: np.ndarray
+  key: str
+
+
+def inside_cover(terminal: LoopTerminal, explicit: np.ndarray | None = None
+                 ) -> InsideCover | None:
+  """The `InsideCover` of a (non-entry) loop terminal with its sub-trie, or None.
+
+  `explicit` (token ids) stay explicit edges: tokens a near-loop state reads
+  differently from its loop state (`_near_loop.py`). None when no state is covered.
+  """
+  exits = terminal.exits
+  if exits is None or terminal.after_first_byte or not len(exits.inside_state):
+    return None
+  counts = np.bincount(exits.inside_state)
+  states = tuple(j for j in np.flatnonzero(counts >= MIN_INSIDE_TOKENS).tolist() if j != 0)
+  if not states:
+    return None
+  covered = np.zeros(len(counts), bool)
+  covered[list(states)] = True
+  keep = ~covered[exits.inside_state]
+  key = terminal.key
+  if explicit is not None and len(explicit):
+    keep |= np.isin(exits.inside_token, explicit)
+    key += "/" + hashlib.sha1(np.unique(explicit).astype(np.int64).tobytes()).hexdigest()[:16]
+  num_words = len(terminal.bits)
+  bits = []
+  for j in states:
+    tokens = exits.inside_token[(exits.inside_state == j) & ~keep]
+    row = np.zeros(num_words, np.uint32)
+    np.bitwise_or.at(row, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
+    row.setflags(write=False)
+    bits.append(row)
+  return InsideCover(states, tuple(bits), keep, key)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class WideEdge:
   """The terminal edge of one state.
 
@@ -377,12 +436,22 @@ class WideEdge:
     target: The state the edge leads to (the loop's anchor).
     part_states: Per part, int `[L]`: the DFA state of each state of the part's loop
       automaton (`LoopExits`), or None; () for none at all.
+    inside: More terminal edges, for the first part's tokens that end inside its loop
+      (`InsideCover`; to `part_states[0][j]`), or None.
   """
 
   parts: tuple[tuple[LoopTerminal, np.ndarray | None], ...]
   bits: np.ndarray
   target: int
   part_states: tuple[np.ndarray | None, ...] = ()
+  inside: InsideCover | None = None
+
+  def inside_edges(self) -> list[tuple[np.ndarray, int]]:
+    """(bitmap, target DFA state) of the `inside` terminal edges."""
+    if self.inside is None:
+      return []
+    phi = self.part_states[0]
+    return [(bits, int(phi[j])) for j, bits in zip(self.inside.states, self.inside.bits)]
 
   @functools.cached_property
   def first_bytes(self) -> np.ndarray:
@@ -460,6 +529,7 @@ class WideStates:
     self.cache_dir = cache_dir
     self.max_cache_bytes = max_cache_bytes
     self._subtrie_memo: dict[str, LoopTerminal] = {}  # Key -> terminal with sub-trie.
+    self._cover_memo: dict[str, InsideCover | None] = {}  # Terminal key -> its cover.
     self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
     self._class_memo: dict[str, np.ndarray] = {}
     self._many_memo: dict[bytes, np.ndarray] = {}  # Loop digest -> `may_hold_many`.
@@ -513,7 +583,8 @@ class WideStates:
       if terminal.num_tokens >= MIN_TERMINAL_TOKENS:
         terminal = self.with_subtrie(terminal)
         phi = np.asarray(members, np.int32)
-        wide[q] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
+        wide[q] = WideEdge(((terminal, None),), terminal.bits, q, (phi,),
+                           self.full_cover(terminal))
         loops.append((q, members, loop, digest))
     for q, members, loop, digest in loops:
       phi = np.asarray(members, np.int32)
@@ -524,7 +595,8 @@ class WideStates:
             # Most tokens cannot start here (after a backslash): a sub-trie of only
             # those that can is small.
             terminal = self.with_subtrie(terminal, trans[p] != NO_STATE)
-            wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,))
+            wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,),
+                               self.full_cover(terminal))
     # States that move like a loop state but for a few bytes (`_near_loop.py`).
     wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide, skip))
     for q, members, loop, digest in loops:
@@ -674,6 +746,16 @@ class WideStates:
       self._save(known)
     self._subtrie_memo[key] = known
     return known
+
+  def full_cover(self, terminal: LoopTerminal) -> InsideCover | None:
+    """`inside_cover(terminal)`, memoized per terminal key (one object per terminal, so
+    that equal bitmaps are packed once)."""
+    key = terminal.key
+    if key not in self._cover_memo:
+      if len(self._cover_memo) >= _RESTRICT_CACHE_SIZE:
+        self._cover_memo.pop(next(iter(self._cover_memo)))
+      self._cover_memo[key] = inside_cover(terminal)
+    return self._cover_memo[key]
 
   def load_arrays(self, key: str) -> dict | None:
     """The arrays `save_arrays` stored under `key`, or None (other per-vocabulary results

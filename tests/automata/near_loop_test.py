@@ -80,14 +80,23 @@ def _token_map(tdfa: _compose.TokenDfa) -> list[dict[int, int]]:
     ({"type": "object", "additionalProperties": {"type": "string"},
       "properties": {"ab": {"const": 1}, "abc": {"const": 2}}}, "compact"),
 ])
-def test_near_loop_states_are_exact(schema, policy, small_vocab, monkeypatch, spy):
+@pytest.mark.parametrize("min_inside", [2, None])
+def test_near_loop_states_are_exact(schema, policy, min_inside, small_vocab, monkeypatch,
+                                    spy):
   monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)
+  if min_inside is not None:  # Tokens ending inside a loop get terminals too.
+    monkeypatch.setattr(_wide, "MIN_INSIDE_TOKENS", min_inside)
   compiler = cd.Compiler(small_vocab, cd.CompileOptions(cache_dir=None))
   dfa = _fsa.compile_byte_dfa(cd.JsonSchema(schema, policy).to_ir())
   calls = spy(_near_loop, "near_loop_edges")
   wide = compiler.wide_states.find(dfa)
   assert calls and calls[0], "no near-loop state: the test would be vacuous"
   assert all(wide[p] is edge for p, edge in calls[0].items())
+  if min_inside is not None:
+    covers = [edge.inside for edge in calls[0].values() if edge.inside is not None]
+    assert covers, "no inside cover: the test would be vacuous"
+    if schema is GPQA:  # Some near-loop state reads a covered token differently.
+      assert any("/" in cover.key for cover in covers)
   num_words = -(-small_vocab.vocab_size // 32)
   with_terminals = _compose.compose_token_dfa(dfa, compiler.trie, wide=wide,
                                               num_words=num_words)
@@ -113,11 +122,12 @@ def test_keys_must_differ_and_walk_stays_in_prefixes(monkeypatch, small_vocab):
   compiler = cd.Compiler(small_vocab, cd.CompileOptions(cache_dir=None))
   compiler.wide_states.find(_fsa.compile_byte_dfa(cd.JsonSchema(GPQA).to_ir()))
   trie = compiler.trie
-  texts = {small_vocab.token_bytes[t].decode() for _, nodes in visited
-           for n in nodes.tolist()
+  texts = {small_vocab.token_bytes[t].decode() for _, nodes, states in visited
+           for n in nodes[states == 0].tolist()
            for t in trie.token_ids[trie.token_start[n]:trie.token_start[n + 1]].tolist()}
   keys = ("Final Answer", "Solution")
-  # Every token it found spells part of a declared key (the chain it follows).
+  # Every token it found back at the loop's anchor spells part of a declared key (the
+  # chain it follows); the others end inside the loop (a key's closing quote, say).
   assert texts and all(any(t in k for k in keys) for t in texts), texts
 
 
