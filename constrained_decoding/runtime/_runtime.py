@@ -257,14 +257,17 @@ def advance(
   target = jnp.where(found, tables.edge_targets[slot], state.state)
   num_pops = jnp.where(found, tables.group_num_pops[group], 0)
   push = jnp.where(found, tables.edge_pushes[slot], 0)
-  # Terminal edges, in precedence order, for tokens without an explicit edge.
-  for r in range(tables.state_terminals.shape[1]):
-    terminal = tables.state_terminals[state.state, r]  # [B, 2]: (terminal id, target)
-    bits = tables.terminal_bits[jnp.maximum(terminal[:, 0], 0), safe >> 5]
-    hit = ((bits >> (safe & 31).astype(jnp.uint32)) & 1) == 1
-    hit &= (terminal[:, 0] >= 0) & in_range & ~is_eos & ~found
-    target = jnp.where(hit, terminal[:, 1], target)
-    found |= hit
+  # Terminal edges, in precedence order, for tokens without an explicit edge: all R of
+  # a row's at once (one gather each, whatever R), the first that holds the token wins.
+  terminal = tables.state_terminals[state.state]  # [B, R, 2]: (terminal id, target)
+  bits = tables.terminal_bits[jnp.maximum(terminal[..., 0], 0), (safe >> 5)[:, None]]
+  hit = ((bits >> (safe & 31).astype(jnp.uint32)[:, None]) & 1) == 1
+  hit &= terminal[..., 0] >= 0
+  first = jnp.argmax(hit, axis=1)[:, None]
+  term_found = hit.any(axis=1) & in_range & ~is_eos & ~found
+  target = jnp.where(term_found, jnp.take_along_axis(terminal[..., 1], first, axis=1)[:, 0],
+                     target)
+  found |= term_found
   end = is_eos & _end_allowed(tables, state)
   active = ~(state.done | state.error)
   stack, depth, overflow = _apply_stack(tables, state, active & found, num_pops, push)
