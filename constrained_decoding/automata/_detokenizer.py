@@ -82,6 +82,13 @@ class VocabTrie:
     return parent
 
   @functools.cached_property
+  def child_key(self) -> np.ndarray:
+    """int64 `[N - 1]`: `node * 256 + byte` of each child slot, ascending (nodes and
+    each node's bytes are in order): `searchsorted` finds the child of (node, byte)."""
+    parent = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.child_start))
+    return parent * 256 + self.child_byte
+
+  @functools.cached_property
   def token_node(self) -> np.ndarray:
     """int32, aligned with `token_ids`: the node spelling each token."""
     return np.repeat(np.arange(self.num_nodes, dtype=np.int32), np.diff(self.token_start))

@@ -84,32 +84,48 @@ def _partners(dfa: ByteDfa, members: np.ndarray, loop: np.ndarray,
           for e, d, good in zip(best.tolist(), disagree[rows, best].tolist(), ok.tolist())]
 
 
-def _disagreement_walk(trie: VocabTrie, trans: np.ndarray, members: np.ndarray,
+def _disagreement_walk(trie: VocabTrie, dfa: ByteDfa, members: np.ndarray,
                        loop: np.ndarray, origins: np.ndarray, entries: np.ndarray):
   """Trie nodes of tokens in their entry's bitmap that may behave differently from
   their origin.
+
+  Each level looks up, per (node, origin state, loop state) pair, the byte classes on
+  which the two states disagree (a few: a declared key's next byte), then the trie
+  children on their bytes: a node's other children agree, and are not walked.
 
   Returns:
     (origin index, trie node, loop state) int arrays, one triple per node found (each
     of its tokens is such a token; loop state 0 is the anchor, for the bitmap, others
     for `_wide.InsideCover`), or None when the walk exceeds MAX_WALK_PAIRS.
   """
-  dead_row = np.full((1, trans.shape[1]), NO_STATE, trans.dtype)
-  trans_ext = np.concatenate([trans, dead_row])  # Row -1: the dead state stays dead.
+  table, first, size = dfa.byte_classes
+  dead_row = np.full((1, table.shape[1]), NO_STATE, table.dtype)
+  table = np.concatenate([table, dead_row])  # Row -1: the dead state stays dead.
+  loop = loop[:, first]  # Classes of the DFA: the loop's states treat their bytes alike.
   member_of = np.concatenate([members, [-2]]).astype(np.int64)  # -2 matches no state.
   node = np.zeros(len(origins), np.int64)
   true_state = origins.astype(np.int64)
   loop_state = entries.astype(np.int64)
   origin = np.arange(len(origins))
+  child_key = trie.child_key
   found_origin, found_node, found_state, visited = [], [], [], 0
   while len(node):
-    pair, slot = trie.child_slots(node)
-    byte = trie.child_byte[slot]
-    nxt_loop = loop[loop_state[pair], byte]
-    nxt_true = trans_ext[true_state[pair], byte]
-    keep = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of[nxt_loop]))[0]
-    node = trie.child_node[slot[keep]].astype(np.int64)
-    true_state, loop_state, origin = nxt_true[keep], nxt_loop[keep], origin[pair[keep]]
+    nxt_loop = loop[loop_state]  # [P, C]
+    nxt_true = table[true_state]
+    pair, klass = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of[nxt_loop]))
+    count = size[klass]  # Each disagreeing class's bytes.
+    ends = np.cumsum(count)
+    which = np.repeat(np.arange(len(pair)), count)
+    byte = first[klass][which] + np.arange(int(ends[-1]) if len(ends) else 0) - (
+        ends - count)[which]
+    pair, klass = pair[which], klass[which]
+    query = node[pair] * 256 + byte
+    slot = np.minimum(np.searchsorted(child_key, query), len(child_key) - 1)
+    child = np.flatnonzero(child_key[slot] == query)
+    pair, klass, slot = pair[child], klass[child], slot[child]
+    node = trie.child_node[slot].astype(np.int64)
+    true_state, loop_state = nxt_true[pair, klass], nxt_loop[pair, klass]
+    origin = origin[pair]
     visited += len(node)
     if visited > MAX_WALK_PAIRS:
       return None
@@ -205,7 +221,7 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
     walked = np.nonzero(walk)[0]
     found_entry = found_node = found_state = np.zeros(0, np.int64)
     if len(walked):
-      found = _disagreement_walk(trie, trans, members, loop, np.asarray(chosen)[walked],
+      found = _disagreement_walk(trie, dfa, members, loop, np.asarray(chosen)[walked],
                                  np.asarray(entries)[walked])
       if found is None:
         continue

@@ -244,7 +244,7 @@ def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray) -> list[int]:
   # Canonical numbering: BFS from q, successors in order of their first byte.
   order, seen = [q], {q}
   for s in order:  # `order` grows while it is read.
-    for t in table[s].tolist():  # In order of the first byte.
+    for t in dict.fromkeys(table[s].tolist()):  # Distinct, in order of the first byte.
       if t in in_loop and t not in seen:
         seen.add(t)
         order.append(t)
