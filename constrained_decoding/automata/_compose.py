@@ -285,8 +285,9 @@ def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin
   return parts
 
 
-# A frontier at least this long is walked once per distinct (node, state) pair.
-_SHARED_FRONTIER = 256
+# A frontier at least this long is walked once per distinct (node, state) pair (below
+# it, sorting the pairs costs about what sharing saves).
+_SHARED_FRONTIER = 2048
 
 
 def _walk_shared_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin, *,

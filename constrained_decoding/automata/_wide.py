@@ -223,11 +223,12 @@ def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray) -> list[int]:
   # and the same first-byte order as the byte table, reading fewer columns.
   table = dfa.byte_classes[0]
   rows: dict[int, set[int]] = {}
+  absent = {NO_STATE, *np.flatnonzero(skip).tolist()}
 
   def successors(s: int) -> set[int]:
     row = rows.get(s)
     if row is None:
-      row = rows[s] = {t for t in set(table[s].tolist()) if t != NO_STATE and not skip[t]}
+      row = rows[s] = set(table[s].tolist()) - absent
     return row
 
   # A state s != q on such a cycle is at most MAX_LOOP_BYTES - 1 bytes from q, and so

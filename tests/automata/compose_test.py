@@ -119,9 +119,10 @@ def test_wide_states_become_terminals(gemma_compiler):
 
 
 @pytest.mark.parametrize("copies", [1, 3, 40])
-def test_shared_frontier_walk_equals_plain_walk(copies, gemma_compiler):
+def test_shared_frontier_walk_equals_plain_walk(copies, gemma_compiler, monkeypatch):
   """Walking each distinct (node, state) pair once and copying its edges to every
   origin gives the edges of walking every pair (same multiset)."""
+  monkeypatch.setattr(_compose, "_SHARED_FRONTIER", 16)
   dfa = _fsa.compile_byte_dfa(cd.Regex(r'"[a-z ]{0,6}"(, "[0-9]+")?').to_ir())
   trie = gemma_compiler.trie
   rng = np.random.default_rng(copies)
