@@ -33,7 +33,9 @@ engines were given the same language.
 Step (ours, `--step-batch-sizes`): the issue asks that the per-step cost stay that of
 plain regexes. For each constraint and for a plain regex (`regex_bench`'s ISO
 date-time), the jitted mask_logits + advance of `regex_bench.py` walks the first sample's
-tokens (tables on the device once), median and p99 per step over --step-repeats walks.
+tokens (tables on the device once), median and p99 per step over --step-repeats walks,
+taken in rounds that time every constraint in turn (the plain regex too), so that the
+machine's drift falls on all of them alike.
 
   python benchmarks/json_compile_bench.py     # about 8 minutes (loaded 2-core machine)
 """
@@ -266,8 +268,20 @@ class Peer:
 STEP_BASELINE = next(c for c in regex_bench.CASES if c.name == "iso_datetime")
 
 
+# Step timings are taken in this many rounds, each timing every constraint in turn, so
+# that the machine's drift (other load, frequency) falls on the plain regex as on the rest.
+STEP_ROUNDS = 4
+
+
 def bench_steps(vocab, tokens_by_sample: dict, batch_sizes: list, repeats: int) -> list:
-  """Our per-step time on each constraint's tables and on a plain regex's, per batch size."""
+  """Our per-step time on each constraint's tables and on a plain regex's, per batch size.
+
+  Interleaved: STEP_ROUNDS rounds of `repeats / STEP_ROUNDS` walks of every constraint,
+  the samples of all rounds pooled per constraint. Garbage is collected once per batch
+  size, not before every walk: collecting between walks frees the batch's logits
+  buffers (64 MB at batch 64), and re-faulting them made some constraints' steps ~1.5x
+  slower than others' for reasons of the harness alone.
+  """
   runner = regex_bench.OursRunner(vocab)
   cd = runner.cd
   work = [(f"plain regex ({STEP_BASELINE.name})", cd.Regex(STEP_BASELINE.pattern),
@@ -276,12 +290,22 @@ def bench_steps(vocab, tokens_by_sample: dict, batch_sizes: list, repeats: int) 
     spec = (cd.Regex(case.regex) if case.regex is not None else
             cd.Json(2) if case.ours_only else cd.JsonSchema(case.schema))
     work.append((case.name, spec, tokens_by_sample[case.samples[0]]))
-  rows = []
-  for name, spec, tokens in work:
-    runner.use_tables(runner.compiler.compile(spec))
+  tables = []
+  for _, spec, tokens in work:
+    tables.append(runner.compiler.compile(spec))
+    runner.use_tables(tables[-1])
     runner.check_walk(tokens)  # Raises if a token of the sample is not allowed.
-    for batch in batch_sizes:
-      step = runner.step_stats(tokens, batch, repeats)["step"]
+  walks = max(1, repeats // STEP_ROUNDS)
+  rows = []
+  for batch in batch_sizes:
+    times = [[] for _ in work]
+    with regex_bench._NoGc():  # pylint: disable=protected-access
+      for _ in range(STEP_ROUNDS):
+        for k, (_, _, tokens) in enumerate(work):
+          runner.use_tables(tables[k])
+          times[k] += runner.step_times(tokens, batch, walks, collect=False)
+    for (name, _, tokens), samples in zip(work, times):
+      step = regex_bench._summary(samples)  # pylint: disable=protected-access
       rows.append({"constraint": name, "batch": batch, "tokens": len(tokens), **step})
       print(f"  step / {name} / B={batch}: {step['median_us']:.0f} us median, "
             f"{step['p99_us']:.0f} us p99", flush=True)

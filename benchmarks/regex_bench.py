@@ -91,10 +91,16 @@ def walk_tokens(token_bytes, target: str, eos_id: int) -> list:
 
 
 class _NoGc:
-  """Context: garbage collection off while timing (as `timeit` does), collected before."""
+  """Context: garbage collection off while timing (as `timeit` does), collected before
+  (unless `collect` is False: inside a longer timing, where collecting between walks
+  frees the 64 MB batch-64 logits buffers and makes the next walk fault them in again)."""
+
+  def __init__(self, collect: bool = True):
+    self._collect = collect
 
   def __enter__(self):
-    gc.collect()
+    if self._collect:
+      gc.collect()
     self._was = gc.isenabled()
     gc.disable()
 
@@ -332,16 +338,22 @@ class OursRunner:
 
   def step_stats(self, tokens, batch: int, repeats: int) -> dict:
     """Per-step time of the jitted mask_logits + advance, blocked until ready."""
+    return {"fill": None, "apply": None, "advance": None,
+            "step": _summary(self.step_times(tokens, batch, repeats))}
+
+  def step_times(self, tokens, batch: int, repeats: int, collect: bool = True) -> list[float]:
+    """Seconds per step of `repeats` walks through `tokens` (after a warm-up walk);
+    `collect`: garbage-collect before each walk (see `_NoGc`)."""
     jnp, jax = self.jax.numpy, self.jax
     logits = jax.random.normal(jax.random.PRNGKey(0), (batch, self.vocab_size), jnp.float32)
     toks = [jax.device_put(np.full((batch,), t, np.int32)) for t in tokens]
     logits = self._walk(toks, batch, logits)[1]  # Warm-up: compiles for this batch size.
     total = []
     for _ in range(repeats):
-      with _NoGc():
+      with _NoGc(collect):
         times, logits = self._walk(toks, batch, logits)
         total.extend(times)
-    return {"fill": None, "apply": None, "advance": None, "step": _summary(total)}
+    return total
 
   def _walk(self, toks, batch, logits):
     state = self.jax.block_until_ready(self.cd.init_state(self._tables, batch_size=batch))
