@@ -205,6 +205,13 @@ def _emit_rows(trie: VocabTrie, views: _TrieViews, levels: list):
   return _emit(trie, views, node, row >> 8, origin)
 
 
+def _too_many_edges(what: str, needs: str, max_edges: int) -> CompileBudgetError:
+  return CompileBudgetError(
+      f"{what} needs {needs} token edges. Expected at most "
+      f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
+      f"sub-expressions such as '.*' (free text is what makes token automata large).")
+
+
 def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin, *,
                    max_edges: int, deadline: float, what: str, num_edges: int = 0,
                    stop_at: int = _NEVER, stopped: list | None = None):
@@ -238,11 +245,7 @@ def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin
         parts.append(edges)
         num_edges += len(edges[0])
     if num_edges > max_edges:
-      raise CompileBudgetError(
-          f"{what} needs more than {max_edges} token edges. Expected at most "
-          f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
-          f"sub-expressions such as '.*' (free text is what makes token automata large)."
-      )
+      raise _too_many_edges(what, f"more than {max_edges}", max_edges)
     if time.perf_counter() > deadline:
       raise CompileBudgetError(
           f"{what} exceeded its compile time budget during composition with the "
@@ -317,10 +320,7 @@ def _walk_shared_frontier(transitions: np.ndarray, trie: VocabTrie, node, state,
   bounds = np.append(starts, len(node))
   which, index = _ranges(bounds[pair], bounds[pair + 1])
   if len(which) > max_edges:
-    raise CompileBudgetError(
-        f"{what} needs more than {max_edges} token edges. Expected at most "
-        f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
-        f"sub-expressions such as '.*' (free text is what makes token automata large).")
+    raise _too_many_edges(what, f"more than {max_edges}", max_edges)
   return [(origin[order[index]], tok[which], dst[which])]
 
 
@@ -670,10 +670,7 @@ def token_edges(dfa: ByteDfa, trie: VocabTrie, *, wide: dict,
     parts += _walk(dfa, part_trie, origins, first_bytes=first_bytes, **budget)
   src, tok, dst = _concatenate_columns(parts) if parts else (np.zeros(0, np.int32),) * 3
   if len(src) > max_edges:
-    raise CompileBudgetError(
-        f"{what} needs {len(src)} token edges. Expected at most "
-        f"CompileOptions.max_edges={max_edges}. Raise the budget, or narrow wide "
-        f"sub-expressions such as '.*' (free text is what makes token automata large).")
+    raise _too_many_edges(what, str(len(src)), max_edges)
   return src, tok, dst
 
 
