@@ -21,10 +21,12 @@ tokens), corrected by a *disagreement walk*. Walk the vocabulary trie from the p
 
 The tokens met on the remaining branches whose L-walk ends at L's anchor are in e's
 bitmap but may behave differently from p: they are removed from p's bitmap and given
-explicit edges by walking a tiny trie of just those tokens from p (another part of the
+explicit edges by walking a small trie of just those tokens from p (another part of the
 edge). Exact: a token in p's bitmap either agrees with e at some prefix and then ends at
-the anchor from both, or was removed. The walk only follows declared-key prefixes, so
-it visits a handful of trie nodes.
+the anchor from both, or was removed. Those ending at another loop state that e's
+`_wide.InsideCover` turns into a terminal edge are likewise left out of the cover's
+bitmaps and kept explicit (`_compose` meets them on the same branches). The walk only
+follows declared-key prefixes, so it visits a handful of trie nodes.
 
 Public functions:
   near_loop_edges(wide_states, dfa, loops, wide, skip)  terminal edges of near-loop states
