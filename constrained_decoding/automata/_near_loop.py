@@ -37,6 +37,7 @@ import hashlib
 
 import numpy as np
 
+from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _wide
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
@@ -115,11 +116,8 @@ def _disagreement_walk(trie: VocabTrie, dfa: ByteDfa, members: np.ndarray,
     nxt_loop = loop[loop_state]  # [P, C]
     nxt_true = table[true_state]
     pair, klass = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of[nxt_loop]))
-    count = size[klass]  # Each disagreeing class's bytes.
-    ends = np.cumsum(count)
-    which = np.repeat(np.arange(len(pair)), count)
-    byte = first[klass][which] + np.arange(int(ends[-1]) if len(ends) else 0) - (
-        ends - count)[which]
+    # Each disagreeing class's bytes.
+    which, byte = _compose._ranges(first[klass], first[klass] + size[klass])  # pylint: disable=protected-access
     pair, klass = pair[which], klass[which]
     query = node[pair] * 256 + byte
     slot = np.minimum(np.searchsorted(child_key, query), len(child_key) - 1)
@@ -175,17 +173,8 @@ def _fix_trie(trie: VocabTrie, nodes: np.ndarray, fingerprint: str) -> VocabTrie
 
 def _tokens_of(trie: VocabTrie, nodes: np.ndarray) -> np.ndarray:
   """The token ids spelled by `nodes`, node by node."""
-  lo, hi = trie.token_start[nodes], trie.token_start[nodes + 1]
-  counts = hi - lo
-  ends = np.cumsum(counts)
-  return trie.token_ids[np.repeat(lo - (ends - counts), counts) +
-                        np.arange(int(ends[-1]) if len(ends) else 0)]
-
-
-def _bits_of(tokens: np.ndarray, num_words: int) -> np.ndarray:
-  bits = np.zeros(num_words, np.uint32)
-  np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
-  return bits
+  _, slots = _compose._ranges(trie.token_start[nodes], trie.token_start[nodes + 1])  # pylint: disable=protected-access
+  return trie.token_ids[slots]
 
 
 def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
@@ -253,7 +242,7 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       if len(nodes):
         key = "near-" + hashlib.sha1(nodes.astype(np.int64).tobytes()).hexdigest()[:20]
         fixes = _tokens_of(trie, nodes)
-        fix_bits = _bits_of(fixes, len(bits))
+        fix_bits = _wide.token_bits(fixes, len(bits))
         parts.append((_wide.LoopTerminal(
             key=key, bits=fix_bits, num_tokens=len(fixes),
             subtrie=_fix_trie(trie, nodes, f"{trie.fingerprint}/{key}")), None))

@@ -339,6 +339,14 @@ def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str
   ), kept
 
 
+def token_bits(tokens: np.ndarray, num_words: int) -> np.ndarray:
+  """uint32 `[num_words]`: the bitmap of token ids `tokens`."""
+  tokens = np.asarray(tokens, np.int64)
+  bits = np.zeros(num_words, np.uint32)
+  np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
+  return bits
+
+
 def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words: int,
                         key: str, *, after_first_byte: bool = False) -> LoopTerminal:
   """Bitmap of tokens going from loop state `entry` to the anchor (state 0), without
@@ -348,11 +356,9 @@ def build_loop_terminal(loop: np.ndarray, entry: int, trie: VocabTrie, num_words
   into the loop from outside). Walks the whole trie once; the caller caches the result.
   """
   home = _walk_loop(loop, trie, entry, after_first_byte=after_first_byte)
-  tokens = trie.token_ids[home[trie.token_node]].astype(np.int64)
-  bits = np.zeros(num_words, np.uint32)
-  np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
-  return LoopTerminal(key=key, bits=bits, num_tokens=len(tokens), subtrie=None,
-                      loop=loop, entry=entry, after_first_byte=after_first_byte)
+  tokens = trie.token_ids[home[trie.token_node]]
+  return LoopTerminal(key=key, bits=token_bits(tokens, num_words), num_tokens=len(tokens),
+                      subtrie=None, loop=loop, entry=entry, after_first_byte=after_first_byte)
 
 
 def with_subtrie(terminal: LoopTerminal, trie: VocabTrie) -> LoopTerminal:
@@ -416,9 +422,7 @@ def inside_cover(terminal: LoopTerminal, explicit: np.ndarray | None = None
   num_words = len(terminal.bits)
   bits = []
   for j in states:
-    tokens = exits.inside_token[(exits.inside_state == j) & ~keep]
-    row = np.zeros(num_words, np.uint32)
-    np.bitwise_or.at(row, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
+    row = token_bits(exits.inside_token[(exits.inside_state == j) & ~keep], num_words)
     row.setflags(write=False)
     bits.append(row)
   return InsideCover(states, tuple(bits), keep, key)
