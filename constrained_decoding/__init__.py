@@ -11,7 +11,8 @@ state = cd.advance(tables, state, tokens)
 ```
 
 Names are loaded lazily, so that importing the device side (`constrained_decoding.runtime`)
-never imports pynini and importing the host side never imports jax.
+never imports pynini. The host side imports jax only to register `ConstraintTables` as a
+pytree where it is defined, so compiled tables work in any jitted function.
 """
 
 import importlib

@@ -1,7 +1,8 @@
 """Pack token automata into `ConstraintTables`, the host -> device contract.
 
-Host-only (numpy). The device side (`runtime/`) registers `ConstraintTables` as a JAX
-pytree, so tables built here can be passed straight into jitted functions.
+Host-side numpy. `ConstraintTables` is registered as a JAX pytree right where it is
+defined, so tables can go straight into `jax.jit`, `jax.device_put`, `jax.pmap` or
+`shard_map` whatever else has been imported (the one reason this module imports jax).
 
 Layout (S states, G edge groups, K groups per state, E edges, M distinct masks,
 W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at most):
@@ -63,6 +64,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 PAD_TOKEN = np.iinfo(np.int32).max
@@ -132,6 +134,10 @@ class ConstraintTables:
             f"edges={self.edge_tokens.shape[0]}, masks={self.mask_bits.shape[0]}, "
             f"terminals={self.terminal_bits.shape[0]}, vocab_size={self.vocab_size}{kind}, "
             f"nbytes={tables_nbytes(self)['total']})")
+
+
+jax.tree_util.register_dataclass(
+    ConstraintTables, data_fields=list(_ARRAY_FIELDS), meta_fields=list(_META_FIELDS))
 
 
 def bucket_size(n: int, min_bucket: int = DEFAULT_MIN_BUCKET) -> int:

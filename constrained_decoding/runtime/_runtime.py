@@ -26,14 +26,7 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
-from constrained_decoding import tables as _tables
 from constrained_decoding.tables import ConstraintTables
-
-jax.tree_util.register_dataclass(
-    ConstraintTables,
-    data_fields=list(_tables._ARRAY_FIELDS),  # pylint: disable=protected-access
-    meta_fields=list(_tables._META_FIELDS),  # pylint: disable=protected-access
-)
 
 
 def _on_device(tables: ConstraintTables) -> ConstraintTables:
