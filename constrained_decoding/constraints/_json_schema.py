@@ -30,12 +30,25 @@ Supported keywords:
               for items with at most `MAX_UNIQUE_VALUES` = 8 values, such as enums,
               booleans or small integer ranges: every set of distinct values, in any
               order; pydantic's `set[SomeEnum]`).
-  ignored     title, description, examples, default, $schema, $id, $comment,
-              deprecated, readOnly, writeOnly (annotations: no effect on validity).
-Every other keyword raises `UnsupportedSchemaError` naming it and its JSON pointer
-(e.g. `#/properties/tags/uniqueItems`), unless `lenient=True`: then it is ignored and
-its pointer recorded (`JsonSchema.ignored_keywords()`); ignoring may *widen* the
-language, so lenient output can violate the ignored keywords. Strict mode never widens.
+  ignored     title, description, examples, default, $schema, $id, id (draft-04),
+              $comment, deprecated, readOnly, writeOnly, $anchor, $dynamicAnchor,
+              $recursiveAnchor, $vocabulary (annotations: no effect on validity).
+  unevaluated unevaluatedProperties, unevaluatedItems: without applicators they are
+              additionalProperties / items where those are absent; next to allOf and
+              $ref they apply to the merged schema; next to anyOf/oneOf, per
+              alternative (see `_unevaluated`).
+Unknown keywords (`x-*` extensions, OpenAPI's `nullable` and `example`, draft-04
+hyper-schema `links`, misspellings such as `decsription`) and unknown `format` names are
+annotations, as the specification says: ignored, logged, and listed by
+`JsonSchema.ignored_keywords()` as JSON pointers (e.g. `#/properties/c/x-kind`). `then`
+and `else` without `if`, `if` alone, and `minContains`/`maxContains` without `contains`
+have no effect and are dropped. The standard assertion keywords that are not enforced
+(`not`, `if` with `then`/`else`, `dependentRequired`, `dependentSchemas`,
+`dependencies`, `contains`, `$dynamicRef`, `$recursiveRef`) raise
+`UnsupportedSchemaError` naming the keyword and its JSON pointer (e.g.
+`#/properties/tags/contains`), unless `lenient=True`: then they are ignored and listed
+by `ignored_keywords()` too; ignoring an assertion may *widen* the language, so lenient
+output can violate it. Strict mode never widens.
 
 Narrowings made for generation (every generated text is valid; some valid texts are
 not generated):
@@ -135,6 +148,7 @@ import functools
 import json
 import math
 import re
+import logging
 import urllib.parse
 
 from constrained_decoding import errors
@@ -144,11 +158,16 @@ from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints import _regex
 
+_log = logging.getLogger(__name__)
+
 _ANNOTATIONS = frozenset({
     "title", "description", "examples", "default", "$schema", "$id", "$comment",
     "deprecated", "readOnly", "writeOnly",
     "contentEncoding", "contentMediaType", "contentSchema",  # Annotations since 2019-09.
     "discriminator",  # OpenAPI's hint on a oneOf (pydantic's discriminated unions).
+    "id",  # Draft-04's `$id`.
+    # Identifiers and vocabulary declarations: they name places, they assert nothing.
+    "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
 })
 _DEFINITIONS = frozenset({"$defs", "definitions"})
 _NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS
@@ -159,20 +178,24 @@ _TYPE_OF_KEYWORD = {
     "exclusiveMaximum": "number", "multipleOf": "number",
     "properties": "object", "required": "object", "additionalProperties": "object",
     "propertyNames": "object", "patternProperties": "object",
+    "unevaluatedProperties": "object", "$unevaluatedProperties": "object",
     "items": "array", "prefixItems": "array", "additionalItems": "array",
+    "unevaluatedItems": "array", "$unevaluatedItems": "array",
     "minItems": "array", "maxItems": "array", "uniqueItems": "array",
     "minProperties": "object", "maxProperties": "object",
 }
 _SUPPORTED = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", *_TYPE_OF_KEYWORD,
 })
-# Standard keywords this library does not implement.
+# Standard assertion keywords this library does not enforce (yet): refused unless lenient.
 _UNSUPPORTED = frozenset({
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
-    "$dynamicRef", "$dynamicAnchor", "$anchor", "$recursiveRef",
-    "$recursiveAnchor", "$vocabulary",
+    "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
 })
+# Keywords whose subschemas' annotations `unevaluatedProperties`/`Items` also see.
+_APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "if", "dependentSchemas", "not")
+# Keywords that have no effect without another one (`then` without `if`, ...).
+_NEEDS = {"then": "if", "else": "if", "minContains": "contains", "maxContains": "contains"}
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 # Keywords that decide which schema a property's value must satisfy.
 _OBJECT_MEMBER_KEYWORDS = ("properties", "additionalProperties", "patternProperties")
@@ -598,23 +621,37 @@ class _Lowerer:
     if pointer not in self.ignored:
       self.ignored.append(pointer)
 
+  def annotation(self, pointer: str) -> None:
+    """Records an ignored annotation (unknown keyword or `format`) at `pointer`."""
+    if pointer not in self.ignored:
+      self.ignored.append(pointer)
+      _log.info("JSON Schema: %s is not an assertion this library knows; ignored as an"
+                " annotation.", pointer)
+
   def _check(self, schema: dict, pointer: str) -> dict:
-    """Rejects (or, lenient, drops) unknown and unsupported keywords."""
+    """Drops annotations; refuses (or, lenient, drops) unsupported assertion keywords.
+
+    Unknown keywords are annotations (JSON Schema 2020-12, section 6.5): ignored and
+    recorded, never an error. So are keywords without the one they depend on (`then`
+    without `if`) and `if` alone, which assert nothing.
+    """
     dropped = []
+    if "unevaluatedProperties" in schema or "unevaluatedItems" in schema:
+      schema = _unevaluated(schema)
     for key in schema:
       if key in _ANNOTATIONS or key in _DEFINITIONS or key in _SUPPORTED:
         continue
       where = _pointer(pointer, key)
-      if key in _UNSUPPORTED:
+      if key in _NEEDS and _NEEDS[key] not in schema or key == "if" and not (
+          "then" in schema or "else" in schema):
+        pass  # No effect on validity.
+      elif key in _UNSUPPORTED:
         self.unsupported(where, (
             f"JSON Schema keyword {key!r} at {where} is not supported. Expected only the"
             " keywords listed in the JsonSchema documentation. Remove it, or pass"
             " lenient=True to ignore it (the output may then violate it)."))
       else:
-        self.unsupported(where, (
-            f"JSON Schema keyword {key!r} at {where} is not a keyword this library knows."
-            " Expected a draft 2020-12 (or draft-07) keyword. Fix its spelling, remove it,"
-            " or pass lenient=True to ignore it."))
+        self.annotation(where)
       dropped.append(key)
     if not dropped:
       return schema
@@ -1043,11 +1080,12 @@ class _Lowerer:
       where = _pointer(pointer, "format")
       if isinstance(name, str) and name in FORMATS:
         texts.append(format_ir(name))
+      elif isinstance(name, str):  # An unknown format is an annotation (2020-12, 7.2.3).
+        self.annotation(where)
       else:
-        self.unsupported(where, (
-            f"format {name!r} at {where} is not supported. Expected one of"
-            f" {sorted(FORMATS)}. Use a pattern instead, or pass lenient=True to accept"
-            " any string."))
+        raise errors.SchemaError(
+            f"format {_short(name)} at {where} is not a string. Expected a format name"
+            " such as 'date-time'. Fix the value.")
     return texts
 
   def _intersect_texts(self, texts: list[ir.Node], pointer: str) -> ir.Node:
@@ -1207,7 +1245,8 @@ class _Lowerer:
           f"required at {_pointer(pointer, 'required')} is {_short(required)}. Expected"
           " an array of property names. Fix the value."
       )
-    additional = schema.get("additionalProperties", True)
+    additional = schema.get("additionalProperties",
+                            schema.get("$unevaluatedProperties", True))
     declares = bool(properties) or bool(required)
     if additional is True or (isinstance(additional, dict) and not _constraining(additional)):
       extra_schema = None if self.options.strict_properties and declares else True
@@ -1271,7 +1310,7 @@ class _Lowerer:
     where = _pointer(pointer, "uniqueItems")
     values = None
     if "prefixItems" not in schema:
-      values = _distinct_values(self.lower(schema.get("items", True), _pointer(pointer, "items")))
+      values = _distinct_values(self.lower(_items(schema), _pointer(pointer, "items")))
     if values is None or len(values) > MAX_UNIQUE_VALUES:
       self.unsupported(where, (
           f"uniqueItems at {where} needs items with at most {MAX_UNIQUE_VALUES} possible"
@@ -1407,7 +1446,7 @@ class _Lowerer:
         max_items = i if max_items is None else min(max_items, i)
         break
       prefix.append(node)
-    rest = self.lower(schema.get("items", True), _pointer(pointer, "items"))
+    rest = self.lower(_items(schema), _pointer(pointer, "items"))
     if rest == ir.NOTHING:
       max_items = len(prefix) if max_items is None else min(max_items, len(prefix))
     if max_items is not None and max_items < min_items:
@@ -1586,6 +1625,40 @@ def _exact(value) -> fractions.Fraction:
 
 def _quoted(body: ir.Node) -> ir.Node:
   return ir.concat(ir.Bytes(b'"'), body, ir.Bytes(b'"'))
+
+
+def _items(schema: dict):
+  """The schema of the items after `prefixItems` (`unevaluatedItems` when `items` is absent)."""
+  return schema.get("items", schema.get("$unevaluatedItems", True))
+
+
+def _unevaluated(schema: dict) -> dict:
+  """`unevaluatedProperties`/`unevaluatedItems` rewritten for lowering.
+
+  Without applicators, the properties (items) a schema evaluates are those its own
+  `properties`, `patternProperties` and `additionalProperties` (`prefixItems`, `items`)
+  name, so `unevaluatedProperties` is `additionalProperties` when that is absent and has
+  no effect otherwise. With applicators (`allOf`, `$ref`, `anyOf`, ...) it applies to
+  what the conjunction evaluates once merged: it is kept as `$unevaluatedProperties`,
+  which `_lower_object` reads after `allOf` merging and, for `anyOf`/`oneOf`, per
+  alternative (the alternative that matched is the one whose properties count: exact
+  when no two alternatives match, narrower otherwise).
+  """
+  out = dict(schema)
+  has_applicators = any(k in schema for k in _APPLICATORS)
+  for keyword, own, covered in (
+      ("unevaluatedProperties", "additionalProperties", ("additionalProperties",)),
+      ("unevaluatedItems", "items", ("items", "additionalItems"))):
+    if keyword not in out:
+      continue
+    value = out.pop(keyword)
+    if keyword == "unevaluatedItems" and isinstance(schema.get("items"), list):
+      covered = ("additionalItems",)  # Draft-07 array-form items: the rest is uncovered.
+      own = "additionalItems"
+    if any(k in schema for k in covered):
+      continue  # Everything is evaluated already.
+    out["$" + keyword if has_applicators else own] = value
+  return out
 
 
 def _normalize(schema: dict, pointer: str) -> dict:

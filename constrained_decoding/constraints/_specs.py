@@ -355,8 +355,10 @@ class JsonSchema:
     return language if isinstance(language, _grammar.GrammarIR) else None
 
   def ignored_keywords(self) -> tuple[str, ...]:
-    """JSON pointers of the keywords ignored (or rounded) in lenient mode, e.g.
-    `('#/properties/tags/uniqueItems',)`; always empty in strict mode."""
+    """JSON pointers of the keywords ignored, in the order met, e.g.
+    `('#/properties/id/x-kubernetes-int-or-string',)`: unknown keywords and `format`
+    names (annotations, always) and, in lenient mode, the unsupported assertions
+    dropped (or rounded)."""
     return _lowered_schema(self)[1]
 
   def parse(self, text: str):

@@ -760,8 +760,6 @@ ERROR_CASES = [
      r"pattern '\(' at #/patternProperties/\( is not a valid"),
     ({"type": "object", "propertyNames": {"minimum": 1}}, cd.UnsupportedSchemaError,
      r"propertyNames keyword 'minimum' at #/propertyNames/minimum is not supported"),
-    ({"type": "object", "propertyNames": {"format": "color"}}, cd.UnsupportedSchemaError,
-     r"format 'color' at #/propertyNames/format is not supported"),
     ({"type": "object", "propertyNames": {"enum": "a"}}, cd.SchemaError,
      r"enum at #/propertyNames/enum is \"a\". Expected an array"),
     ({"allOf": [{"patternProperties": {"^x": {}}}, {"properties": {"a": {}}}]},
@@ -769,8 +767,6 @@ ERROR_CASES = [
     ({"type": "object", "required": ["Zed"], "propertyNames": {"pattern": "^[a-z]+$"}},
      cd.SchemaError, r"accepts no JSON value"),
     ({"if": {}, "then": {}}, cd.UnsupportedSchemaError, r"'if' at #/if"),
-    ({"type": "string", "maxlength": 3}, cd.UnsupportedSchemaError,
-     r"'maxlength' at #/maxlength is not a keyword this library knows"),
     ({"type": "strin"}, cd.SchemaError, r"type \"strin\" at #/type is not a JSON Schema type"),
     ({"$ref": "#/$defs/missing"},
      cd.SchemaError, r"\$ref '#/\$defs/missing' at #/\$ref does not resolve"),
@@ -788,8 +784,6 @@ ERROR_CASES = [
     ({"type": "string", "pattern": "("},
      cd.SchemaError, r"pattern '\(' at #/pattern is not a valid"),
     ({"type": "string", "pattern": 5}, cd.SchemaError, r"pattern 5 at #/pattern is not a string"),
-    ({"type": "string", "format": "color"}, cd.UnsupportedSchemaError,
-     r"format 'color' at #/format is not supported. Expected one of"),
     ({"type": "string", "pattern": "^a+$", "maxLength": 100_000}, cd.UnsupportedSchemaError,
      r"string constraints at # \(pattern, format, lengths\) are too large to combine"),
     ({"type": "number", "minimum": 2.5, "exclusiveMaximum": 2.5}, cd.SchemaError,
@@ -817,8 +811,8 @@ ERROR_CASES = [
     ({"allOf": {}}, cd.SchemaError, r"allOf at #/allOf is \{\}"),
     ({"allOf": [{"pattern": "a"}, {"pattern": 5}]}, cd.SchemaError,
      r"pattern 5 at #/pattern is not a string"),
-    ({"type": "string", "format": ["date"]}, cd.UnsupportedSchemaError,
-     r"format \['date'\] at #/format is not supported"),
+    ({"type": "string", "format": ["date"]}, cd.SchemaError,
+     r"format \[\"date\"\] at #/format is not a string"),
     ({"allOf": [{"required": ["a"]}, {"required": "a"}]}, cd.SchemaError,
      r"allOf at #/allOf has 'required' values \[\"a\"\] and \"a\". Expected an array of names"),
     ({"allOf": [{"minimum": 0, "exclusiveMinimum": True},
@@ -890,6 +884,10 @@ def test_lenient_mode_records_what_it_ignored():
   spec = cd.JsonSchema(schema, lenient=True, strict_properties=True)
   assert spec.ignored_keywords() == (
       "#/properties/tags/uniqueItems", "#/properties/s/format", "#/properties/x/x-custom")
+  # Unknown keywords and formats are annotations: recorded in strict mode too.
+  strict = cd.JsonSchema({**schema, "properties": {**schema["properties"], "tags": {}}},
+                         strict_properties=True)
+  assert strict.ignored_keywords() == ("#/properties/s/format", "#/properties/x/x-custom")
   dfa = _dfa(spec)
   assert dfa.accepts(b'{"tags":["a","a"],"p":1.5}')  # uniqueItems ignored: wider.
   assert dfa.accepts(b'{"tags":[],"p":0.5}') and not dfa.accepts(b'{"tags":[],"p":0.49}')
@@ -1290,3 +1288,84 @@ def test_pydantic_discriminated_union():
   rng = random.Random(0)
   for _ in range(30):
     Owner.model_validate_json(random_accepted_bytes(dfa, rng, soft_limit=60))
+
+
+# ---- Annotations, drafts and unevaluated* (issue "JSON Schema semantics"). ----
+
+# Keywords seen in real schemas that assert nothing here (draft-04 `id`, OpenAPI and
+# Kubernetes extensions, hyper-schema links, misspellings): the spec makes them annotations.
+UNKNOWN_KEYWORDS = ["name", "self", "links", "readonly", "example", "javaType",
+                    "x-kubernetes-int-or-string", "x-nullable", "decsription", "nullable"]
+
+
+@pytest.mark.parametrize("keyword", UNKNOWN_KEYWORDS)
+def test_unknown_keywords_are_ignored_and_listed(keyword):
+  schema = {"type": "object", "id": "http://example.com/a",
+            "properties": {"n": {"type": "integer", keyword: {"any": ["thing"]}}},
+            "required": ["n"], "additionalProperties": False}
+  spec = cd.JsonSchema(schema)
+  assert spec.ignored_keywords() == (f"#/properties/n/{keyword}",)
+  dfa = _dfa(spec)
+  assert dfa.accepts(b'{"n":12}') and not dfa.accepts(b'{"n":"x"}')
+
+
+def test_unknown_formats_are_annotations_and_known_ones_stay_enforced():
+  spec = cd.JsonSchema({"type": "object", "properties": {
+      "c": {"type": "string", "format": "color"}, "d": {"type": "string", "format": "date"}},
+      "additionalProperties": False})
+  assert spec.ignored_keywords() == ("#/properties/c/format",)
+  dfa = _dfa(spec)
+  assert dfa.accepts(b'{"c":"anything at all","d":"2024-02-29"}')
+  assert not dfa.accepts(b'{"d":"2023-02-29"}')
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "if": {"minimum": 3}},  # `if` alone asserts nothing.
+    {"type": "integer", "then": {"minimum": 3}, "else": {"maximum": 0}},  # No `if`.
+    {"type": "array", "minContains": 2, "maxContains": 3},  # No `contains`.
+])
+def test_keywords_without_their_partner_have_no_effect(schema):
+  spec = cd.JsonSchema(schema)
+  language = (b"[]", b"[1,2]") if schema["type"] == "array" else (b"1", b"7", b"-2")
+  dfa = _dfa(spec)
+  assert all(dfa.accepts(text) for text in language)
+
+
+UNEVALUATED_CASES = [
+    # (schema, accepted, rejected): checked against jsonschema too.
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "unevaluatedProperties": False},
+     ['{"a":1}', "{}"], ['{"a":1,"b":2}', '{"b":2}']),
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}}],
+      "properties": {"b": {"type": "string"}}, "unevaluatedProperties": False},
+     ['{"a":1,"b":"x"}', '{"a":1}'], ['{"a":1,"c":2}']),
+    ({"$defs": {"base": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+      "$ref": "#/$defs/base", "unevaluatedProperties": {"type": "string"}},
+     ['{"a":1,"z":"s"}'], ['{"a":1,"z":2}']),
+    ({"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},
+                {"properties": {"b": {"const": 2}}, "required": ["b"]}],
+      "unevaluatedProperties": False},
+     ['{"a":1}', '{"b":2}'], ['{"a":1,"c":0}', '{"c":0}']),
+    ({"type": "object", "additionalProperties": True, "unevaluatedProperties": False},
+     ['{"x":1}'], []),
+    ({"type": "array", "prefixItems": [{"type": "string"}], "unevaluatedItems": False},
+     ['["a"]', "[]"], ['["a",1]']),
+    ({"type": "array", "items": {"type": "integer"}, "unevaluatedItems": False},
+     ["[1,2]"], []),
+    ({"allOf": [{"prefixItems": [{"type": "string"}]}], "unevaluatedItems": {"type": "integer"}},
+     ['["a",1,2]'], ['["a","b"]']),
+]
+
+
+@pytest.mark.parametrize("schema, accepted, rejected", UNEVALUATED_CASES)
+def test_unevaluated_keywords_match_jsonschema(schema, accepted, rejected):
+  validator = jsonschema.Draft202012Validator(schema)
+  dfa = _dfa(cd.JsonSchema(schema))
+  for text in accepted:
+    assert validator.is_valid(json.loads(text)) and dfa.accepts(text.encode()), text
+  for text in rejected:
+    assert not validator.is_valid(json.loads(text)) and not dfa.accepts(text.encode()), text
+  rng = random.Random(json.dumps(schema))
+  for _ in range(40):
+    text = random_accepted_bytes(dfa, rng, soft_limit=80).decode()
+    assert validator.is_valid(json.loads(text)), text
