@@ -22,7 +22,8 @@ Supported keywords:
               their intersection, `_intersect.py`).
   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact ranges).
   number      the same (decimal bounds too: 0.25 <= x < 2.5 is exact).
-  object      properties, required, additionalProperties, propertyNames (type, pattern,
+  object      properties, required, dependentRequired (and draft-07 `dependencies`
+              with arrays), additionalProperties, propertyNames (type, pattern,
               format, minLength, maxLength, enum, const), patternProperties (one
               pattern; a declared key it matches must satisfy both schemas),
               minProperties, maxProperties.
@@ -43,8 +44,8 @@ annotations, as the specification says: ignored, logged, and listed by
 `JsonSchema.ignored_keywords()` as JSON pointers (e.g. `#/properties/c/x-kind`). `then`
 and `else` without `if`, `if` alone, and `minContains`/`maxContains` without `contains`
 have no effect and are dropped. The standard assertion keywords that are not enforced
-(`not`, `if` with `then`/`else`, `dependentRequired`, `dependentSchemas`,
-`dependencies`, `contains`, `$dynamicRef`, `$recursiveRef`) raise
+(`not`, `if` with `then`/`else`, `dependentSchemas` (and `dependencies` with schemas),
+`contains`, `$dynamicRef`, `$recursiveRef`) raise
 `UnsupportedSchemaError` naming the keyword and its JSON pointer (e.g.
 `#/properties/tags/contains`), unless `lenient=True`: then they are ignored and listed
 by `ignored_keywords()` too; ignoring an assertion may *widen* the language, so lenient
@@ -57,11 +58,19 @@ not generated):
   numbers without exponent; canonical escapes in keys, constants and patterned strings).
 * Integers are written without fraction or exponent (`1.0` is not generated for
   `integer`).
-* Properties appear in schema order (`properties` first, then `required` names that
-  `properties` does not declare); optional ones may be skipped. Additional properties
-  (allowed when `additionalProperties` is absent, `true` or a schema) come only after
-  the declared ones, with keys that are any string except the declared keys; two
-  additional properties may share a key (preventing it is not regular). With
+* Property order (`property_order`). `"any"` (default): the declared properties
+  (`properties`, then `required` and `dependentRequired` names that `properties` does
+  not declare) in any order, each at most once, `required` and `dependentRequired`
+  enforced, additional properties anywhere between them (`_json_objects.py`: an
+  automaton over the set of declared keys written, exact). It writes each value about
+  2^(n-1) times for n members, so an object whose members would exceed
+  `MAX_ANY_ORDER_SIZE` IR nodes, one with `minProperties`/`maxProperties`, or one with
+  a recursive member keeps schema order (logged; `dependentRequired` there raises).
+  `"schema"`: declared properties in schema order, optional ones skippable,
+  additional properties only after them (linear size). Additional properties have keys
+  that are any string except the declared keys; two additional properties may share a
+  key (preventing it is not regular; each value is valid, so is whichever a parser
+  keeps). With
   `patternProperties`, undeclared keys are generated only if they match its pattern
   (values per its schema): keys matching no pattern, which `additionalProperties`
   (absent: any value) would allow, are not generated. Towards `minProperties` only
@@ -155,6 +164,7 @@ from constrained_decoding import errors
 from constrained_decoding.constraints import _grammar
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_objects
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints import _regex
 
@@ -179,6 +189,7 @@ _TYPE_OF_KEYWORD = {
     "properties": "object", "required": "object", "additionalProperties": "object",
     "propertyNames": "object", "patternProperties": "object",
     "unevaluatedProperties": "object", "$unevaluatedProperties": "object",
+    "dependentRequired": "object",
     "items": "array", "prefixItems": "array", "additionalItems": "array",
     "unevaluatedItems": "array", "$unevaluatedItems": "array",
     "minItems": "array", "maxItems": "array", "uniqueItems": "array",
@@ -189,7 +200,7 @@ _SUPPORTED = frozenset({
 })
 # Standard assertion keywords this library does not enforce (yet): refused unless lenient.
 _UNSUPPORTED = frozenset({
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "not", "if", "then", "else", "dependentSchemas",
     "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
 })
 # Keywords whose subschemas' annotations `unevaluatedProperties`/`Items` also see.
@@ -202,6 +213,9 @@ _OBJECT_MEMBER_KEYWORDS = ("properties", "additionalProperties", "patternPropert
 # Keywords `propertyNames` may use (a schema for strings, applied to each key).
 _NAME_KEYWORDS = frozenset({"type", "pattern", "format", "minLength", "maxLength", "enum",
                             "const"})
+# Most IR nodes an any-order object may hold (members times the subsets each is written
+# from, `_json_objects`); past it the object keeps schema order.
+MAX_ANY_ORDER_SIZE = 2_000
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
 # Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
 MAX_UNIQUE_VALUES = 8
@@ -229,6 +243,8 @@ class SchemaOptions:
     max_ref_depth: None: recursive `$ref`s become grammar rules (unbounded nesting).
       N: most expansions of one recursive `$ref` along a path (a regular language).
     free_form_depth: Nesting limit of free-form values.
+    property_order: "any" (declared keys in any order, each at most once) or
+      "schema" (in the order `properties` lists them).
   """
 
   whitespace: jv.Whitespace = jv.Whitespace()
@@ -236,6 +252,7 @@ class SchemaOptions:
   lenient: bool = False
   max_ref_depth: int | None = None
   free_form_depth: int = 2
+  property_order: str = "any"
 
 
 def lower_json_schema(
@@ -636,6 +653,8 @@ class _Lowerer:
     without `if`) and `if` alone, which assert nothing.
     """
     dropped = []
+    if "dependencies" in schema:  # Draft-07: dependentRequired + dependentSchemas.
+      schema = _split_dependencies(schema, pointer)
     if "unevaluatedProperties" in schema or "unevaluatedItems" in schema:
       schema = _unevaluated(schema)
     for key in schema:
@@ -895,6 +914,9 @@ class _Lowerer:
           return False
       elif key == "required":
         merged[key] = list(dict.fromkeys([*va, *vb]))
+      elif key == "dependentRequired" and isinstance(va, dict) and isinstance(vb, dict):
+        merged[key] = {k: list(dict.fromkeys([*va.get(k, []), *vb.get(k, [])]))
+                       for k in dict.fromkeys([*va, *vb])}
       elif key in ("minimum", "minLength", "minItems", "exclusiveMinimum"):
         if isinstance(va, bool) or isinstance(vb, bool):
           self._merge_conflict(key, where, va, vb)
@@ -1255,8 +1277,10 @@ class _Lowerer:
     names = self._name_language(schema.get("propertyNames", True),
                                 _pointer(pointer, "propertyNames"))
     pattern = self._pattern_property(schema, pointer)
+    depends = self._dependent_required(schema, pointer)
     members = []
-    for key in dict.fromkeys([*properties, *required]):
+    dependent_keys = [k for key, targets in depends.items() for k in (key, *targets)]
+    for key in dict.fromkeys([*properties, *required, *dependent_keys]):
       matches = pattern is not None and _has_text(pattern[0], key)
       if key in properties:
         subschema, where = properties[key], _pointer(pointer, "properties", key)
@@ -1291,16 +1315,71 @@ class _Lowerer:
       extra = ir.concat(keys, colon, value)
     if extra == ir.NOTHING:
       extra = None
-    members = [(self._member(key, node), is_required) for key, node, is_required in members
-               if is_required or node != ir.NOTHING]
-    if "minProperties" in schema or "maxProperties" in schema:
-      body, can_be_empty = self._counted_members(members, extra, schema, pointer)
+    members = [(key, self._member(key, node), is_required) for key, node, is_required
+               in members if is_required or node != ir.NOTHING]
+    counted = "minProperties" in schema or "maxProperties" in schema
+    any_order = None
+    if not counted and (self.options.property_order == "any" or depends):
+      any_order = self._any_order(members, extra, depends, pointer)
+    if any_order is not None:
+      body, can_be_empty = any_order
+    elif counted:
+      body, can_be_empty = self._counted_members(
+          [(m, r) for _, m, r in members], extra, schema, pointer)
     else:
-      body, can_be_empty = _members(members, extra, ws)
+      body, can_be_empty = _members([(m, r) for _, m, r in members], extra, ws)
     parts = [ws.empty(b"{}")] if can_be_empty else []
     if body != ir.NOTHING:
       parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
     return ir.union(*parts) if parts else ir.NOTHING
+
+  def _dependent_required(self, schema: dict, pointer: str) -> dict:
+    """`dependentRequired` as key -> required keys (empty when absent)."""
+    depends = schema.get("dependentRequired", {})
+    where = _pointer(pointer, "dependentRequired")
+    if not isinstance(depends, dict) or not all(
+        isinstance(v, list) and all(isinstance(k, str) for k in v) for v in depends.values()):
+      raise errors.SchemaError(
+          f"dependentRequired at {where} is {_short(depends)}. Expected an object mapping"
+          " property names to arrays of property names. Fix the value.")
+    if depends and ("minProperties" in schema or "maxProperties" in schema):
+      self.unsupported(where, (
+          f"dependentRequired at {where} next to minProperties/maxProperties is not"
+          " supported. Expected one of them. Remove one, or pass lenient=True to ignore"
+          " dependentRequired."))
+      return {}
+    return {k: v for k, v in depends.items() if v}
+
+  def _any_order(self, members: list, extra: ir.Node | None, depends: dict,
+                 pointer: str) -> tuple[ir.Node, bool] | None:
+    """Members in any order (`_json_objects`), or None to keep schema order.
+
+    Schema order is kept for objects past `MAX_ANY_ORDER_SIZE` and for members that
+    call a recursive rule (a subset automaton would be written out as an expression);
+    `dependentRequired` needs the subsets, so there it raises instead.
+    """
+    memo: dict = {}
+    sizes = [_ir_size(member) for _, member, _ in members]
+    result = None
+    if not any(_has_rule_ref(member, memo) for _, member, _ in members):
+      result = _json_objects.any_order_members(
+          members, extra, self.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
+          0 if extra is None else _ir_size(extra))
+    if result is None and depends:
+      where = _pointer(pointer, "dependentRequired")
+      self.unsupported(where, (
+          f"dependentRequired at {where} needs an automaton over the sets of the"
+          f" {len(members)} declared keys, which exceeds {MAX_ANY_ORDER_SIZE} IR nodes (or"
+          " a member is recursive). Expected fewer or smaller properties. Split the"
+          " object, or pass lenient=True to ignore dependentRequired."))
+      if self.options.property_order == "schema":
+        return None
+      return self._any_order(members, extra, {}, pointer)
+    if result is None and self.options.property_order == "any":
+      _log.info("JSON Schema: the object at %s keeps schema order (%d members: any order"
+                " would exceed %d IR nodes, or a member is recursive).", pointer,
+                len(members), MAX_ANY_ORDER_SIZE)
+    return result
 
   def _lower_unique_array(self, schema: dict, pointer: str) -> ir.Node | None:
     """An array with `uniqueItems: true` whose items take at most `MAX_UNIQUE_VALUES`
@@ -1678,6 +1757,19 @@ def _normalize(schema: dict, pointer: str) -> dict:
   if "additionalItems" in schema:  # No effect without array-form items.
     schema = {k: v for k, v in schema.items() if k != "additionalItems"}
   return schema
+
+
+def _split_dependencies(schema: dict, pointer: str) -> dict:
+  dependencies = schema["dependencies"]
+  if not isinstance(dependencies, dict):
+    raise errors.SchemaError(
+        f"dependencies at {_pointer(pointer, 'dependencies')} is {_short(dependencies)}."
+        " Expected an object mapping property names to arrays or schemas. Fix the value.")
+  out = {k: v for k, v in schema.items() if k != "dependencies"}
+  for key, value in dependencies.items():
+    kind = "dependentRequired" if isinstance(value, list) else "dependentSchemas"
+    out[kind] = {**out.get(kind, {}), key: value}
+  return out
 
 
 def _type_list(value) -> list:

@@ -299,6 +299,12 @@ class JsonSchema:
     free_form_depth: Nesting limit of free-form values (`{}`, `true`, absent `items`,
       additional property values).
     max_whitespace: Longest whitespace run under `flexible`.
+    property_order: `any` (default): declared properties in any order, each at most
+      once, additional ones anywhere; exact, with about 2^(n-1) copies of each of the
+      n members' values, so an object past `MAX_ANY_ORDER_SIZE` IR nodes (or with a
+      recursive member) keeps schema order. `schema`: in the order `properties` lists
+      them, additional ones last: linear in the schema, shorter tables, deterministic
+      order.
   """
 
   schema: typing.Any
@@ -309,9 +315,13 @@ class JsonSchema:
   max_ref_depth: int | None = None
   free_form_depth: int = 2
   max_whitespace: int = 2
+  property_order: str = "any"
 
   def __post_init__(self):
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
+    if self.property_order not in ("any", "schema"):
+      raise ValueError(f"JsonSchema property_order is {self.property_order!r}. Expected"
+                       " 'any' or 'schema'.")
     _json_values.whitespace_policy(self.whitespace, self.max_whitespace)
     if self.max_ref_depth is not None:
       _check_spec_int("JsonSchema", "max_ref_depth", self.max_ref_depth, 1)
@@ -326,7 +336,8 @@ class JsonSchema:
     return _json_schema.SchemaOptions(
         whitespace=_json_values.whitespace_policy(self.whitespace, self.max_whitespace),
         strict_properties=self.strict_properties, lenient=self.lenient,
-        max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth)
+        max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth,
+        property_order=self.property_order)
 
   def to_ir(self) -> ir.Node:
     """The regular IR of the schema's JSON texts.

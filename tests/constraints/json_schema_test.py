@@ -432,14 +432,19 @@ def test_rpg_examples_by_hand():
   dfa = _dfa(spec)
   good = ['{}', '{"name":"Ann","class":"Rogue"}',
           '{"life":-3,"equipment":[{"name":"Axe","durability":10,"quality":"Magic"},{}]}']
-  bad = ['{"class":"Bard"}', '{"mana":1.5}', '{"life":1,"name":"x"}', '{"name":"a","name":"b"}',
+  bad = ['{"class":"Bard"}', '{"mana":1.5}', '{"name":"a","name":"b"}',
          '{"equipment":[{"quality":"Rare"}]}', '{"extra":1}', '{,}', '{"name":"a",}']
   assert all(dfa.accepts(t.encode()) for t in good)
   assert not any(dfa.accepts(t.encode()) for t in bad)
+  # The items are small objects: any order. The top level's five members, one a nested
+  # array, would exceed MAX_ANY_ORDER_SIZE in any order: it keeps schema order.
+  assert dfa.accepts(b'{"equipment":[{"quality":"Magic","name":"Axe"}]}')
+  assert not dfa.accepts(b'{"life":1,"name":"x"}')
+  assert not _dfa(cd.JsonSchema(RPG, strict_properties=True, property_order="schema")).accepts(
+      b'{"equipment":[{"quality":"Magic","name":"Axe"}]}')
   loose = _dfa(cd.JsonSchema(RPG))
   assert loose.accepts(b'{"name":"a","extra":[1,{"k":null}],"more":"x"}')
   assert not loose.accepts(b'{"name":"a","extra":1,"name":"b"}')  # Declared keys not repeated.
-  assert not loose.accepts(b'{"extra":1,"name":"a"}')  # Extras come last.
   assert not loose.accepts(b'{"n\\u0061me":1}')  # Another spelling of a declared key.
 
 
@@ -693,8 +698,10 @@ def test_all_of_with_ref_base_and_extension():
             "allOf": [{"$ref": "#/$defs/base"},
                       {"properties": {"tag": {"enum": ["a", "b"]}}, "required": ["tag"]}]}
   dfa = _dfa(cd.JsonSchema(schema, strict_properties=True))
-  assert dfa.accepts(b'{"id":1,"tag":"a"}')
-  assert not dfa.accepts(b'{"id":1}') and not dfa.accepts(b'{"tag":"a","id":1}')
+  assert dfa.accepts(b'{"id":1,"tag":"a"}') and dfa.accepts(b'{"tag":"a","id":1}')
+  assert not dfa.accepts(b'{"id":1}') and not dfa.accepts(b'{"tag":"a"}')
+  in_order = _dfa(cd.JsonSchema(schema, strict_properties=True, property_order="schema"))
+  assert in_order.accepts(b'{"id":1,"tag":"a"}') and not in_order.accepts(b'{"tag":"a","id":1}')
 
 
 def test_all_of_respects_each_sides_additional_properties():
@@ -828,8 +835,12 @@ ERROR_CASES = [
      cd.UnsupportedSchemaError, r"'dependentSchemas' at #/\$defs/s/dependentSchemas"),
     ({"items": [{}], "prefixItems": [{}]},
      cd.SchemaError, r"both prefixItems and array-form items"),
-    ({"type": "object", "dependentRequired": {"a": ["b"]}}, cd.UnsupportedSchemaError,
-     r"'dependentRequired' at #/dependentRequired"),
+    ({"type": "object", "dependentSchemas": {"a": {}}}, cd.UnsupportedSchemaError,
+     r"'dependentSchemas' at #/dependentSchemas"),
+    ({"type": "object", "dependentRequired": {"a": "b"}}, cd.SchemaError,
+     r"dependentRequired at #/dependentRequired is \{\"a\": \"b\"\}. Expected an object"),
+    ({"type": "object", "dependentRequired": {"a": ["b"]}, "minProperties": 1},
+     cd.UnsupportedSchemaError, r"dependentRequired at #/dependentRequired next to"),
 ]
 
 
@@ -1369,3 +1380,72 @@ def test_unevaluated_keywords_match_jsonschema(schema, accepted, rejected):
   for _ in range(40):
     text = random_accepted_bytes(dfa, rng, soft_limit=80).decode()
     assert validator.is_valid(json.loads(text)), text
+
+
+# ---- Property order and dependentRequired. ----
+
+ORDER_CASES = [
+    # (schema, texts), every text checked against jsonschema and the automaton.
+    ({"type": "object", "properties": {"radius": {"type": "number"},
+                                       "shape": {"enum": ["circle", "square"]}},
+      "required": ["shape", "radius"]},
+     ['{"shape":"circle","radius":5}', '{"radius":5,"shape":"circle"}',
+      '{"$schema":"x","radius":5,"shape":"circle"}', '{"radius":5,"$schema":"x","shape":"circle"}',
+      '{"radius":5}', '{"shape":"circle"}', '{"shape":"circle","radius":"5"}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
+                                       "c": {"type": "boolean"}},
+      "additionalProperties": False},
+     ["{}", '{"c":true,"a":1}', '{"b":"x","c":false,"a":2}', '{"a":1,"z":1}', '{"c":1}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "dependentRequired": {"a": ["b"], "b": ["c"]}},
+     ['{"a":1}', '{"a":1,"b":2}', '{"c":0,"a":1,"b":2}', '{"b":2,"c":3}', '{"c":3}', "{}",
+      '{"x":[],"a":1,"c":1,"b":1}']),
+    ({"type": "object", "dependencies": {"credit": ["billing"]},  # Draft-07 spelling.
+      "properties": {"credit": {"type": "integer"}, "billing": {"type": "string"}}},
+     ['{"credit":1}', '{"billing":"x","credit":1}', '{"billing":"x"}']),
+    ({"allOf": [{"dependentRequired": {"a": ["b"]}}, {"dependentRequired": {"a": ["c"]}}]},
+     ['{"a":1,"b":1}', '{"a":1,"c":1,"b":1}', '{"b":1}']),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("schema, texts", ORDER_CASES)
+def test_any_property_order_matches_jsonschema(schema, texts, policy):
+  draft = jsonschema.Draft7Validator if "dependencies" in schema else jsonschema.Draft202012Validator
+  validator = draft(schema)
+  spec = cd.JsonSchema(schema, policy)
+  dfa = _dfa(spec)
+  for text in texts:
+    value = json.loads(text)
+    dumped = json.dumps(value, separators=(",", ":")) if policy == "compact" else json.dumps(value)
+    assert dfa.accepts(dumped.encode()) == validator.is_valid(value), dumped
+  rng = random.Random(f"order-{policy}")
+  for _ in range(40):
+    text = random_accepted_bytes(dfa, rng, soft_limit=80).decode()
+    value = json.loads(text)
+    assert validator.is_valid(value), text
+
+
+def test_any_order_never_repeats_a_declared_key():
+  spec = cd.JsonSchema({"type": "object", "properties": {"a": {"type": "integer"},
+                                                          "b": {"type": "integer"}}})
+  dfa = _dfa(spec)
+  assert dfa.accepts(b'{"b":1,"a":2}') and dfa.accepts(b'{"b":1,"x":0,"a":2}')
+  assert not dfa.accepts(b'{"a":1,"b":2,"a":3}') and not dfa.accepts(b'{"b":1,"b":2}')
+
+
+def test_large_objects_keep_schema_order(caplog):
+  properties = {f"p{i}": {"type": "integer"} for i in range(20)}
+  spec = cd.JsonSchema({"type": "object", "properties": properties})
+  with caplog.at_level("INFO"):
+    dfa = compile_byte_dfa(spec.to_ir())
+  assert dfa.accepts(b'{"p0":1,"p19":2}') and not dfa.accepts(b'{"p19":2,"p0":1}')
+  assert "keeps schema order" in caplog.text
+  with pytest.raises(cd.UnsupportedSchemaError, match=r"dependentRequired at #/dependentRequired"):
+    cd.JsonSchema({"type": "object", "properties": properties,
+                   "dependentRequired": {"p0": ["p1"]}}).to_ir()
+
+
+def test_property_order_option_is_checked():
+  with pytest.raises(ValueError, match=r"property_order is 'sorted'"):
+    cd.JsonSchema({}, property_order="sorted")

@@ -1,0 +1,98 @@
+"""Object members in any order: an automaton over the set of declared keys written so far.
+
+Public function:
+  any_order_members(members, extra, ws, depends, budget, sizes, extra_size)
+      the IR of the non-empty member lists (any order, each declared key at most once,
+      `required` and `dependentRequired` enforced), or None past `budget`.
+
+Why a subset automaton: a JSON object may list its members in any order, and a parser
+keeps one value per key. An automaton that accepts each declared key at most once and
+checks `required` at the closing brace must remember which keys it has seen, so its
+states are the subsets of declared keys (2^n for n keys); the minimal DFA of that
+language has as many. Each member's value is written on an arc out of every subset
+without it, so the language costs about 2^(n-1) copies of each value: small objects are
+cheap, large ones are not. `budget` bounds that cost (in IR nodes); past it the caller
+falls back to schema order (`_json_schema.py`), which is linear in the schema.
+
+Additional members (keys other than the declared ones) may come anywhere, any number of
+times, as in schema order; two of them may share a key (excluding that is not regular),
+and each value satisfies the schema, so whichever one a parser keeps is valid.
+"""
+
+from collections.abc import Mapping, Sequence
+
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_values as jv
+
+_START = -1  # Nothing written yet: the next member has no comma before it.
+
+
+def any_order_members(
+    members: Sequence[tuple[str, ir.Node, bool]],
+    extra: ir.Node | None,
+    ws: jv.Whitespace,
+    depends: Mapping[str, Sequence[str]],
+    budget: int,
+    sizes: Sequence[int],
+    extra_size: int = 0,
+) -> tuple[ir.Node, bool] | None:
+  """The member lists between `{` and `}` in any order, and whether `{}` is allowed.
+
+  Args:
+    members: (key, member IR `"key": value`, is_required) for each declared key; a
+      member whose value accepts nothing must already be left out (unless required).
+    extra: IR of one additional member, or None when none are allowed.
+    ws: Whitespace policy (commas).
+    depends: `dependentRequired`: key -> keys that must be present when it is.
+    budget: Most IR nodes the automaton may hold (member sizes times the subsets
+      each is written from).
+    sizes: IR size of each member, as the caller measures it.
+    extra_size: IR size of `extra` (written from every subset).
+
+  Returns:
+    (IR of the non-empty member lists, whether the empty object is allowed), or None
+    when the automaton would exceed `budget`.
+  """
+  n = len(members)
+  if (1 << n) * extra_size + (n and (1 << (n - 1)) * sum(sizes)) > budget:
+    return None
+  index = {key: i for i, (key, _, _) in enumerate(members)}
+  required = sum(1 << i for i, (_, _, is_required) in enumerate(members) if is_required)
+  needs = [0] * n  # needs[i]: the keys that must be present once key i is.
+  for key, targets in depends.items():
+    if key in index:
+      needs[index[key]] |= sum(1 << index[t] for t in targets if t != key)
+
+  def complete(subset: int) -> bool:
+    if subset & required != required:
+      return False
+    return all(not subset >> i & 1 or subset & needs[i] == needs[i] for i in range(n))
+
+  # States: _START (nothing written), then each subset once something is written (a
+  # subset may be empty when only additional members were written).
+  state_of = {_START: 0}
+  arcs = []
+  todo = [_START]
+  while todo:
+    subset = todo.pop()
+    seen = 0 if subset == _START else subset
+    for i, (_, member, _) in enumerate(members):
+      if seen >> i & 1 or member == ir.NOTHING:
+        continue
+      target = seen | 1 << i
+      if target not in state_of:
+        state_of[target] = len(state_of)
+        todo.append(target)
+      label = member if subset == _START else ir.concat(ws.comma, member)
+      arcs.append((state_of[subset], label, state_of[target]))
+    if extra is not None:
+      if seen not in state_of:  # Only additional members so far.
+        state_of[seen] = len(state_of)
+        todo.append(seen)
+      label = extra if subset == _START else ir.concat(ws.comma, extra)
+      arcs.append((state_of[subset], label, state_of[seen]))
+  finals = tuple(sorted(state_of[s] for s in state_of if s != _START and complete(s)))
+  can_be_empty = complete(0)
+  if not finals:
+    return ir.NOTHING, can_be_empty
+  return ir.Graph(num_states=len(state_of), arcs=tuple(arcs), finals=finals), can_be_empty
