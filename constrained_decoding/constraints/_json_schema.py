@@ -15,8 +15,9 @@ it back to a regular language. Dialect: draft 2020-12, plus draft-07's `definiti
 `items` with `additionalItems`, and draft-04's boolean `exclusiveMinimum`/`Maximum`.
 
 Supported keywords:
-  any type    type (a name or a list), enum, const, anyOf, oneOf, allOf, $ref, $defs,
-              definitions. Next to enum/const, string and number keywords filter the
+  any type    type (a name or a list), enum, const, anyOf, oneOf (exact), allOf, $ref,
+              $defs, definitions, not, if/then/else, dependentSchemas (see "Boolean
+              structure" below). Next to enum/const, string and number keywords filter the
               values they apply to (exactly: text automata, exact decimals).
   string      minLength, maxLength (in code points), pattern, format (together:
               their intersection, `_intersect.py`).
@@ -30,7 +31,8 @@ Supported keywords:
   array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems (true:
               for items with at most `MAX_UNIQUE_VALUES` = 8 values, such as enums,
               booleans or small integer ranges: every set of distinct values, in any
-              order; pydantic's `set[SomeEnum]`).
+              order; pydantic's `set[SomeEnum]`), contains with minContains and
+              maxContains (next to items; not with prefixItems or item counts).
   ignored     title, description, examples, default, $schema, $id, id (draft-04),
               $comment, deprecated, readOnly, writeOnly, $anchor, $dynamicAnchor,
               $recursiveAnchor, $vocabulary (annotations: no effect on validity).
@@ -44,8 +46,7 @@ annotations, as the specification says: ignored, logged, and listed by
 `JsonSchema.ignored_keywords()` as JSON pointers (e.g. `#/properties/c/x-kind`). `then`
 and `else` without `if`, `if` alone, and `minContains`/`maxContains` without `contains`
 have no effect and are dropped. The standard assertion keywords that are not enforced
-(`not`, `if` with `then`/`else`, `dependentSchemas` (and `dependencies` with schemas),
-`contains`, `$dynamicRef`, `$recursiveRef`) raise
+(`$dynamicRef`, `$recursiveRef`, and the cases listed under "Boolean structure") raise
 `UnsupportedSchemaError` naming the keyword and its JSON pointer (e.g.
 `#/properties/tags/contains`), unless `lenient=True`: then they are ignored and listed
 by `ignored_keywords()` too; ignoring an assertion may *widen* the language, so lenient
@@ -86,8 +87,22 @@ not generated):
   given key order, whitespace per policy); `1` does not also match `1.0`.
 * A schema without `type` takes the types its keywords apply to (`{"properties": ...}`
   is an object, `{"minLength": 1}` a string); with no such keyword, any value.
-* `oneOf` is lowered as `anyOf`: exact when the alternatives are disjoint (different
-  types, or a distinguishing `const`), wider otherwise (exclusivity is not enforced).
+* Boolean structure (`_json_negation.py`): `not S` is lowered as the schema of the
+  values S rejects, built keyword by keyword from the specification (a number below
+  `minimum`, an object without a `required` key, ...), so it is exact whatever the
+  lowering narrows elsewhere. `if I then T else E` is `anyOf: [I and T, not-I and E]`;
+  `dependentSchemas: {k: D}` (and draft-07 `dependencies` with schemas) is "no key k,
+  or k and D". `oneOf` is `anyOf` when its alternatives are disjoint (different types,
+  or a required property with different `const`/`enum` values: pydantic's
+  discriminated unions), else each alternative with the negation of every other one
+  (exact; at most 8 alternatives). Values that exclude constants or multiples are
+  written as canonical decimals (no exponent, no trailing zeros), so no other spelling
+  of an excluded number slips through. Negation is refused (`UnsupportedSchemaError`
+  naming the keyword) for `pattern`, known `format`s, `uniqueItems`, `propertyNames`,
+  `patternProperties`, `additionalProperties` other than true, `unevaluated*`,
+  recursive `$ref`s, and enum/const object or array values; `unevaluated*` next to
+  `not`/`if` is refused too (their annotations do not count). Merging the resulting
+  `anyOf`s under `allOf` is bounded like any `allOf` (64 alternatives).
 * `allOf` is merged keyword by keyword (types intersected, bounds tightened,
   `properties` merged with each side's `additionalProperties`, `required` united,
   `pattern`s and `format`s all applied); draft-04 boolean exclusive bounds on both
@@ -162,8 +177,10 @@ import urllib.parse
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _grammar
+from constrained_decoding.constraints import _difference
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_negation
 from constrained_decoding.constraints import _json_objects
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints import _regex
@@ -189,20 +206,20 @@ _TYPE_OF_KEYWORD = {
     "properties": "object", "required": "object", "additionalProperties": "object",
     "propertyNames": "object", "patternProperties": "object",
     "unevaluatedProperties": "object", "$unevaluatedProperties": "object",
-    "dependentRequired": "object",
+    "dependentRequired": "object", "$notMultipleOf": "number",
+    "contains": "array", "minContains": "array", "maxContains": "array",
     "items": "array", "prefixItems": "array", "additionalItems": "array",
     "unevaluatedItems": "array", "$unevaluatedItems": "array",
     "minItems": "array", "maxItems": "array", "uniqueItems": "array",
     "minProperties": "object", "maxProperties": "object",
 }
 _SUPPORTED = frozenset({
-    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", *_TYPE_OF_KEYWORD,
+    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", *_TYPE_OF_KEYWORD,
 })
 # Standard assertion keywords this library does not enforce (yet): refused unless lenient.
-_UNSUPPORTED = frozenset({
-    "not", "if", "then", "else", "dependentSchemas",
-    "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
-})
+_UNSUPPORTED = frozenset({"$dynamicRef", "$recursiveRef"})
+# Rewritten into allOf/anyOf by `_json_negation.rewrite_boolean` before lowering.
+_BOOLEAN = ("not", "if", "dependentSchemas")
 # Keywords whose subschemas' annotations `unevaluatedProperties`/`Items` also see.
 _APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "if", "dependentSchemas", "not")
 # Keywords that have no effect without another one (`then` without `if`, ...).
@@ -655,6 +672,9 @@ class _Lowerer:
     dropped = []
     if "dependencies" in schema:  # Draft-07: dependentRequired + dependentSchemas.
       schema = _split_dependencies(schema, pointer)
+    if any(k in schema for k in _BOOLEAN) and (
+        "if" not in schema or "then" in schema or "else" in schema):
+      schema = self._rewrite_boolean(schema, pointer)
     if "unevaluatedProperties" in schema or "unevaluatedItems" in schema:
       schema = _unevaluated(schema)
     for key in schema:
@@ -676,6 +696,32 @@ class _Lowerer:
       return schema
     return {k: v for k, v in schema.items() if k not in dropped}
 
+  def _rewrite_boolean(self, schema: dict, pointer: str) -> dict:
+    """`not`, `if`/`then`/`else`, `dependentSchemas` as `allOf` parts (`_json_negation`).
+
+    Annotations from `not` and a failed `if` do not count for `unevaluated*`, but the
+    rewritten parts would: that combination is refused.
+    """
+    for key in ("unevaluatedProperties", "unevaluatedItems"):
+      if key in schema and ("not" in schema or "if" in schema):
+        where = _pointer(pointer, key)
+        self.unsupported(where, (
+            f"{key} at {where} next to not or if is not supported (their annotations do"
+            " not count as evaluated). Expected one of them. Remove one, or pass"
+            f" lenient=True to ignore {key}."))
+        schema = {k: v for k, v in schema.items() if k != key}
+    resolve = lambda ref: self._resolve(ref, pointer)  # noqa: E731
+    try:
+      return _json_negation.rewrite_boolean(schema, resolve, pointer)
+    except errors.UnsupportedSchemaError as e:
+      if not self.options.lenient:
+        raise
+      for key in _BOOLEAN:
+        if key in schema:
+          self.unsupported(_pointer(pointer, key), str(e))
+      return {k: v for k, v in schema.items()
+              if k not in (*_BOOLEAN, "then", "else")}
+
   def _schema_dict(self, schema, pointer: str) -> dict:
     if not isinstance(schema, dict):
       raise errors.SchemaError(
@@ -692,10 +738,10 @@ class _Lowerer:
       return self.any_value
     if schema is False:
       return ir.NOTHING
-    schema = self._schema_dict(schema, pointer)
+    schema = self._check(self._schema_dict(schema, pointer), pointer)
     if "$ref" in schema or "allOf" in schema:
       return self._lower_conjunction([(schema, pointer)], pointer)
-    return self._lower_plain(_normalize(self._check(schema, pointer), pointer), pointer)
+    return self._lower_plain(_normalize(schema, pointer), pointer)
 
   def lower_root(self, schema: dict) -> ir.Node:
     """`lower(schema, "#")`, but as a conjunction that `{"$ref": "#"}` can recurse into."""
@@ -867,6 +913,9 @@ class _Lowerer:
           " non-empty array of schemas. Fix the value."
       )
     rest = {k: v for k, v in schema.items() if k != key}
+    if key == "oneOf" and not self._disjoint(alternatives, pointer):
+      alternatives = _json_negation.exact_one_of(
+          alternatives, lambda ref: self._resolve(ref, pointer), _pointer(pointer, key))
     nodes = []
     for i, alternative in enumerate(alternatives):
       where = _pointer(pointer, key, i)
@@ -875,6 +924,55 @@ class _Lowerer:
       else:
         nodes.append(self.lower(alternative, where))
     return ir.union(*nodes)
+
+  def _disjoint(self, alternatives: list, pointer: str) -> bool:
+    """Whether no value can match two of `alternatives` (then `oneOf` is `anyOf`).
+
+    A cheap sufficient test: pairwise, the alternatives admit disjoint sets of types, or
+    both require a property whose `const`/`enum` values differ (pydantic's
+    discriminated unions). Otherwise `oneOf` is made exact by negation.
+    """
+    shapes = [self._shape(a, pointer) for a in alternatives]
+    for i, (types_a, tags_a) in enumerate(shapes):
+      for types_b, tags_b in shapes[i + 1:]:
+        if types_a.isdisjoint(types_b):
+          continue
+        if any(k in tags_b and tags_a[k].isdisjoint(tags_b[k]) for k in tags_a):
+          continue
+        return False
+    return True
+
+  def _shape(self, schema, pointer: str, depth: int = 0) -> tuple[set, dict]:
+    """(types a schema admits, {required key: its allowed const/enum values (as JSON)})."""
+    if schema is False:
+      return set(), {}
+    if not isinstance(schema, dict) or depth > 8:
+      return set(_TYPES), {}
+    if "$ref" in schema and isinstance(schema["$ref"], str) and len(schema) == 1:
+      return self._shape(self._resolve(schema["$ref"], pointer), pointer, depth + 1)
+    if "type" in schema:
+      names = schema["type"]
+      types = set([names] if isinstance(names, str) else names if isinstance(names, list)
+                  else _TYPES)
+      if "number" in types:
+        types.add("integer")
+    elif "enum" in schema or "const" in schema:
+      values = schema["enum"] if "enum" in schema else [schema["const"]]
+      types = {_json_type(v) for v in values} if isinstance(values, list) else set(_TYPES)
+      if "integer" in types:
+        types.add("number")
+    else:
+      types = set(_TYPES)
+    tags = {}
+    properties = schema.get("properties")
+    required = schema.get("required", [])
+    if isinstance(properties, dict) and isinstance(required, list):
+      for key in required:
+        sub = properties.get(key)
+        if isinstance(sub, dict) and ("const" in sub or isinstance(sub.get("enum"), list)):
+          values = [sub["const"]] if "const" in sub else sub["enum"]
+          tags[key] = {json.dumps(v, sort_keys=True) for v in values}
+    return types, tags
 
   def _merge(self, a: dict, b: dict, pointer: str):
     """One schema equivalent to `allOf: [a, b]` (both without `$ref`/`allOf`), or False.
@@ -914,6 +1012,10 @@ class _Lowerer:
           return False
       elif key == "required":
         merged[key] = list(dict.fromkeys([*va, *vb]))
+      elif key == "$notIn":
+        merged[key] = [*va, *vb]
+      elif key == "$notMultipleOf":
+        merged[key] = (*_merged_values(merged, key), *_merged_values(b, key))
       elif key == "dependentRequired" and isinstance(va, dict) and isinstance(vb, dict):
         merged[key] = {k: list(dict.fromkeys([*va.get(k, []), *vb.get(k, [])]))
                        for k in dict.fromkeys([*va, *vb])}
@@ -981,8 +1083,10 @@ class _Lowerer:
   def _lower_enum(self, schema: dict, pointer: str) -> ir.Node:
     values = self._enum_values(schema, pointer)
     checks = {}  # Keywords that filter the values, by the JSON type they apply to.
+    excluded = schema.get("$notIn", [])
+    values = [v for v in values if not any(_same_value(v, w) for w in excluded)]
     for key in schema:
-      if key in _NO_CONSTRAINT or key in ("enum", "const", "type"):
+      if key in _NO_CONSTRAINT or key in ("enum", "const", "type", "$notIn"):
         continue
       kind = _TYPE_OF_KEYWORD.get(key)
       if kind in ("string", "number"):
@@ -1031,6 +1135,8 @@ class _Lowerer:
       return False
     if hi is not None and (x > hi or hi_exclusive and x == hi):
       return False
+    if any((x / _exact(s)).denominator == 1 for s in _merged_values(schema, "$notMultipleOf")):
+      return False
     step = self._step(schema, pointer)
     return step is None or (x / step).denominator == 1
 
@@ -1052,10 +1158,12 @@ class _Lowerer:
   def _lower_type(self, name: str, schema: dict, pointer: str) -> ir.Node:
     if name == "any":
       return self.any_value
+    excluded = schema.get("$notIn", [])
     if name == "null":
-      return jv.JSON_NULL
+      return ir.NOTHING if None in excluded else jv.JSON_NULL
     if name == "boolean":
-      return jv.JSON_BOOLEAN
+      return ir.union(*(ir.Bytes(json.dumps(b).encode()) for b in (False, True)
+                        if not any(v is b for v in excluded)))
     if name == "string":
       return self._lower_string(schema, pointer)
     if name in ("integer", "number"):
@@ -1086,6 +1194,9 @@ class _Lowerer:
     if max_length is not None and max_length < min_length:
       return ir.NOTHING
     texts = self._text_languages(schema, pointer)
+    excluded = [v for v in schema.get("$notIn", []) if isinstance(v, str)]
+    if excluded:
+      texts.append(jv.text_except(excluded))
     if not texts:
       return jv.json_string(min_length, max_length)
     if min_length > 0 or max_length is not None:
@@ -1213,6 +1324,31 @@ class _Lowerer:
     return sides
 
   def _lower_number(self, name: str, schema: dict, pointer: str) -> ir.Node:
+    node = self._number_range(name, schema, pointer)
+    excluded = [v for v in schema.get("$notIn", [])
+                if isinstance(v, _NUMBER) and not isinstance(v, bool)]
+    steps = _merged_values(schema, "$notMultipleOf")
+    if node == ir.NOTHING or not excluded and not steps:
+      return node
+    # Exclusions are exact on one spelling per value: the canonical decimals.
+    others = [ir.Bytes(_difference.canonical_number(v).encode()) for v in excluded]
+    for step in steps:
+      if isinstance(step, bool) or not isinstance(step, _NUMBER) or _exact(step) <= 0:
+        raise errors.SchemaError(
+            f"multipleOf {step!r} under not at {pointer} is not a positive number."
+            " Expected a number > 0. Fix the value.")
+      others.append(jv.multiple_of(_exact(step)))
+    try:
+      return _difference.ascii_difference(
+          _intersect.intersect_text(node, _difference.CANONICAL_NUMBER), ir.union(*others))
+    except ValueError as e:
+      raise errors.UnsupportedSchemaError(
+          f"The number at {pointer} excludes values or multiples (from not/oneOf/if) in an"
+          f" automaton that is too large: {e}. Expected smaller steps or fewer values."
+          " Simplify the schema.") from e
+
+  def _number_range(self, name: str, schema: dict, pointer: str) -> ir.Node:
+    """Numbers within the bounds and `multipleOf` (`integer`: canonical integers)."""
     (lo, lo_exclusive, _), (hi, hi_exclusive, _) = self._bounds(schema, pointer)
     step = self._step(schema, pointer)
     if name == "integer":
@@ -1381,6 +1517,57 @@ class _Lowerer:
                 len(members), MAX_ANY_ORDER_SIZE)
     return result
 
+  def _lower_contains(self, schema: dict, pointer: str) -> ir.Node:
+    """Arrays with `minContains` (default 1) to `maxContains` items matching `contains`.
+
+    An automaton over how many matching items were written: an item either counts
+    (`items` and `contains`) or not (`items` and, with a `maxContains`, not
+    `contains`: `_json_negation.negate`); without a maximum, an item need not be
+    counted, so no negation is needed.
+    """
+    where = _pointer(pointer, "contains")
+    m = self._count(schema, "minContains", pointer)
+    m = 1 if m is None else m
+    top = self._count(schema, "maxContains", pointer)
+    rest = {k: v for k, v in schema.items() if k not in ("contains", "minContains",
+                                                         "maxContains")}
+    if m == 0 and top is None:
+      return self._lower_array(rest, pointer)
+    for key in ("prefixItems", "minItems", "maxItems", "uniqueItems"):
+      if key in schema and schema[key] is not False:
+        self.unsupported(where, (
+            f"contains at {where} next to {key} is not supported. Expected contains with"
+            " items, minContains and maxContains only. Remove one of them, or pass"
+            " lenient=True to ignore contains."))
+        return self._lower_array(rest, pointer)
+    if top is not None and top < m:
+      return ir.NOTHING
+    items = _items(schema)
+    item = self.lower(items, _pointer(pointer, "items"))
+    hit = self._lower_conjunction([(items, pointer), (schema["contains"], where)], where)
+    miss = item
+    if top is not None:
+      negated = _json_negation.negate(schema["contains"],
+                                      lambda ref: self._resolve(ref, pointer), where)
+      miss = self._lower_conjunction([(items, pointer), (negated, where)], where)
+    ws = self.ws
+    cap = m if top is None else top
+    # States: 0 start, 1 after `]`, 2 after `[`, 3 + k after items of which k count.
+    arcs = [(0, ws.open(b"["), 2)]
+    if m == 0:
+      arcs.append((0, ws.empty(b"[]"), 1))
+    for k in range(cap + 1):
+      here = 3 + k
+      if k >= m:
+        arcs.append((here, ws.close(b"]"), 1))
+      stay = item if top is None and k == cap else miss
+      arcs.append((here, ir.concat(ws.comma, stay), here))
+      if k < cap:
+        arcs.append((here, ir.concat(ws.comma, hit), here + 1))
+    arcs += [(2, miss, 3), (2, hit, 4)] if cap >= 1 else [(2, miss, 3)]
+    arcs = [(a, label, b) for a, label, b in arcs if label != ir.NOTHING]
+    return ir.Graph(num_states=4 + cap, arcs=tuple(arcs), finals=(1,))
+
   def _lower_unique_array(self, schema: dict, pointer: str) -> ir.Node | None:
     """An array with `uniqueItems: true` whose items take at most `MAX_UNIQUE_VALUES`
     values (enums, booleans, small integer ranges): every set of distinct values, in
@@ -1498,6 +1685,8 @@ class _Lowerer:
     return self._pattern(pattern, _pointer(where, pattern)), subschema, pattern
 
   def _lower_array(self, schema: dict, pointer: str) -> ir.Node:
+    if "contains" in schema:
+      return self._lower_contains(schema, pointer)
     ws = self.ws
     unique = schema.get("uniqueItems", False)
     if not isinstance(unique, bool):
