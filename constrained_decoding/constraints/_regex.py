@@ -85,6 +85,23 @@ _LABEL = object()  # Opcode of a label group in a marked parse tree: (_LABEL, (s
 _REDEFINITION = re.compile(r"redefinition of group name '(\w+)'")
 _REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
 
+# Size limits checked before any expansion, so that every pattern answers quickly (a
+# hostile `a{100000000}` or `(?:a?){10000}` used to run for minutes). The front end
+# does not see `CompileOptions`, so these are module constants.
+# Most byte-automaton states: `CompileOptions.max_states`' default. A pattern whose
+# shortest match, or whose longest one when there is a longest, is this many bytes
+# needs more states than that (a shortest accepted path never repeats a state), so it
+# would fail the compiler's own check anyway, only later.
+_MAX_STATES = 100_000
+# Most automaton states the expansion of counted repeats may create (about 2 s of
+# back-end work; 5x the states of the largest automaton within `_MAX_STATES`).
+_MAX_EXPANDED_STATES = 500_000
+# Most estimated epsilon-removal and determinization steps (`_Size.work`): about 1 s.
+_MAX_WORK = 100_000_000
+# Most nested groups: the parsers recurse once or twice per level.
+_MAX_NESTING = 200
+_METACHARACTERS = re.compile(r"[\\.^$*+?{}\[\]|()]")
+
 _NEGATED_CATEGORIES = {
     sre.CATEGORY_NOT_DIGIT: sre.CATEGORY_DIGIT,
     sre.CATEGORY_NOT_WORD: sre.CATEGORY_WORD,
@@ -128,16 +145,32 @@ def parse_regex(pattern: str, *, unicode: bool = False, labels: bool = False) ->
 
   Raises:
     TypeError: `pattern` is not a `str` (e.g. a `bytes` pattern).
-    RegexSyntaxError: `re` cannot parse `pattern`.
+    RegexSyntaxError: `re` cannot parse `pattern` (a repeat count beyond `re`'s
+      limit included).
+    CompileBudgetError: The automaton of `pattern` would be too large, estimated
+      before expanding any counted repeat (see `_check_budget`).
     UnsupportedRegexError: `pattern` uses a construct that is not supported here
       (lookaround, backreferences, anchors in the middle, unknown named groups,
-      malformed label arguments, IMAGE, ...).
+      malformed label arguments, IMAGE, more than `_MAX_NESTING` nested groups, ...).
   """
   if not isinstance(pattern, str):
     raise TypeError(
         f"Expected the regex pattern as a str, got {type(pattern).__name__} {pattern!r}"
         " instead. Decode a bytes pattern first, e.g. pattern.decode('utf-8')."
     )
+  _check_pattern_size(pattern)
+  try:
+    node = _parse(pattern, unicode=unicode, labels=labels)
+  except RecursionError as e:  # A safety net: `_MAX_NESTING` should prevent it.
+    raise errors.UnsupportedRegexError(
+        f"Regex {_shown(pattern)} nests too deeply for this parser. Expected at most "
+        f"{_MAX_NESTING} nested groups; flatten the pattern.") from e
+  _check_budget(pattern, node)
+  return node
+
+
+def _parse(pattern: str, *, unicode: bool, labels: bool) -> ir.Node:
+  """`parse_regex` without the size checks."""
   if labels and "(?P<" in pattern:
     tree, renamed = _parse_with_unique_names(pattern)
   else:
@@ -168,6 +201,11 @@ def _sre_parse(pattern: str, text: str, flags: int = 0, offset: int = 0):
         f"Regex '{pattern}' is not a valid regular expression: {e.msg} at position"
         f" {offset + e.pos}. Expected Python `re` syntax; fix the pattern at that position."
     ) from e
+  except OverflowError as e:  # A repeat count beyond re's limit: `a{4294967296}`.
+    raise errors.RegexSyntaxError(
+        f"Regex {_shown(pattern)} is not a valid regular expression: {e}. Expected"
+        f" repeat counts below {int(_MAXREPEAT)}; counts that large cannot be compiled anyway."
+    ) from e
   except ValueError as e:  # Incompatible flags, detected after parsing.
     raise errors.RegexSyntaxError(
         f"Regex '{pattern}' is not a valid regular expression: {e}. Expected Python"
@@ -188,6 +226,9 @@ def _parse_with_unique_names(pattern: str):
   while True:
     try:
       return sre_parse.parse(renamed, 0), renamed
+    except OverflowError:
+      _sre_parse(pattern, renamed)  # Raises the syntax error.
+      raise
     except re.error as e:
       found = _REDEFINITION.match(e.msg or "")
       if found is None or e.pos is None:
@@ -340,7 +381,9 @@ class _Walker:
       last_consuming -= 1
     folding = flags & _IGNORECASE
     parts: list[ir.Node] = []
-    run = b""  # Pending literal bytes, emitted as one `Bytes`.
+    # Pending literal bytes, emitted as one `Bytes`; a bytearray, because appending to
+    # `bytes` copies the run each time (quadratic: a 1 MB literal took minutes).
+    run = bytearray()
     at_start = leading
     for k, (op, av) in enumerate(items):
       if op is _LITERAL and not (folding and _case_fold(flags).iscased(av)):
@@ -351,8 +394,8 @@ class _Walker:
         continue
       if op is _IN:
         if run:
-          parts.append(_Bytes(run))
-          run = b""
+          parts.append(_Bytes(bytes(run)))
+          run = bytearray()
         parts.append(_CharClass(_class_ranges(av, flags)))
         at_start = False
         continue
@@ -370,12 +413,12 @@ class _Walker:
           run += part.data
         else:
           if run:
-            parts.append(_Bytes(run))
-            run = b""
+            parts.append(_Bytes(bytes(run)))
+            run = bytearray()
           parts.append(part)
       at_start = at_start and _bol_like(op, av)
     if run:
-      parts.append(_Bytes(run))
+      parts.append(_Bytes(bytes(run)))
     if len(parts) == 1:
       return parts[0]
     return _Concat(tuple(parts)) if parts else ir.EPSILON
@@ -1014,3 +1057,240 @@ def _check_anchors(alternatives, *, leading: bool, trailing: bool, issues: list)
             trailing=item_trailing and not token.quantified, issues=issues,
         )
       at_start = at_start and _token_like(token, "bol")
+
+
+# --- Size estimate before expansion -------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Size:
+  """What expanding one IR node into a byte automaton costs, estimated without doing it.
+
+  Attributes:
+    states: Automaton states the expansion creates (each counted repeat copies its body).
+    min_len, max_len: Shortest and longest matching byte string (None: no longest).
+    char_len: The length in characters when every match has the same one, else None.
+      Copies of a fixed-length body stay in step while matching; copies of a
+      variable-length one drift apart, and the determinizer then tracks sets of them.
+    work: Extra work, beyond the states, of removing epsilons and determinizing: a run
+      of k optional parts, or k copies of a variable-length body, puts O(k) positions in
+      every subset, so it costs O(k * states) rather than O(states).
+    empty: The node matches nothing (then the lengths mean nothing).
+    exits: States inside the node with an epsilon path to its end (optional copies of
+      a counted repeat): in an epsilon chain, each of them reaches every later copy.
+  """
+
+  states: int
+  min_len: int
+  max_len: int | None
+  char_len: int | None
+  work: int
+  empty: bool = False
+  exits: int = 0
+
+
+_EMPTY_SIZE = _Size(0, 0, 0, None, 0, empty=True)
+
+
+def _utf8_width(code_point: int) -> int:
+  return 1 if code_point < 0x80 else 2 if code_point < 0x800 else 3 if code_point < 0x10000 else 4
+
+
+def _leaf_size(node) -> _Size:
+  """The size of a node without IR children."""
+  kind = type(node)
+  if kind is ir.Bytes:
+    data = node.data
+    chars = len(data) - sum(1 for b in data if b & 0xC0 == 0x80) if len(data) < 64 else None
+    return _Size(len(data), len(data), len(data), chars, 0)
+  if kind is ir.CharClass:
+    if not node.ranges:
+      return _EMPTY_SIZE
+    lo, hi = _utf8_width(node.ranges[0][0]), _utf8_width(node.ranges[-1][1])
+    # ASCII: one arc; otherwise a few states per UTF-8 length (shared suffixes).
+    return _Size(1 + 3 * (hi - 1) + min(len(node.ranges), 16), lo, hi, 1, 0)
+  if kind is ir.ByteClass:
+    return _Size(1, 1, 1, 1, 0) if node.ranges else _EMPTY_SIZE
+  return _Size(1, 1, 1, 1, 0)  # A Terminal: one token-class arc.
+
+
+def _children(node) -> tuple:
+  kind = type(node)
+  if kind is ir.Concat:
+    return node.parts
+  if kind is ir.Union:
+    return node.alternatives
+  if kind is ir.Repeat:
+    return (node.node,)
+  if kind is ir.Graph:
+    return tuple(label for _, label, _ in node.arcs)
+  if kind is ir.Fragment:
+    return (node.body,)
+  return ()
+
+
+def _concat_size(sizes: list[_Size]) -> _Size:
+  """A concatenation; each run of consecutive optional parts adds run length x states."""
+  if any(s.empty for s in sizes):
+    return _EMPTY_SIZE
+  work = sum(s.work for s in sizes)
+  run_length = run_states = 0
+  for s in sizes + [_Size(0, 1, 1, 1, 0)]:  # A sentinel ends the last run.
+    if s.min_len == 0:
+      run_length += 1
+      run_states += s.states + 1
+    else:
+      if run_length > 1:
+        work += run_length * run_length * run_states
+      run_length = run_states = 0
+  lengths = [s.char_len for s in sizes]
+  exits = 0
+  for s in reversed(sizes):  # The last part's exits, and those of any nullable tail.
+    exits += s.exits
+    if s.min_len:
+      break
+  return _Size(sum(s.states for s in sizes) + len(sizes), sum(s.min_len for s in sizes),
+               None if any(s.max_len is None for s in sizes) else sum(s.max_len for s in sizes),
+               None if None in lengths else sum(lengths), work, exits=exits)
+
+
+def _union_size(sizes: list[_Size]) -> _Size:
+  sizes = [s for s in sizes if not s.empty]
+  if not sizes:
+    return _EMPTY_SIZE
+  lengths = {s.char_len for s in sizes}
+  return _Size(sum(s.states for s in sizes), min(s.min_len for s in sizes),
+               None if any(s.max_len is None for s in sizes) else max(s.max_len for s in sizes),
+               lengths.pop() if len(lengths) == 1 else None, sum(s.work for s in sizes),
+               exits=sum(s.exits for s in sizes))
+
+
+def _repeat_size(node: ir.Repeat, body: _Size) -> _Size:
+  """`body{min,max}`: one copy of the body per count (`x{m,}` is m copies, one looping)."""
+  low, high = node.min, node.max
+  if body.empty:
+    return _EMPTY_SIZE if low else _Size(0, 0, 0, 0, 0)
+  copies = high if high is not None else max(low, 1)
+  states = copies * (body.states + 1) + 2
+  work = copies * body.work
+  if body.min_len == 0:  # An epsilon chain through every copy: each subset spans all.
+    work += copies ** 3 * (body.states + 1) * max(1, body.exits)
+  elif body.char_len is None:  # Copies drift apart (see `_Size.work`).
+    work += copies * copies * (body.states + 1)
+  max_len = None if high is None and body.max_len != 0 or body.max_len is None else (
+      (high or 0) * body.max_len)
+  char_len = low * body.char_len if low == high and body.char_len is not None else None
+  exits = (copies - low if high is not None else 1) + body.exits
+  return _Size(states, low * body.min_len, max_len, char_len, work, exits=exits)
+
+
+def _graph_size(node: ir.Graph, labels: list[_Size]) -> _Size:
+  """An embedded automaton: its states and labels; lengths are not computed (0, None)."""
+  return _Size(node.num_states + sum(s.states for s in labels), 0, None, None,
+               sum(s.work for s in labels) + len(labels))
+
+
+def estimate_size(node: ir.Node) -> _Size:
+  """The `_Size` of `node`, in time linear in the IR (not in its expansion).
+
+  Iterative (an explicit stack), so that deeply nested IR cannot exhaust Python's
+  recursion limit; shared sub-nodes are sized once.
+  """
+  sizes: dict[int, _Size] = {}
+  stack = [(node, False)]
+  while stack:
+    current, expanded = stack.pop()
+    key = id(current)
+    if key in sizes:
+      continue
+    children = _children(current)
+    if not expanded and children:
+      stack.append((current, True))
+      stack.extend((child, False) for child in children if id(child) not in sizes)
+      continue
+    kind = type(current)
+    parts = [sizes[id(child)] for child in children]
+    if kind is ir.Concat:
+      sizes[key] = _concat_size(parts)
+    elif kind is ir.Union:
+      sizes[key] = _union_size(parts)
+    elif kind is ir.Repeat:
+      sizes[key] = _repeat_size(current, parts[0])
+    elif kind is ir.Graph:
+      sizes[key] = _graph_size(current, parts)
+    elif kind is ir.Fragment:
+      sizes[key] = parts[0]
+    else:
+      sizes[key] = _leaf_size(current)
+  return sizes[id(node)]
+
+
+def _shown(pattern: str) -> str:
+  """`pattern` quoted for a message, shortened past 60 characters."""
+  if len(pattern) <= 60:
+    return f"'{pattern}'"
+  return f"'{pattern[:50]}...' ({len(pattern)} characters)"
+
+
+def _nesting(pattern: str) -> int:
+  """The deepest nesting of groups in `pattern` (escapes and classes skipped)."""
+  depth = deepest = 0
+  i, n = 0, len(pattern)
+  while i < n:
+    c = pattern[i]
+    if c == "\\":
+      i += 2
+      continue
+    if c == "[":
+      i += 1
+      if pattern.startswith("^", i):
+        i += 1
+      if pattern.startswith("]", i):
+        i += 1
+      while i < n and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    elif c == "(":
+      depth += 1
+      deepest = max(deepest, depth)
+    elif c == ")":
+      depth -= 1
+    i += 1
+  return deepest
+
+
+def _check_pattern_size(pattern: str) -> None:
+  """Raises for patterns whose size alone rules them out, before `re` parses them."""
+  if _METACHARACTERS.search(pattern) is None:  # A plain literal (parsing 1 MB takes 1 s).
+    size = len(pattern.encode("utf-8", "surrogatepass"))
+    if size >= _MAX_STATES:
+      raise errors.CompileBudgetError(
+          f"Regex {_shown(pattern)} is a literal of {size} bytes, so its automaton needs "
+          f"{size + 1} states. Expected at most {_MAX_STATES} states (the default "
+          f"CompileOptions.max_states). Shorten the literal, or generate it in pieces.")
+  if pattern.count("(") > _MAX_NESTING and _nesting(pattern) > _MAX_NESTING:
+    raise errors.UnsupportedRegexError(
+        f"Regex {_shown(pattern)} nests groups {_nesting(pattern)} deep. Expected at "
+        f"most {_MAX_NESTING} nested groups; flatten the pattern.")
+
+
+def _check_budget(pattern: str, node: ir.Node) -> None:
+  """Raises `CompileBudgetError` when expanding `node` would cost too much (`_Size`)."""
+  size = estimate_size(node)
+  if size.empty:
+    return  # The compiler reports the empty language.
+  needed = max(size.min_len, size.max_len or 0) + 1
+  if needed > _MAX_STATES:
+    which = "longest" if size.max_len and size.max_len >= size.min_len else "shortest"
+    raise errors.CompileBudgetError(
+        f"Regex {_shown(pattern)} needs at least {needed} automaton states (its {which} "
+        f"match is {needed - 1} bytes). Expected at most {_MAX_STATES} (the default "
+        f"CompileOptions.max_states). Lower the counts of repeats such as '{{100000}}', "
+        f"or use '*' or '+' where the exact count does not matter.")
+  if size.states > _MAX_EXPANDED_STATES or size.states + size.work > _MAX_WORK:
+    raise errors.CompileBudgetError(
+        f"Regex {_shown(pattern)} would expand to about {size.states} automaton states "
+        f"and {size.states + size.work} determinization steps (estimated before "
+        f"expanding it). Expected at most {_MAX_EXPANDED_STATES} states and {_MAX_WORK} "
+        f"steps. Lower the counts of nested or chained optional repeats such as "
+        f"'(?:a?){{1000}}', '(?:.{{0,100}}){{100}}' or 'x*' repeated many times, or use "
+        f"'*' or '+' where the exact count does not matter.")
