@@ -1,0 +1,561 @@
+"""Conformance of `cd.JsonSchema` on the official JSON-Schema-Test-Suite.
+
+Reads the suite from `../shared/data/json-schema-test-suite` (relative to the repository;
+`--suite-dir` elsewhere; never copied into the project), files
+`tests/{draft2020-12,draft7}/*.json` (with `--optional`, also `optional/*.json`). Each
+file holds cases: a schema and tests, each a `data` instance and whether it is `valid`.
+
+Per case, the schema is compiled with `cd.Compiler(vocab).compile(cd.JsonSchema(schema,
+whitespace=...))` under a time limit:
+  compiled   tables were built;
+  refused    a typed `cd.ConstraintError` (UnsupportedSchemaError, SchemaError,
+             CompileBudgetError, ...) or the time limit: a documented "no";
+  crashed    any other exception: a defect, recorded with its traceback's last line.
+Draft-07 schemas are compiled as they are (the suite's draft-07 files carry no
+`$schema`), so where draft 2020-12 reads a keyword differently (`$ref` siblings) the
+answers are judged against draft 7, as a draft-07 user would.
+
+Each instance of a compiled case is serialized in every form the whitespace policy
+admits (compact `json.dumps(separators=(",", ":"))` for the default `compact`, the
+spaced `json.dumps` default for `single`, both for `flexible`; each with and without
+`ensure_ascii`, and with integral floats written as integers, `1.0` -> `1`: the same
+JSON value) and each text tokenized canonically (the vocabulary's own tokenizer where
+it has one: SentencePiece for Gemma; greedy longest match otherwise) and, with Gemma,
+in `--random-tokenizations` random ways (`TokenIndex`). The numpy reference walk
+(`reference_accepts`) then decides. Verdicts:
+  ok                 valid and the canonical text accepted, or invalid and no text
+                     accepted;
+  narrowed           valid and rejected, but a documented narrowing explains it (not
+                     wrong; each listed with its reason):
+                       serialization: another text of the same value is accepted
+                         (`1.0` written `1` for an integer, `-2` as `-2.0` for a float
+                         `const`, escapes, members of a `const` object in its order);
+                       implied type: "a schema without `type` takes the types its
+                         keywords apply to" (`{"minLength": 2}` rejects `12`), checked
+                         with `jsonschema` on the schema with those types written out;
+                       patternProperties keys: "undeclared keys are generated only
+                         if they match its pattern", checked likewise;
+                       format asserted / free-form depth: accepted once the schema is
+                         compiled with `format` removed (an annotation in the spec) /
+                         with `free_form_depth` as deep as the instance;
+  rejected_valid     valid, rejected, and no narrowing explains it: wrong;
+  accepted_invalid   invalid, and some serialization accepted: wrong;
+  inconsistent       two tokenizations of one text disagree: wrong (a token-level bug).
+
+  python benchmarks/json_schema_suite.py --vocab bytes   # about 2 minutes
+  python benchmarks/json_schema_suite.py                 # Gemma 3 vocabulary, slower
+
+Writes `benchmarks/results/json_schema_suite.json` (per file counts, compile times,
+every wrong answer, refusal and crash) and prints a table.
+"""
+
+import argparse
+import collections
+import dataclasses
+import glob
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+import traceback
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)  # Run as a script from a checkout.
+
+import constrained_decoding as cd  # noqa: E402
+from constrained_decoding.testing import TokenIndex  # noqa: E402
+from constrained_decoding.testing import reference_accepts  # noqa: E402
+
+DEFAULT_SUITE_DIR = os.path.join(_REPO, "..", "shared", "data", "json-schema-test-suite")
+DRAFTS = ("draft2020-12", "draft7")
+WRONG_VERDICTS = ("rejected_valid", "accepted_invalid", "inconsistent")
+
+
+class CaseTimeout(BaseException):
+  """A compile ran past the per-case limit (a BaseException: library code that catches
+  `Exception` must not swallow it)."""
+
+
+# ---- Reading the suite. ----
+
+
+def suite_files(suite_dir: str, drafts=DRAFTS, *, optional: bool = False) -> list[str]:
+  """Paths of the suite's test files, relative to `suite_dir/tests` (e.g.
+  `draft7/ref.json`), sorted; empty if the suite is absent."""
+  root = os.path.join(suite_dir, "tests")
+  names = []
+  for draft in drafts:
+    names += glob.glob(os.path.join(root, draft, "*.json"))
+    if optional:
+      names += glob.glob(os.path.join(root, draft, "optional", "*.json"))
+  return sorted(os.path.relpath(n, root) for n in names)
+
+
+def load_cases(suite_dir: str, name: str) -> list[dict]:
+  """The cases of one test file: dicts with `description`, `schema` and `tests`."""
+  with open(os.path.join(suite_dir, "tests", name), encoding="utf-8") as f:
+    return json.load(f)
+
+
+# ---- Serializing and tokenizing instances. ----
+
+
+def integral_floats_as_ints(value):
+  """`value` with every float that is a whole number written as an int (`1.0` -> `1`):
+  the same JSON value, in the form our integers are generated."""
+  if isinstance(value, float) and value.is_integer() and abs(value) < 1e300:
+    return int(value)
+  if isinstance(value, list):
+    return [integral_floats_as_ints(v) for v in value]
+  if isinstance(value, dict):
+    return {k: integral_floats_as_ints(v) for k, v in value.items()}
+  return value
+
+
+def ints_as_floats(value):
+  """`value` with every int written as a float (`-2` -> `-2.0`): the same JSON value,
+  in the form `json.dumps` writes a float `enum` or `const`."""
+  if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
+    return float(value)
+  if isinstance(value, list):
+    return [ints_as_floats(v) for v in value]
+  if isinstance(value, dict):
+    return {k: ints_as_floats(v) for k, v in value.items()}
+  return value
+
+
+def keys_reversed(value):
+  """`value` with the members of every object in reverse order (the same JSON value;
+  a `const` object is generated only in its own key order)."""
+  if isinstance(value, list):
+    return [keys_reversed(v) for v in value]
+  if isinstance(value, dict):
+    return {k: keys_reversed(v) for k, v in reversed(value.items())}
+  return value
+
+
+def serializations(data, whitespace: str) -> list[str]:
+  """Distinct texts of the JSON value `data` that the whitespace policy admits, the
+  canonical one first.
+
+  Canonical: `json.dumps` compact (`compact`, `flexible`) or spaced (`single`), without
+  `ensure_ascii`. Then with `ensure_ascii=True`, integral floats as ints, ints as
+  floats, and objects' members in reverse order.
+  """
+  layouts = {"compact": [(",", ":")], "single": [(", ", ": ")],
+             "flexible": [(",", ":"), (", ", ": ")]}[whitespace]
+  texts = []
+  for numbers in (data, integral_floats_as_ints(data), ints_as_floats(data)):
+    for value in (numbers, keys_reversed(numbers)):
+      for separators in layouts:
+        for ascii_only in (False, True):
+          text = json.dumps(value, separators=separators, ensure_ascii=ascii_only)
+          if text not in texts:
+            texts.append(text)
+  return texts
+
+
+@dataclasses.dataclass
+class Speller:
+  """Tokenizes texts for one vocabulary: canonically, and in random ways.
+
+  Attributes:
+    index: Bytes -> token ids of the vocabulary.
+    encode: The vocabulary's own tokenizer (text -> ids), or None for greedy longest match.
+    num_random: Random tokenizations per text besides the canonical one.
+    rng: Source of the random tokenizations (seeded: runs repeat).
+  """
+
+  index: TokenIndex
+  encode: object = None
+  num_random: int = 0
+  rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(0))
+
+  def canonical(self, text: str) -> list[int]:
+    data = text.encode("utf-8")
+    if self.encode is not None:
+      ids = list(self.encode(text))
+      if b"".join(self.index_bytes(i) for i in ids) == data:
+        return ids
+    return self.index.longest_tokenization(data)
+
+  def index_bytes(self, token: int) -> bytes:
+    return self._bytes_of.get(token, b"\0\0invalid")
+
+  def __post_init__(self):
+    self._bytes_of = {i: b for b, ids in self.index.by_bytes.items() for i in ids}
+
+  def tokenizations(self, text: str) -> list[list[int]]:
+    """The canonical tokenization first, then distinct random ones."""
+    out = [self.canonical(text)]
+    for _ in range(self.num_random):
+      ids = self.index.random_tokenization(text.encode("utf-8"), self.rng)
+      if ids not in out:
+        out.append(ids)
+    return out
+
+
+def judge_instance(tables, data, valid: bool, speller: Speller, whitespace: str) -> dict:
+  """The verdict on one instance from its serializations (see the module docstring):
+  ok, narrowed (reason `serialization`), rejected_valid, accepted_invalid or
+  inconsistent; and the texts accepted."""
+  accepted = {}
+  for text in serializations(data, whitespace):
+    answers = {reference_accepts(tables, ids) for ids in speller.tokenizations(text)}
+    if len(answers) > 1:
+      return {"verdict": "inconsistent", "text": text, "accepted": []}
+    accepted[text] = answers.pop()
+  canonical = next(iter(accepted))
+  if valid:
+    if accepted[canonical]:
+      verdict = "ok"
+    else:
+      verdict = "narrowed" if any(accepted.values()) else "rejected_valid"
+  else:
+    verdict = "accepted_invalid" if any(accepted.values()) else "ok"
+  return {"verdict": verdict, "accepted": [t for t, a in accepted.items() if a],
+          "text": canonical, "reason": "serialization" if verdict == "narrowed" else None}
+
+
+# ---- Documented narrowings that explain a rejected valid instance. ----
+
+# Keyword -> the instance type it applies to. `_json_schema.py`'s docstring: "A schema
+# without `type` takes the types its keywords apply to" (written out here, from the
+# documentation, so that the measurement does not read the code it measures).
+_TYPE_OF_KEYWORD = {
+    **dict.fromkeys(("minLength", "maxLength", "pattern", "format"), "string"),
+    **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                     "multipleOf"), "number"),
+    **dict.fromkeys(("properties", "required", "additionalProperties", "propertyNames",
+                     "patternProperties", "unevaluatedProperties", "dependentRequired",
+                     "minProperties", "maxProperties"), "object"),
+    **dict.fromkeys(("items", "prefixItems", "additionalItems", "unevaluatedItems",
+                     "contains", "minContains", "maxContains", "minItems", "maxItems",
+                     "uniqueItems"), "array"),
+}
+# Keywords whose value is a schema, a list of schemas, or a map of names to schemas.
+_SCHEMA_KEYWORDS = ("items", "additionalItems", "additionalProperties", "not", "if", "then",
+                    "else", "contains", "propertyNames", "unevaluatedItems",
+                    "unevaluatedProperties")
+_SCHEMA_LIST_KEYWORDS = ("items", "prefixItems", "allOf", "anyOf", "oneOf")
+_SCHEMA_MAP_KEYWORDS = ("properties", "patternProperties", "$defs", "definitions",
+                        "dependentSchemas", "dependencies")
+
+
+def map_subschemas(schema, fn):
+  """`schema` with `fn` applied to every schema object in it, innermost first."""
+  if not isinstance(schema, dict):
+    return schema
+  out = dict(schema)
+  for key, value in schema.items():
+    if key in _SCHEMA_KEYWORDS and isinstance(value, dict):
+      out[key] = map_subschemas(value, fn)
+    elif key in _SCHEMA_LIST_KEYWORDS and isinstance(value, list):
+      out[key] = [map_subschemas(v, fn) for v in value]
+    elif key in _SCHEMA_MAP_KEYWORDS and isinstance(value, dict):
+      out[key] = {k: map_subschemas(v, fn) for k, v in value.items()}
+  return fn(out)
+
+
+def with_implied_types(schema):
+  """`schema` with the narrowing "a schema without `type` takes the types its keywords
+  apply to" made explicit (`{"minLength": 2}` -> `{"minLength": 2, "type": "string"}`);
+  schemas with `enum` or `const` are left alone."""
+  def add_type(s: dict) -> dict:
+    if "type" in s or "enum" in s or "const" in s:
+      return s
+    types = list(dict.fromkeys(_TYPE_OF_KEYWORD[k] for k in s if k in _TYPE_OF_KEYWORD))
+    return {**s, "type": types} if types else s
+  return map_subschemas(schema, add_type)
+
+
+def without_unmatched_keys(schema):
+  """`schema` with the narrowing "with `patternProperties`, undeclared keys are
+  generated only if they match its pattern" made explicit (`additionalProperties:
+  false` next to `patternProperties`), implied types too."""
+  def forbid(s: dict) -> dict:
+    return {**s, "additionalProperties": False} if "patternProperties" in s else s
+  return map_subschemas(with_implied_types(schema), forbid)
+
+
+def without_formats(schema):
+  """`schema` with `format` as an annotation (removed), the implied type kept."""
+  def drop(s: dict) -> dict:
+    if "format" not in s:
+      return s
+    s = {k: v for k, v in s.items() if k != "format"}
+    return s if "type" in s else {**s, "type": "string"}
+  return map_subschemas(with_implied_types(schema), drop)
+
+
+def nesting_depth(value) -> int:
+  """Most containers enclosing one another in `value` (`[{"a": 1}]` has 2)."""
+  if isinstance(value, dict):
+    return 1 + max((nesting_depth(v) for v in value.values()), default=0)
+  if isinstance(value, list):
+    return 1 + max((nesting_depth(v) for v in value), default=0)
+  return 0
+
+
+def _validator(draft: str):
+  import jsonschema  # pylint: disable=g-import-not-at-top
+  return jsonschema.Draft7Validator if draft == "draft7" else jsonschema.Draft202012Validator
+
+
+def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whitespace: str,
+                      speller: Speller, time_limit: float) -> str | None:
+  """Which documented narrowing makes a rejected valid instance rejected, or None.
+
+  `implied type`: the instance is invalid (per `jsonschema`) once every untyped schema
+  gets the types its keywords imply. `format asserted` / `free-form depth`: the
+  instance is accepted when the schema is compiled with `format` as an annotation /
+  with `free_form_depth` as deep as the instance. Both at once: their names joined.
+  """
+  for reason, narrowed in (("implied type", with_implied_types),
+                           ("patternProperties keys", without_unmatched_keys)):
+    try:
+      if not _validator(draft)(narrowed(schema)).is_valid(data):
+        return reason
+    except Exception:  # pylint: disable=broad-except  # jsonschema cannot read it.
+      pass
+  depth = max(nesting_depth(data), 2)
+  tried = {(json.dumps(schema), 2)}  # The schema as compiled: nothing turned off.
+  for reason, variant, free_form_depth in (
+      ("format asserted", without_formats(schema), 2),
+      ("free-form depth", schema, depth),
+      ("format asserted, free-form depth", without_formats(schema), depth)):
+    key = (json.dumps(variant), free_form_depth)
+    if key in tried:
+      continue
+    tried.add(key)
+    result = compile_case(compiler, variant, whitespace=whitespace, time_limit=time_limit,
+                          free_form_depth=free_form_depth)
+    if result["status"] == "compiled" and judge_instance(
+        result["tables"], data, True, speller, whitespace)["verdict"] in ("ok", "narrowed"):
+      return reason
+  return None
+
+
+# ---- Compiling. ----
+
+
+def _on_alarm(signum, frame):
+  del signum, frame
+  raise CaseTimeout()
+
+
+def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: float,
+                 free_form_depth: int = 2) -> dict:
+  """Compiles one schema: {"status": compiled|refused|crashed, "seconds", "tables",
+  "error": "Class: first line"}. The limit is `CompileOptions.max_seconds` inside the
+  compiler and an alarm around the whole call (lowering included)."""
+  start = time.perf_counter()
+  status, tables, error = "compiled", None, None
+  previous = signal.signal(signal.SIGALRM, _on_alarm)
+  signal.setitimer(signal.ITIMER_REAL, time_limit * 1.5 + 1)
+  try:
+    tables = compiler.compile(cd.JsonSchema(schema, whitespace=whitespace,
+                                            free_form_depth=free_form_depth))
+  except CaseTimeout:
+    status, error = "refused", f"Timeout: compile ran past {time_limit * 1.5 + 1:.0f} s"
+  except cd.ConstraintError as e:
+    status, error = "refused", f"{type(e).__name__}: {_first_line(e)}"
+  except Exception as e:  # pylint: disable=broad-except
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    status, error = "crashed", f"{type(e).__name__}: {_first_line(e)}{where}"
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+  return {"status": status, "seconds": time.perf_counter() - start, "tables": tables,
+          "error": error}
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0][:300] if text else ""
+
+
+# ---- Running files. ----
+
+
+def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str, *,
+             whitespace: str = "compact", time_limit: float = 20.0) -> dict:
+  """Compiles and checks every case of one test file; returns its report."""
+  report = {"file": name, "cases": 0, "compiled": 0, "refused": 0, "crashed": 0,
+            "instances": 0, "ok": 0, "narrowed": 0, "rejected_valid": 0,
+            "accepted_invalid": 0, "inconsistent": 0, "compile_seconds": [],
+            "refusals": [], "crashes": [], "wrong": [], "narrowings": []}
+  for case in load_cases(suite_dir, name):
+    report["cases"] += 1
+    result = compile_case(compiler, case["schema"], whitespace=whitespace,
+                          time_limit=time_limit)
+    report[result["status"]] += 1
+    report["compile_seconds"].append(round(result["seconds"], 4))
+    where = {"file": name, "case": case["description"]}
+    if result["status"] == "refused":
+      # A refusal is no wrong answer, but one that claims the schema accepts nothing
+      # while the suite lists valid instances deserves a look: `valid_tests`.
+      report["refusals"].append({**where, "error": result["error"],
+                                 "valid_tests": sum(t["valid"] for t in case["tests"])})
+      continue
+    if result["status"] == "crashed":
+      report["crashes"].append({**where, "error": result["error"], "schema": case["schema"]})
+      continue
+    for test in case["tests"]:
+      report["instances"] += 1
+      judged = judge_instance(result["tables"], test["data"], test["valid"], speller,
+                              whitespace)
+      if judged["verdict"] == "rejected_valid":
+        reason = explain_rejection(compiler, case["schema"], test["data"],
+                                   draft=name.split("/")[0], whitespace=whitespace,
+                                   speller=speller, time_limit=time_limit)
+        if reason is not None:
+          judged = {**judged, "verdict": "narrowed", "reason": reason}
+      report[judged["verdict"]] += 1
+      detail = {**where, "test": test["description"], "valid": test["valid"],
+                "data": test["data"], "text": judged["text"],
+                "accepted": judged.get("accepted", [])}
+      if judged["verdict"] in WRONG_VERDICTS:
+        report["wrong"].append({**detail, "verdict": judged["verdict"],
+                                "schema": case["schema"]})
+      elif judged["verdict"] == "narrowed":
+        report["narrowings"].append({**detail, "reason": judged["reason"]})
+  return report
+
+
+def num_wrong(report: dict) -> int:
+  return sum(report[v] for v in WRONG_VERDICTS)
+
+
+def percentiles(values: list[float]) -> dict:
+  """p50, p90 and max of compile seconds (nearest rank)."""
+  if not values:
+    return {"p50": None, "p90": None, "max": None}
+  ordered = sorted(values)
+  rank = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+  return {"p50": statistics.median(ordered), "p90": rank(0.9), "max": ordered[-1]}
+
+
+def markdown(reports: list[dict]) -> str:
+  """One row per file and a total row."""
+  head = ("| file | cases | compiled | refused | crashed | instances | ok | narrowed |"
+          " wrong (acc. invalid / rej. valid / incons.) |\n|---|---|---|---|---|---|---|---|---|")
+  keys = ("cases", "compiled", "refused", "crashed", "instances", "ok", "narrowed",
+          "accepted_invalid", "rejected_valid", "inconsistent")
+  total = {k: sum(r[k] for r in reports) for k in keys}
+  rows = []
+  for r in reports + [{"file": "**total**", **total}]:
+    rows.append(f"| {r['file']} | {r['cases']} | {r['compiled']} | {r['refused']} |"
+                f" {r['crashed']} | {r['instances']} | {r['ok']} | {r['narrowed']} |"
+                f" {num_wrong(r)} ({r['accepted_invalid']} / {r['rejected_valid']} /"
+                f" {r['inconsistent']}) |")
+  return "\n".join([head] + rows)
+
+
+# ---- Vocabularies. ----
+
+
+def byte_vocab() -> cd.Vocabulary:
+  """256 one-byte tokens and an end-of-sequence token (id 256)."""
+  return cd.Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [None],
+                                        eos_ids=[256])
+
+
+def make_speller(name: str, num_random: int) -> tuple[cd.Vocabulary, Speller]:
+  """(vocabulary, speller) for `bytes` or `gemma` (Gemma 3 from the packaged GGUF,
+  tokenized canonically by its SentencePiece model)."""
+  if name == "bytes":
+    vocab = byte_vocab()
+    return vocab, Speller(TokenIndex(vocab))  # One tokenization per text exists.
+  try:
+    from benchmarks import _gemma_vocab  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    import _gemma_vocab  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.vocab._spm_from_gguf import sentencepiece_from_gguf  # pylint: disable=g-import-not-at-top
+
+  path = _gemma_vocab.gemma_gguf_path()
+  vocab = cd.Vocabulary.from_gguf(path)
+  spm = sentencepiece_from_gguf(path)
+  return vocab, Speller(TokenIndex(vocab), encode=spm.EncodeAsIds, num_random=num_random)
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--suite-dir", default=DEFAULT_SUITE_DIR)
+  parser.add_argument("--vocab", choices=("gemma", "bytes"), default="gemma")
+  parser.add_argument("--whitespace", choices=("compact", "single", "flexible"),
+                      default="compact", help="JsonSchema whitespace policy (default compact)")
+  parser.add_argument("--drafts", default=",".join(DRAFTS))
+  parser.add_argument("--files", default="",
+                      help="comma-separated substrings: only files whose name has one")
+  parser.add_argument("--optional", action="store_true", help="also the optional/ files")
+  parser.add_argument("--time-limit", type=float, default=20.0,
+                      help="seconds per compile (CompileOptions.max_seconds; default 20)")
+  parser.add_argument("--random-tokenizations", type=int, default=2,
+                      help="random tokenizations per text besides the canonical (gemma)")
+  parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir,
+                      help="the compiler's per-vocabulary cache (default: the user's)")
+  parser.add_argument("--out", default=None, help="default: benchmarks/results/"
+                      "json_schema_suite.json (gemma), json_schema_suite_bytes.json (bytes)")
+  args = parser.parse_args(argv)
+  if args.out is None:
+    suffix = "" if args.vocab == "gemma" else f"_{args.vocab}"
+    args.out = os.path.join(_REPO, "benchmarks", "results", f"json_schema_suite{suffix}.json")
+  return args
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  names = suite_files(args.suite_dir, args.drafts.split(","), optional=args.optional)
+  if args.files:
+    names = [n for n in names if any(s in n for s in args.files.split(","))]
+  if not names:
+    print(f"JSON-Schema-Test-Suite not found under {os.path.abspath(args.suite_dir)}"
+          " (expected tests/<draft>/*.json); nothing to run. Pass --suite-dir.")
+    return 0
+  vocab, speller = make_speller(args.vocab, args.random_tokenizations)
+  compiler = cd.Compiler(vocab, cd.CompileOptions(max_seconds=args.time_limit,
+                                                  cache_dir=args.cache_dir))
+  start, load_start = time.time(), os.getloadavg()
+  reports = []
+  for name in names:
+    report = run_file(compiler, speller, args.suite_dir, name, whitespace=args.whitespace,
+                      time_limit=args.time_limit)
+    reports.append(report)
+    print(f"{name}: {report['compiled']}/{report['cases']} compiled, {report['crashed']}"
+          f" crashed, {num_wrong(report)} wrong of {report['instances']}", flush=True)
+  seconds = [s for r in reports for s in r["compile_seconds"]]
+  times = percentiles(seconds)
+  print()
+  print(markdown(reports))
+  print(f"\ncompile seconds per case: p50 {times['p50']:.3f}, p90 {times['p90']:.3f},"
+        f" max {times['max']:.3f} ({len(seconds)} cases)")
+  wrong = [w for r in reports for w in r["wrong"]]
+  crashes = [c for r in reports for c in r["crashes"]]
+  reasons = collections.Counter(n["reason"] for r in reports for n in r["narrowings"])
+  print(f"narrowed, by reason: {dict(reasons)}")
+  for w in wrong:
+    print(f"WRONG {w['verdict']}: {w['file']} / {w['case']} / {w['test']}: {w['text'][:80]}")
+  for c in crashes:
+    print(f"CRASH {c['file']} / {c['case']}: {c['error']}")
+  meta = {"vocab": args.vocab, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
+          "time_limit_s": args.time_limit, "random_tokenizations": speller.num_random,
+          "suite_dir": os.path.abspath(args.suite_dir), "optional": args.optional,
+          "wall_s": time.time() - start, "load_average_start": load_start,
+          "load_average_end": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+          "compile_seconds": times}
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  with open(args.out, "w", encoding="utf-8") as f:
+    json.dump({"meta": meta, "files": reports, "wrong": wrong, "crashes": crashes}, f,
+              indent=1, ensure_ascii=False)
+  print(f"\nwrote {args.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
