@@ -3,9 +3,14 @@
 Public functions and classes:
   SchemaOptions                     how to lower: whitespace, strictness, depth bounds.
   lower_json_schema(schema, opts)   (IR node or recursive GrammarIR, ignored keyword pointers).
-  pattern_ir(pattern)               decoded strings in which `pattern` matches (search).
-  format_ir(name)                   decoded strings of a `format` (date-time, uuid, ...).
-  FORMATS                           the supported `format` names.
+  pattern_ir, format_ir, FORMATS    re-exported from `_json_formats.py`.
+
+The front end is split along its concepts: `_json_keywords.py` (keyword tables,
+draft spellings, dict-level `allOf` merging), `_json_formats.py` (`pattern`, `format`),
+`_json_objects.py` (member lists in any or schema order), `_json_negation.py`
+(`not`, `if`, exact `oneOf`, `dependentSchemas` as positive schemas),
+`_grammar_passes.py` (the grammar of recursive schemas); this module walks a schema and
+lowers it, type by type.
 
 Without recursive `$ref`s the set of JSON texts a schema accepts is (with the narrowings
 below) a regular language (paper Sec. 5.1), built from the pieces of `_json_values.py`.
@@ -168,85 +173,64 @@ not generated):
 import collections
 import dataclasses
 import fractions
-import functools
 import json
-import math
-import re
 import logging
+import math
 import urllib.parse
 
 from constrained_decoding import errors
-from constrained_decoding.constraints import _grammar
 from constrained_decoding.constraints import _difference
+from constrained_decoding.constraints import _grammar
+from constrained_decoding.constraints import _grammar_passes
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints import _json_negation
 from constrained_decoding.constraints import _json_objects
 from constrained_decoding.constraints import _json_values as jv
-from constrained_decoding.constraints import _regex
+from constrained_decoding.constraints._json_keywords import (  # pylint: disable=unused-import
+    _ANNOTATIONS,
+    _BOOLEAN,
+    _DEFINITIONS,
+    _MERGE_SHAPES,
+    _NAME_KEYWORDS,
+    _NEEDS,
+    _NO_CONSTRAINT,
+    _NUMBER,
+    _OBJECT_MEMBER_KEYWORDS,
+    _SUPPORTED,
+    _TYPES,
+    _TYPE_OF_KEYWORD,
+    _UNSUPPORTED,
+    _conjunction_key,
+    _constraining,
+    _exact,
+    _has_type,
+    _intersect_types,
+    _items,
+    _json_type,
+    _lazy_all_of,
+    _merge_items,
+    _merge_properties,
+    _merged_values,
+    _normalize,
+    _pointer,
+    _same_value,
+    _short,
+    _split_dependencies,
+    _type_list,
+    _unevaluated,
+)
+from constrained_decoding.constraints._json_formats import FORMATS, format_ir, pattern_ir
 
 _log = logging.getLogger(__name__)
 
-_ANNOTATIONS = frozenset({
-    "title", "description", "examples", "default", "$schema", "$id", "$comment",
-    "deprecated", "readOnly", "writeOnly",
-    "contentEncoding", "contentMediaType", "contentSchema",  # Annotations since 2019-09.
-    "discriminator",  # OpenAPI's hint on a oneOf (pydantic's discriminated unions).
-    "id",  # Draft-04's `$id`.
-    # Identifiers and vocabulary declarations: they name places, they assert nothing.
-    "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
-})
-_DEFINITIONS = frozenset({"$defs", "definitions"})
-_NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS
-# Keyword -> the instance type it constrains (used when `type` is absent).
-_TYPE_OF_KEYWORD = {
-    "minLength": "string", "maxLength": "string", "pattern": "string", "format": "string",
-    "minimum": "number", "maximum": "number", "exclusiveMinimum": "number",
-    "exclusiveMaximum": "number", "multipleOf": "number",
-    "properties": "object", "required": "object", "additionalProperties": "object",
-    "propertyNames": "object", "patternProperties": "object",
-    "unevaluatedProperties": "object", "$unevaluatedProperties": "object",
-    "dependentRequired": "object", "$notMultipleOf": "number",
-    "contains": "array", "minContains": "array", "maxContains": "array",
-    "items": "array", "prefixItems": "array", "additionalItems": "array",
-    "unevaluatedItems": "array", "$unevaluatedItems": "array",
-    "minItems": "array", "maxItems": "array", "uniqueItems": "array",
-    "minProperties": "object", "maxProperties": "object",
-}
-_SUPPORTED = frozenset({
-    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", *_TYPE_OF_KEYWORD,
-})
-# Standard assertion keywords this library does not enforce (yet): refused unless lenient.
-_UNSUPPORTED = frozenset({"$dynamicRef", "$recursiveRef"})
-# Rewritten into allOf/anyOf by `_json_negation.rewrite_boolean` before lowering.
-_BOOLEAN = ("not", "if", "dependentSchemas")
-# Keywords whose subschemas' annotations `unevaluatedProperties`/`Items` also see.
-_APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "if", "dependentSchemas", "not")
-# Keywords that have no effect without another one (`then` without `if`, ...).
-_NEEDS = {"then": "if", "else": "if", "minContains": "contains", "maxContains": "contains"}
-_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-# Keywords that decide which schema a property's value must satisfy.
-_OBJECT_MEMBER_KEYWORDS = ("properties", "additionalProperties", "patternProperties")
-# Keywords `propertyNames` may use (a schema for strings, applied to each key).
-_NAME_KEYWORDS = frozenset({"type", "pattern", "format", "minLength", "maxLength", "enum",
-                            "const"})
 # Most IR nodes an any-order object may hold (members times the subsets each is written
 # from, `_json_objects`); past it the object keeps schema order.
 MAX_ANY_ORDER_SIZE = 2_000
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
 # Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
 MAX_UNIQUE_VALUES = 8
-_NUMBER = (int, float, fractions.Fraction)  # Fractions: merged `multipleOf`s.
-# Keyword -> (types, description) its value must have for `allOf` merging.
-_MERGE_SHAPES = {
-    "type": ((str, list), "a type name or list"), "enum": (list, "an array"),
-    "required": (list, "an array of names"), "anyOf": (list, "an array of schemas"),
-    "oneOf": (list, "an array of schemas"),
-    "properties": (dict, "an object"), "prefixItems": (list, "an array of schemas"),
-    **{k: (_NUMBER, "a number") for k in ("minimum", "maximum", "exclusiveMinimum",
-                                          "exclusiveMaximum", "minLength", "maxLength",
-                                          "minItems", "maxItems", "multipleOf")},
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,7 +279,7 @@ def lower_json_schema(
   if options.max_ref_depth is None and isinstance(schema, dict):
     node = lowerer.lower_root(schema)
     if lowerer.rules:
-      return _recursive_grammar(schema, node, lowerer.rules), tuple(lowerer.ignored)
+      return _grammar_passes.recursive_grammar(schema, node, lowerer.rules), tuple(lowerer.ignored)
   else:
     node = lowerer.lower(schema, "#")
   if node == ir.NOTHING:
@@ -306,312 +290,8 @@ def lower_json_schema(
           " possibly empty array or an anyOf branch that ends the recursion. Add one, or"
           " raise max_ref_depth."
       )
-    raise _unsatisfiable(schema)
+    raise _json_keywords.unsatisfiable(schema)
   return node, tuple(lowerer.ignored)
-
-
-def _unsatisfiable(schema) -> errors.SchemaError:
-  return errors.SchemaError(
-      f"JSON Schema {_short(schema)} accepts no JSON value. Expected a satisfiable"
-      " schema. Look for contradictory keywords (minimum > maximum, an empty enum, a"
-      " required property whose schema is false, ...)."
-  )
-
-
-def _recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node]):
-  """The normalized grammar of the root's IR and the rules of recursive `$ref` targets.
-
-  Returns a regular IR node instead when normalization leaves no recursion (as for
-  `{"anyOf": [{"$ref": "#"}, {"type": "null"}]}`, which is just `null`).
-
-  Raises:
-    SchemaError: The start derives no finite JSON text (recursion that never ends).
-  """
-  memo: dict = {}
-  # The grammar analyses and the push-down builder work on plain IR.
-  root = ir.inline_fragments(root)
-  rules = {name: ir.inline_fragments(body) for name, body in rules.items()}
-  bodies = {name: _without_rule_graphs(body, memo) for name, body in rules.items()}
-  if isinstance(root, ir.RuleRef):
-    start = root.name
-  else:
-    start = next(n for n in ("#", "# (root)") if n not in bodies)
-    bodies = {start: _without_rule_graphs(root, memo), **bodies}
-  grammar = _grammar.GrammarIR(start, tuple(bodies.items()))
-  productive = _grammar.productive_rules(grammar)
-  if start not in productive:
-    dead = [name for name in rules if name not in productive]
-    if not dead:
-      raise _unsatisfiable(schema)
-    raise errors.SchemaError(
-        f"Recursive $ref {dead[0]!r} never ends: every alternative of its target refers"
-        f" to {dead} again, so the schema accepts no finite JSON value. Expected an"
-        " optional property, a possibly empty array or an anyOf branch that ends the"
-        " recursion. Add one."
-    )
-  grammar = _grammar.normalize(_lift_overlapping_unions(grammar))
-  if not _grammar.recursive_rules(grammar):
-    return _grammar.to_regular(grammar)
-  return grammar
-
-
-_MAX_LIFTS = 32  # Unions `_lift_overlapping_unions` turns into rules, at most.
-_ALL_BYTES = frozenset(range(256))
-_UTF8_LEADS = frozenset(range(0xC2, 0xF5))
-
-
-def _lift_overlapping_unions(grammar: _grammar.GrammarIR) -> _grammar.GrammarIR:
-  """Turns each union that calls a rule and may start like another alternative into a rule.
-
-  `{"anyOf": [{"$ref": "#/$defs/Add"}, {"$ref": "#/$defs/Num"}]}` inside `Add` (what
-  pydantic writes for a recursive union of models) is `Add | Num` with `Add` a rule:
-  both start with `{`, and a push-down automaton must decide at the `{` whether to
-  call `Add`, which one byte of lookahead cannot. The union `u` becomes the rule
-  `U = Add' | Num'` (each rule alternative replaced by its body, `u` by `U` everywhere),
-  so the choice is made inside one rule, by its DFA. Unions whose alternatives start
-  with different bytes (`Node | null`) are left alone.
-  """
-  rules = dict(grammar.rules)
-  for _ in range(_MAX_LIFTS):
-    union = _overlapping_union(rules)
-    if union is None:
-      break
-    called = [a.name for a in union.alternatives if isinstance(a, ir.RuleRef) and a.name in rules]
-    taken = set(rules)
-    base = " | ".join(called) + (" | ..." if len(called) < len(union.alternatives) else "")
-    name = next(n for n in (base, *(f"{base} ({i})" for i in range(2, len(taken) + 3)))
-                if n not in taken)
-    lifted = ir.RuleRef(name)
-    memo: dict = {}
-    rules = {r: _replace_node(body, union, lifted, memo) for r, body in rules.items()}
-    rules[name] = ir.union(*(rules[a.name] if isinstance(a, ir.RuleRef) and a.name in rules
-                             else _replace_node(a, union, lifted, memo)
-                             for a in union.alternatives))
-  return grammar.replace_rules(rules)
-
-
-def _overlapping_union(rules: dict[str, ir.Node]) -> ir.Union | None:
-  """A union with a rule alternative whose first bytes meet another alternative's."""
-  firsts = _rule_firsts(rules)
-  memo: dict = {}
-  seen: set[int] = set()
-  stack = list(rules.values())
-  while stack:
-    node = stack.pop()
-    if id(node) in seen:
-      continue
-    seen.add(id(node))
-    if isinstance(node, ir.Union) and any(isinstance(a, ir.RuleRef) for a in node.alternatives):
-      starts = [_first(a, firsts, memo)[0] for a in node.alternatives]
-      for i, a in enumerate(node.alternatives):
-        if isinstance(a, ir.RuleRef) and any(
-            starts[i] & other for j, other in enumerate(starts) if j != i):
-          return node
-    stack.extend(_grammar.children(node))
-  return None
-
-
-def _rule_firsts(rules: dict[str, ir.Node]) -> dict:
-  """Rule -> (bytes a string of it may start with, whether it is nullable): a fixpoint."""
-  firsts = {name: (frozenset(), False) for name in rules}
-  changed = True
-  while changed:
-    changed = False
-    memo: dict = {}
-    for name, body in rules.items():
-      value = _first(body, firsts, memo)
-      if value != firsts[name]:
-        firsts[name] = value
-        changed = True
-  return firsts
-
-
-def _first(node: ir.Node, firsts: dict, memo: dict) -> tuple[frozenset, bool]:
-  """(first bytes, nullable) of `node`, over-approximated for graphs and terminals."""
-  hit = memo.get(id(node))
-  if hit is not None:
-    return hit[1]
-  if isinstance(node, ir.Bytes):
-    value = (frozenset(node.data[:1]), not node.data)
-  elif isinstance(node, ir.CharClass):
-    ascii_bytes = {b for lo, hi in node.ranges for b in range(lo, min(hi, 0x7F) + 1)}
-    wide = any(hi > 0x7F for _, hi in node.ranges)
-    value = (frozenset(ascii_bytes) | (_UTF8_LEADS if wide else frozenset()), False)
-  elif isinstance(node, ir.ByteClass):
-    value = (frozenset(b for lo, hi in node.ranges for b in range(lo, hi + 1)), False)
-  elif isinstance(node, ir.Concat):
-    out, nullable = frozenset(), True
-    for part in node.parts:
-      part_first, part_nullable = _first(part, firsts, memo)
-      out |= part_first
-      if not part_nullable:
-        nullable = False
-        break
-    value = (out, nullable)
-  elif isinstance(node, ir.Union):
-    pairs = [_first(a, firsts, memo) for a in node.alternatives]
-    value = (frozenset().union(*(f for f, _ in pairs)), any(n for _, n in pairs))
-  elif isinstance(node, ir.Repeat):
-    inner, nullable = _first(node.node, firsts, memo)
-    value = (inner, nullable or node.min == 0)
-  elif isinstance(node, ir.RuleRef):
-    value = firsts.get(node.name, (frozenset(), False))
-  elif isinstance(node, ir.Graph):
-    value = (frozenset().union(*(_first(label, firsts, memo)[0] for _, label, _ in node.arcs)),
-             0 in node.finals)
-  else:  # Terminal: any token.
-    value = (_ALL_BYTES, False)
-  memo[id(node)] = (node, value)
-  return value
-
-
-def _replace_node(node: ir.Node, old: ir.Node, new: ir.Node, memo: dict) -> ir.Node:
-  """`node` with every sub-node equal to `old` replaced by `new` (graphs: not entered)."""
-  hit = memo.get(id(node))
-  if hit is not None:
-    return hit[1]
-  if node == old:
-    out = new
-  elif isinstance(node, ir.Concat):
-    parts = [_replace_node(p, old, new, memo) for p in node.parts]
-    out = node if all(a is b for a, b in zip(parts, node.parts)) else _grammar.concat(*parts)
-  elif isinstance(node, ir.Union):
-    alts = [_replace_node(a, old, new, memo) for a in node.alternatives]
-    out = node if all(a is b for a, b in zip(alts, node.alternatives)) else ir.union(*alts)
-  elif isinstance(node, ir.Repeat):
-    inner = _replace_node(node.node, old, new, memo)
-    out = node if inner is node.node else _grammar.repeat(inner, node.min, node.max)
-  else:
-    out = node
-  memo[id(node)] = (node, out)
-  return out
-
-
-def _conjunction_key(flat: list) -> str:
-  """The content of flattened (schema, pointer) conjuncts, as JSON text."""
-  return json.dumps([s for s, _ in flat], ensure_ascii=False, separators=(",", ":"))
-
-
-def _has_rule_ref(node: ir.Node, memo: dict) -> bool:
-  """Whether `node` (graph arcs included) contains a `RuleRef`; memoized by identity."""
-  hit = memo.get(id(node))
-  if hit is None:
-    if isinstance(node, ir.RuleRef):
-      found = True
-    elif isinstance(node, ir.Graph):
-      found = any(_has_rule_ref(label, memo) for _, label, _ in node.arcs)
-    else:
-      found = any(_has_rule_ref(c, memo) for c in _grammar.children(node))
-    hit = memo[id(node)] = (node, found)  # Keeps `node` alive so that its id stays unique.
-  return hit[1]
-
-
-def _without_rule_graphs(node: ir.Node, memo: dict) -> ir.Node:
-  """`node` with each `ir.Graph` that contains a `RuleRef` rewritten as Concat/Union/Repeat.
-
-  The grammar analyses and the push-down builder do not look inside graphs, so a rule
-  reference must not hide in one (`separated` arrays of a recursive item, `_members`
-  with a recursive additional property). Graphs without references stay as they are.
-  """
-  refs: dict = {}
-
-  def walk(n: ir.Node) -> ir.Node:
-    hit = memo.get(id(n))
-    if hit is not None:
-      return hit[1]
-    if not _has_rule_ref(n, refs):
-      out = n
-    elif isinstance(n, ir.Graph):
-      out = _graph_expression(n.num_states,
-                              [(s, walk(label), t) for s, label, t in n.arcs], n.finals)
-    elif isinstance(n, ir.Concat):
-      out = _grammar.concat(*(walk(p) for p in n.parts))
-    elif isinstance(n, ir.Union):
-      out = ir.union(*(walk(a) for a in n.alternatives))
-    elif isinstance(n, ir.Repeat):
-      out = _grammar.repeat(walk(n.node), n.min, n.max)
-    else:
-      out = n
-    memo[id(n)] = (n, out)
-    return out
-
-  return walk(node)
-
-
-def _graph_expression(num_states: int, arcs: list, finals) -> ir.Node:
-  """The language of an `ir.Graph` as one expression, by state elimination.
-
-  States go in order of fewest (incoming x outgoing) arcs, which for the small graphs
-  of `separated` and `_members` writes each label at most twice.
-  """
-  start, final = num_states, num_states + 1
-  edges: dict[tuple[int, int], ir.Node] = {}
-
-  def add(source: int, target: int, label: ir.Node) -> None:
-    old = edges.get((source, target))
-    edges[(source, target)] = label if old is None else ir.union(old, label)
-
-  add(start, 0, ir.EPSILON)
-  for source, label, target in arcs:
-    add(source, target, label)
-  for state in finals:
-    add(state, final, ir.EPSILON)
-  remaining = set(range(num_states))
-  while remaining:
-    def cost(q: int) -> tuple[int, int]:
-      ins = sum(1 for s, t in edges if t == q and s != q)
-      outs = sum(1 for s, t in edges if s == q and t != q)
-      return ins * outs, q
-    k = min(remaining, key=cost)
-    remaining.discard(k)
-    loop = edges.pop((k, k), None)
-    middle = ir.EPSILON if loop is None else _grammar.repeat(loop, 0, None)
-    incoming = [(s, edges.pop((s, t))) for s, t in list(edges) if t == k]
-    outgoing = [(t, edges.pop((s, t))) for s, t in list(edges) if s == k]
-    for source, before in incoming:
-      for target, after in outgoing:
-        add(source, target, _grammar.concat(before, middle, after))
-  return edges.get((start, final), ir.NOTHING)
-
-
-def _short(value, limit: int = 60) -> str:
-  text = json.dumps(value, ensure_ascii=False)
-  return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _pointer(base: str, *parts) -> str:
-  """`base` extended by JSON pointer tokens (`~` and `/` escaped as `~0`, `~1`)."""
-  return base + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-def _same_value(a, b) -> bool:
-  """JSON equality that keeps booleans apart from numbers (`true` is not `1`)."""
-  return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def _json_type(value) -> str:
-  if value is None:
-    return "null"
-  if isinstance(value, bool):
-    return "boolean"
-  if isinstance(value, int):
-    return "integer"
-  if isinstance(value, float):
-    return "integer" if value.is_integer() else "number"
-  if isinstance(value, str):
-    return "string"
-  if isinstance(value, list):
-    return "array"
-  return "object"
-
-
-def _has_type(value, types) -> bool:
-  t = _json_type(value)
-  return t in types or (t == "integer" and "number" in types)
-
-
-def _constraining(schema: dict) -> bool:
-  return any(k not in _NO_CONSTRAINT for k in schema)
 
 
 class _Lowerer:
@@ -1463,7 +1143,7 @@ class _Lowerer:
       body, can_be_empty = self._counted_members(
           [(m, r) for _, m, r in members], extra, schema, pointer)
     else:
-      body, can_be_empty = _members([(m, r) for _, m, r in members], extra, ws)
+      body, can_be_empty = _json_objects.schema_order_members([(m, r) for _, m, r in members], extra, ws)
     parts = [ws.empty(b"{}")] if can_be_empty else []
     if body != ir.NOTHING:
       parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
@@ -1495,12 +1175,12 @@ class _Lowerer:
     `dependentRequired` needs the subsets, so there it raises instead.
     """
     memo: dict = {}
-    sizes = [_ir_size(member) for _, member, _ in members]
+    sizes = [_json_objects.ir_size(member) for _, member, _ in members]
     result = None
-    if not any(_has_rule_ref(member, memo) for _, member, _ in members):
+    if not any(_grammar_passes.has_rule_ref(member, memo) for _, member, _ in members):
       result = _json_objects.any_order_members(
           members, extra, self.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
-          0 if extra is None else _ir_size(extra))
+          0 if extra is None else _json_objects.ir_size(extra))
     if result is None and depends:
       where = _pointer(pointer, "dependentRequired")
       self.unsupported(where, (
@@ -1736,87 +1416,6 @@ class _Lowerer:
     return ir.union(*parts)
 
 
-def _members(members: list, extra: ir.Node | None, ws: jv.Whitespace):
-  """Comma-separated object members in order, optional ones skippable, then extras.
-
-  Args:
-    members: (member IR, is_required) in schema order.
-    extra: The IR of one additional member, or None if none are allowed.
-    ws: Whitespace policy (for commas).
-
-  Returns:
-    (IR of the non-empty member lists, whether the empty object is allowed).
-  """
-  sized = [(member, is_required, _ir_size(member)) for member, is_required in members]
-  first, can_be_empty, _ = _member_lists(sized, ws) if sized else (ir.NOTHING, True, 0)
-  if extra is None:
-    return first, can_be_empty
-  if not can_be_empty:
-    return ir.concat(first, ir.repeat(ir.concat(ws.comma, extra), 0, None)), False
-  # `(first | extra) (, extra)*` with one copy of `extra` (often schema-free JSON, the
-  # largest part): 0 -first-> 1, 0 -> 2, 2 -extra-> 1, 1 -comma-> 2; 1 is final.
-  arcs = [(0, ir.EPSILON, 2), (2, extra, 1), (1, ws.comma, 2)]
-  if first != ir.NOTHING:
-    arcs.append((0, first, 1))
-  return ir.Graph(num_states=3, arcs=tuple(arcs), finals=(1,)), True
-
-
-def _member_lists(members: list, ws: jv.Whitespace):
-  """(non-empty lists, empty allowed, IR size) for (member, is_required, size) triples.
-
-  Divide and conquer: a list over A + B is `NA , NB`, `NA` (if B may be empty) or `NB`
-  (if A may be empty), written `NA (, NB)? | NB` or `(NA ,)? NB | NA`. Only when both
-  halves may be empty must one of them be written twice, and the smaller one is. The
-  naive "first present member" construction copies the last member once per member
-  before it; this copies no member more than a few times in typical schemas (and at
-  most O(n^1.6) members in total), which keeps nested objects small.
-  """
-  if len(members) == 1:
-    member, is_required, size = members[0]
-    return member, not is_required, size
-  half = len(members) // 2
-  a, a_empty, a_size = _member_lists(members[:half], ws)
-  b, b_empty, b_size = _member_lists(members[half:], ws)
-  then_b = ir.concat(ws.comma, b)
-  a_then = ir.concat(a, ws.comma)
-  if not a_empty or (b_empty and b_size <= a_size):
-    # NA (, NB)?  |  NB if A may be empty.
-    node = ir.concat(a, ir.repeat(then_b, 0, 1) if b_empty else then_b)
-    parts, size = [node], a_size + b_size
-    if a_empty:
-      parts.append(b)
-      size += b_size
-  else:
-    # (NA ,)? NB  |  NA if B may be empty.
-    parts = [ir.concat(ir.repeat(a_then, 0, 1), b)]
-    size = a_size + b_size
-    if b_empty:
-      parts.append(a)
-      size += a_size
-  return ir.union(*parts), a_empty and b_empty, size
-
-
-def _ir_size(node: ir.Node) -> int:
-  """Number of IR nodes in the tree (shared subtrees counted once per occurrence)."""
-  if isinstance(node, ir.Concat):
-    return 1 + sum(_ir_size(p) for p in node.parts)
-  if isinstance(node, ir.Union):
-    return 1 + sum(_ir_size(a) for a in node.alternatives)
-  if isinstance(node, ir.Repeat):
-    return 1 + _ir_size(node.node) * max(1, node.min if node.max is None else node.max)
-  if isinstance(node, ir.Graph):
-    return 1 + sum(_ir_size(label) for _, label, _ in node.arcs)
-  return 1  # Leaves, and fragments: one arc of the byte automaton until spliced.
-
-
-def _merged_values(schema: dict, key: str) -> tuple:
-  """A keyword's values: () when absent, the tuple `allOf` merging made, or (value,)."""
-  if key not in schema:
-    return ()
-  value = schema[key]
-  return value if isinstance(value, tuple) else (value,)
-
-
 def _distinct_values(node: ir.Node) -> list[ir.Node] | None:
   """The JSON values of a finite IR of JSON texts, each as the IR of its texts (a value
   may have several spellings: whitespace), or None when there are too many or
@@ -1884,286 +1483,7 @@ def _encodable(text: str) -> bool:
   return True
 
 
-def _exact(value) -> fractions.Fraction:
-  """A JSON number as an exact fraction. A float is read as the decimal it was written
-  as (0.1 is 1/10, not the nearest binary fraction), so bounds and steps compare
-  exactly with the decimal texts generated."""
-  return fractions.Fraction(repr(value) if isinstance(value, float) else value)
-
-
 def _quoted(body: ir.Node) -> ir.Node:
   return ir.concat(ir.Bytes(b'"'), body, ir.Bytes(b'"'))
 
 
-def _items(schema: dict):
-  """The schema of the items after `prefixItems` (`unevaluatedItems` when `items` is absent)."""
-  return schema.get("items", schema.get("$unevaluatedItems", True))
-
-
-def _unevaluated(schema: dict) -> dict:
-  """`unevaluatedProperties`/`unevaluatedItems` rewritten for lowering.
-
-  Without applicators, the properties (items) a schema evaluates are those its own
-  `properties`, `patternProperties` and `additionalProperties` (`prefixItems`, `items`)
-  name, so `unevaluatedProperties` is `additionalProperties` when that is absent and has
-  no effect otherwise. With applicators (`allOf`, `$ref`, `anyOf`, ...) it applies to
-  what the conjunction evaluates once merged: it is kept as `$unevaluatedProperties`,
-  which `_lower_object` reads after `allOf` merging and, for `anyOf`/`oneOf`, per
-  alternative (the alternative that matched is the one whose properties count: exact
-  when no two alternatives match, narrower otherwise).
-  """
-  out = dict(schema)
-  has_applicators = any(k in schema for k in _APPLICATORS)
-  for keyword, own, covered in (
-      ("unevaluatedProperties", "additionalProperties", ("additionalProperties",)),
-      ("unevaluatedItems", "items", ("items", "additionalItems"))):
-    if keyword not in out:
-      continue
-    value = out.pop(keyword)
-    if keyword == "unevaluatedItems" and isinstance(schema.get("items"), list):
-      covered = ("additionalItems",)  # Draft-07 array-form items: the rest is uncovered.
-      own = "additionalItems"
-    if any(k in schema for k in covered):
-      continue  # Everything is evaluated already.
-    out["$" + keyword if has_applicators else own] = value
-  return out
-
-
-def _normalize(schema: dict, pointer: str) -> dict:
-  """Rewrites draft-07 array-form `items` (+ `additionalItems`) as `prefixItems` + `items`."""
-  items = schema.get("items")
-  if isinstance(items, list):
-    if "prefixItems" in schema:
-      raise errors.SchemaError(
-          f"Schema at {pointer} has both prefixItems and array-form items. Expected one"
-          " of them. Use prefixItems plus a schema-form items (draft 2020-12)."
-      )
-    normalized = {k: v for k, v in schema.items() if k not in ("items", "additionalItems")}
-    normalized["prefixItems"] = items
-    if "additionalItems" in schema:
-      normalized["items"] = schema["additionalItems"]
-    return normalized
-  if "additionalItems" in schema:  # No effect without array-form items.
-    schema = {k: v for k, v in schema.items() if k != "additionalItems"}
-  return schema
-
-
-def _split_dependencies(schema: dict, pointer: str) -> dict:
-  dependencies = schema["dependencies"]
-  if not isinstance(dependencies, dict):
-    raise errors.SchemaError(
-        f"dependencies at {_pointer(pointer, 'dependencies')} is {_short(dependencies)}."
-        " Expected an object mapping property names to arrays or schemas. Fix the value.")
-  out = {k: v for k, v in schema.items() if k != "dependencies"}
-  for key, value in dependencies.items():
-    kind = "dependentRequired" if isinstance(value, list) else "dependentSchemas"
-    out[kind] = {**out.get(kind, {}), key: value}
-  return out
-
-
-def _type_list(value) -> list:
-  return [value] if isinstance(value, str) else list(value)
-
-
-def _intersect_types(a: list, b: list) -> list:
-  out = []
-  for t in a:
-    if t in b:
-      out.append(t)
-    elif t == "integer" and "number" in b or t == "number" and "integer" in b:
-      out.append("integer")
-  return list(dict.fromkeys(out))
-
-
-def _lazy_all_of(x, y):
-  """`allOf: [x, y]`, simplified when one side is trivial."""
-  if x is True or x == {}:
-    return y
-  if y is True or y == {}:
-    return x
-  if x is False or y is False:
-    return False
-  if _same_value(x, y):
-    return x
-  return {"allOf": [x, y]}
-
-
-def _merge_properties(a: dict, b: dict, merged: dict) -> None:
-  """Each property must satisfy both sides; a side's `additionalProperties` governs the
-  properties it does not declare (so `allOf` with `additionalProperties: false` is exact)."""
-  a_props, b_props = a.get("properties", {}), b.get("properties", {})
-  if not isinstance(a_props, dict) or not isinstance(b_props, dict):
-    return  # Malformed: lowering reports it.
-  a_more, b_more = a.get("additionalProperties", True), b.get("additionalProperties", True)
-  names = list(dict.fromkeys([*a_props, *b_props]))
-  merged["properties"] = {n: _lazy_all_of(a_props.get(n, a_more), b_props.get(n, b_more))
-                          for n in names}
-  if "additionalProperties" in a or "additionalProperties" in b:
-    merged["additionalProperties"] = _lazy_all_of(a_more, b_more)
-
-
-def _merge_items(a: dict, b: dict, merged: dict) -> None:
-  """Position-wise `allOf` of `prefixItems`, each side's `items` covering the rest."""
-  a_prefix, b_prefix = a.get("prefixItems", []), b.get("prefixItems", [])
-  if not isinstance(a_prefix, list) or not isinstance(b_prefix, list):
-    return  # Malformed: lowering reports it.
-  a_items, b_items = a.get("items", True), b.get("items", True)
-  if a_prefix or b_prefix:
-    merged["prefixItems"] = [
-        _lazy_all_of(a_prefix[i] if i < len(a_prefix) else a_items,
-                     b_prefix[i] if i < len(b_prefix) else b_items)
-        for i in range(max(len(a_prefix), len(b_prefix)))]
-  if "items" in a or "items" in b:
-    merged["items"] = _lazy_all_of(a_items, b_items)
-
-
-# ---- Patterns and formats. ----
-
-_ANY_TEXT = "(?s:.*)"
-_GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
-
-
-def _split_alternatives(pattern: str) -> list[str]:
-  """The top-level `|` alternatives of a regex (outside groups and classes)."""
-  out, depth, start, i = [], 0, 0, 0
-  while i < len(pattern):
-    c = pattern[i]
-    if c == "\\":
-      i += 2
-      continue
-    if c == "[":
-      i += 1
-      if pattern.startswith("^", i):
-        i += 1
-      if pattern.startswith("]", i):
-        i += 1
-      while i < len(pattern) and pattern[i] != "]":
-        i += 2 if pattern[i] == "\\" else 1
-    elif c == "(":
-      depth += 1
-    elif c == ")":
-      depth -= 1
-    elif c == "|" and depth == 0:
-      out.append(pattern[start:i])
-      start = i + 1
-    i += 1
-  out.append(pattern[start:])
-  return out
-
-
-def _backslashes_before(text: str, end: int) -> int:
-  n = 0
-  while end - n - 1 >= 0 and text[end - n - 1] == "\\":
-    n += 1
-  return n
-
-
-def _anchored_end(alternative: str) -> bool:
-  if alternative.endswith("$"):
-    return _backslashes_before(alternative, len(alternative) - 1) % 2 == 0
-  if alternative.endswith("\\Z"):
-    return _backslashes_before(alternative, len(alternative) - 1) % 2 == 1
-  return False
-
-
-@functools.lru_cache(maxsize=256)
-def pattern_ir(pattern: str) -> ir.Node:
-  """The strings (decoded, as UTF-8 IR) in which `pattern` matches: `re.search` semantics.
-
-  Each top-level alternative `a` becomes `(?s:.*)(?:a)(?s:.*)`, without the prefix when
-  `a` starts with `^` or `\\A` and without the suffix when it ends with `$` or `\\Z`; the
-  wrapped text is parsed by the regex front end, which then rejects anchors anywhere
-  else. Leading global flags (`(?i)`) apply to the whole pattern (`(?x)` is refused).
-
-  Raises:
-    RegexSyntaxError: `pattern` does not parse.
-    UnsupportedRegexError: It uses lookaround, backreferences, misplaced anchors, ....
-  """
-  flags = ""
-  match = _GLOBAL_FLAGS.match(pattern)
-  if match:
-    flags, pattern = match.group(0), pattern[match.end():]
-    if "x" in match.group(1):
-      raise errors.UnsupportedRegexError(
-          f"Regex {pattern!r} uses the verbose flag (?x) in a JSON Schema pattern, which is"
-          " not supported. Expected an ECMAScript-like pattern. Remove the whitespace and"
-          " comments and the flag."
-      )
-  wrapped = []
-  for alternative in _split_alternatives(pattern):
-    start = alternative.startswith("^") or alternative.startswith("\\A")
-    end = _anchored_end(alternative)
-    wrapped.append(("" if start else _ANY_TEXT) + f"(?:{alternative})" + ("" if end else _ANY_TEXT))
-  return _regex.parse_regex(flags + "|".join(wrapped), unicode=False)
-
-
-_HEXDIG = "[0-9a-fA-F]"
-_YEAR = r"(?:\d{3}[1-9]|\d\d[1-9]\d|\d[1-9]\d\d|[1-9]\d{3})"  # 0001-9999.
-_LEAP_YEAR = r"(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-_DATE = (
-    rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-"
-    rf"(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8]))|{_LEAP_YEAR}-02-29)"
-)
-_TIME = r"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
-_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
-_H16 = f"{_HEXDIG}{{1,4}}"
-_LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
-_IPV6 = "(?:" + "|".join([  # RFC 3986, Sec. 3.2.2.
-    rf"(?:{_H16}:){{6}}{_LS32}",
-    rf"::(?:{_H16}:){{5}}{_LS32}",
-    rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
-    rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
-    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
-    rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
-]) + ")"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?"  # 1-30 characters.
-_HOSTNAME = rf"{_LABEL}(?:\.{_LABEL}){{0,7}}"
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-_EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_HOSTNAME}"
-_UNRESERVED = r"A-Za-z0-9\-._~"
-_SUB_DELIMS = r"!$&'()*+,;="
-_PCT = f"%{_HEXDIG}{{2}}"
-_PCHAR = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:@]|{_PCT})"
-_AUTHORITY = (
-    rf"(?:(?:[{_UNRESERVED}{_SUB_DELIMS}:]|{_PCT})*@)?"
-    rf"(?:\[{_IPV6}\]|(?:[{_UNRESERVED}{_SUB_DELIMS}]|{_PCT})*)(?::\d*)?"
-)
-_SEGMENTS = rf"(?:/{_PCHAR}*)*"
-_URI = (
-    rf"[A-Za-z][A-Za-z0-9+.\-]*:(?://{_AUTHORITY}{_SEGMENTS}|/(?:{_PCHAR}+{_SEGMENTS})?"
-    rf"|{_PCHAR}+{_SEGMENTS}|)(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
-)
-_DURATION_TIME = r"T(?:\d+H(?:\d+M(?:\d+(?:\.\d+)?S)?)?|\d+M(?:\d+(?:\.\d+)?S)?|\d+(?:\.\d+)?S)"
-_DURATION = (rf"P(?:(?:\d+Y(?:\d+M(?:\d+D)?)?|\d+M(?:\d+D)?|\d+D)(?:{_DURATION_TIME})?"
-             rf"|{_DURATION_TIME}|\d+W)")
-_ANY_TEXT = r"(?s:.*)"
-_FORMAT_PATTERNS = {
-    "duration": _DURATION,
-    "password": _ANY_TEXT,
-    "binary": _ANY_TEXT,
-    "path": _ANY_TEXT,
-    "date": _DATE,
-    "time": _TIME,
-    "date-time": f"{_DATE}T{_TIME}",
-    "uuid": "-".join(f"{_HEXDIG}{{{n}}}" for n in (8, 4, 4, 4, 12)),
-    "ipv4": _IPV4,
-    "ipv6": _IPV6,
-    "hostname": _HOSTNAME,
-    "email": _EMAIL,
-    "uri": _URI,
-}
-FORMATS = frozenset(_FORMAT_PATTERNS)
-
-
-@functools.lru_cache(maxsize=None)
-def format_ir(name: str) -> ir.Node:
-  """The decoded strings of JSON Schema `format` `name` (see the module docstring).
-
-  Raises:
-    KeyError: `name` is not in `FORMATS`.
-  """
-  return _regex.parse_regex(_FORMAT_PATTERNS[name])

@@ -1,0 +1,257 @@
+"""JSON Schema keywords at the level of Python values: tables, drafts and merging.
+
+What the lowering (`_json_schema.py`) needs to know about keywords before any IR is
+built: which are annotations, which constrain which type, which are refused; draft
+spellings rewritten to 2020-12 (`dependencies`, array-form `items`,
+`unevaluated*`); and the dict-level pieces of `allOf` merging.
+"""
+
+import fractions
+import json
+
+from constrained_decoding import errors
+
+_ANNOTATIONS = frozenset({
+    "title", "description", "examples", "default", "$schema", "$id", "$comment",
+    "deprecated", "readOnly", "writeOnly",
+    "contentEncoding", "contentMediaType", "contentSchema",  # Annotations since 2019-09.
+    "discriminator",  # OpenAPI's hint on a oneOf (pydantic's discriminated unions).
+    "id",  # Draft-04's `$id`.
+    # Identifiers and vocabulary declarations: they name places, they assert nothing.
+    "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
+})
+_DEFINITIONS = frozenset({"$defs", "definitions"})
+_NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS
+# Keyword -> the instance type it constrains (used when `type` is absent).
+_TYPE_OF_KEYWORD = {
+    "minLength": "string", "maxLength": "string", "pattern": "string", "format": "string",
+    "minimum": "number", "maximum": "number", "exclusiveMinimum": "number",
+    "exclusiveMaximum": "number", "multipleOf": "number",
+    "properties": "object", "required": "object", "additionalProperties": "object",
+    "propertyNames": "object", "patternProperties": "object",
+    "unevaluatedProperties": "object", "$unevaluatedProperties": "object",
+    "dependentRequired": "object", "$notMultipleOf": "number",
+    "contains": "array", "minContains": "array", "maxContains": "array",
+    "items": "array", "prefixItems": "array", "additionalItems": "array",
+    "unevaluatedItems": "array", "$unevaluatedItems": "array",
+    "minItems": "array", "maxItems": "array", "uniqueItems": "array",
+    "minProperties": "object", "maxProperties": "object",
+}
+_SUPPORTED = frozenset({
+    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", *_TYPE_OF_KEYWORD,
+})
+# Standard assertion keywords this library does not enforce (yet): refused unless lenient.
+_UNSUPPORTED = frozenset({"$dynamicRef", "$recursiveRef"})
+# Rewritten into allOf/anyOf by `_json_negation.rewrite_boolean` before lowering.
+_BOOLEAN = ("not", "if", "dependentSchemas")
+# Keywords whose subschemas' annotations `unevaluatedProperties`/`Items` also see.
+_APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "if", "dependentSchemas", "not")
+# Keywords that have no effect without another one (`then` without `if`, ...).
+_NEEDS = {"then": "if", "else": "if", "minContains": "contains", "maxContains": "contains"}
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+# Keywords that decide which schema a property's value must satisfy.
+_OBJECT_MEMBER_KEYWORDS = ("properties", "additionalProperties", "patternProperties")
+# Keywords `propertyNames` may use (a schema for strings, applied to each key).
+_NAME_KEYWORDS = frozenset({"type", "pattern", "format", "minLength", "maxLength", "enum",
+                            "const"})
+_NUMBER = (int, float, fractions.Fraction)  # Fractions: merged `multipleOf`s.
+# Keyword -> (types, description) its value must have for `allOf` merging.
+_MERGE_SHAPES = {
+    "type": ((str, list), "a type name or list"), "enum": (list, "an array"),
+    "required": (list, "an array of names"), "anyOf": (list, "an array of schemas"),
+    "oneOf": (list, "an array of schemas"),
+    "properties": (dict, "an object"), "prefixItems": (list, "an array of schemas"),
+    **{k: (_NUMBER, "a number") for k in ("minimum", "maximum", "exclusiveMinimum",
+                                          "exclusiveMaximum", "minLength", "maxLength",
+                                          "minItems", "maxItems", "multipleOf")},
+}
+
+
+def _short(value, limit: int = 60) -> str:
+  text = json.dumps(value, ensure_ascii=False)
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _pointer(base: str, *parts) -> str:
+  """`base` extended by JSON pointer tokens (`~` and `/` escaped as `~0`, `~1`)."""
+  return base + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _same_value(a, b) -> bool:
+  """JSON equality that keeps booleans apart from numbers (`true` is not `1`)."""
+  return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _json_type(value) -> str:
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "boolean"
+  if isinstance(value, int):
+    return "integer"
+  if isinstance(value, float):
+    return "integer" if value.is_integer() else "number"
+  if isinstance(value, str):
+    return "string"
+  if isinstance(value, list):
+    return "array"
+  return "object"
+
+
+def _has_type(value, types) -> bool:
+  t = _json_type(value)
+  return t in types or (t == "integer" and "number" in types)
+
+
+def _constraining(schema: dict) -> bool:
+  return any(k not in _NO_CONSTRAINT for k in schema)
+
+
+def _merged_values(schema: dict, key: str) -> tuple:
+  """A keyword's values: () when absent, the tuple `allOf` merging made, or (value,)."""
+  if key not in schema:
+    return ()
+  value = schema[key]
+  return value if isinstance(value, tuple) else (value,)
+
+
+def _exact(value) -> fractions.Fraction:
+  """A JSON number as an exact fraction. A float is read as the decimal it was written
+  as (0.1 is 1/10, not the nearest binary fraction), so bounds and steps compare
+  exactly with the decimal texts generated."""
+  return fractions.Fraction(repr(value) if isinstance(value, float) else value)
+
+
+def _items(schema: dict):
+  """The schema of the items after `prefixItems` (`unevaluatedItems` when `items` is absent)."""
+  return schema.get("items", schema.get("$unevaluatedItems", True))
+
+
+def _unevaluated(schema: dict) -> dict:
+  """`unevaluatedProperties`/`unevaluatedItems` rewritten for lowering.
+
+  Without applicators, the properties (items) a schema evaluates are those its own
+  `properties`, `patternProperties` and `additionalProperties` (`prefixItems`, `items`)
+  name, so `unevaluatedProperties` is `additionalProperties` when that is absent and has
+  no effect otherwise. With applicators (`allOf`, `$ref`, `anyOf`, ...) it applies to
+  what the conjunction evaluates once merged: it is kept as `$unevaluatedProperties`,
+  which `_lower_object` reads after `allOf` merging and, for `anyOf`/`oneOf`, per
+  alternative (the alternative that matched is the one whose properties count: exact
+  when no two alternatives match, narrower otherwise).
+  """
+  out = dict(schema)
+  has_applicators = any(k in schema for k in _APPLICATORS)
+  for keyword, own, covered in (
+      ("unevaluatedProperties", "additionalProperties", ("additionalProperties",)),
+      ("unevaluatedItems", "items", ("items", "additionalItems"))):
+    if keyword not in out:
+      continue
+    value = out.pop(keyword)
+    if keyword == "unevaluatedItems" and isinstance(schema.get("items"), list):
+      covered = ("additionalItems",)  # Draft-07 array-form items: the rest is uncovered.
+      own = "additionalItems"
+    if any(k in schema for k in covered):
+      continue  # Everything is evaluated already.
+    out["$" + keyword if has_applicators else own] = value
+  return out
+
+
+def _normalize(schema: dict, pointer: str) -> dict:
+  """Rewrites draft-07 array-form `items` (+ `additionalItems`) as `prefixItems` + `items`."""
+  items = schema.get("items")
+  if isinstance(items, list):
+    if "prefixItems" in schema:
+      raise errors.SchemaError(
+          f"Schema at {pointer} has both prefixItems and array-form items. Expected one"
+          " of them. Use prefixItems plus a schema-form items (draft 2020-12)."
+      )
+    normalized = {k: v for k, v in schema.items() if k not in ("items", "additionalItems")}
+    normalized["prefixItems"] = items
+    if "additionalItems" in schema:
+      normalized["items"] = schema["additionalItems"]
+    return normalized
+  if "additionalItems" in schema:  # No effect without array-form items.
+    schema = {k: v for k, v in schema.items() if k != "additionalItems"}
+  return schema
+
+
+def _split_dependencies(schema: dict, pointer: str) -> dict:
+  dependencies = schema["dependencies"]
+  if not isinstance(dependencies, dict):
+    raise errors.SchemaError(
+        f"dependencies at {_pointer(pointer, 'dependencies')} is {_short(dependencies)}."
+        " Expected an object mapping property names to arrays or schemas. Fix the value.")
+  out = {k: v for k, v in schema.items() if k != "dependencies"}
+  for key, value in dependencies.items():
+    kind = "dependentRequired" if isinstance(value, list) else "dependentSchemas"
+    out[kind] = {**out.get(kind, {}), key: value}
+  return out
+
+
+def _type_list(value) -> list:
+  return [value] if isinstance(value, str) else list(value)
+
+
+def _intersect_types(a: list, b: list) -> list:
+  out = []
+  for t in a:
+    if t in b:
+      out.append(t)
+    elif t == "integer" and "number" in b or t == "number" and "integer" in b:
+      out.append("integer")
+  return list(dict.fromkeys(out))
+
+
+def _lazy_all_of(x, y):
+  """`allOf: [x, y]`, simplified when one side is trivial."""
+  if x is True or x == {}:
+    return y
+  if y is True or y == {}:
+    return x
+  if x is False or y is False:
+    return False
+  if _same_value(x, y):
+    return x
+  return {"allOf": [x, y]}
+
+
+def _merge_properties(a: dict, b: dict, merged: dict) -> None:
+  """Each property must satisfy both sides; a side's `additionalProperties` governs the
+  properties it does not declare (so `allOf` with `additionalProperties: false` is exact)."""
+  a_props, b_props = a.get("properties", {}), b.get("properties", {})
+  if not isinstance(a_props, dict) or not isinstance(b_props, dict):
+    return  # Malformed: lowering reports it.
+  a_more, b_more = a.get("additionalProperties", True), b.get("additionalProperties", True)
+  names = list(dict.fromkeys([*a_props, *b_props]))
+  merged["properties"] = {n: _lazy_all_of(a_props.get(n, a_more), b_props.get(n, b_more))
+                          for n in names}
+  if "additionalProperties" in a or "additionalProperties" in b:
+    merged["additionalProperties"] = _lazy_all_of(a_more, b_more)
+
+
+def _merge_items(a: dict, b: dict, merged: dict) -> None:
+  """Position-wise `allOf` of `prefixItems`, each side's `items` covering the rest."""
+  a_prefix, b_prefix = a.get("prefixItems", []), b.get("prefixItems", [])
+  if not isinstance(a_prefix, list) or not isinstance(b_prefix, list):
+    return  # Malformed: lowering reports it.
+  a_items, b_items = a.get("items", True), b.get("items", True)
+  if a_prefix or b_prefix:
+    merged["prefixItems"] = [
+        _lazy_all_of(a_prefix[i] if i < len(a_prefix) else a_items,
+                     b_prefix[i] if i < len(b_prefix) else b_items)
+        for i in range(max(len(a_prefix), len(b_prefix)))]
+  if "items" in a or "items" in b:
+    merged["items"] = _lazy_all_of(a_items, b_items)
+
+
+def _conjunction_key(flat: list) -> str:
+  """The content of flattened (schema, pointer) conjuncts, as JSON text."""
+  return json.dumps([s for s, _ in flat], ensure_ascii=False, separators=(",", ":"))
+
+
+def unsatisfiable(schema) -> errors.SchemaError:
+  return errors.SchemaError(
+      f"JSON Schema {_short(schema)} accepts no JSON value. Expected a satisfiable"
+      " schema. Look for contradictory keywords (minimum > maximum, an empty enum, a"
+      " required property whose schema is false, ...)."
+  )
