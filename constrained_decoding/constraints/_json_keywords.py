@@ -30,7 +30,7 @@ _TYPE_OF_KEYWORD = {
     "properties": "object", "required": "object", "additionalProperties": "object",
     "propertyNames": "object", "patternProperties": "object",
     "unevaluatedProperties": "object", "$unevaluatedProperties": "object",
-    "dependentRequired": "object", "$notMultipleOf": "number",
+    "dependentRequired": "object", "dependentSchemas": "object", "dependencies": "object", "$notMultipleOf": "number",
     "contains": "array", "minContains": "array", "maxContains": "array",
     "items": "array", "prefixItems": "array", "additionalItems": "array",
     "unevaluatedItems": "array", "$unevaluatedItems": "array",
@@ -38,7 +38,8 @@ _TYPE_OF_KEYWORD = {
     "minProperties": "object", "maxProperties": "object",
 }
 _SUPPORTED = frozenset({
-    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", *_TYPE_OF_KEYWORD,
+    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", "$fromNot",
+    *_TYPE_OF_KEYWORD,
 })
 # Standard assertion keywords this library does not enforce (yet): refused unless lenient.
 _UNSUPPORTED = frozenset({"$dynamicRef", "$recursiveRef"})
@@ -125,6 +126,15 @@ def _exact(value) -> fractions.Fraction:
 def _items(schema: dict):
   """The schema of the items after `prefixItems` (`unevaluatedItems` when `items` is absent)."""
   return schema.get("items", schema.get("$unevaluatedItems", True))
+
+
+_LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
+
+
+def _legacy_draft(root) -> bool:
+  """Whether the root's `$schema` names draft 7 or older (`$ref` overrides siblings)."""
+  uri = root.get("$schema") if isinstance(root, dict) else None
+  return isinstance(uri, str) and any(d in uri for d in _LEGACY_DRAFTS)
 
 
 def _unevaluated(schema: dict) -> dict:

@@ -39,6 +39,7 @@ _ANNOTATIONS_AND_DEFS = frozenset({
     "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType",
     "contentSchema", "discriminator", "$anchor", "$dynamicAnchor", "$recursiveAnchor",
     "$vocabulary", "$defs", "definitions", "format",  # Unknown formats: annotations.
+    "$fromNot",
 })
 _MAX_ONE_OF = 8  # Most `oneOf` alternatives made exact (n * (n - 1) negations).
 
@@ -283,6 +284,12 @@ def exact_one_of(alternatives: list, resolve: Resolve, pointer: str) -> list:
   return out or [False]
 
 
+def _unannotated(schema):
+  """Marks a negation: its properties and items do not count as evaluated
+  (`unevaluated*`), which `_json_schema.py` checks with the `$fromNot` key."""
+  return {**schema, "$fromNot": True} if isinstance(schema, dict) else schema
+
+
 def rewrite_boolean(schema: dict, resolve: Resolve, pointer: str) -> dict:
   """`schema` with `not`, `if`/`then`/`else` and `dependentSchemas` moved into `allOf`.
 
@@ -293,13 +300,17 @@ def rewrite_boolean(schema: dict, resolve: Resolve, pointer: str) -> dict:
   parts = []
   rest = dict(schema)
   if "not" in rest:
-    parts.append(negate(rest.pop("not"), resolve, f"{pointer}/not"))
+    parts.append(_unannotated(negate(rest.pop("not"), resolve, f"{pointer}/not")))
   if "if" in rest:
     condition = rest.pop("if")
-    then, otherwise = rest.pop("then", True), rest.pop("else", True)
-    parts.append({"anyOf": [{"allOf": [condition, then]},
-                            {"allOf": [negate(condition, resolve, f"{pointer}/if"),
-                                       otherwise]}]})
+    if "then" not in rest and "else" not in rest:
+      pass  # `if` alone asserts nothing.
+    else:
+      then, otherwise = rest.pop("then", True), rest.pop("else", True)
+      parts.append({"anyOf": [{"allOf": [condition, then]},
+                              {"allOf": [_unannotated(negate(condition, resolve,
+                                                             f"{pointer}/if")),
+                                         otherwise]}]})
   if "dependentSchemas" in rest:
     dependents = rest.pop("dependentSchemas")
     if not isinstance(dependents, dict):

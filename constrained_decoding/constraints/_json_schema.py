@@ -207,6 +207,7 @@ from constrained_decoding.constraints._json_keywords import (  # pylint: disable
     _exact,
     _has_type,
     _intersect_types,
+    _legacy_draft,
     _items,
     _json_type,
     _lazy_all_of,
@@ -305,6 +306,8 @@ class _Lowerer:
 
   def __init__(self, root, options: SchemaOptions):
     self.root = root
+    self.legacy_ref = _legacy_draft(root)
+    self._anchors: tuple[dict[str, str], bool] | None = None  # See `_anchor_index`.
     self.options = options
     self.ws = options.whitespace
     self.ignored: list[str] = []
@@ -350,10 +353,12 @@ class _Lowerer:
     without `if`) and `if` alone, which assert nothing.
     """
     dropped = []
+    if any(k in schema for k in ("$ref", "$recursiveRef", "$dynamicRef")):
+      schema = self._local_ref(schema, pointer)
     if "dependencies" in schema:  # Draft-07: dependentRequired + dependentSchemas.
       schema = _split_dependencies(schema, pointer)
-    if any(k in schema for k in _BOOLEAN) and (
-        "if" not in schema or "then" in schema or "else" in schema):
+    if any(k in schema for k in _BOOLEAN) or (
+        "contains" in schema and "unevaluatedItems" in schema):
       schema = self._rewrite_boolean(schema, pointer)
     if "unevaluatedProperties" in schema or "unevaluatedItems" in schema:
       schema = _unevaluated(schema)
@@ -376,6 +381,80 @@ class _Lowerer:
       return schema
     return {k: v for k, v in schema.items() if k not in dropped}
 
+  def _local_ref(self, schema: dict, pointer: str) -> dict:
+    """`schema` with its reference as a local JSON pointer in `$ref`.
+
+    Reads anchors (`#name` for `$anchor`, `$dynamicAnchor` or a draft-07 `$id:
+    "#name"`), URIs that name the root's `$id`, and `$recursiveRef`/`$dynamicRef`,
+    which resolve statically when the document embeds no other resource (`$id`); with
+    draft-04/06/07 `$schema`, `$ref` overrides its siblings.
+    """
+    out = dict(schema)
+    for key in ("$recursiveRef", "$dynamicRef"):
+      if key in out:
+        where = _pointer(pointer, key)
+        if self._anchor_index()[1] or "$ref" in out:
+          self.unsupported(where, (
+              f"{key} at {where} resolves through the dynamic scope of embedded resources"
+              " ($id), which is not supported. Expected a single-resource schema. Use"
+              " $ref, or pass lenient=True to ignore it."))
+          out.pop(key)
+        else:
+          out["$ref"] = out.pop(key)
+    if "$ref" not in out or not isinstance(out["$ref"], str):
+      return out
+    ref = out["$ref"]
+    root_id = self.root.get("$id", self.root.get("id")) if isinstance(self.root, dict) else None
+    if isinstance(root_id, str) and "#" in ref and ref.split("#")[0] in (
+        root_id.split("#")[0], root_id.split("#")[0].rsplit("/", 1)[-1]):
+      ref = "#" + ref.split("#", 1)[1]
+    if ref.startswith("#") and len(ref) > 1 and not ref.startswith("#/"):
+      ref = self._anchor_index()[0].get(ref[1:], ref)
+    out["$ref"] = ref
+    if self.legacy_ref:
+      out = {k: v for k, v in out.items() if k in ("$ref", *_DEFINITIONS)}
+    return out
+
+  def _anchor_index(self) -> tuple[dict[str, str], bool]:
+    """(anchor name -> JSON pointer, whether the document embeds `$id` resources)."""
+    if self._anchors is None:
+      anchors, embedded = {}, False
+      todo = [(self.root, "#")]
+      while todo:
+        node, where = todo.pop()
+        if isinstance(node, dict):
+          ident = node.get("$id", node.get("id"))
+          if isinstance(ident, str) and where != "#":
+            if ident.startswith("#"):
+              anchors.setdefault(ident[1:], where)
+            elif isinstance(node.get("$id"), str):
+              embedded = True  # Another resource: its anchors are not the root's.
+              continue
+          for key in ("$anchor", "$dynamicAnchor"):
+            if isinstance(node.get(key), str):
+              anchors.setdefault(node[key], where)
+          todo += [(v, _pointer(where, k)) for k, v in node.items()
+                   if isinstance(v, (dict, list)) and k not in ("enum", "const")]
+        elif isinstance(node, list):
+          todo += [(v, _pointer(where, i)) for i, v in enumerate(node)]
+      self._anchors = (anchors, embedded)
+    return self._anchors
+
+  def _check_unevaluated(self, merged: dict, pointer: str) -> dict:
+    """Refuses `unevaluated*` where a merged part came from a negation (`$fromNot`):
+    its properties and items do not count as evaluated, but merging would count them."""
+    if "$fromNot" not in merged:
+      return merged
+    for key in ("$unevaluatedProperties", "$unevaluatedItems"):
+      if key in merged:
+        where = _pointer(pointer, key[1:])
+        self.unsupported(where, (
+            f"{key[1:]} at {where} applies to a schema with not, or if/else, in an allOf"
+            " or $ref: their annotations do not count as evaluated, which is not"
+            f" supported. Expected them apart. Pass lenient=True to ignore {key[1:]}."))
+        merged = {k: v for k, v in merged.items() if k != key}
+    return merged
+
   def _rewrite_boolean(self, schema: dict, pointer: str) -> dict:
     """`not`, `if`/`then`/`else`, `dependentSchemas` as `allOf` parts (`_json_negation`).
 
@@ -383,7 +462,8 @@ class _Lowerer:
     rewritten parts would: that combination is refused.
     """
     for key in ("unevaluatedProperties", "unevaluatedItems"):
-      if key in schema and ("not" in schema or "if" in schema):
+      if key in schema and ("not" in schema or "if" in schema or
+                            key == "unevaluatedItems" and "contains" in schema):
         where = _pointer(pointer, key)
         self.unsupported(where, (
             f"{key} at {where} next to not or if is not supported (their annotations do"
@@ -479,6 +559,7 @@ class _Lowerer:
         merged = self._merge(merged, schema, where)
         if merged is False:
           return ir.NOTHING
+    merged = self._check_unevaluated(merged, where)
     if self.options.max_ref_depth is None:
       if refs:
         return self._lower_rule(flat, refs[0], merged, where)
@@ -593,7 +674,17 @@ class _Lowerer:
           " non-empty array of schemas. Fix the value."
       )
     rest = {k: v for k, v in schema.items() if k != key}
-    if key == "oneOf" and not self._disjoint(alternatives, pointer):
+    disjoint = self._disjoint(alternatives, pointer)
+    for name in ("$unevaluatedProperties", "$unevaluatedItems"):
+      if name in rest and not disjoint:
+        where = _pointer(pointer, name[1:])
+        self.unsupported(where, (
+            f"{name[1:]} at {where} next to a {key} whose alternatives may overlap is not"
+            " supported (what counts as evaluated depends on every matching alternative)."
+            f" Expected alternatives of different types or const tags. Pass lenient=True to"
+            f" ignore {name[1:]}."))
+        rest.pop(name)
+    if key == "oneOf" and not disjoint:
       alternatives = _json_negation.exact_one_of(
           alternatives, lambda ref: self._resolve(ref, pointer), _pointer(pointer, key))
     nodes = []
@@ -766,7 +857,7 @@ class _Lowerer:
     excluded = schema.get("$notIn", [])
     values = [v for v in values if not any(_same_value(v, w) for w in excluded)]
     for key in schema:
-      if key in _NO_CONSTRAINT or key in ("enum", "const", "type", "$notIn"):
+      if key in _NO_CONSTRAINT or key in ("enum", "const", "type", "$notIn", "$fromNot"):
         continue
       kind = _TYPE_OF_KEYWORD.get(key)
       if kind in ("string", "number"):

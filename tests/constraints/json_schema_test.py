@@ -1358,10 +1358,12 @@ UNEVALUATED_CASES = [
     ({"$defs": {"base": {"type": "object", "properties": {"a": {"type": "integer"}}}},
       "$ref": "#/$defs/base", "unevaluatedProperties": {"type": "string"}},
      ['{"a":1,"z":"s"}'], ['{"a":1,"z":2}']),
-    ({"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},
-                {"properties": {"b": {"const": 2}}, "required": ["b"]}],
+    ({"anyOf": [{"properties": {"kind": {"const": 1}, "a": {"type": "integer"}},
+                 "required": ["kind"]},
+                {"properties": {"kind": {"const": 2}, "b": {"type": "integer"}},
+                 "required": ["kind"]}],
       "unevaluatedProperties": False},
-     ['{"a":1}', '{"b":2}'], ['{"a":1,"c":0}', '{"c":0}']),
+     ['{"kind":1,"a":1}', '{"kind":2,"b":2}'], ['{"kind":1,"b":1}', '{"kind":1,"c":0}']),
     ({"type": "object", "additionalProperties": True, "unevaluatedProperties": False},
      ['{"x":1}'], []),
     ({"type": "array", "prefixItems": [{"type": "string"}], "unevaluatedItems": False},
@@ -1371,6 +1373,20 @@ UNEVALUATED_CASES = [
     ({"allOf": [{"prefixItems": [{"type": "string"}]}], "unevaluatedItems": {"type": "integer"}},
      ['["a",1,2]'], ['["a","b"]']),
 ]
+
+
+@pytest.mark.parametrize("schema", [
+    # Overlapping alternatives: both may match, and then both evaluate.
+    {"anyOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": {"const": 2}}}],
+     "unevaluatedProperties": False},
+    {"not": {"required": ["a"]}, "unevaluatedProperties": False},  # not: no annotations.
+    {"if": {"properties": {"a": {}}}, "unevaluatedProperties": False},
+    {"allOf": [{"not": {"required": ["a"]}}], "unevaluatedProperties": False},
+    {"contains": {"type": "string"}, "unevaluatedItems": False},
+])
+def test_unevaluated_keywords_refused_where_inexact(schema):
+  with pytest.raises(cd.UnsupportedSchemaError, match=r"unevaluated(Properties|Items) at #/"):
+    cd.JsonSchema(schema).to_ir()
 
 
 @pytest.mark.parametrize("schema, accepted, rejected", UNEVALUATED_CASES)
