@@ -11,9 +11,10 @@ whitespace=...))` under a time limit:
   refused    a typed `cd.ConstraintError` (UnsupportedSchemaError, SchemaError,
              CompileBudgetError, ...) or the time limit: a documented "no";
   crashed    any other exception: a defect, recorded with its traceback's last line.
-Draft-07 schemas are compiled as they are (the suite's draft-07 files carry no
-`$schema`), so where draft 2020-12 reads a keyword differently (`$ref` siblings) the
-answers are judged against draft 7, as a draft-07 user would.
+The suite's files carry no `$schema` where the folder names the draft, as a harness
+is expected to tell its validator the dialect: draft-07 schemas without one get
+`"$schema": "http://json-schema.org/draft-07/schema#"` (which `cd.JsonSchema` reads:
+a `$ref` there overrides its siblings).
 
 Each instance of a compiled case is serialized in every form the whitespace policy
 admits (compact `json.dumps(separators=(",", ":"))` for the default `compact`, the
@@ -29,7 +30,8 @@ in `--random-tokenizations` random ways (`TokenIndex`). The numpy reference walk
                      wrong; each listed with its reason):
                        serialization: another text of the same value is accepted
                          (`1.0` written `1` for an integer, `-2` as `-2.0` for a float
-                         `const`, escapes, members of a `const` object in its order);
+                         `const`, escapes, members of a `const` object in its order,
+                         members in schema order: a large object keeps it);
                        implied type: "a schema without `type` takes the types its
                          keywords apply to" (`{"minLength": 2}` rejects `12`), checked
                          with `jsonschema` on the schema with those types written out;
@@ -95,10 +97,19 @@ def suite_files(suite_dir: str, drafts=DRAFTS, *, optional: bool = False) -> lis
   return sorted(os.path.relpath(n, root) for n in names)
 
 
+_DIALECTS = {"draft7": "http://json-schema.org/draft-07/schema#"}
+
+
 def load_cases(suite_dir: str, name: str) -> list[dict]:
-  """The cases of one test file: dicts with `description`, `schema` and `tests`."""
+  """The cases of one test file: dicts with `description`, `schema` and `tests`; the
+  schemas of a draft-07 file declare their dialect (`$schema`) where they do not."""
   with open(os.path.join(suite_dir, "tests", name), encoding="utf-8") as f:
-    return json.load(f)
+    cases = json.load(f)
+  dialect = _DIALECTS.get(name.split("/")[0])
+  for case in cases:
+    if dialect and isinstance(case["schema"], dict) and "$schema" not in case["schema"]:
+      case["schema"] = {"$schema": dialect, **case["schema"]}
+  return cases
 
 
 # ---- Serializing and tokenizing instances. ----
@@ -138,19 +149,67 @@ def keys_reversed(value):
   return value
 
 
-def serializations(data, whitespace: str) -> list[str]:
+def declared_orders(schema) -> list[list[str]]:
+  """The member names of every `properties` object in `schema`, in declaration order."""
+  out = []
+
+  def visit(node):
+    if isinstance(node, dict):
+      if isinstance(node.get("properties"), dict) and node["properties"]:
+        out.append(list(node["properties"]))
+      for value in node.values():
+        visit(value)
+    elif isinstance(node, list):
+      for value in node:
+        visit(value)
+  visit(schema)
+  return out
+
+
+def keys_in_schema_order(value, orders: list[list[str]]):
+  """`value` with every object's members in schema order, undeclared members last (an
+  object past `MAX_ANY_ORDER_SIZE` keeps schema order, additional properties last).
+
+  An object's schema order: a greedy cover of its members by `properties` lists (the
+  one declaring most of them, then the one declaring most of the rest, ...), taken in
+  the order the schema writes them, as `allOf` and `$ref` siblings merge them.
+  """
+  if isinstance(value, list):
+    return [keys_in_schema_order(v, orders) for v in value]
+  if not isinstance(value, dict):
+    return value
+  left, chosen = set(value), set()
+  while left:
+    best = max(range(len(orders)), key=lambda i: len(left & set(orders[i])), default=None)
+    if best is None or not left & set(orders[best]):
+      break
+    chosen.add(best)
+    left -= set(orders[best])
+  rank: dict[str, int] = {}
+  for i in sorted(chosen):
+    for name in orders[i]:
+      rank.setdefault(name, len(rank))
+  ordered = sorted(value, key=lambda k: rank.get(k, len(rank)))
+  return {k: keys_in_schema_order(value[k], orders) for k in ordered}
+
+
+def serializations(data, whitespace: str, schema=None) -> list[str]:
   """Distinct texts of the JSON value `data` that the whitespace policy admits, the
   canonical one first.
 
   Canonical: `json.dumps` compact (`compact`, `flexible`) or spaced (`single`), without
   `ensure_ascii`. Then with `ensure_ascii=True`, integral floats as ints, ints as
-  floats, and objects' members in reverse order.
+  floats, and objects' members in reverse order and (given the schema) in the order
+  the schema declares them.
   """
   layouts = {"compact": [(",", ":")], "single": [(", ", ": ")],
              "flexible": [(",", ":"), (", ", ": ")]}[whitespace]
   texts = []
   for numbers in (data, integral_floats_as_ints(data), ints_as_floats(data)):
-    for value in (numbers, keys_reversed(numbers)):
+    orders = [numbers, keys_reversed(numbers)]
+    if schema is not None:
+      orders.append(keys_in_schema_order(numbers, declared_orders(schema)))
+    for value in orders:
       for separators in layouts:
         for ascii_only in (False, True):
           text = json.dumps(value, separators=separators, ensure_ascii=ascii_only)
@@ -199,12 +258,13 @@ class Speller:
     return out
 
 
-def judge_instance(tables, data, valid: bool, speller: Speller, whitespace: str) -> dict:
+def judge_instance(tables, data, valid: bool, speller: Speller, whitespace: str,
+                   schema=None) -> dict:
   """The verdict on one instance from its serializations (see the module docstring):
   ok, narrowed (reason `serialization`), rejected_valid, accepted_invalid or
   inconsistent; and the texts accepted."""
   accepted = {}
-  for text in serializations(data, whitespace):
+  for text in serializations(data, whitespace, schema):
     answers = {reference_accepts(tables, ids) for ids in speller.tokenizations(text)}
     if len(answers) > 1:
       return {"verdict": "inconsistent", "text": text, "accepted": []}
@@ -232,7 +292,8 @@ _TYPE_OF_KEYWORD = {
                      "multipleOf"), "number"),
     **dict.fromkeys(("properties", "required", "additionalProperties", "propertyNames",
                      "patternProperties", "unevaluatedProperties", "dependentRequired",
-                     "minProperties", "maxProperties"), "object"),
+                     "dependentSchemas", "dependencies", "minProperties", "maxProperties"),
+                    "object"),
     **dict.fromkeys(("items", "prefixItems", "additionalItems", "unevaluatedItems",
                      "contains", "minContains", "maxContains", "minItems", "maxItems",
                      "uniqueItems"), "array"),
@@ -302,8 +363,10 @@ def nesting_depth(value) -> int:
 
 
 def _validator(draft: str):
+  """The `jsonschema` validator class of `draft4`, `draft7` or (else) draft 2020-12."""
   import jsonschema  # pylint: disable=g-import-not-at-top
-  return jsonschema.Draft7Validator if draft == "draft7" else jsonschema.Draft202012Validator
+  return {"draft4": jsonschema.Draft4Validator,
+          "draft7": jsonschema.Draft7Validator}.get(draft, jsonschema.Draft202012Validator)
 
 
 def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whitespace: str,
@@ -335,7 +398,7 @@ def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whites
     result = compile_case(compiler, variant, whitespace=whitespace, time_limit=time_limit,
                           free_form_depth=free_form_depth)
     if result["status"] == "compiled" and judge_instance(
-        result["tables"], data, True, speller, whitespace)["verdict"] in ("ok", "narrowed"):
+        result["tables"], data, True, speller, whitespace, variant)["verdict"] in ("ok", "narrowed"):
       return reason
   return None
 
@@ -409,7 +472,7 @@ def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str,
     for test in case["tests"]:
       report["instances"] += 1
       judged = judge_instance(result["tables"], test["data"], test["valid"], speller,
-                              whitespace)
+                              whitespace, case["schema"])
       if judged["verdict"] == "rejected_valid":
         reason = explain_rejection(compiler, case["schema"], test["data"],
                                    draft=name.split("/")[0], whitespace=whitespace,
