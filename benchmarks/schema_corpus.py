@@ -1,0 +1,236 @@
+"""Real-world-style JSON Schemas through `cd.JsonSchema`: coverage, compile time, sizes.
+
+`benchmarks/schemas/*.json` holds 44 schemas written for this benchmark in the styles
+met in practice (pydantic v2 models, OpenAPI 3 components, function-calling tool
+parameters, Kubernetes objects, SchemaStore-style configuration files, draft-04
+schemas, ...), each as `{"style", "schema", "valid": [...], "invalid": [...]}`.
+
+For each schema, with the Gemma 3 vocabulary (`--vocab bytes` for the byte one):
+  1. the instances are checked with `jsonschema` (the corpus itself must be right:
+     `corpus_errors`, expected empty);
+  2. the schema is compiled once, after one warm-up compile of another schema, with
+     `cd.Compiler(vocab).compile(cd.JsonSchema(schema))` (default options, or
+     `--whitespace`): compiled, or refused with the typed error, or crashed;
+  3. each instance is judged as in `json_schema_suite.py` (every serialization of the
+     value, canonical and random tokenizations, the numpy reference walk): valid ones
+     must be accepted (or rejected only by a documented narrowing, `narrowed`),
+     invalid ones rejected.
+Reports compile time p50/p90/p99/max, table bytes (`cd.tables_nbytes`) and every
+wrong answer, and which objects keep schema order (the front end's log: `property_order`
+"any" falls back past `MAX_ANY_ORDER_SIZE`); writes
+`benchmarks/results/schema_corpus.json`.
+
+  python benchmarks/schema_corpus.py                # Gemma 3 vocabulary
+  python benchmarks/schema_corpus.py --vocab bytes  # faster
+"""
+
+import argparse
+import collections
+import glob
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)  # Run as a script from a checkout.
+
+import constrained_decoding as cd  # noqa: E402
+from benchmarks import json_schema_suite as suite  # noqa: E402
+
+CORPUS_DIR = os.path.join(_REPO, "benchmarks", "schemas")
+# Compiled before timing, so that no schema pays for the compiler's first-use work.
+_WARM_UP = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}
+
+
+def load_corpus(corpus_dir: str = CORPUS_DIR) -> dict[str, dict]:
+  """name -> {"style", "schema", "valid", "invalid"}, sorted by name."""
+  out = {}
+  for path in sorted(glob.glob(os.path.join(corpus_dir, "*.json"))):
+    with open(path, encoding="utf-8") as f:
+      out[os.path.basename(path)[:-len(".json")]] = json.load(f)
+  return out
+
+
+def draft_of(schema) -> str:
+  """`draft4`, `draft7` or `draft2020-12`, from the schema's `$schema` (default 2020-12)."""
+  uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
+  return "draft4" if "draft-04" in uri else "draft7" if "draft-07" in uri else "draft2020-12"
+
+
+def corpus_errors(entry: dict) -> list[str]:
+  """What `jsonschema` (formats checked) disagrees with in the entry's labels."""
+  validator = suite._validator(draft_of(entry["schema"]))  # pylint: disable=protected-access
+  check = validator(entry["schema"], format_checker=validator.FORMAT_CHECKER)
+  return ([f"valid instance rejected: {json.dumps(x)[:80]}" for x in entry["valid"]
+           if not check.is_valid(x)] +
+          [f"invalid instance accepted: {json.dumps(x)[:80]}" for x in entry["invalid"]
+           if check.is_valid(x)])
+
+
+class _SchemaOrderLog(logging.Handler):
+  """Collects the front end's "the object at <pointer> keeps schema order" notes."""
+
+  def __init__(self):
+    super().__init__(logging.INFO)
+    self.pointers: list[str] = []
+
+  def emit(self, record):
+    message = record.getMessage()
+    if "keeps schema order" in message:
+      self.pointers.append(message.split("the object at ")[-1].split(" keeps")[0])
+
+
+def run_schema(compiler, speller, name: str, entry: dict, *, whitespace: str,
+               time_limit: float) -> dict:
+  """Compiles one schema and judges its instances; returns its row."""
+  row = {"name": name, "style": entry["style"], "corpus_errors": corpus_errors(entry),
+         "valid": len(entry["valid"]), "invalid": len(entry["invalid"]), "verdicts": {},
+         "wrong": [], "narrowings": []}
+  front_end = logging.getLogger("constrained_decoding.constraints._json_schema")
+  notes, level = _SchemaOrderLog(), front_end.level
+  front_end.addHandler(notes)
+  front_end.setLevel(logging.INFO)
+  try:
+    result = suite.compile_case(compiler, entry["schema"], whitespace=whitespace,
+                                time_limit=time_limit)
+  finally:
+    front_end.removeHandler(notes)
+    front_end.setLevel(level)
+  # Objects past MAX_ANY_ORDER_SIZE keep schema order (property_order="any" narrowed).
+  row["schema_order_objects"] = notes.pointers
+  row.update(status=result["status"], error=result["error"], compile_s=result["seconds"])
+  if result["status"] != "compiled":
+    return row
+  tables = result["tables"]
+  row["table_bytes"] = cd.tables_nbytes(tables)["total"]
+  row["ignored_keywords"] = len(cd.JsonSchema(entry["schema"]).ignored_keywords())
+  verdicts = collections.Counter()
+  for valid, instances in ((True, entry["valid"]), (False, entry["invalid"])):
+    for data in instances:
+      judged = suite.judge_instance(tables, data, valid, speller, whitespace,
+                                    entry["schema"])
+      if judged["verdict"] == "rejected_valid":
+        reason = suite.explain_rejection(compiler, entry["schema"], data,
+                                         draft=draft_of(entry["schema"]),
+                                         whitespace=whitespace, speller=speller,
+                                         time_limit=time_limit)
+        if reason is not None:
+          judged = {**judged, "verdict": "narrowed", "reason": reason}
+      verdicts[judged["verdict"]] += 1
+      detail = {"valid": valid, "data": data, "text": judged["text"]}
+      if judged["verdict"] in suite.WRONG_VERDICTS:
+        row["wrong"].append({**detail, "verdict": judged["verdict"]})
+      elif judged["verdict"] == "narrowed":
+        row["narrowings"].append({**detail, "reason": judged["reason"]})
+  row["verdicts"] = dict(verdicts)
+  return row
+
+
+def percentiles(values: list[float]) -> dict:
+  """p50, p90, p99 and max (nearest rank)."""
+  if not values:
+    return {}
+  ordered = sorted(values)
+  rank = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+  return {"p50": statistics.median(ordered), "p90": rank(0.9), "p99": rank(0.99),
+          "max": ordered[-1]}
+
+
+def markdown(rows: list[dict]) -> str:
+  head = ("| schema | style | status | compile ms | table MiB | valid: ok / narrowed / n |"
+          " invalid rejected / n | wrong |\n|---|---|---|---|---|---|---|---|")
+  lines = [head]
+  for r in rows:
+    compile_ms = f"{1e3 * r['compile_s']:.0f}"
+    if r["status"] != "compiled":
+      lines.append(f"| {r['name']} | {r['style']} | {r['status']}: {r['error'][:70]} |"
+                   f" {compile_ms} | — | — | — | — |")
+      continue
+    wrong_valid = sum(w["valid"] for w in r["wrong"])
+    narrowed = len(r["narrowings"])
+    lines.append(
+        f"| {r['name']} | {r['style']} | compiled | {compile_ms} |"
+        f" {r['table_bytes'] / 2**20:.1f} | {r['valid'] - wrong_valid - narrowed} / {narrowed} /"
+        f" {r['valid']} | {r['invalid'] - (len(r['wrong']) - wrong_valid)} / {r['invalid']} |"
+        f" {len(r['wrong'])} |")
+  return "\n".join(lines)
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--corpus-dir", default=CORPUS_DIR)
+  parser.add_argument("--vocab", choices=("gemma", "bytes"), default="gemma")
+  parser.add_argument("--whitespace", choices=("compact", "single", "flexible"),
+                      default="compact")
+  parser.add_argument("--time-limit", type=float, default=60.0,
+                      help="seconds per compile (CompileOptions.max_seconds; default 60)")
+  parser.add_argument("--random-tokenizations", type=int, default=2)
+  parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir)
+  parser.add_argument("--out", default=None,
+                      help="default: benchmarks/results/schema_corpus[_bytes].json")
+  args = parser.parse_args(argv)
+  if args.out is None:
+    suffix = "" if args.vocab == "gemma" else f"_{args.vocab}"
+    args.out = os.path.join(_REPO, "benchmarks", "results", f"schema_corpus{suffix}.json")
+  return args
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  corpus = load_corpus(args.corpus_dir)
+  vocab, speller = suite.make_speller(args.vocab, args.random_tokenizations)
+  compiler = cd.Compiler(vocab, cd.CompileOptions(max_seconds=args.time_limit,
+                                                  cache_dir=args.cache_dir))
+  load_start, start = os.getloadavg(), time.time()
+  compiler.compile(cd.JsonSchema(_WARM_UP, whitespace=args.whitespace))
+  rows = []
+  for name, entry in corpus.items():
+    row = run_schema(compiler, speller, name, entry, whitespace=args.whitespace,
+                     time_limit=args.time_limit)
+    rows.append(row)
+    print(f"{name}: {row['status']} in {row['compile_s']:.2f} s {row['verdicts']}"
+          f"{' ' + row['error'] if row['error'] else ''}", flush=True)
+  compiled = [r for r in rows if r["status"] == "compiled"]
+  summary = {
+      "schemas": len(rows),
+      "status": dict(collections.Counter(r["status"] for r in rows)),
+      "refusals_by_error": dict(collections.Counter(
+          r["error"].split(":")[0] for r in rows if r["status"] == "refused")),
+      "compile_s": percentiles([r["compile_s"] for r in compiled]),
+      "table_bytes": percentiles([r["table_bytes"] for r in compiled]),
+      "instances": sum(r["valid"] + r["invalid"] for r in compiled),
+      "verdicts": dict(sum((collections.Counter(r["verdicts"]) for r in rows),
+                           collections.Counter())),
+      "corpus_errors": sum(len(r["corpus_errors"]) for r in rows),
+      "schemas_with_schema_order_objects": sum(bool(r["schema_order_objects"])
+                                               for r in rows),
+      "narrowed_by_reason": dict(collections.Counter(
+          n["reason"] for r in rows for n in r["narrowings"])),
+  }
+  print()
+  print(markdown(rows))
+  print()
+  print(json.dumps(summary, indent=1))
+  for r in rows:
+    for w in r["wrong"]:
+      print(f"WRONG {w['verdict']}: {r['name']}: {w['text'][:100]}")
+    for e in r["corpus_errors"]:
+      print(f"CORPUS {r['name']}: {e}")
+  meta = {"vocab": args.vocab, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
+          "time_limit_s": args.time_limit, "random_tokenizations": speller.num_random,
+          "wall_s": time.time() - start, "load_average_start": load_start,
+          "load_average_end": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  with open(args.out, "w", encoding="utf-8") as f:
+    json.dump({"meta": meta, "summary": summary, "schemas": rows}, f, indent=1,
+              ensure_ascii=False)
+  print(f"\nwrote {args.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
