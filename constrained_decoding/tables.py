@@ -31,7 +31,19 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
   state_terminals int32 [S, R, 2]  (terminal id, target) per state in precedence order,
                                -1 padded; consulted only when no explicit edge matches;
                                terminal edges never touch the stack
+  terminal_counts int32 [T]    -1 for an ordinary terminal; else the row of
+                               `token_counts` that makes it a *counting* terminal (below)
+  token_counts  int8   [C, V]  per counted character class, how many characters each
+                               token spells (0 for tokens outside the class); C = 0
+                               unless some terminal counts
   stack_depth   static int     D, the stack capacity of a row (0 for regular tables)
+
+Relative targets (counted repetitions, `automata/_counting.py`). An explicit edge whose
+target is `RELATIVE - k` (k >= 0, so at most -2) leads from state q to q + k; a counting
+terminal's target field is a stride s, and it leads from q to q + s * token_counts[c, t]
+for token t. The states of a counted chain `X{n,m}` are numbered position by position, so
+the middle positions of a long chain share one edge group (`state_groups` points them
+at it) and one mask row: tables grow with the longest token, not with m.
 
 A regular constraint (token DFA) has one group per state (K = 1, G = S), pops nothing
 and pushes nothing (P = Q = 0). A grammar (token-level push-down automaton, Alg. 3)
@@ -69,12 +81,14 @@ import numpy as np
 
 PAD_TOKEN = np.iinfo(np.int32).max
 NO_STATE = -1
+# Explicit edge targets <= RELATIVE are relative: `RELATIVE - k` leads from q to q + k.
+RELATIVE = -2
 DEFAULT_MIN_BUCKET = 8
 
 _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask",
                  "group_pops", "group_num_pops", "edge_start", "edge_tokens", "edge_targets",
                  "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",
-                 "state_terminals")
+                 "state_terminals", "terminal_counts", "token_counts")
 _META_FIELDS = ("vocab_size", "stack_depth")
 
 
@@ -109,6 +123,8 @@ class ConstraintTables:
   eos_bits: Any
   terminal_bits: Any
   state_terminals: Any
+  terminal_counts: Any
+  token_counts: Any
   vocab_size: int
   stack_depth: int = 0
 
@@ -380,6 +396,8 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
       push_lengths=np.asarray(a.push_lengths, np.int32),
       eos_bits=bitmask(np.asarray(vocab.eos_ids, np.int64), vocab.vocab_size),
       terminal_bits=terminal_bits, state_terminals=state_terminals,
+      terminal_counts=np.full(terminal_bits.shape[0], NO_STATE, np.int32),
+      token_counts=np.zeros((0, vocab.vocab_size), np.int8),
       vocab_size=vocab.vocab_size, stack_depth=stack_depth)
 
 
@@ -473,12 +491,22 @@ def _used_sizes(t: ConstraintTables) -> tuple[int, int, int, int, int]:
     frontier = nxt[~seen[nxt]]
     seen[frontier] = True
   s = int(np.nonzero(seen)[0].max()) + 1
+  if _has_relative_targets(t):  # Relative targets are not followed above: every state
+    # with a group is real (counted chains number their states before the padding).
+    with_group = np.flatnonzero((t.state_groups >= 0).any(axis=1))
+    s = max(s, int(with_group.max(initial=-1)) + 1)
   used_groups = t.state_groups[:s]
   g = int(used_groups.max(initial=-1)) + 1
   e = int(t.edge_start[g])
   m = int(t.group_mask[:g].max(initial=0)) + 1
   u = int(t.edge_pushes[:e].max(initial=0)) + 1
   return s, g, e, m, u
+
+
+def _has_relative_targets(t: ConstraintTables) -> bool:
+  """Whether `t` has relative edges or counting terminals (counted chains)."""
+  return bool(np.asarray(t.token_counts).shape[0]) or bool(
+      (np.asarray(t.edge_targets) <= RELATIVE).any())
 
 
 def _pad_columns(array: np.ndarray, width: int) -> np.ndarray:
@@ -536,9 +564,11 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
       push_lengths=np.zeros(u_tot, np.int32),
       terminal_bits=np.zeros((bucket_size(sum(t_used), 1), w), np.uint32),
       state_terminals=np.full((s_pad, r_pad, 2), NO_STATE, np.int32),
+      terminal_counts=np.full(bucket_size(sum(t_used), 1), NO_STATE, np.int32),
+      token_counts=np.concatenate([t.token_counts for t in tables]).astype(np.int8),
   )
   starts = []
-  s_off = g_off = e_off = m_off = u_off = t_off = 0
+  s_off = g_off = e_off = m_off = u_off = t_off = c_off = 0
 
   def shift(values, offset):
     return np.where(values >= 0, values + offset, NO_STATE)
@@ -554,21 +584,29 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
     out["group_num_pops"][g_off:g_off + g] = t.group_num_pops[:g]
     out["edge_start"][g_off:g_off + g + 1] = t.edge_start[:g + 1] + e_off
     out["edge_tokens"][e_off:e_off + e] = t.edge_tokens[:e]
-    out["edge_targets"][e_off:e_off + e] = t.edge_targets[:e] + s_off
+    targets = t.edge_targets[:e]  # Relative targets (<= RELATIVE) need no offset.
+    out["edge_targets"][e_off:e_off + e] = np.where(targets >= 0, targets + s_off, targets)
     out["edge_pushes"][e_off:e_off + e] = t.edge_pushes[:e] + u_off
     out["push_symbols"][u_off:u_off + u] = _pad_columns(shift(t.push_symbols[:u], s_off),
                                                         q_pad)
     out["push_lengths"][u_off:u_off + u] = t.push_lengths[:u]
     out["terminal_bits"][t_off:t_off + n_t] = t.terminal_bits[:n_t]
+    counts = np.asarray(t.terminal_counts[:n_t])
+    out["terminal_counts"][t_off:t_off + n_t] = np.where(counts >= 0, counts + c_off, NO_STATE)
     terms = t.state_terminals[:s]
+    # A counting terminal's target field is a stride, not a state: not offset.
+    counting = np.asarray(t.terminal_counts)[np.maximum(terms[..., 0], 0)] >= 0
+    offset = np.stack([np.full(counting.shape, t_off, np.int32),
+                       np.where(counting, 0, s_off).astype(np.int32)], axis=-1)
     out["state_terminals"][s_off:s_off + s, :terms.shape[1]] = np.where(
-        terms >= 0, terms + np.array([t_off, s_off], np.int32), NO_STATE)
+        terms >= 0, terms + offset, NO_STATE)
     s_off += s
     g_off += g
     e_off += e
     m_off += m
     u_off += u
     t_off += n_t
+    c_off += t.token_counts.shape[0]
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
                           eos_bits=first.eos_bits, vocab_size=first.vocab_size,
                           stack_depth=max(t.stack_depth for t in tables), **out)

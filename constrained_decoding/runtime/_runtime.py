@@ -18,6 +18,10 @@ Public functions:
   allowed_bits(tables, state)     the same, packed into uint32 [B, ceil(V / 32)].
   mask_logits(tables, state, logits)  -inf where not allowed.
   advance(tables, state, tokens)  consume one token per row.
+
+Counted chains (`X{n,m}`) use relative targets (`tables.py`): an explicit edge may lead
+to the state plus a fixed offset, a counting terminal to the state plus a stride times
+the token's character count (one more gather, only in tables that have one).
 """
 
 import jax
@@ -26,6 +30,7 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
+from constrained_decoding.tables import RELATIVE
 from constrained_decoding.tables import ConstraintTables
 
 
@@ -247,7 +252,10 @@ def advance(
   k = jnp.argmax(hit, axis=1)[:, None]
   slot = jnp.take_along_axis(slot, k, axis=1)[:, 0]
   group = jnp.take_along_axis(groups, k, axis=1)[:, 0]
-  target = jnp.where(found, tables.edge_targets[slot], state.state)
+  target = tables.edge_targets[slot]
+  # Targets <= RELATIVE (-2) are relative (counted chains, `tables.py`): q + RELATIVE - t.
+  target = jnp.where(target >= 0, target, state.state + RELATIVE - target)
+  target = jnp.where(found, target, state.state)
   num_pops = jnp.where(found, tables.group_num_pops[group], 0)
   push = jnp.where(found, tables.edge_pushes[slot], 0)
   # Terminal edges, in precedence order, for tokens without an explicit edge: all R of
@@ -258,8 +266,14 @@ def advance(
   hit &= terminal[..., 0] >= 0
   first = jnp.argmax(hit, axis=1)[:, None]
   term_found = hit.any(axis=1) & in_range & ~is_eos & ~found
-  target = jnp.where(term_found, jnp.take_along_axis(terminal[..., 1], first, axis=1)[:, 0],
-                     target)
+  term_target = jnp.take_along_axis(terminal[..., 1], first, axis=1)[:, 0]
+  if tables.token_counts.shape[0]:  # Static: tables without counted chains skip this.
+    # A counting terminal's target field is a stride: q + stride * characters of the token.
+    term_id = jnp.maximum(jnp.take_along_axis(terminal[..., 0], first, axis=1)[:, 0], 0)
+    row = tables.terminal_counts[term_id]
+    count = tables.token_counts[jnp.maximum(row, 0), safe].astype(jnp.int32)
+    term_target = jnp.where(row >= 0, state.state + term_target * count, term_target)
+  target = jnp.where(term_found, term_target, target)
   found |= term_found
   end = is_eos & _end_allowed(tables, state)
   active = ~(state.done | state.error)

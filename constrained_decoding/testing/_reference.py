@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 
-from constrained_decoding.tables import PAD_TOKEN, ConstraintTables
+from constrained_decoding.tables import PAD_TOKEN, RELATIVE, ConstraintTables
 
 
 def _matching_groups(tables: ConstraintTables, state: int, stack: tuple[int, ...]):
@@ -74,11 +74,17 @@ def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int,
       push = int(np.asarray(tables.edge_pushes)[slot])
       length = int(np.asarray(tables.push_lengths)[push])
       pushed = tuple(int(x) for x in np.asarray(tables.push_symbols)[push, :length])
-      return int(np.asarray(tables.edge_targets)[slot]), stack[:len(stack) - n] + pushed
+      target = int(np.asarray(tables.edge_targets)[slot])
+      if target <= RELATIVE:  # Relative: the state plus RELATIVE - target.
+        target = state + RELATIVE - target
+      return target, stack[:len(stack) - n] + pushed
   for terminal, target in np.asarray(tables.state_terminals)[state]:
     if terminal >= 0 and 0 <= token < tables.vocab_size:
       word = int(np.asarray(tables.terminal_bits)[terminal, token // 32])
       if (word >> (token % 32)) & 1:
+        row = int(np.asarray(tables.terminal_counts)[terminal])
+        if row >= 0:  # Counting terminal: the target field is a stride.
+          return state + int(target) * int(np.asarray(tables.token_counts)[row, token]), stack
         return int(target), stack
   return None
 
