@@ -8,6 +8,8 @@ spellings rewritten to 2020-12 (`dependencies`, array-form `items`,
 
 import fractions
 import json
+import re
+import urllib.parse
 
 from constrained_decoding import errors
 
@@ -129,6 +131,26 @@ def _items(schema: dict):
 
 
 _LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _own_id(node) -> str | None:
+  """The `$id` (draft-04: `id`) of a subschema that names a resource (not `#anchor`)."""
+  if not isinstance(node, dict):
+    return None
+  ident = node.get("$id", node.get("id") if not isinstance(node.get("id"), dict) else None)
+  return ident if isinstance(ident, str) and not ident.startswith("#") else None
+
+
+def _join_uri(base: str, ref: str) -> str:
+  """`ref` resolved against `base` (RFC 3986; URNs and other opaque URIs as they are)."""
+  if _SCHEME.match(ref):
+    return ref
+  if ref.startswith("#"):
+    return base.partition("#")[0] + ref
+  if _SCHEME.match(base) and "/" not in base.split(":", 1)[1][:1]:
+    return ref  # An opaque base (urn:...) has no relative references.
+  return urllib.parse.urljoin(base, ref)
 
 
 def _legacy_draft(root) -> bool:

@@ -207,7 +207,9 @@ from constrained_decoding.constraints._json_keywords import (  # pylint: disable
     _exact,
     _has_type,
     _intersect_types,
+    _join_uri,
     _legacy_draft,
+    _own_id,
     _items,
     _json_type,
     _lazy_all_of,
@@ -225,6 +227,8 @@ from constrained_decoding.constraints._json_keywords import (  # pylint: disable
 from constrained_decoding.constraints._json_formats import FORMATS, format_ir, pattern_ir
 
 _log = logging.getLogger(__name__)
+# Keywords whose values are JSON data, not subschemas (no `$id` or anchors inside).
+_NOT_SCHEMAS = ("enum", "const", "default", "examples")
 
 # Most IR nodes an any-order object may hold (members times the subsets each is written
 # from, `_json_objects`); past it the object keeps schema order.
@@ -307,7 +311,7 @@ class _Lowerer:
   def __init__(self, root, options: SchemaOptions):
     self.root = root
     self.legacy_ref = _legacy_draft(root)
-    self._anchors: tuple[dict[str, str], bool] | None = None  # See `_anchor_index`.
+    self._anchors: tuple | None = None  # See `_resource_index`.
     self.options = options
     self.ws = options.whitespace
     self.ignored: list[str] = []
@@ -382,18 +386,21 @@ class _Lowerer:
     return {k: v for k, v in schema.items() if k not in dropped}
 
   def _local_ref(self, schema: dict, pointer: str) -> dict:
-    """`schema` with its reference as a local JSON pointer in `$ref`.
+    """`schema` with its reference as a JSON pointer from the root in `$ref`.
 
-    Reads anchors (`#name` for `$anchor`, `$dynamicAnchor` or a draft-07 `$id:
-    "#name"`), URIs that name the root's `$id`, and `$recursiveRef`/`$dynamicRef`,
-    which resolve statically when the document embeds no other resource (`$id`); with
-    draft-04/06/07 `$schema`, `$ref` overrides its siblings.
+    A `$ref` is a URI reference resolved against the base URI of where it sits (the
+    `$id`s of the enclosing resources, RFC 3986): a resource of this document, a JSON
+    pointer in it, or an anchor of it (`$anchor`, `$dynamicAnchor`, draft-07
+    `$id: "#name"`). `$recursiveRef`/`$dynamicRef` resolve statically when the document
+    embeds no other resource. With a draft-04/06/07 `$schema`, `$ref` overrides its
+    siblings. A reference to another document is left as is (`_resolve` refuses it).
     """
     out = dict(schema)
+    resources, anchors, embedded = self._resource_index()
     for key in ("$recursiveRef", "$dynamicRef"):
       if key in out:
         where = _pointer(pointer, key)
-        if self._anchor_index()[1] or "$ref" in out:
+        if embedded or "$ref" in out:
           self.unsupported(where, (
               f"{key} at {where} resolves through the dynamic scope of embedded resources"
               " ($id), which is not supported. Expected a single-resource schema. Use"
@@ -404,40 +411,66 @@ class _Lowerer:
     if "$ref" not in out or not isinstance(out["$ref"], str):
       return out
     ref = out["$ref"]
-    root_id = self.root.get("$id", self.root.get("id")) if isinstance(self.root, dict) else None
-    if isinstance(root_id, str) and "#" in ref and ref.split("#")[0] in (
-        root_id.split("#")[0], root_id.split("#")[0].rsplit("/", 1)[-1]):
-      ref = "#" + ref.split("#", 1)[1]
-    if ref.startswith("#") and len(ref) > 1 and not ref.startswith("#/"):
-      ref = self._anchor_index()[0].get(ref[1:], ref)
+    local = ref == "#" or ref.startswith("#/")
+    base = self._base_uri(pointer) if len(resources) > 1 or not local else None
+    if base is not None:  # Else a fragment of the only resource, the root: as it is.
+      document, _, fragment = _join_uri(base, ref).partition("#")
+      if document in resources:
+        target = resources[document]
+        if not fragment:
+          ref = target
+        elif fragment.startswith("/"):
+          ref = target + fragment if target != "#" else "#" + fragment
+        elif (document, fragment) in anchors:
+          ref = anchors[document, fragment]
     out["$ref"] = ref
     if self.legacy_ref:
       out = {k: v for k, v in out.items() if k in ("$ref", *_DEFINITIONS)}
     return out
 
-  def _anchor_index(self) -> tuple[dict[str, str], bool]:
-    """(anchor name -> JSON pointer, whether the document embeds `$id` resources)."""
+  def _base_uri(self, pointer: str) -> str:
+    """The base URI at `pointer` (a JSON pointer from the root): the root's `$id`,
+    joined with the `$id` of every enclosing subschema."""
+    node = self.root
+    base = _join_uri("", _own_id(node) or "")
+    for token in pointer[2:].split("/") if pointer.startswith("#/") else ():
+      token = token.replace("~1", "/").replace("~0", "~")
+      if isinstance(node, dict) and token in node:
+        node = node[token]
+      elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+        node = node[int(token)]
+      else:
+        break
+      if _own_id(node):
+        base = _join_uri(base, _own_id(node))
+    return base.partition("#")[0]
+
+  def _resource_index(self) -> tuple[dict[str, str], dict[tuple[str, str], str], bool]:
+    """(resource URI -> pointer, (resource URI, anchor) -> pointer, whether the
+    document embeds resources other than the root)."""
     if self._anchors is None:
-      anchors, embedded = {}, False
-      todo = [(self.root, "#")]
+      root_base = _join_uri("", _own_id(self.root) or "").partition("#")[0]
+      resources, anchors, embedded = {root_base: "#"}, {}, False
+      todo = [(self.root, "#", root_base)]
       while todo:
-        node, where = todo.pop()
+        node, where, base = todo.pop()
         if isinstance(node, dict):
           ident = node.get("$id", node.get("id"))
           if isinstance(ident, str) and where != "#":
             if ident.startswith("#"):
-              anchors.setdefault(ident[1:], where)
-            elif isinstance(node.get("$id"), str):
-              embedded = True  # Another resource: its anchors are not the root's.
-              continue
+              anchors.setdefault((base, ident[1:]), where)  # Draft-07 anchor.
+            elif _own_id(node):
+              base = _join_uri(base, ident).partition("#")[0]
+              resources.setdefault(base, where)
+              embedded = True
           for key in ("$anchor", "$dynamicAnchor"):
             if isinstance(node.get(key), str):
-              anchors.setdefault(node[key], where)
-          todo += [(v, _pointer(where, k)) for k, v in node.items()
-                   if isinstance(v, (dict, list)) and k not in ("enum", "const")]
+              anchors.setdefault((base, node[key]), where)
+          todo += [(v, _pointer(where, k), base) for k, v in node.items()
+                   if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
         elif isinstance(node, list):
-          todo += [(v, _pointer(where, i)) for i, v in enumerate(node)]
-      self._anchors = (anchors, embedded)
+          todo += [(v, _pointer(where, i), base) for i, v in enumerate(node)]
+      self._anchors = (resources, anchors, embedded)
     return self._anchors
 
   def _check_unevaluated(self, merged: dict, pointer: str) -> dict:

@@ -1470,3 +1470,51 @@ def test_large_objects_keep_schema_order(caplog):
 def test_property_order_option_is_checked():
   with pytest.raises(ValueError, match=r"property_order is 'sorted'"):
     cd.JsonSchema({}, property_order="sorted")
+
+
+# ---- References: anchors, embedded resources, drafts. ----
+
+REF_CASES = [
+    # (schema, accepted, rejected)
+    ({"$defs": {"x": {"$anchor": "pos", "type": "integer", "minimum": 1}}, "$ref": "#pos"},
+     ["5"], ["0", '"a"']),
+    ({"$id": "http://example.com/root.json", "$defs": {"x": {"type": "integer"}},
+      "$ref": "http://example.com/root.json#/$defs/x"}, ["5"], ['"a"']),
+    ({"$id": "http://example.com/a/root.json",
+      "$defs": {"int": {"$id": "int.json", "type": "integer"},
+                "deep": {"$id": "sub/deep.json", "$defs": {"s": {"type": "string"}},
+                         "$ref": "#/$defs/s"}},
+      "properties": {"i": {"$ref": "int.json"}, "d": {"$ref": "sub/deep.json"},
+                     "e": {"$ref": "http://example.com/a/sub/deep.json#/$defs/s"}},
+      "type": "object"},
+     ['{"i":1,"d":"x","e":"y"}'], ['{"i":"1"}', '{"d":1}', '{"e":1}']),
+    ({"$schema": "http://json-schema.org/draft-07/schema#",
+      "definitions": {"x": {"type": "integer"}}, "$ref": "#/definitions/x", "maximum": 3},
+     ["5", "2"], ['"a"']),  # Draft 7: $ref overrides its siblings.
+    ({"definitions": {"x": {"type": "integer"}}, "$ref": "#/definitions/x", "maximum": 3},
+     ["2"], ["5"]),  # 2020-12: siblings apply too.
+]
+
+
+@pytest.mark.parametrize("schema, accepted, rejected", REF_CASES)
+def test_references_resolve_as_the_specification_says(schema, accepted, rejected):
+  draft = (jsonschema.Draft7Validator if "draft-07" in schema.get("$schema", "")
+           else jsonschema.Draft202012Validator)
+  validator = draft(schema)
+  dfa = _dfa(cd.JsonSchema(schema))
+  for text in accepted:
+    assert validator.is_valid(json.loads(text)) and dfa.accepts(text.encode()), text
+  for text in rejected:
+    assert not validator.is_valid(json.loads(text)) and not dfa.accepts(text.encode()), text
+
+
+def test_recursive_ref_resolves_statically_in_one_resource():
+  vocab = cd.Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [None],
+                                         eos_ids=[256])
+  schema = {"$recursiveAnchor": True, "type": "object",
+            "properties": {"k": {"$recursiveRef": "#"}}, "additionalProperties": False}
+  tables = cd.Compiler(vocab).compile(cd.JsonSchema(schema))
+  assert reference_accepts(tables, list(b'{"k":{"k":{}}}'))
+  assert not reference_accepts(tables, list(b'{"k":{"j":{}}}'))
+  with pytest.raises(cd.UnsupportedSchemaError, match=r"\$recursiveRef at #/properties/k"):
+    cd.JsonSchema({**schema, "$defs": {"o": {"$id": "other.json"}}}).pushdown_grammar()
