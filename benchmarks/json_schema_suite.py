@@ -16,11 +16,11 @@ is expected to tell its validator the dialect: draft-07 schemas without one get
 `"$schema": "http://json-schema.org/draft-07/schema#"` (which `cd.JsonSchema` reads:
 a `$ref` there overrides its siblings).
 
-Each instance of a compiled case is serialized in every form the whitespace policy
+Each instance of a compiled case is serialized in the layouts the whitespace policy
 admits (compact `json.dumps(separators=(",", ":"))` for the default `compact`, the
-spaced `json.dumps` default for `single`, both for `flexible`; each with and without
-`ensure_ascii`, and with integral floats written as integers, `1.0` -> `1`: the same
-JSON value) and each text tokenized canonically (the vocabulary's own tokenizer where
+spaced `json.dumps` default for `single`, both for `flexible`), the first of them
+canonical, then as other texts of the same JSON value (`serializations`: escapes,
+`1.0` as `1`, `-2` as `-2.0`, members reordered), and each text tokenized canonically (the vocabulary's own tokenizer where
 it has one: SentencePiece for Gemma; greedy longest match otherwise) and, with Gemma,
 in `--random-tokenizations` random ways (`TokenIndex`). The numpy reference walk
 (`reference_accepts`) then decides. Verdicts:
@@ -44,8 +44,8 @@ in `--random-tokenizations` random ways (`TokenIndex`). The numpy reference walk
   accepted_invalid   invalid, and some serialization accepted: wrong;
   inconsistent       two tokenizations of one text disagree: wrong (a token-level bug).
 
-  python benchmarks/json_schema_suite.py --vocab bytes   # about 2 minutes
-  python benchmarks/json_schema_suite.py                 # Gemma 3 vocabulary, slower
+  python benchmarks/json_schema_suite.py --vocab bytes   # about 10 s
+  python benchmarks/json_schema_suite.py                 # Gemma 3 vocabulary, ~2 min
 
 Writes `benchmarks/results/json_schema_suite.json` (per file counts, compile times,
 every wrong answer, refusal and crash) and prints a table.
@@ -234,19 +234,18 @@ class Speller:
   num_random: int = 0
   rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(0))
 
+  def __post_init__(self):
+    self._bytes_of = {i: b for b, ids in self.index.by_bytes.items() for i in ids}
+
   def canonical(self, text: str) -> list[int]:
+    """The tokenizer's ids for `text` when they spell it exactly (a control token such
+    as `<start_of_turn>` in the text would not), else greedy longest match."""
     data = text.encode("utf-8")
     if self.encode is not None:
       ids = list(self.encode(text))
-      if b"".join(self.index_bytes(i) for i in ids) == data:
+      if b"".join(self._bytes_of.get(i, b"\0\0no text") for i in ids) == data:
         return ids
     return self.index.longest_tokenization(data)
-
-  def index_bytes(self, token: int) -> bytes:
-    return self._bytes_of.get(token, b"\0\0invalid")
-
-  def __post_init__(self):
-    self._bytes_of = {i: b for b, ids in self.index.by_bytes.items() for i in ids}
 
   def tokenizations(self, text: str) -> list[list[int]]:
     """The canonical tokenization first, then distinct random ones."""
