@@ -21,6 +21,7 @@ _ANNOTATIONS = frozenset({
     "id",  # Draft-04's `$id`.
     # Identifiers and vocabulary declarations: they name places, they assert nothing.
     "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
+    "$resolved",  # Internal: this `$ref` is a JSON pointer from the root already.
 })
 _DEFINITIONS = frozenset({"$defs", "definitions"})
 _NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS

@@ -39,7 +39,7 @@ _ANNOTATIONS_AND_DEFS = frozenset({
     "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType",
     "contentSchema", "discriminator", "$anchor", "$dynamicAnchor", "$recursiveAnchor",
     "$vocabulary", "$defs", "definitions", "format",  # Unknown formats: annotations.
-    "$fromNot",
+    "$fromNot", "$resolved",
 })
 _MAX_ONE_OF = 8  # Most `oneOf` alternatives made exact (n * (n - 1) negations).
 

@@ -408,7 +408,7 @@ class _Lowerer:
           out.pop(key)
         else:
           out["$ref"] = out.pop(key)
-    if "$ref" not in out or not isinstance(out["$ref"], str):
+    if "$ref" not in out or not isinstance(out["$ref"], str) or out.get("$resolved"):
       return out
     ref = out["$ref"]
     local = ref == "#" or ref.startswith("#/")
@@ -423,9 +423,9 @@ class _Lowerer:
           ref = target + fragment if target != "#" else "#" + fragment
         elif (document, fragment) in anchors:
           ref = anchors[document, fragment]
-    out["$ref"] = ref
+    out["$ref"], out["$resolved"] = ref, True  # Resolved once: `_check` runs again.
     if self.legacy_ref:
-      out = {k: v for k, v in out.items() if k in ("$ref", *_DEFINITIONS)}
+      out = {k: v for k, v in out.items() if k in ("$ref", "$resolved", *_DEFINITIONS)}
     return out
 
   def _base_uri(self, pointer: str) -> str:
@@ -441,8 +441,8 @@ class _Lowerer:
         node = node[int(token)]
       else:
         break
-      if _own_id(node):
-        base = _join_uri(base, _own_id(node))
+      if _own_id(node) and not (self.legacy_ref and "$ref" in node):
+        base = _join_uri(base, _own_id(node))  # Draft 7: `$ref` hides its siblings.
     return base.partition("#")[0]
 
   def _resource_index(self) -> tuple[dict[str, str], dict[tuple[str, str], str], bool]:
@@ -459,7 +459,7 @@ class _Lowerer:
           if isinstance(ident, str) and where != "#":
             if ident.startswith("#"):
               anchors.setdefault((base, ident[1:]), where)  # Draft-07 anchor.
-            elif _own_id(node):
+            elif _own_id(node) and not (self.legacy_ref and "$ref" in node):
               base = _join_uri(base, ident).partition("#")[0]
               resources.setdefault(base, where)
               embedded = True
