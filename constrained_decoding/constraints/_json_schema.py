@@ -67,11 +67,13 @@ not generated):
 * Property order (`property_order`). `"any"` (default): the declared properties
   (`properties`, then `required` and `dependentRequired` names that `properties` does
   not declare) in any order, each at most once, `required` and `dependentRequired`
-  enforced, additional properties anywhere between them (`_json_objects.py`: an
-  automaton over the set of declared keys written, exact). It writes each value about
-  2^(n-1) times for n members, so an object whose members would exceed
-  `MAX_ANY_ORDER_SIZE` IR nodes, one with `minProperties`/`maxProperties`, or one with
-  a recursive member keeps schema order (logged; `dependentRequired` there raises).
+  enforced, additional properties before and after them but not between two declared
+  ones (`_json_objects.py`: an automaton over the set of declared keys written). It
+  writes each value about 2^(n-1) times for n members, so an object whose copies would
+  exceed `MAX_ANY_ORDER_SIZE` IR nodes or `MAX_ANY_ORDER_WIDE` (12) string bodies and
+  schema-free values (3 string members fit, 4 do not), one with
+  `minProperties`/`maxProperties`, or one with a recursive member keeps schema order
+  (logged; `dependentRequired` there raises).
   `"schema"`: declared properties in schema order, optional ones skippable,
   additional properties only after them (linear size). Additional properties have keys
   that are any string except the declared keys; two additional properties may share a
@@ -232,7 +234,11 @@ _NOT_SCHEMAS = ("enum", "const", "default", "examples")
 
 # Most IR nodes an any-order object may hold (members times the subsets each is written
 # from, `_json_objects`); past it the object keeps schema order.
-MAX_ANY_ORDER_SIZE = 2_000
+MAX_ANY_ORDER_SIZE = 10_000
+# Most copies of string bodies and schema-free values an any-order object may hold
+# (`_json_objects.wide_parts`): each costs ~10 ms and ~200 KiB once composed with
+# Gemma 3's vocabulary. `dependentRequired` is exempt (the alternative is refusing it).
+MAX_ANY_ORDER_WIDE = 12
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
 # Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
 MAX_UNIQUE_VALUES = 8
@@ -1294,7 +1300,7 @@ class _Lowerer:
                  pointer: str) -> tuple[ir.Node, bool] | None:
     """Members in any order (`_json_objects`), or None to keep schema order.
 
-    Schema order is kept for objects past `MAX_ANY_ORDER_SIZE` and for members that
+    Schema order is kept for objects past `MAX_ANY_ORDER_SIZE`/`_WIDE` and for members that
     call a recursive rule (a subset automaton would be written out as an expression);
     `dependentRequired` needs the subsets, so there it raises instead.
     """
@@ -1304,7 +1310,8 @@ class _Lowerer:
     if not any(_grammar_passes.has_rule_ref(member, memo) for _, member, _ in members):
       result = _json_objects.any_order_members(
           members, extra, self.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
-          0 if extra is None else _json_objects.ir_size(extra))
+          0 if extra is None else _json_objects.ir_size(extra),
+          None if depends else MAX_ANY_ORDER_WIDE)
     if result is None and depends:
       where = _pointer(pointer, "dependentRequired")
       self.unsupported(where, (
@@ -1317,8 +1324,9 @@ class _Lowerer:
       return self._any_order(members, extra, {}, pointer)
     if result is None and self.options.property_order == "any":
       _log.info("JSON Schema: the object at %s keeps schema order (%d members: any order"
-                " would exceed %d IR nodes, or a member is recursive).", pointer,
-                len(members), MAX_ANY_ORDER_SIZE)
+                " would exceed %d IR nodes or %d string bodies, or a member is"
+                " recursive).", pointer, len(members), MAX_ANY_ORDER_SIZE,
+                MAX_ANY_ORDER_WIDE)
     return result
 
   def _lower_contains(self, schema: dict, pointer: str) -> ir.Node:

@@ -300,11 +300,11 @@ class JsonSchema:
       additional property values).
     max_whitespace: Longest whitespace run under `flexible`.
     property_order: `any` (default): declared properties in any order, each at most
-      once, additional ones anywhere; exact, with about 2^(n-1) copies of each of the
-      n members' values, so an object past `MAX_ANY_ORDER_SIZE` IR nodes (or with a
-      recursive member) keeps schema order. `schema`: in the order `properties` lists
-      them, additional ones last: linear in the schema, shorter tables, deterministic
-      order.
+      once, additional ones before or after them; about 2^(n-1) copies of each of the
+      n members' values, so a large object (more than 3 string members, say) or one
+      with a recursive member keeps schema order (see `_json_schema.py`). `schema`: in
+      the order `properties` lists them, additional ones last: linear in the schema,
+      shorter tables, deterministic order.
   """
 
   schema: typing.Any

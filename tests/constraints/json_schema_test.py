@@ -437,7 +437,7 @@ def test_rpg_examples_by_hand():
   assert all(dfa.accepts(t.encode()) for t in good)
   assert not any(dfa.accepts(t.encode()) for t in bad)
   # The items are small objects: any order. The top level's five members, one a nested
-  # array, would exceed MAX_ANY_ORDER_SIZE in any order: it keeps schema order.
+  # array, would exceed the any-order budget: it keeps schema order.
   assert dfa.accepts(b'{"equipment":[{"quality":"Magic","name":"Axe"}]}')
   assert not dfa.accepts(b'{"life":1,"name":"x"}')
   assert not _dfa(cd.JsonSchema(RPG, strict_properties=True, property_order="schema")).accepts(
@@ -1411,7 +1411,7 @@ ORDER_CASES = [
                                        "shape": {"enum": ["circle", "square"]}},
       "required": ["shape", "radius"]},
      ['{"shape":"circle","radius":5}', '{"radius":5,"shape":"circle"}',
-      '{"$schema":"x","radius":5,"shape":"circle"}', '{"radius":5,"$schema":"x","shape":"circle"}',
+      '{"$schema":"x","radius":5,"shape":"circle"}', '{"radius":5,"shape":"circle","$schema":"x"}',
       '{"radius":5}', '{"shape":"circle"}', '{"shape":"circle","radius":"5"}']),
     ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
                                        "c": {"type": "boolean"}},
@@ -1451,7 +1451,10 @@ def test_any_order_never_repeats_a_declared_key():
   spec = cd.JsonSchema({"type": "object", "properties": {"a": {"type": "integer"},
                                                           "b": {"type": "integer"}}})
   dfa = _dfa(spec)
-  assert dfa.accepts(b'{"b":1,"a":2}') and dfa.accepts(b'{"b":1,"x":0,"a":2}')
+  assert dfa.accepts(b'{"b":1,"a":2}') and dfa.accepts(b'{"x":0,"b":1,"a":2,"y":3}')
+  # Additional members between declared ones: a documented narrowing (cost, see
+  # _json_objects.py), valid but not accepted.
+  assert not dfa.accepts(b'{"b":1,"x":0,"a":2}')
   assert not dfa.accepts(b'{"a":1,"b":2,"a":3}') and not dfa.accepts(b'{"b":1,"b":2}')
 
 
