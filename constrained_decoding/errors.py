@@ -78,3 +78,9 @@ class UnsupportedSchemaError(UnsupportedFeatureError):
   The message names the keyword and its JSON pointer (`#/properties/tags/uniqueItems`),
   or the dataclass field.
   """
+
+
+class DecodingArgumentError(ValueError):
+  """An argument of decoding is invalid: a `SamplingConfig` field, `max_new_tokens`,
+  prompts, or logits narrower than the constraint's vocabulary. Raised on the host,
+  before any device work."""

@@ -131,11 +131,7 @@ def _stack_per_row(constraints, n: int, model) -> tuple[ConstraintTables, np.nda
       raise TypeError(f"Constraint of prompt {row} is a {type(tables).__name__}. Expected "
                       f"ConstraintTables from cd.Compiler(vocab).compile(spec), or a spec "
                       f"(cd.Regex, cd.JsonSchema, cd.Json, cd.Dataclass, cd.Grammar).")
-    if tables.vocab_size > model.config.vocab_size:
-      raise ValueError(
-          f"The constraint of prompt {row} was compiled for {tables.vocab_size} tokens but "
-          f"the model has {model.config.vocab_size} logits. Expected a vocabulary of this "
-          f"model.")
+    _generate.check_logits_width(tables, model, f"The constraint of prompt {row}")
     if tables.num_constraints != 1:
       raise ValueError(f"Constraint of prompt {row} stacks {tables.num_constraints} "
                        f"constraints. Expected one compiled constraint per prompt (evaluate "
@@ -212,15 +208,16 @@ def evaluate(
     An `Evaluation`: one row per prompt, in order, and `summary()`.
 
   Raises:
-    ValueError, TypeError: On empty input, mismatched counts, or tables that do not
-      belong to the model's vocabulary (before any decoding).
+    DecodingArgumentError: Bad prompts, `max_new_tokens` outside [1, MAX_NEW_TOKENS]
+      or a bad `sampling` (before any compilation).
+    VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
+    ValueError, TypeError: On mismatched counts or other bad arguments (before any
+      decoding).
   """
-  prompts = list(prompts)
+  prompts = _generate.check_prompts(prompts, model.config.vocab_size)
   n = len(prompts)
-  if not n:
-    raise ValueError("evaluate got no prompts. Expected a list of prompts.")
-  if max_new_tokens < 1:
-    raise ValueError(f"max_new_tokens {max_new_tokens} is below 1. Expected >= 1.")
+  max_new_tokens = _generate.check_max_new_tokens(max_new_tokens)
+  _generate.check_sampling(sampling)
   if answers is not None and len(answers) != n:
     raise ValueError(f"Got {len(answers)} answers for {n} prompts. Expected one per prompt "
                      f"(None where there is no answer).")

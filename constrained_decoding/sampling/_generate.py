@@ -21,15 +21,20 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from constrained_decoding import runtime
 from constrained_decoding.runtime import _runtime as runtime_impl
 from constrained_decoding.models import _gemma3
+from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.errors import VocabularyMismatchError
 from constrained_decoding.sampling._methods import SamplingConfig, sample_tokens
 from constrained_decoding.tables import ConstraintTables, bucket_size, stack_tables
 
 _MIN_PROMPT_BUCKET = 16
+# Most tokens one request may generate per row: Gemma 3 270M's context length. The
+# token buffer and KV cache are allocated for the whole budget up front.
+MAX_NEW_TOKENS = 32_768
 
 
 @flax.struct.dataclass(kw_only=True)
@@ -169,6 +174,8 @@ def _step(params, tables, s: DecodeState, *, eos_ids, temperature, top_p, config
   if tables is not None:
     logits = runtime.mask_logits(tables, s.constraint, logits)
   token, rng = _sample(logits, s.rng, sampling, temperature, top_p)
+  if tables is not None:
+    token = allowed_or_lowest(tables, s.constraint, token)
   token = jnp.where(s.done, pad, token)
   constraint = s.constraint
   if tables is not None:
@@ -209,12 +216,38 @@ def forced_tokens(tables: ConstraintTables, cstate: runtime.ConstraintState,
   num_ends = jax.lax.population_count(bits & end_bits[None, :]).astype(jnp.int32).sum(axis=-1)
   forced = ((num_others == 1) & (num_ends == 0)) | ((num_others == 0) & (num_ends > 0))
   forced &= ~(cstate.done | cstate.error)
-  # The token: lowest set bit of the first non-zero word (of the others, or of the ends).
+  # The token: the lowest one of the others, or of the ends.
   pick = jnp.where((num_others > 0)[:, None], others, bits & end_bits[None, :])
-  word = jnp.argmax(pick != 0, axis=-1).astype(jnp.int32)
-  value = jnp.take_along_axis(pick, word[:, None], axis=-1)[:, 0]
+  return jnp.where(forced, _lowest_token(pick), -1)
+
+
+def _lowest_token(bits: UInt32[Array, "B W"]) -> Int[Array, "B"]:
+  """The lowest token id of each row's packed set: the lowest set bit of its first
+  non-zero word. O(W) per row."""
+  word = jnp.argmax(bits != 0, axis=-1).astype(jnp.int32)
+  value = jnp.take_along_axis(bits, word[:, None], axis=-1)[:, 0]
   low = jax.lax.population_count((value & (~value + jnp.uint32(1))) - jnp.uint32(1))
-  return jnp.where(forced, word * 32 + low.astype(jnp.int32), -1)
+  return word * 32 + low.astype(jnp.int32)
+
+
+def allowed_or_lowest(tables: ConstraintTables, cstate: runtime.ConstraintState,
+                      tokens: Int[Array, "B"]) -> Int[Array, "B"]:
+  """`tokens` where the constraint allows them; elsewhere the lowest allowed id.
+
+  The last line of defence of every decode loop: the sampler never picks a masked
+  token while some allowed logit is above -inf (NaNs count as -inf), so this changes a
+  token only when a row has no usable logit at all (the model produced NaN or -inf
+  for every allowed token). Such a row still follows its constraint, with a
+  deterministic choice, instead of being steered into `error`. O(W) per row on the
+  packed allowed set (which XLA shares with `mask_logits`'s).
+  """
+  bits = runtime_impl.allowed_bits(tables, cstate)  # uint32 [B, W]
+  words = bits.shape[-1]
+  in_range = (tokens >= 0) & (tokens < words * 32)
+  safe = jnp.where(in_range, tokens, 0)
+  word = jnp.take_along_axis(bits, (safe // 32)[:, None], axis=-1)[:, 0]
+  allowed = in_range & (((word >> (safe % 32).astype(jnp.uint32)) & 1) == 1)
+  return jnp.where(allowed, tokens, _lowest_token(bits))
 
 
 def _where_rows(rows: Bool[Array, "B"], new, old):
@@ -243,7 +276,7 @@ def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, t
   live = ~s.done & (s.lengths < limit)  # rows that take a token this iteration
   logits = runtime.mask_logits(tables, s.constraint, s.logits)
   token, rng = _sample(logits, s.rng, sampling, temperature, top_p)
-  token = jnp.where(live, token, pad)
+  token = jnp.where(live, allowed_or_lowest(tables, s.constraint, token), pad)
   constraint = _where_rows(live, runtime.advance(tables, s.constraint, token), s.constraint)
   done = s.done | (live & (_is_eos(token, eos_ids) | constraint.error))
   positions = jnp.where(live, s.prompt_lengths + s.lengths, -1)[:, None]  # -1: not written
@@ -310,15 +343,87 @@ def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, t
                    rng=rng)
 
 
-def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed):
-  """Host side: tokenize, left-pad to a bucket, stack per-row constraints."""
+def check_max_new_tokens(max_new_tokens, *, name: str = "max_new_tokens") -> int:
+  """`max_new_tokens` as an int, if it is one in [1, MAX_NEW_TOKENS]; else raises.
+
+  The bound keeps a typo from sizing a token buffer and KV cache of billions of
+  entries: the cache is allocated for the whole budget before the first token.
+  """
+  if (not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool)
+      or not 1 <= max_new_tokens <= MAX_NEW_TOKENS):
+    raise DecodingArgumentError(
+        f"{name} {max_new_tokens!r} is out of range. Expected an int in [1, "
+        f"{MAX_NEW_TOKENS}] (the KV cache is sized for it before decoding starts).")
+  return int(max_new_tokens)
+
+
+def check_sampling(sampling) -> SamplingConfig:
+  """`sampling`, if it is a `SamplingConfig` (whose fields it checked); else raises."""
+  if not isinstance(sampling, SamplingConfig):
+    raise DecodingArgumentError(f"sampling is a {type(sampling).__name__}. Expected a "
+                                f"cd.SamplingConfig(temperature=..., top_k=..., top_p=...).")
+  return sampling
+
+
+def check_prompts(prompts, vocab_size: int) -> list:
+  """`prompts` as a non-empty list of strings or token-id lists, checked; else raises."""
   if isinstance(prompts, str):
     prompts = [prompts]
+  if not isinstance(prompts, Sequence) or isinstance(prompts, bytes):
+    raise DecodingArgumentError(f"prompts is a {type(prompts).__name__}. Expected a string "
+                                f"or a list of strings (or of token-id lists).")
   if not prompts:
-    raise ValueError("generate got no prompts. Expected a string or a list of strings.")
-  if max_new_tokens < 1:
-    raise ValueError(f"max_new_tokens {max_new_tokens} is below 1. Expected >= 1.")
-  encoded = [p if isinstance(p, (list, tuple)) else model.encode(p) for p in prompts]
+    raise DecodingArgumentError("Got no prompts. Expected a string or a non-empty list of "
+                                "strings.")
+  for row, prompt in enumerate(prompts):
+    if isinstance(prompt, str):
+      continue
+    if not isinstance(prompt, (list, tuple, np.ndarray)):
+      raise DecodingArgumentError(f"Prompt {row} is a {type(prompt).__name__}. Expected a "
+                                  f"string or a list of token ids.")
+    ids = np.asarray(prompt)
+    if ids.ndim != 1 or not len(ids) or (ids.dtype.kind not in "iu") or (
+        ids.min() < 0 or ids.max() >= vocab_size):
+      raise DecodingArgumentError(
+          f"Prompt {row} {prompt!r:.80} is not a non-empty list of token ids. Expected "
+          f"ints in [0, {vocab_size}).")
+  return list(prompts)
+
+
+def check_logits_width(tables: ConstraintTables, model, where: str = "The constraint") -> None:
+  """Raises unless the model's logits cover every token id of the tables' vocabulary.
+
+  Wider logits are fine (padded embeddings: `mask_logits` forbids the extra columns);
+  narrower ones would cut the mask, so a row could have no allowed token.
+  """
+  if tables.vocab_size > model.config.vocab_size:
+    raise VocabularyMismatchError(
+        f"{where} was compiled for a vocabulary of {tables.vocab_size} tokens but the "
+        f"model has {model.config.vocab_size} logits. Expected tables compiled for this "
+        f"model's vocabulary (cd.Compiler(model.vocab)), whose width is at most the "
+        f"logits'.")
+
+
+def _check_constraint_ids(constraint_ids, batch: int, num_constraints: int) -> np.ndarray:
+  """`constraint_ids` as int32 [batch], each naming one of the stacked constraints.
+
+  Out-of-range ids would be clamped on the device: the row would silently follow
+  another constraint.
+  """
+  ids = np.asarray(constraint_ids)
+  if ids.shape != (batch,) or ids.dtype.kind not in "iu" or (
+      batch and (ids.min() < 0 or ids.max() >= num_constraints)):
+    raise DecodingArgumentError(
+        f"constraint_ids {constraint_ids!r:.80} do not name a constraint per row. "
+        f"Expected {batch} ints in [0, {num_constraints}).")
+  return ids.astype(np.int32)
+
+
+def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed):
+  """Host side: tokenize, left-pad to a bucket, stack per-row constraints."""
+  prompts = check_prompts(prompts, model.config.vocab_size)
+  encoded = [p if not isinstance(p, str) else model.encode(p) for p in prompts]
+  encoded = [[int(t) for t in ids] for ids in encoded]
   width = bucket_size(max(map(len, encoded)), _MIN_PROMPT_BUCKET)
   batch = len(encoded)
   tokens = np.zeros((batch, width), np.int32)
@@ -337,12 +442,10 @@ def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed):
                       f"ConstraintTables from cd.Compiler(vocab).compile(spec), a spec "
                       f"(cd.Regex, cd.JsonSchema, cd.Json, cd.Dataclass, cd.Grammar), or a "
                       f"list of them with one per prompt.")
-    if constraint.vocab_size > model.config.vocab_size:
-      raise ValueError(
-          f"The constraint was compiled for {constraint.vocab_size} tokens but the model "
-          f"has {model.config.vocab_size} logits. Expected a vocabulary of this model.")
+    check_logits_width(constraint, model)
     if constraint_ids is None:
       constraint_ids = np.zeros(batch, np.int32)
+    constraint_ids = _check_constraint_ids(constraint_ids, batch, constraint.num_constraints)
   if constraint is not None:
     constraint = jax.device_put(constraint)  # once, not at every call
   ids = jnp.asarray(np.zeros(batch, np.int32) if constraint_ids is None else constraint_ids,
@@ -429,6 +532,13 @@ def _completions(model, state: DecodeState, count: int,
   return out
 
 
+def _check_request(model, prompts, max_new_tokens, sampling) -> int:
+  """The host-boundary checks shared by every entry point; returns max_new_tokens."""
+  check_prompts(prompts, model.config.vocab_size)
+  check_sampling(sampling)
+  return check_max_new_tokens(max_new_tokens)
+
+
 def _num_prompts(prompts) -> int:
   return 1 if isinstance(prompts, str) else len(prompts)
 
@@ -468,7 +578,14 @@ def generate(
 
   Returns:
     One `Completion` per prompt, in order.
+
+  Raises:
+    DecodingArgumentError: Bad prompts, `max_new_tokens` outside [1, MAX_NEW_TOKENS],
+      or `sampling` not a `SamplingConfig` (before any compilation or device work).
+    VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
+    ConstraintError: A spec that does not compile (its subclasses say why).
   """
+  max_new_tokens = _check_request(model, prompts, max_new_tokens, sampling)
   constraint, specs = _compile_specs(model, constraint, _num_prompts(prompts))
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
                                     max_new_tokens, seed)
@@ -492,8 +609,13 @@ def generate_stream(
   The same jitted loop runs with a growing token limit, so the host sees tokens between
   chunks without any callback inside the loop. Bytes (not text) are yielded because a
   token may end inside a multi-byte character; buffer and decode them at the end.
-  `constraint` takes what `generate` takes (specs are compiled the same way).
+  `constraint` takes what `generate` takes (specs are compiled the same way), and
+  arguments are checked as `generate` checks them, before anything is compiled.
   """
+  max_new_tokens = _check_request(model, prompts, max_new_tokens, sampling)
+  if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+    raise DecodingArgumentError(f"chunk_size {chunk_size!r} is not a count. Expected an "
+                                f"int >= 1.")
   constraint, _ = _compile_specs(model, constraint, _num_prompts(prompts))
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
                                     max_new_tokens, seed)

@@ -10,13 +10,27 @@ Public names:
 """
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
+
+from constrained_decoding.errors import DecodingArgumentError
 
 # Forced tokens per model call for `SamplingConfig(jump_forward=True)`.
 DEFAULT_JUMP_FORWARD = 8
+# Most forced tokens per model call: the width of a static buffer in the decode loop.
+MAX_JUMP_FORWARD = 1024
+
+
+def _check_real(name: str, value) -> None:
+  """Raises unless `value` is a finite real number (not a bool, str, NaN or inf)."""
+  if (not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool)
+      or not math.isfinite(value)):
+    raise DecodingArgumentError(f"{name} {value!r} is not a finite number. Expected a "
+                                f"finite float.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -28,8 +42,11 @@ class SamplingConfig:
   SamplingConfig(temperature=0.7, top_p=0.95)   # nucleus sampling
   ```
 
+  Every field is checked here (`DecodingArgumentError`): a NaN or infinite
+  temperature would turn every logit into NaN.
+
   Attributes:
-    temperature: 0 means greedy (argmax); otherwise logits are divided by it.
+    temperature: 0 means greedy (argmax); otherwise logits are divided by it. Finite.
     top_k: Keep only the k most likely tokens (0: no limit).
     top_p: Keep the smallest set of most likely tokens whose probability reaches p
       (1.0: no limit).
@@ -47,17 +64,28 @@ class SamplingConfig:
   jump_forward: int = 0
 
   def __post_init__(self):
+    _check_real("temperature", self.temperature)
     if self.temperature < 0:
-      raise ValueError(f"temperature {self.temperature} is negative. Expected >= 0.")
+      raise DecodingArgumentError(
+          f"temperature {self.temperature} is negative. Expected a finite float >= 0 "
+          f"(0: greedy).")
+    if not isinstance(self.top_k, (int, np.integer)) or isinstance(self.top_k, bool):
+      raise DecodingArgumentError(f"top_k {self.top_k!r} is not an int. Expected an int "
+                                  f">= 0 (0: no limit).")
     if self.top_k < 0:
-      raise ValueError(f"top_k {self.top_k} is negative. Expected >= 0 (0: no limit).")
+      raise DecodingArgumentError(f"top_k {self.top_k} is negative. Expected >= 0 "
+                                  f"(0: no limit).")
+    _check_real("top_p", self.top_p)
     if not 0 < self.top_p <= 1:
-      raise ValueError(f"top_p {self.top_p} is outside (0, 1]. Expected a probability.")
+      raise DecodingArgumentError(f"top_p {self.top_p} is outside (0, 1]. Expected a "
+                                  f"probability (1.0: no limit).")
     if self.jump_forward is True:
       object.__setattr__(self, "jump_forward", DEFAULT_JUMP_FORWARD)
-    if not isinstance(self.jump_forward, int) or self.jump_forward < 0:
-      raise ValueError(f"jump_forward {self.jump_forward!r} is not a count. Expected an int "
-                       f">= 0 (0: off), the most forced tokens per model call.")
+    if (not isinstance(self.jump_forward, (int, np.integer)) or self.jump_forward < 0
+        or self.jump_forward > MAX_JUMP_FORWARD):
+      raise DecodingArgumentError(
+          f"jump_forward {self.jump_forward!r} is not a count. Expected an int in "
+          f"[0, {MAX_JUMP_FORWARD}] (0: off), the most forced tokens per model call.")
 
   @property
   def is_greedy(self) -> bool:
@@ -86,7 +114,13 @@ def sample_tokens(
 
   `temperature` and `top_p` override the config's values (pass arrays under jit so that
   changing them does not recompile); `config` decides greedy vs sampling and top-k.
+
+  NaN logits count as -inf (no evidence for the token), so a row never picks a
+  masked (-inf) token while some token is above -inf, whatever NaNs the model
+  produced. A row with every logit -inf or NaN gets an arbitrary id: the decode loops
+  replace it with an allowed token (`_generate.allowed_or_lowest`).
   """
+  logits = jnp.where(jnp.isnan(logits), jnp.asarray(-jnp.inf, logits.dtype), logits)
   if config.is_greedy:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
   logits = filter_logits(logits, config, temperature=temperature, top_p=top_p)
@@ -104,11 +138,18 @@ def filter_logits(
 
   Temperature, then top-k, then top-p (-inf outside the kept set). Not for greedy
   configs. Speculative sampling needs these distributions themselves, not just draws.
+  A -inf (masked) or NaN logit is -inf after scaling, whatever the temperature; an
+  unmasked one that scaling turns into NaN (a NaN temperature array) becomes 0.
   """
   temperature = config.temperature if temperature is None else temperature
   top_p = config.top_p if top_p is None else top_p
-  logits = logits.astype(jnp.float32) / temperature
+  logits = logits.astype(jnp.float32)
   neg_inf = jnp.asarray(-jnp.inf, logits.dtype)
+  masked = jnp.isnan(logits) | (logits == neg_inf)
+  scaled = logits / temperature
+  # NaN here (a NaN temperature array, inf / inf) carries no information: weight 0.
+  scaled = jnp.where(jnp.isnan(scaled), jnp.asarray(0, logits.dtype), scaled)
+  logits = jnp.where(masked, neg_inf, scaled)
   if config.top_k:
     k = min(config.top_k, logits.shape[-1])
     kth = jax.lax.top_k(logits, k)[0][..., -1:]

@@ -364,6 +364,18 @@ def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos
       logits = jax.vmap(runtime.mask_logits, in_axes=(None, 1, 1), out_axes=1)(
           tables, history.snapshots, logits)
     m, token = _accept(logits, q_logits, drafts, accept_key, sampling, temperature, top_p)
+    if tables is not None:
+      # Never accept a draft the constraint forbids (possible only when the target's
+      # logits are NaN or -inf wherever allowed): cut the accepted prefix before it,
+      # and let `allowed_or_lowest` below pick the token after the cut.
+      draft_ok = ~history.snapshots.error[:, 1:]  # slot j holds s_j, after draft j
+      num_ok = jnp.sum(jnp.cumprod(draft_ok, axis=1), axis=1).astype(jnp.int32)
+      token = jnp.where(m > num_ok, -1, token)
+      m = jnp.minimum(m, num_ok)
+    # Rewind the constraint to s_m (k - m draft steps back), where the new token goes.
+    _, rewound = runtime.rewind(history, draft_state, num_draft - m)
+    if tables is not None:
+      token = _generate.allowed_or_lowest(tables, rewound, token)
 
     active = ~s.done
     rows = jnp.arange(drafts.shape[0])
@@ -375,9 +387,7 @@ def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos
     tokens = s.tokens.at[rows[:, None], columns].set(committed, mode="drop")
     context_columns = jnp.where(keep, pos[:, None] + 1 + offsets, s.context.shape[1])
     context = s.context.at[rows[:, None], context_columns].set(committed, mode="drop")
-    # Rewind the constraint to s_m (k - m draft steps back), then take the new token.
-    _, constraint = runtime.rewind(history, draft_state, num_draft - m)
-    constraint = _advance(tables, constraint, token)
+    constraint = _advance(tables, rewound, token)
     constraint = _select_rows(active, constraint, s.constraint)
     num_generated = s.num_generated + jnp.where(active, m + 1, 0)
     is_eos = (committed[:, :, None] == eos_ids[None, None, :]).any(axis=2) & keep
@@ -420,6 +430,8 @@ def _start(draft_params, tables, first: _generate.DecodeState, prompt_tokens, eo
   rng, key = jax.random.split(first.rng)
   logits = _mask(tables, first.constraint, first.logits)
   token = sample_tokens(logits, key, sampling, temperature=temperature, top_p=top_p)
+  if tables is not None:
+    token = _generate.allowed_or_lowest(tables, first.constraint, token)
   constraint = _advance(tables, first.constraint, token)
   lengths = first.prompt_lengths
   positions = jnp.arange(width)[None, :] - (width - lengths)[:, None]
@@ -535,8 +547,7 @@ def generate_speculative(
   if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
     raise ValueError(f"num_draft_tokens {num_draft_tokens!r} is invalid. Expected an int >= 1.")
   _check_draft(model, draft)
-  if max_new_tokens < 1:
-    raise ValueError(f"max_new_tokens {max_new_tokens} is below 1. Expected >= 1.")
+  max_new_tokens = _generate._check_request(model, prompts, max_new_tokens, sampling)  # pylint: disable=protected-access
   # pylint: disable=protected-access
   constraint, specs = _generate._compile_specs(model, constraint, _generate._num_prompts(prompts))
   # Room for a round's overshoot: up to k + 1 tokens past the budget, in the token

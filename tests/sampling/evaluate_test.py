@@ -125,8 +125,8 @@ def test_on_batch_reports_every_row_in_order(greedy_run):
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    (dict(prompts=[]), ValueError, r"evaluate got no prompts"),
-    (dict(max_new_tokens=0), ValueError, r"max_new_tokens 0 is below 1"),
+    (dict(prompts=[]), ValueError, r"Got no prompts"),
+    (dict(max_new_tokens=0), ValueError, r"max_new_tokens 0 is out of range"),
     (dict(answers=["a"]), ValueError, r"Got 1 answers for 2 prompts"),
     (dict(batch_size=0), ValueError, r"batch_size 0 is below 1"),
     (dict(devices=[]), ValueError, r"empty device list"),
@@ -146,5 +146,5 @@ def test_constraint_errors(random_model, gemma_compiler):
     cd.evaluate(random_model, ["a"], [cd.stack_tables([a, a])])
   narrow_model = models.Gemma3.random(models.Gemma3Config.tiny(vocab_size=300),
                                       tokenizer=None, vocab=random_model.vocab, bos_id=2)
-  with pytest.raises(ValueError, match=r"compiled for 262144 tokens but the model has 300"):
+  with pytest.raises(ValueError, match=r"compiled for a vocabulary of 262144 tokens but the model has 300"):
     cd.evaluate(narrow_model, [[2, 5]], [a])

@@ -87,8 +87,8 @@ def test_decode_loop_is_one_while_without_callbacks(random_model, gemma_compiler
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    (dict(prompts=[]), ValueError, r"generate got no prompts"),
-    (dict(prompts="a", max_new_tokens=0), ValueError, r"max_new_tokens 0 is below 1"),
+    (dict(prompts=[]), ValueError, r"Got no prompts"),
+    (dict(prompts="a", max_new_tokens=0), ValueError, r"max_new_tokens 0 is out of range"),
     (dict(prompts=["a", "b"], constraint="tables"), TypeError, r"ConstraintTables"),
 ])
 def test_generate_errors(kwargs, error, message, random_model):

@@ -174,7 +174,7 @@ def _speculate_jaxpr(target, d, tables) -> str:
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(num_draft_tokens=0), ValueError, r"num_draft_tokens 0 is invalid\. Expected an int"),
     (dict(draft="small"), TypeError, r"draft is a str\. Expected cd\.NGramDrafter"),
-    (dict(max_new_tokens=0), ValueError, r"max_new_tokens 0 is below 1"),
+    (dict(max_new_tokens=0), ValueError, r"max_new_tokens 0 is out of range"),
 ])
 def test_errors(kwargs, error, message, target):
   with pytest.raises(error, match=message):
