@@ -18,6 +18,8 @@ import re
 import sys
 import time
 
+from constrained_decoding import errors
+
 
 def _log(message: str) -> None:
   print(f"constrained-decoding: {message}", file=sys.stderr, flush=True)
@@ -145,6 +147,40 @@ def _dataclass_spec(target: str, cd, where: str):
   return cd.Dataclass(cls)
 
 
+# Most rows one command decodes at once (`--batch-size`): each row has its own KV cache.
+_MAX_BATCH_SIZE = 1024
+
+
+def _flag_error(error: Exception) -> ValueError:
+  """A sampling error reworded with the flag's name: `top_p 2.0 ...` -> `--top-p 2.0 ...`."""
+  field, _, rest = str(error).partition(" ")
+  return type(error)(f"--{field.replace('_', '-')} {rest}")
+
+
+def _decoding_flags(args, cd):
+  """The `SamplingConfig` of the flags, after checking every decoding flag.
+
+  Runs first, before the vocabulary, a constraint or the weights are loaded, so that a
+  typo (`--max-new-tokens 0`, `--temperature nan`) costs milliseconds.
+  """
+  from constrained_decoding.sampling import _generate  # pylint: disable=g-import-not-at-top
+
+  try:
+    _generate.check_max_new_tokens(args.max_new_tokens, name="--max-new-tokens")
+    sampling = cd.SamplingConfig(temperature=args.temperature, top_k=args.top_k,
+                                 top_p=args.top_p,
+                                 jump_forward=getattr(args, "jump_forward", 0))
+  except errors.DecodingArgumentError as e:
+    if str(e).startswith("--"):
+      raise
+    raise _flag_error(e) from None
+  if args.batch_size is not None and not 1 <= args.batch_size <= _MAX_BATCH_SIZE:
+    raise errors.DecodingArgumentError(
+        f"--batch-size {args.batch_size} is out of range. Expected an int in "
+        f"[1, {_MAX_BATCH_SIZE}].")
+  return sampling
+
+
 def _log_value(row: int, value, finished: bool) -> None:
   if finished:
     _log(f"row {row} value: {value!r}")
@@ -155,10 +191,10 @@ def _log_value(row: int, value, finished: bool) -> None:
 def _generate(args) -> int:
   import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
 
-  if args.batch_size < 1:
-    raise ValueError(f"--batch-size {args.batch_size} is below 1. Expected >= 1.")
-  sampling = cd.SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+  sampling = _decoding_flags(args, cd)
   spec = _spec(args, cd)
+  if isinstance(spec, cd.Regex):  # Syntax and size errors before the vocabulary loads.
+    spec.to_ir()
   path = args.model or cd.models.default_gguf_path()
   if spec is not None:  # Before loading weights, so that a bad constraint fails fast.
     from constrained_decoding import _compiler  # pylint: disable=g-import-not-at-top
@@ -169,7 +205,7 @@ def _generate(args) -> int:
     tables = _compiler.compiler_for(vocab).compile(spec)
     _log(f"constraint compiled in {1e3 * (time.perf_counter() - started):.1f} ms: {tables!r}")
   started = time.perf_counter()
-  model = cd.models.Gemma3.from_gguf(path)
+  model = _load_model(path)
   _log(f"model loaded in {time.perf_counter() - started:.1f} s")
   prompt = model.chat_prompt(args.prompt) if args.chat else args.prompt
   prompts = [prompt] * args.batch_size
@@ -217,6 +253,19 @@ _LINE_KEYS = frozenset({"prompt", "answer", "id", "unicode", "syntax", "max_dept
                         *_CONSTRAINT_KEYS})
 
 
+def _line_option(record: dict, key: str, default, kind: type, expected: str):
+  """`record[key]` (or `default` when absent or null), if it is a `kind`; else raises.
+
+  No coercion: `"unicode": "false"` is a string, and `bool("false")` is True.
+  """
+  value = record.get(key)
+  if value is None:
+    return default
+  if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+    raise ValueError(f"{key!r} is {value!r}. Expected {expected}.")
+  return value
+
+
 def _line_spec(record, cd):
   """The constraint spec of one `evaluate` input line; raises naming the problem."""
   if not isinstance(record, dict):
@@ -246,10 +295,10 @@ def _line_spec(record, cd):
   if not isinstance(value, str):
     raise ValueError(f"{key!r} is a {type(value).__name__}. Expected a string.")
   if key == "regex":
-    return cd.Regex(value, unicode=bool(record.get("unicode", False)))
+    return cd.Regex(value, unicode=_line_option(record, "unicode", False, bool, "true or false"))
   if key == "grammar":
-    return cd.Grammar(value, syntax=record.get("syntax", "gbnf"),
-                      max_depth=record.get("max_depth"))
+    return cd.Grammar(value, syntax=_line_option(record, "syntax", "gbnf", str, "a string"),
+                      max_depth=_line_option(record, "max_depth", None, int, "an integer"))
   return _dataclass_spec(value, cd, '"dataclass"')
 
 
@@ -309,12 +358,7 @@ def _evaluate(args) -> int:
 
   import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
 
-  if args.batch_size is not None and args.batch_size < 1:
-    raise ValueError(f"--batch-size {args.batch_size} is below 1. Expected >= 1.")
-  if args.max_new_tokens < 1:
-    raise ValueError(f"--max-new-tokens {args.max_new_tokens} is below 1. Expected >= 1.")
-  sampling = cd.SamplingConfig(temperature=args.temperature, top_k=args.top_k,
-                               top_p=args.top_p, jump_forward=args.jump_forward)
+  sampling = _decoding_flags(args, cd)
   lines = _read_lines(args.input)
   path = args.model or cd.models.default_gguf_path()
   entries = _compile_lines(lines, cd.Compiler(cd.Vocabulary.from_gguf(path)), cd, args, tqdm)
@@ -364,14 +408,29 @@ def _evaluate(args) -> int:
   return 1 if len(valid) < len(entries) else 0
 
 
+# Longest error message printed, in characters (a message may quote a huge pattern).
+_MAX_MESSAGE = 500
+
+
+def _one_line(error: BaseException) -> str:
+  """`Type: message` on one line, shortened to `_MAX_MESSAGE` characters."""
+  text = " ".join(f"{type(error).__name__}: {error}".split())
+  return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE - 3] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
+  """Runs the command; returns the exit status (2: bad input, reported in one line)."""
   args = _parser().parse_args(argv)
   try:
     if args.command == "evaluate":
       return _evaluate(args)
     return _generate(args)
   except (ValueError, TypeError, OSError) as e:  # includes every ConstraintError
-    _log(f"error: {type(e).__name__}: {e}")
+    _log(f"error: {_one_line(e)}")
+    return 2
+  except (RecursionError, OverflowError, MemoryError) as e:  # A bug, but a clear one.
+    _log(f"error: {_one_line(e)} (an input the library failed to reject cleanly; please "
+         f"report it)")
     return 2
 
 

@@ -129,9 +129,9 @@ def test_progress_bar_on_stderr(tmp_path, capsys, use_tiny_model):
 
 @pytest.mark.parametrize("args, message", [
     (["--input", "/no/such/file.jsonl"], r"No such file"),
-    (["--batch-size", "0"], r"--batch-size 0 is below 1"),
-    (["--max-new-tokens", "0"], r"--max-new-tokens 0 is below 1"),
-    (["--jump-forward", "-2"], r"jump_forward -2 is not a count"),
+    (["--batch-size", "0"], r"--batch-size 0 is out of range"),
+    (["--max-new-tokens", "0"], r"--max-new-tokens 0 is out of range"),
+    (["--jump-forward", "-2"], r"--jump-forward -2 is not a count"),
 ])
 def test_job_errors_exit_2(args, message, tmp_path, capsys):
   source = tmp_path / "in.jsonl"

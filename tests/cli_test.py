@@ -33,8 +33,8 @@ def test_generate_choices_and_regex_with_the_default_model():
     (["--regex", "(?=a)b"], r"UnsupportedRegexError: Regex '\(\?=a\)b' uses a lookahead at position 0"),
     (["--regex", "a(b"], r"RegexSyntaxError"),
     (["--choices", "a,,b"], r"has an empty choice"),
-    (["--regex", "a", "--batch-size", "0"], r"--batch-size 0 is below 1"),
-    (["--regex", "a", "--top-p", "2"], r"top_p 2.0 is outside"),
+    (["--regex", "a", "--batch-size", "0"], r"--batch-size 0 is out of range"),
+    (["--regex", "a", "--top-p", "2"], r"--top-p 2.0 is outside"),
 ])
 def test_errors_go_to_stderr(args, message, capsys):
   code = cli.main(["generate", "--prompt", "x", *args])
