@@ -42,6 +42,7 @@ import dataclasses
 import functools
 import itertools
 import re
+import typing
 from re import _constants as sre
 from re import _parser as sre_parse
 from re._casefix import _EXTRA_CASES
@@ -98,8 +99,9 @@ _MAX_STATES = 100_000
 _MAX_EXPANDED_STATES = 500_000
 # Most estimated epsilon-removal and determinization steps (`_Size.work`): about 1 s.
 _MAX_WORK = 100_000_000
-# Most nested groups: the parsers recurse once or twice per level.
-_MAX_NESTING = 200
+# Most nested groups: the parsers (`re`'s too) and the back end recurse once or more per
+# level; 100 leaves room under Python's default limit of 1000 frames for deep callers.
+_MAX_NESTING = 100
 _METACHARACTERS = re.compile(r"[\\.^$*+?{}\[\]|()]")
 
 _NEGATED_CATEGORIES = {
@@ -1092,17 +1094,18 @@ class _Size:
 _EMPTY_SIZE = _Size(0, 0, 0, None, 0, empty=True)
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def _utf8_width(code_point: int) -> int:
   return 1 if code_point < 0x80 else 2 if code_point < 0x800 else 3 if code_point < 0x10000 else 4
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def _leaf_size(node) -> _Size:
   """The size of a node without IR children."""
   kind = type(node)
   if kind is ir.Bytes:
     data = node.data
-    chars = len(data) - sum(1 for b in data if b & 0xC0 == 0x80) if len(data) < 64 else None
-    return _Size(len(data), len(data), len(data), chars, 0)
+    return _Size(len(data), len(data), len(data), len(data.decode("utf-8", "replace")), 0)
   if kind is ir.CharClass:
     if not node.ranges:
       return _EMPTY_SIZE
@@ -1114,6 +1117,7 @@ def _leaf_size(node) -> _Size:
   return _Size(1, 1, 1, 1, 0)  # A Terminal: one token-class arc.
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def _children(node) -> tuple:
   kind = type(node)
   if kind is ir.Concat:
@@ -1129,6 +1133,7 @@ def _children(node) -> tuple:
   return ()
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def _concat_size(sizes: list[_Size]) -> _Size:
   """A concatenation; each run of consecutive optional parts adds run length x states."""
   if any(s.empty for s in sizes):
@@ -1154,6 +1159,7 @@ def _concat_size(sizes: list[_Size]) -> _Size:
                None if None in lengths else sum(lengths), work, exits=exits)
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def _union_size(sizes: list[_Size]) -> _Size:
   sizes = [s for s in sizes if not s.empty]
   if not sizes:
@@ -1165,6 +1171,7 @@ def _union_size(sizes: list[_Size]) -> _Size:
                exits=sum(s.exits for s in sizes))
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def _repeat_size(node: ir.Repeat, body: _Size) -> _Size:
   """`body{min,max}`: one copy of the body per count (`x{m,}` is m copies, one looping)."""
   low, high = node.min, node.max
@@ -1184,12 +1191,14 @@ def _repeat_size(node: ir.Repeat, body: _Size) -> _Size:
   return _Size(states, low * body.min_len, max_len, char_len, work, exits=exits)
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def _graph_size(node: ir.Graph, labels: list[_Size]) -> _Size:
   """An embedded automaton: its states and labels; lengths are not computed (0, None)."""
   return _Size(node.num_states + sum(s.states for s in labels), 0, None, None,
                sum(s.work for s in labels) + len(labels))
 
 
+@typing.no_type_check  # Hot: once per IR node (`_check_budget`).
 def estimate_size(node: ir.Node) -> _Size:
   """The `_Size` of `node`, in time linear in the IR (not in its expansion).
 
