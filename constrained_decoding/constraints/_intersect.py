@@ -10,6 +10,7 @@ then maps it to JSON text like any other text IR.
 
 Public functions:
   intersect_text(a, b)                       L(a) ∩ L(b) as an `ir.Graph`.
+  complement_text(a)                         the texts not in L(a), as an `ir.Graph`.
   text_of_length(min_length, max_length)     any text of that many code points.
 """
 
@@ -172,3 +173,55 @@ def intersect_text(a: ir.Node, b: ir.Node, *, max_states: int = 100_000) -> ir.N
   arcs = tuple((source, ir.char_class(ranges), target)
                for (source, target), ranges in ranges_between.items())
   return ir.Graph(num_states=len(pairs), arcs=arcs, finals=tuple(finals))
+
+
+def _cells(range_lists: list[tuple]) -> list[tuple[int, int]]:
+  """The coarsest split of the code points into ranges that no given range cuts."""
+  bounds = {0, ir.MAX_CODE_POINT + 1}
+  for ranges in range_lists:
+    for lo, hi in ranges:
+      bounds.update((lo, hi + 1))
+  edges = sorted(bounds)
+  return [(lo, hi - 1) for lo, hi in zip(edges, edges[1:])]
+
+
+def _covers(ranges: tuple, cell: tuple[int, int]) -> bool:
+  return any(lo <= cell[0] and cell[1] <= hi for lo, hi in ranges)
+
+
+def complement_text(a: ir.Node, *, max_states: int = 100_000) -> ir.Node:
+  """The texts (over all code points) not in L(a), as an `ir.Graph`.
+
+  Subset construction of the character NFA over the cells of code points its arcs do
+  not split, with a sink for "no state left", then the finals flipped. JSON Schema
+  negation (`not: {pattern: ...}`) uses it: regular languages are closed under
+  complement.
+
+  Raises:
+    ValueError: `a` holds something other than text, or the DFA exceeds `max_states`.
+  """
+  arcs, finals, start = _nfa(a)
+  start_set = frozenset((start,))
+  index = {start_set: 0}
+  sets = [start_set]
+  ranges_between: dict[tuple[int, int], list] = {}
+  k = 0
+  while k < len(sets):
+    current = sets[k]
+    out = [(t, r) for q in current for t, r in arcs[q]]
+    for cell in _cells([r for _, r in out]):
+      target_set = frozenset(t for t, r in out if _covers(r, cell))
+      target = index.get(target_set)
+      if target is None:
+        target = index[target_set] = len(sets)
+        sets.append(target_set)
+        if len(sets) > max_states:
+          raise ValueError(f"the complement needs more than {max_states} states")
+      ranges_between.setdefault((k, target), []).append(cell)
+    k += 1
+  accepting = [i for i, states in enumerate(sets) if not states & finals]
+  if not accepting:
+    return ir.NOTHING
+  graph_arcs = tuple((source, ir.char_class(ranges), target)
+                     for (source, target), ranges in ranges_between.items())
+  return ir.Graph(num_states=len(sets), arcs=graph_arcs, finals=tuple(accepting))

@@ -28,6 +28,7 @@ _NO_CONSTRAINT = _ANNOTATIONS | _DEFINITIONS
 # Keyword -> the instance type it constrains (used when `type` is absent).
 _TYPE_OF_KEYWORD = {
     "minLength": "string", "maxLength": "string", "pattern": "string", "format": "string",
+    "$notPattern": "string", "$notFormat": "string",
     "minimum": "number", "maximum": "number", "exclusiveMinimum": "number",
     "exclusiveMaximum": "number", "multipleOf": "number",
     "properties": "object", "required": "object", "additionalProperties": "object",

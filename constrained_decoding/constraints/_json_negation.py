@@ -20,10 +20,11 @@ generated text is valid for the original: soundness never depends on completenes
 
 A value violates a schema when it violates one of its keywords, so `negate` is the
 `anyOf` of each keyword's violations (type-specific keywords are violated only by
-values of their type). Two internal keywords express what no standard keyword can:
-`$notIn` (the value is none of these scalars) and `$notMultipleOf` (a number that is
-not a multiple of the step); `_json_schema.py` lowers both exactly. Keywords whose
-violations are not expressible here (`pattern`, `format`, `uniqueItems`,
+values of their type). Internal keywords express what no standard keyword can: `$notIn` (the value is none
+of these scalars), `$notMultipleOf` (a number that is not a multiple of the step),
+`$notPattern` and `$notFormat` (a string outside the language: the complement of its
+character automaton, `_intersect.complement_text`); `_json_schema.py` lowers them
+exactly. Keywords whose violations are not expressible here (`uniqueItems`,
 `propertyNames`, `patternProperties`, `additionalProperties` next to `properties`, ...)
 raise `UnsupportedSchemaError` naming the keyword.
 """
@@ -32,13 +33,14 @@ import json
 from collections.abc import Callable
 
 from constrained_decoding import errors
+from constrained_decoding.constraints import _json_formats
 
 _TYPES = ("null", "boolean", "object", "array", "number", "string")
 _ANNOTATIONS_AND_DEFS = frozenset({
     "title", "description", "examples", "default", "$schema", "$id", "id", "$comment",
     "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType",
     "contentSchema", "discriminator", "$anchor", "$dynamicAnchor", "$recursiveAnchor",
-    "$vocabulary", "$defs", "definitions", "format",  # Unknown formats: annotations.
+    "$vocabulary", "$defs", "definitions",
     "$fromNot", "$resolved",
 })
 _MAX_ONE_OF = 8  # Most `oneOf` alternatives made exact (n * (n - 1) negations).
@@ -200,6 +202,16 @@ def _violations(key: str, value, schema: dict, resolve: Resolve, where: str,
       if value in active:
         raise _unsupported("not", where, f"it negates the recursive $ref {value!r}")
       return [negate(resolve(value), resolve, value, (*active, value))]
+    case "pattern":
+      return [_typed("string", **{"$notPattern": value})]
+    case "$notPattern":
+      return [_typed("string", pattern=value)]
+    case "format":
+      if value not in _json_formats.FORMATS:
+        return []  # An unknown format is an annotation: nothing violates it.
+      return [_typed("string", **{"$notFormat": value})]
+    case "$notFormat":
+      return [_typed("string", format=value)]
     case "uniqueItems":
       if value is False:
         return []

@@ -850,7 +850,7 @@ class _Lowerer:
         merged[key] = [_lazy_all_of(x, y) for x in va for y in vb]
       elif key == "uniqueItems" and isinstance(va, bool) and isinstance(vb, bool):
         merged[key] = va or vb
-      elif key in ("pattern", "format"):  # Both apply: kept as a tuple, intersected.
+      elif key in ("pattern", "format", "$notPattern", "$notFormat"):  # Tuple: all apply.
         values = []
         for value in (*_merged_values(merged, key), *_merged_values(b, key)):
           if not any(_same_value(value, v) for v in values):
@@ -1029,6 +1029,15 @@ class _Lowerer:
         raise errors.SchemaError(
             f"format {_short(name)} at {where} is not a string. Expected a format name"
             " such as 'date-time'. Fix the value.")
+    negated = [self._pattern(p, pointer) for p in _merged_values(schema, "$notPattern")]
+    negated += [format_ir(f) for f in _merged_values(schema, "$notFormat")]
+    for language in negated:  # From `not`: the texts outside the language.
+      try:
+        texts.append(_intersect.complement_text(language))
+      except ValueError as e:
+        raise errors.UnsupportedSchemaError(
+            f"The string at {pointer} excludes a pattern or format (from not, oneOf or if)"
+            f" whose complement is too large: {e}. Expected a simpler pattern.") from e
     return texts
 
   def _intersect_texts(self, texts: list[ir.Node], pointer: str) -> ir.Node:

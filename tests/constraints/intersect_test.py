@@ -2,6 +2,7 @@
 two regexes' languages exactly when both `re.fullmatch` it."""
 
 import itertools
+import random
 import re
 
 import hypothesis
@@ -11,6 +12,7 @@ import pytest
 from constrained_decoding.automata._fsa import compile_byte_dfa
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_formats
 from constrained_decoding.constraints import _regex
 
 _ATOMS = ["a", "b", "é", "[ab]", "[^a]", ".", "(a|bé)", "x?"]
@@ -83,3 +85,13 @@ def test_state_budget():
   with pytest.raises(ValueError, match="more than 50 states"):
     _intersect.intersect_text(_regex.parse_regex("a*", unicode=True),
                               _intersect.text_of_length(0, 200), max_states=50)
+
+
+@pytest.mark.parametrize("pattern", ["^a", "b$", "^[a-z]+$", "x|yz", "^(ab)*$", "é", "^$"])
+def test_complement_text_is_the_complement(pattern):
+  # Oracle: `re.search` on random texts over an alphabet that crosses every class.
+  dfa = compile_byte_dfa(_intersect.complement_text(_json_formats.pattern_ir(pattern)))
+  rng = random.Random(pattern)
+  for _ in range(500):
+    text = "".join(rng.choice("abxyzé \u4e2d") for _ in range(rng.randint(0, 6)))
+    assert dfa.accepts(text.encode()) == (re.search(pattern, text) is None), text

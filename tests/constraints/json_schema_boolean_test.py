@@ -21,6 +21,7 @@ from constrained_decoding.constraints import _difference
 from constrained_decoding.constraints import _json_negation
 from constrained_decoding.testing import random_accepted_bytes
 
+_FORMATS = jsonschema.FormatChecker()
 OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
           "additionalProperties": False}
 
@@ -66,11 +67,16 @@ EXACT = [
                     "not": {"prefixItems": [{"maximum": 0}]}}),
     ("ref", {"$defs": {"small": {"type": "integer", "maximum": 3}},
              "type": "integer", "not": {"$ref": "#/$defs/small"}}),
+    ("not-pattern", {"type": "string", "not": {"pattern": "^a"}}),
+    ("one-of-patterns", {"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "b$"}]}),
+    ("not-format", {"type": "string", "not": {"format": "date"}}),
+    ("not-unknown-format", {"type": "string", "not": {"minLength": 2, "format": "color"}}),
 ]
 
 _SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(-12, 12),
-    st.sampled_from([2.5, -0.5, 7.25, 0.1, 1e3]), st.sampled_from(["", "a", "ab", "abc", "x"]))
+    st.sampled_from([2.5, -0.5, 7.25, 0.1, 1e3]),
+    st.sampled_from(["", "a", "ab", "abc", "x", "ba", "b", "2024-02-29", "2023-02-29"]))
 _VALUES = st.recursive(
     _SCALARS,
     lambda inner: st.one_of(
@@ -102,7 +108,7 @@ def _dfa(schema):
 
 @pytest.mark.parametrize("name, schema", EXACT, ids=[n for n, _ in EXACT])
 def test_random_walks_validate(name, schema):
-  validator = jsonschema.Draft202012Validator(schema)
+  validator = jsonschema.Draft202012Validator(schema, format_checker=_FORMATS)
   dfa = _dfa(schema)
   rng = random.Random(name)
   for _ in range(60):
@@ -114,7 +120,7 @@ def test_random_walks_validate(name, schema):
 @hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
 @hypothesis.given(value=_VALUES)
 def test_canonical_values_are_accepted_exactly_when_valid(name, schema, value):
-  valid = jsonschema.Draft202012Validator(schema).is_valid(value)
+  valid = jsonschema.Draft202012Validator(schema, format_checker=_FORMATS).is_valid(value)
   text = _canonical(value)
   assert _dfa(schema).accepts(text.encode()) == valid, (text, valid)
 
@@ -149,7 +155,7 @@ def test_negation_is_an_involution_on_values(schema):
   no_refs = lambda ref: pytest.fail(f"unexpected $ref {ref}")  # noqa: E731
   twice = _json_negation.negate(_json_negation.negate(schema, no_refs), no_refs)
   once, again = _dfa(schema), _dfa(twice)
-  validator = jsonschema.Draft202012Validator(schema)
+  validator = jsonschema.Draft202012Validator(schema, format_checker=_FORMATS)
   for value in [*range(-3, 9), 2.5, "a", "b", None, True, [], {}, {"a": 1}]:
     text = _canonical(value).encode()
     assert not once.accepts(text) or again.accepts(text), text
