@@ -30,8 +30,9 @@ Supported keywords:
   number      the same (decimal bounds too: 0.25 <= x < 2.5 is exact).
   object      properties, required, dependentRequired (and draft-07 `dependencies`
               with arrays), additionalProperties, propertyNames (type, pattern,
-              format, minLength, maxLength, enum, const), patternProperties (one
-              pattern; a declared key it matches must satisfy both schemas),
+              format, minLength, maxLength, enum, const), patternProperties (up to
+              4 patterns: a key matching several satisfies all their schemas, and
+              a declared key each pattern it matches),
               minProperties, maxProperties.
   array       items, prefixItems, additionalItems, minItems, maxItems, uniqueItems (true:
               for items with at most `MAX_UNIQUE_VALUES` = 8 values, such as enums,
@@ -175,6 +176,7 @@ not generated):
 import collections
 import dataclasses
 import fractions
+import itertools
 import json
 import logging
 import math
@@ -239,6 +241,8 @@ MAX_ANY_ORDER_SIZE = 10_000
 # (`_json_objects.wide_parts`): each costs ~10 ms and ~200 KiB once composed with
 # Gemma 3's vocabulary. `dependentRequired` is exempt (the alternative is refusing it).
 MAX_ANY_ORDER_WIDE = 12
+# Most `patternProperties` patterns (their key regions are the 2^N - 1 non-empty sets).
+MAX_PATTERN_PROPERTIES = 4
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
 # Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
 MAX_UNIQUE_VALUES = 8
@@ -1231,20 +1235,20 @@ class _Lowerer:
       extra_schema = None if additional is False else additional
     names = self._name_language(schema.get("propertyNames", True),
                                 _pointer(pointer, "propertyNames"))
-    pattern = self._pattern_property(schema, pointer)
+    patterns = self._pattern_properties(schema, pointer)
     depends = self._dependent_required(schema, pointer)
     members = []
     dependent_keys = [k for key, targets in depends.items() for k in (key, *targets)]
     for key in dict.fromkeys([*properties, *required, *dependent_keys]):
-      matches = pattern is not None and _has_text(pattern[0], key)
+      matches = [(s, where) for text, s, where in patterns if _has_text(text, key)]
       if key in properties:
         subschema, where = properties[key], _pointer(pointer, "properties", key)
-        if matches:  # Both apply.
-          subschema = _lazy_all_of(subschema, pattern[1])
       elif matches:
-        subschema, where = pattern[1], _pointer(pointer, "patternProperties", pattern[2])
+        subschema, where = True, matches[0][1]
       else:
         subschema, where = additional, _pointer(pointer, "additionalProperties")
+      for pattern_schema, _ in matches:  # Every matching pattern's schema applies too.
+        subschema = _lazy_all_of(subschema, pattern_schema)
       if names is not None and not _has_text(names, key):
         node = ir.NOTHING  # propertyNames forbids the key.
       else:
@@ -1252,11 +1256,8 @@ class _Lowerer:
       members.append((key, node, key in required))
     declared = [k for k, _, _ in members]
     extra = None
-    if pattern is not None:  # Keys matching the pattern; no others (module doc).
-      value = self.lower(pattern[1], _pointer(pointer, "patternProperties", pattern[2]))
-      keys = [pattern[0], jv.text_except(declared)] + ([names] if names is not None else [])
-      extra = ir.concat(_quoted(jv.encode_text(self._intersect_texts(
-          keys, _pointer(pointer, "patternProperties")))), ws.colon, value)
+    if patterns:  # Keys matching some pattern; no others (module doc).
+      extra = self._pattern_members(patterns, declared, names, pointer)
     elif extra_schema is not None:
       colon, value = self.extra_colon, self.extra_value
       if extra_schema is not True:
@@ -1486,24 +1487,51 @@ class _Lowerer:
                      finals=tuple(sorted({order[f] for f in finals})))
     return graph, can_be_empty
 
-  def _pattern_property(self, schema: dict, pointer: str):
-    """(decoded-text IR, schema, pattern) of the one `patternProperties` entry, or None."""
+  def _pattern_properties(self, schema: dict, pointer: str) -> list:
+    """[(decoded-text IR, schema, pointer)] of the `patternProperties` entries."""
     patterns = schema.get("patternProperties", {})
     where = _pointer(pointer, "patternProperties")
     if not isinstance(patterns, dict):
       raise errors.SchemaError(
           f"patternProperties at {where} is {_short(patterns)}. Expected an object mapping"
           " patterns to schemas. Fix the value.")
-    if not patterns:
-      return None
-    if len(patterns) > 1:
+    if len(patterns) > MAX_PATTERN_PROPERTIES:
       self.unsupported(where, (
-          f"patternProperties at {where} has {len(patterns)} patterns. Expected at most one"
-          " (keys matching several patterns need every matching schema). Merge them into"
-          " one pattern, or pass lenient=True to ignore the keyword."))
-      return None
-    [(pattern, subschema)] = patterns.items()
-    return self._pattern(pattern, _pointer(where, pattern)), subschema, pattern
+          f"patternProperties at {where} has {len(patterns)} patterns. Expected at most"
+          f" {MAX_PATTERN_PROPERTIES} (keys matching several patterns need every matching"
+          " schema: one region per subset of patterns). Merge some, or pass lenient=True"
+          " to ignore the keyword."))
+      return []
+    return [(self._pattern(p, _pointer(where, p)), subschema, _pointer(where, p))
+            for p, subschema in patterns.items()]
+
+  def _pattern_members(self, patterns: list, declared: list, names, pointer: str):
+    """The undeclared members whose keys match some pattern: for each non-empty set of
+    patterns, the keys matching exactly those (the others' complements) with a value
+    that satisfies all of their schemas; None if no key can."""
+    ws = self.ws
+    parts = []
+    complements = {}
+    for size in range(1, len(patterns) + 1):
+      for chosen in itertools.combinations(range(len(patterns)), size):
+        keys = [patterns[i][0] for i in chosen] + [jv.text_except(declared)]
+        if names is not None:
+          keys.append(names)
+        for j in range(len(patterns)):
+          if j not in chosen:
+            if j not in complements:
+              complements[j] = _intersect.complement_text(patterns[j][0])
+            keys.append(complements[j])
+        text = self._intersect_texts(keys, _pointer(pointer, "patternProperties"))
+        if text == ir.NOTHING:
+          continue
+        schema = True
+        for i in chosen:
+          schema = _lazy_all_of(schema, patterns[i][1])
+        value = self.lower(schema, patterns[chosen[0]][2])
+        if value != ir.NOTHING:
+          parts.append(ir.concat(_quoted(jv.encode_text(text)), ws.colon, value))
+    return ir.union(*parts) if parts else None
 
   def _lower_array(self, schema: dict, pointer: str) -> ir.Node:
     if "contains" in schema:

@@ -771,8 +771,9 @@ ERROR_CASES = [
       "minProperties": 2}, cd.SchemaError, r"accepts no JSON value"),
     ({"type": "object", "maxProperties": -1}, cd.SchemaError,
      r"maxProperties -1 at #/maxProperties is not a non-negative integer"),
-    ({"type": "object", "patternProperties": {"^x": {}, "^y": {}}}, cd.UnsupportedSchemaError,
-     r"patternProperties at #/patternProperties has 2 patterns. Expected at most one"),
+    ({"type": "object", "patternProperties": {f"^{c}": {} for c in "vwxyz"}},
+     cd.UnsupportedSchemaError,
+     r"patternProperties at #/patternProperties has 5 patterns. Expected at most 4"),
     ({"type": "object", "patternProperties": ["^x"]}, cd.SchemaError,
      r"patternProperties at #/patternProperties is \[\"\^x\"\]. Expected an object"),
     ({"type": "object", "patternProperties": {"(": {}}}, cd.SchemaError,
@@ -1126,7 +1127,7 @@ def test_pattern_properties_narrowing_and_pydantic_dicts():
 
 
 def test_key_constraints_in_lenient_mode():
-  schema = {"type": "object", "patternProperties": {"^x": {}, "^y": {}},
+  schema = {"type": "object", "patternProperties": {f"^{c}": {} for c in "vwxyz"},
             "propertyNames": {"pattern": "^[xy]", "minimum": 1}}
   spec = cd.JsonSchema(schema, lenient=True)
   assert spec.ignored_keywords() == ("#/propertyNames/minimum", "#/patternProperties")
@@ -1522,3 +1523,31 @@ def test_recursive_ref_resolves_statically_in_one_resource():
   assert not reference_accepts(tables, list(b'{"k":{"j":{}}}'))
   with pytest.raises(cd.UnsupportedSchemaError, match=r"\$recursiveRef at #/properties/k"):
     cd.JsonSchema({**schema, "$defs": {"o": {"$id": "other.json"}}}).pushdown_grammar()
+
+
+PATTERN_CASES = [
+    # Overlapping patterns: a key matching both needs both schemas.
+    ({"type": "object", "patternProperties": {"a*": {"type": "integer"},
+                                              "aaa*": {"maximum": 20}}},
+     ['{"a":21}', '{"aaaa":18}', '{"b":1}', '{"aaaa":31}', '{"aaa":"x"}']),
+    ({"type": "object", "patternProperties": {"^x-": {"type": "string"}, "^[a-z]+$": {}},
+      "properties": {"id": {"type": "integer"}}, "additionalProperties": False},
+     ['{"id":1,"x-a":"s"}', '{"x-a":1}', '{"abc":[1]}', '{"ABC":1}', '{"id":"1"}']),
+]
+
+
+@pytest.mark.parametrize("schema, texts", PATTERN_CASES)
+def test_several_pattern_properties_match_jsonschema(schema, texts):
+  # Valid keys that match no pattern are not generated (a documented narrowing), so
+  # acceptance implies validity; on these texts, validity implies acceptance too.
+  validator = jsonschema.Draft202012Validator(schema)
+  dfa = _dfa(cd.JsonSchema(schema))
+  for text in texts:
+    value = json.loads(text)
+    matched = all(any(re.search(p, k) for p in schema["patternProperties"])
+                  or k in schema.get("properties", {}) for k in value)
+    assert dfa.accepts(text.encode()) == (validator.is_valid(value) and matched), text
+  rng = random.Random(json.dumps(schema))
+  for _ in range(40):
+    text = random_accepted_bytes(dfa, rng, soft_limit=60).decode()
+    assert validator.is_valid(json.loads(text)), text
