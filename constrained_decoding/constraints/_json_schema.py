@@ -95,6 +95,8 @@ not generated):
   given key order, whitespace per policy); `1` does not also match `1.0`.
 * A schema without `type` takes the types its keywords apply to (`{"properties": ...}`
   is an object, `{"minLength": 1}` a string); with no such keyword, any value.
+  `implied_types=False` follows the specification instead: such a schema also accepts
+  every value of the other types.
 * Boolean structure (`_json_negation.py`): `not S` is lowered as the schema of the
   values S rejects, built keyword by keyword from the specification (a number below
   `minimum`, an object without a `required` key, ...), so it is exact whatever the
@@ -241,6 +243,7 @@ MAX_ANY_ORDER_SIZE = 10_000
 # (`_json_objects.wide_parts`): each costs ~10 ms and ~200 KiB once composed with
 # Gemma 3's vocabulary. `dependentRequired` is exempt (the alternative is refusing it).
 MAX_ANY_ORDER_WIDE = 12
+_EXACT_TYPES = ("null", "boolean", "number", "string", "array", "object")  # Disjoint.
 # Most `patternProperties` patterns (their key regions are the 2^N - 1 non-empty sets).
 MAX_PATTERN_PROPERTIES = 4
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
@@ -261,6 +264,8 @@ class SchemaOptions:
     free_form_depth: Nesting limit of free-form values.
     property_order: "any" (declared keys in any order, each at most once) or
       "schema" (in the order `properties` lists them).
+    implied_types: A schema without `type` takes the types its keywords apply to;
+      False: every other type too, as the specification says.
   """
 
   whitespace: jv.Whitespace = jv.Whitespace()
@@ -269,6 +274,7 @@ class SchemaOptions:
   max_ref_depth: int | None = None
   free_form_depth: int = 2
   property_order: str = "any"
+  implied_types: bool = True
 
 
 def lower_json_schema(
@@ -967,6 +973,8 @@ class _Lowerer:
     if "type" in schema:
       return self._type_names(schema["type"], pointer)
     inferred = list(dict.fromkeys(_TYPE_OF_KEYWORD[k] for k in schema if k in _TYPE_OF_KEYWORD))
+    if inferred and not self.options.implied_types:  # Keywords pass other types.
+      return list(dict.fromkeys([*inferred, *_EXACT_TYPES]))
     return inferred or ["any"]
 
   def _lower_type(self, name: str, schema: dict, pointer: str) -> ir.Node:

@@ -305,6 +305,10 @@ class JsonSchema:
       with a recursive member keeps schema order (see `_json_schema.py`). `schema`: in
       the order `properties` lists them, additional ones last: linear in the schema,
       shorter tables, deterministic order.
+    implied_types: True (default): a schema without `type` takes the types its
+      keywords apply to (`{"properties": ...}` generates objects only), which is what
+      generation usually wants. False: as the specification says, it accepts every
+      value of the other types too (`{"minLength": 2}` accepts `12`).
   """
 
   schema: typing.Any
@@ -316,6 +320,7 @@ class JsonSchema:
   free_form_depth: int = 2
   max_whitespace: int = 2
   property_order: str = "any"
+  implied_types: bool = True
 
   def __post_init__(self):
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
@@ -337,7 +342,7 @@ class JsonSchema:
         whitespace=_json_values.whitespace_policy(self.whitespace, self.max_whitespace),
         strict_properties=self.strict_properties, lenient=self.lenient,
         max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth,
-        property_order=self.property_order)
+        property_order=self.property_order, implied_types=self.implied_types)
 
   def to_ir(self) -> ir.Node:
     """The regular IR of the schema's JSON texts.

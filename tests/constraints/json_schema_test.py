@@ -1551,3 +1551,17 @@ def test_several_pattern_properties_match_jsonschema(schema, texts):
   for _ in range(40):
     text = random_accepted_bytes(dfa, rng, soft_limit=60).decode()
     assert validator.is_valid(json.loads(text)), text
+
+
+@pytest.mark.parametrize("schema", [
+    {"minLength": 2}, {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+    {"minimum": 3, "maxItems": 1}, {"not": {"type": "string"}, "maxLength": 1},
+])
+def test_implied_types_off_follows_the_specification(schema):
+  validator = jsonschema.Draft202012Validator(schema)
+  exact = _dfa(cd.JsonSchema(schema, implied_types=False))
+  implied = _dfa(cd.JsonSchema(schema))
+  for value in [12, -1, 3.5, "x", "xyz", None, True, [], [1, 2], {}, {"a": 1}, {"a": "1"}]:
+    text = json.dumps(value, separators=(",", ":")).encode()
+    assert exact.accepts(text) == validator.is_valid(value), text
+    assert not implied.accepts(text) or validator.is_valid(value), text
