@@ -229,7 +229,7 @@ def evaluate(
   constraints, specs = _generate._compile_specs(model, constraints, n)  # pylint: disable=protected-access
   tables, constraint_ids = _stack_per_row(constraints, n, model)
 
-  encoded = [list(p) if isinstance(p, (list, tuple)) else model.encode(p) for p in prompts]
+  encoded = [model.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
   for row, ids in enumerate(encoded):
     if not ids:
       raise ValueError(f"Prompt {row} has no tokens. Expected at least one token.")
