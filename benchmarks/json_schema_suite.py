@@ -369,7 +369,8 @@ def _validator(draft: str):
 
 
 def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whitespace: str,
-                      speller: Speller, time_limit: float) -> str | None:
+                      speller: Speller, time_limit: float,
+                      implied_types: bool = True) -> str | None:
   """Which documented narrowing makes a rejected valid instance rejected, or None.
 
   `implied type`: the instance is invalid (per `jsonschema`) once every untyped schema
@@ -377,8 +378,10 @@ def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whites
   instance is accepted when the schema is compiled with `format` as an annotation /
   with `free_form_depth` as deep as the instance. Both at once: their names joined.
   """
-  for reason, narrowed in (("implied type", with_implied_types),
-                           ("patternProperties keys", without_unmatched_keys)):
+  narrowings = [("patternProperties keys", without_unmatched_keys)]
+  if implied_types:
+    narrowings.insert(0, ("implied type", with_implied_types))
+  for reason, narrowed in narrowings:
     try:
       if not _validator(draft)(narrowed(schema)).is_valid(data):
         return reason
@@ -395,7 +398,7 @@ def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whites
       continue
     tried.add(key)
     result = compile_case(compiler, variant, whitespace=whitespace, time_limit=time_limit,
-                          free_form_depth=free_form_depth)
+                          free_form_depth=free_form_depth, implied_types=implied_types)
     if result["status"] == "compiled" and judge_instance(
         result["tables"], data, True, speller, whitespace, variant)["verdict"] in ("ok", "narrowed"):
       return reason
@@ -411,7 +414,7 @@ def _on_alarm(signum, frame):
 
 
 def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: float,
-                 free_form_depth: int = 2) -> dict:
+                 free_form_depth: int = 2, implied_types: bool = True) -> dict:
   """Compiles one schema: {"status": compiled|refused|crashed, "seconds", "tables",
   "error": "Class: first line"}. The limit is `CompileOptions.max_seconds` inside the
   compiler and an alarm around the whole call (lowering included)."""
@@ -421,7 +424,8 @@ def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: 
   signal.setitimer(signal.ITIMER_REAL, time_limit * 1.5 + 1)
   try:
     tables = compiler.compile(cd.JsonSchema(schema, whitespace=whitespace,
-                                            free_form_depth=free_form_depth))
+                                            free_form_depth=free_form_depth,
+                                            implied_types=implied_types))
   except CaseTimeout:
     status, error = "refused", f"Timeout: compile ran past {time_limit * 1.5 + 1:.0f} s"
   except cd.ConstraintError as e:
@@ -446,7 +450,8 @@ def _first_line(error: BaseException) -> str:
 
 
 def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str, *,
-             whitespace: str = "compact", time_limit: float = 20.0) -> dict:
+             whitespace: str = "compact", time_limit: float = 20.0,
+             implied_types: bool = True) -> dict:
   """Compiles and checks every case of one test file; returns its report."""
   report = {"file": name, "cases": 0, "compiled": 0, "refused": 0, "crashed": 0,
             "instances": 0, "ok": 0, "narrowed": 0, "rejected_valid": 0,
@@ -455,7 +460,7 @@ def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str,
   for case in load_cases(suite_dir, name):
     report["cases"] += 1
     result = compile_case(compiler, case["schema"], whitespace=whitespace,
-                          time_limit=time_limit)
+                          time_limit=time_limit, implied_types=implied_types)
     report[result["status"]] += 1
     report["compile_seconds"].append(round(result["seconds"], 4))
     where = {"file": name, "case": case["description"]}
@@ -475,7 +480,8 @@ def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str,
       if judged["verdict"] == "rejected_valid":
         reason = explain_rejection(compiler, case["schema"], test["data"],
                                    draft=name.split("/")[0], whitespace=whitespace,
-                                   speller=speller, time_limit=time_limit)
+                                   speller=speller, time_limit=time_limit,
+                                   implied_types=implied_types)
         if reason is not None:
           judged = {**judged, "verdict": "narrowed", "reason": reason}
       report[judged["verdict"]] += 1
@@ -553,6 +559,9 @@ def parse_args(argv=None):
   parser.add_argument("--whitespace", choices=("compact", "single", "flexible"),
                       default="compact", help="JsonSchema whitespace policy (default compact)")
   parser.add_argument("--drafts", default=",".join(DRAFTS))
+  parser.add_argument("--spec-types", action="store_true",
+                      help="compile with implied_types=False (untyped schemas accept"
+                           " every other type, as the specification says)")
   parser.add_argument("--files", default="",
                       help="comma-separated substrings: only files whose name has one")
   parser.add_argument("--optional", action="store_true", help="also the optional/ files")
@@ -587,7 +596,7 @@ def main(argv=None) -> int:
   reports = []
   for name in names:
     report = run_file(compiler, speller, args.suite_dir, name, whitespace=args.whitespace,
-                      time_limit=args.time_limit)
+                      time_limit=args.time_limit, implied_types=not args.spec_types)
     reports.append(report)
     print(f"{name}: {report['compiled']}/{report['cases']} compiled, {report['crashed']}"
           f" crashed, {num_wrong(report)} wrong of {report['instances']}", flush=True)
@@ -606,6 +615,7 @@ def main(argv=None) -> int:
   for c in crashes:
     print(f"CRASH {c['file']} / {c['case']}: {c['error']}")
   meta = {"vocab": args.vocab, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
+          "implied_types": not args.spec_types,
           "time_limit_s": args.time_limit, "random_tokenizations": speller.num_random,
           "suite_dir": os.path.abspath(args.suite_dir), "optional": args.optional,
           "wall_s": time.time() - start, "load_average_start": load_start,
