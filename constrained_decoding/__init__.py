@@ -58,6 +58,7 @@ _EXPORTS = {
     "CompileBudgetError": "constrained_decoding.errors",
     "VocabularyError": "constrained_decoding.errors",
     "VocabularyMismatchError": "constrained_decoding.errors",
+    "DecodingArgumentError": "constrained_decoding.errors",
     # Grammars.
     "Grammar": "constrained_decoding.constraints",
     "GrammarIR": "constrained_decoding.constraints",

@@ -56,7 +56,7 @@ def test_demo_prompt_examples_conform():
 
 def test_spec_flags_errors(tmp_path, capsys):
   bad_schema = tmp_path / "s.json"
-  bad_schema.write_text('{"type": "object", "not": {}}')
+  bad_schema.write_text('{"type": "array", "items": {}, "uniqueItems": true}')
   bad_grammar = tmp_path / "g.gbnf"
   bad_grammar.write_text('root ::= "a" (')
   cases = [
