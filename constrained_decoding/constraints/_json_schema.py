@@ -244,6 +244,14 @@ MAX_ANY_ORDER_SIZE = 10_000
 # Gemma 3's vocabulary. `dependentRequired` is exempt (the alternative is refusing it).
 MAX_ANY_ORDER_WIDE = 12
 _EXACT_TYPES = ("null", "boolean", "number", "string", "array", "object")  # Disjoint.
+# Most items, characters or properties a `min*`/`max*` keyword may count (one automaton
+# state each, the default `CompileOptions.max_states`); checked before anything is built.
+MAX_COUNT = 100_000
+# Most properties one object may declare (`properties` and `required`).
+MAX_PROPERTIES = 5_000
+# Most `enum` values, and bytes of them, lowered (a union of constants).
+MAX_ENUM_VALUES = 20_000
+MAX_ENUM_BYTES = 1_000_000
 # Most `patternProperties` patterns (their key regions are the 2^N - 1 non-empty sets).
 MAX_PATTERN_PROPERTIES = 4
 _MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
@@ -296,6 +304,15 @@ def lower_json_schema(
     SchemaError: The schema is malformed or accepts no JSON value.
     UnsupportedSchemaError: It uses a keyword or combination that is not supported.
   """
+  try:
+    return _lower(schema, options)
+  except RecursionError as e:
+    raise errors.CompileBudgetError(
+        "JSON Schema is nested too deeply for Python to walk. Expected at most a few"
+        " hundred levels of nested subschemas. Flatten it with $defs and $ref.") from e
+
+
+def _lower(schema, options: SchemaOptions):
   lowerer = _Lowerer(schema, options)
   if options.max_ref_depth is None and isinstance(schema, dict):
     node = lowerer.lower_root(schema)
@@ -902,6 +919,12 @@ class _Lowerer:
 
   def _lower_enum(self, schema: dict, pointer: str) -> ir.Node:
     values = self._enum_values(schema, pointer)
+    if len(values) > MAX_ENUM_VALUES or sum(
+        len(json.dumps(v)) for v in values[:MAX_ENUM_VALUES + 1]) > MAX_ENUM_BYTES:
+      raise errors.CompileBudgetError(
+          f"enum at {_pointer(pointer, 'enum')} has {len(values)} values; expected at most"
+          f" {MAX_ENUM_VALUES} values and {MAX_ENUM_BYTES} bytes (each value is a branch of"
+          " the automaton). Use a pattern or a type instead.")
     checks = {}  # Keywords that filter the values, by the JSON type they apply to.
     excluded = schema.get("$notIn", [])
     values = [v for v in values if not any(_same_value(v, w) for w in excluded)]
@@ -1008,6 +1031,11 @@ class _Lowerer:
           f"{key} {value!r} at {_pointer(pointer, key)} is not a non-negative integer."
           f" Expected e.g. 0 or 10. Fix the value."
       )
+    if value > MAX_COUNT:
+      raise errors.CompileBudgetError(
+          f"{key} {value} at {_pointer(pointer, key)} needs an automaton of more than"
+          f" {MAX_COUNT} states (one per counted item or character). Expected at most"
+          f" {MAX_COUNT}. Lower it, or drop it if no output comes near it.")
     return value
 
   def _lower_string(self, schema: dict, pointer: str) -> ir.Node:
@@ -1243,6 +1271,11 @@ class _Lowerer:
       extra_schema = None if additional is False else additional
     names = self._name_language(schema.get("propertyNames", True),
                                 _pointer(pointer, "propertyNames"))
+    if len(properties) + len(required) > MAX_PROPERTIES:
+      raise errors.CompileBudgetError(
+          f"The object at {pointer} declares {len(properties) + len(required)} properties;"
+          f" expected at most {MAX_PROPERTIES} (each is a branch of the automaton). Split"
+          " it, or describe the keys with patternProperties or propertyNames.")
     patterns = self._pattern_properties(schema, pointer)
     depends = self._dependent_required(schema, pointer)
     members = []

@@ -251,6 +251,10 @@ def _canonical_schema(schema) -> str:
     )
   try:
     return json.dumps(schema, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+  except RecursionError as e:
+    raise _errors.CompileBudgetError(
+        "JSON Schema is nested too deeply for Python to walk. Expected at most a few"
+        " hundred levels of nested subschemas. Flatten it with $defs and $ref.") from e
   except (TypeError, ValueError) as e:
     raise _errors.SchemaError(
         f"JSON Schema {schema!r} holds a value that is not JSON: {e}. Expected only dicts,"
