@@ -176,13 +176,39 @@ class Grammar:
 # than once (grammar_ir() for the push-down builder, to_ir() for the regular pipeline).
 @functools.lru_cache(maxsize=64)
 def _parse_grammar(text: str, syntax: str, start: str):
-  if syntax == "gbnf":
-    from constrained_decoding.constraints._gbnf import parse_gbnf  # pylint: disable=g-import-not-at-top
+  """The grammar as written, its rules' sizes estimated before anything is expanded."""
+  try:
+    if syntax == "gbnf":
+      from constrained_decoding.constraints._gbnf import parse_gbnf  # pylint: disable=g-import-not-at-top
 
-    return parse_gbnf(text, start=start)
-  from constrained_decoding.constraints._lark import parse_lark  # pylint: disable=g-import-not-at-top
+      grammar = parse_gbnf(text, start=start)
+    else:
+      from constrained_decoding.constraints._lark import parse_lark  # pylint: disable=g-import-not-at-top
 
-  return parse_lark(text, start=start)
+      grammar = parse_lark(text, start=start)
+  except RecursionError as e:
+    raise _errors.GrammarError(
+        "Grammar nests groups too deeply for the parser. Expected at most a few hundred"
+        " nested groups. Name the inner groups as rules.") from e
+  for name, body in grammar.rules:
+    _check_rule_size(name, body)
+  return grammar
+
+
+def _check_rule_size(name: str, body) -> None:
+  """Raises `CompileBudgetError` for a rule whose counted repeats alone would expand past
+  the regex front end's bounds (`_regex.estimate_size`, linear in the IR)."""
+  from constrained_decoding.constraints import _regex  # pylint: disable=g-import-not-at-top
+
+  size = _regex.estimate_size(body)
+  longest = max(size.min_len, size.max_len or 0)
+  if longest + 1 > _regex._MAX_STATES or size.states > _regex._MAX_EXPANDED_STATES or (  # pylint: disable=protected-access
+      size.states + size.work > _regex._MAX_WORK):  # pylint: disable=protected-access
+    raise _errors.CompileBudgetError(
+        f"Grammar rule {name!r} would expand to about {max(size.states, longest)}"
+        " automaton states (estimated from its counted repeats before expanding them)."
+        f" Expected at most {_regex._MAX_STATES}. Lower the counts such as '{{100000}}',"  # pylint: disable=protected-access
+        " or use '*' or '+' where the exact count does not matter.")
 
 
 @functools.lru_cache(maxsize=64)
