@@ -43,6 +43,11 @@ _ANNOTATIONS_AND_DEFS = frozenset({
     "$vocabulary", "$defs", "definitions",
     "$fromNot", "$resolved",
 })
+# Assertions whose violations `negate` cannot express (any other unknown keyword is an
+# annotation, which nothing violates).
+_REFUSED = frozenset({"propertyNames", "patternProperties", "unevaluatedProperties",
+                      "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+                      "$unevaluatedProperties", "$unevaluatedItems"})
 _MAX_ONE_OF = 8  # Most `oneOf` alternatives made exact (n * (n - 1) negations).
 
 Resolve = Callable[[str], object]
@@ -216,8 +221,10 @@ def _violations(key: str, value, schema: dict, resolve: Resolve, where: str,
       if value is False:
         return []
       raise _unsupported("not", where, "an array with a repeated item is not regular")
-    case _:
+    case _ if key in _REFUSED:
       raise _unsupported("not", where, f"the violations of {key!r} are not expressible")
+    case _:
+      return []  # An unknown keyword is an annotation: nothing violates it.
 
 
 def _not_in(values: list, where: str) -> list:

@@ -160,3 +160,9 @@ def test_negation_is_an_involution_on_values(schema):
     text = _canonical(value).encode()
     assert not once.accepts(text) or again.accepts(text), text
     assert not again.accepts(text) or validator.is_valid(value), text
+
+
+def test_annotations_inside_not_are_ignored():
+  dfa = _dfa({"type": "string", "not": {"const": "a", "nullable": True, "x-kind": 1,
+                                        "description": "no a"}})
+  assert dfa.accepts(b'"b"') and not dfa.accepts(b'"a"')
