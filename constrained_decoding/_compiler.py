@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _pda
 from constrained_decoding.automata import _splice
@@ -71,6 +72,10 @@ class CompileOptions:
       text stays reachable through shorter tokens.
     streamline: Remove the edge groups of a push-down automaton that no reachable stack
       matches (`automata/_streamline.py`; exact). Off only to measure what it saves.
+    counted_chains: Compile a bounded repetition of a wide character class (`[^"]{0,n}`,
+      JSON Schema `maxLength`) with relative targets, so that its tables grow with the
+      longest token instead of with n (`automata/_counting.py`; exact). Off only to
+      compare against plain composition.
   """
 
   max_states: int = 100_000
@@ -87,6 +92,7 @@ class CompileOptions:
   max_pops: int = _pda.DEFAULT_MAX_POPS
   max_pushes: int = _pda.DEFAULT_MAX_PUSHES
   streamline: bool = True
+  counted_chains: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +191,12 @@ class Compiler:
       return self._compile_pushdown(grammar, what, t0, time.perf_counter(), deadline)
     node = spec.to_ir()
     t1 = time.perf_counter()
+    chain = (_counting.find_chain(node) if opts.wide_states and opts.counted_chains
+             else None)
+    if chain is not None:
+      counted = self._compile_chain(chain, what, t0, t1, deadline)
+      if counted is not None:
+        return counted
     dfa = _fsa.compile_byte_dfa(node, fragments=opts.wide_states)
     given = None
     if len(dfa.fragment_arcs):
@@ -246,6 +258,32 @@ class Compiler:
         seconds={"parse": t1 - t0, "byte_dfa": t2 - t1, "compose": t3 - t2,
                  "pack": t4 - t3, "total": t4 - t0},
     )
+    return tables, info
+
+  def _compile_chain(self, chain, what: str, t0: float, t1: float, deadline: float):
+    """A counted chain (`X{n,m}` of a wide class, `automata/_counting.py`) -> tables with
+    relative targets, or None when its byte DFA is not a clean chain."""
+    opts = self.options
+    built = _counting.compile_chain(chain, self.trie, self.vocab, min_bucket=opts.min_bucket,
+                                    max_edges=opts.max_edges,
+                                    max_table_bytes=opts.max_table_bytes, deadline=deadline,
+                                    what=what)
+    if built is None:
+      return None
+    tables, stats = built
+    nbytes = _tables.tables_nbytes(tables)
+    if nbytes["total"] > opts.max_table_bytes:
+      raise CompileBudgetError(
+          f"{what} needs {nbytes['total'] / 2**20:.1f} MiB of tables ({stats['token_states']}"
+          f" states). Expected at most CompileOptions.max_table_bytes="
+          f"{opts.max_table_bytes}. Raise the budget or lower the repetition bound.")
+    t2 = time.perf_counter()
+    info = CompileInfo(
+        description=what, byte_states=stats["byte_states"],
+        token_states=stats["token_states"], token_edges=stats["token_edges"],
+        num_terminals=stats["num_terminals"], num_masks=stats["num_masks"], nbytes=nbytes,
+        seconds={"parse": t1 - t0, "byte_dfa": 0.0, "compose": t2 - t1, "pack": 0.0,
+                 "total": t2 - t0})
     return tables, info
 
   def _fragment(self, fragment: ir.Fragment, deadline: float,

@@ -31,19 +31,27 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
   state_terminals int32 [S, R, 2]  (terminal id, target) per state in precedence order,
                                -1 padded; consulted only when no explicit edge matches;
                                terminal edges never touch the stack
-  terminal_counts int32 [T]    -1 for an ordinary terminal; else the row of
-                               `token_counts` that makes it a *counting* terminal (below)
+  state_terminal_rows int32 [S] or [0]  row of `state_terminals` of each state; empty
+                               (the usual case) means row s for state s. Counted chains
+                               use it so that their states share a few rows
+  terminal_counts int32 [T, 3]  (row of `token_counts`, stride, bias): row -1 for an
+                               ordinary terminal, else a *counting* terminal (below)
   token_counts  int8   [C, V]  per counted character class, how many characters each
                                token spells (0 for tokens outside the class); C = 0
                                unless some terminal counts
   stack_depth   static int     D, the stack capacity of a row (0 for regular tables)
 
 Relative targets (counted repetitions, `automata/_counting.py`). An explicit edge whose
-target is `RELATIVE - k` (k >= 0, so at most -2) leads from state q to q + k; a counting
-terminal's target field is a stride s, and it leads from q to q + s * token_counts[c, t]
-for token t. The states of a counted chain `X{n,m}` are numbered position by position, so
-the middle positions of a long chain share one edge group (`state_groups` points them
-at it) and one mask row: tables grow with the longest token, not with m.
+target is `RELATIVE - k` (k >= 0, so at most -2) leads from state q to q + k. A counting
+terminal t with (row c, stride s, bias b) leads from q to q + s * token_counts[c, token]
++ b, and the second field of a state's entry (t, f) is a *filter*, not a target: the
+entry holds the tokens of `terminal_bits[t]` that are also in `terminal_bits[f]` (all of
+them when f = -1). Counting terminals are not part of the mask rows: the device ORs a
+state's counting entries into its row (two [W] rows gathered per entry), so states that
+differ only in how many characters remain share mask rows and filters. The states of a
+counted chain `X{n,m}` are numbered position by position, so the middle positions of a
+long chain share one edge group (`state_groups` points them at it), one mask row and
+the same terminal entries: tables grow with the longest token, not with m.
 
 A regular constraint (token DFA) has one group per state (K = 1, G = S), pops nothing
 and pushes nothing (P = Q = 0). A grammar (token-level push-down automaton, Alg. 3)
@@ -68,6 +76,7 @@ Public names:
   pack_pda_tables(token_pda, vocab, stack_depth=) TokenPda -> ConstraintTables.
   stack_tables(tables_list)    several constraints in one table set (states offset).
   tables_nbytes(tables)        size report in bytes, per array and in total.
+  terminal_entries(tables)     [S, R, 2] terminal entries per state (rows applied).
   estimate_nbytes(token_dfa, vocab)  an upper bound, checked before packing.
   bucket_size(n, min_bucket)   the padding rule.
 """
@@ -88,7 +97,8 @@ DEFAULT_MIN_BUCKET = 8
 _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask",
                  "group_pops", "group_num_pops", "edge_start", "edge_tokens", "edge_targets",
                  "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",
-                 "state_terminals", "terminal_counts", "token_counts")
+                 "state_terminals", "state_terminal_rows", "terminal_counts",
+                 "token_counts")
 _META_FIELDS = ("vocab_size", "stack_depth")
 
 
@@ -123,6 +133,7 @@ class ConstraintTables:
   eos_bits: Any
   terminal_bits: Any
   state_terminals: Any
+  state_terminal_rows: Any
   terminal_counts: Any
   token_counts: Any
   vocab_size: int
@@ -396,7 +407,8 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
       push_lengths=np.asarray(a.push_lengths, np.int32),
       eos_bits=bitmask(np.asarray(vocab.eos_ids, np.int64), vocab.vocab_size),
       terminal_bits=terminal_bits, state_terminals=state_terminals,
-      terminal_counts=np.full(terminal_bits.shape[0], NO_STATE, np.int32),
+      state_terminal_rows=np.zeros(0, np.int32),
+      terminal_counts=np.full((terminal_bits.shape[0], 3), NO_STATE, np.int32),
       token_counts=np.zeros((0, vocab.vocab_size), np.int8),
       vocab_size=vocab.vocab_size, stack_depth=stack_depth)
 
@@ -478,7 +490,7 @@ def _used_sizes(t: ConstraintTables) -> tuple[int, int, int, int, int]:
   seen = np.zeros(t.accepting.shape[0], bool)
   frontier = np.unique(t.start)
   seen[frontier] = True
-  terminal_targets = t.state_terminals[:, :, 1]
+  terminal_targets = terminal_entries(t)[:, :, 1]
   while len(frontier):
     groups = t.state_groups[frontier].reshape(-1)
     groups = groups[groups >= 0]
@@ -501,6 +513,13 @@ def _used_sizes(t: ConstraintTables) -> tuple[int, int, int, int, int]:
   m = int(t.group_mask[:g].max(initial=0)) + 1
   u = int(t.edge_pushes[:e].max(initial=0)) + 1
   return s, g, e, m, u
+
+
+def terminal_entries(t: ConstraintTables) -> np.ndarray:
+  """int32 [S, R, 2]: each state's terminal entries (`state_terminal_rows` applied)."""
+  rows = np.asarray(t.state_terminal_rows)
+  table = np.asarray(t.state_terminals)
+  return table[rows] if len(rows) else table
 
 
 def _has_relative_targets(t: ConstraintTables) -> bool:
@@ -540,9 +559,14 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
           f"compiled with the same Vocabulary."
       )
   used = [_used_sizes(t) for t in tables]
-  t_used = [int(t.state_terminals[:u[0], :, 0].max(initial=-1)) + 1
+  # Counting tables also name terminals as filters: all of theirs are kept.
+  t_used = [t.terminal_bits.shape[0] if t.token_counts.shape[0]
+            else int(t.state_terminals[:u[0], :, 0].max(initial=-1)) + 1
             for t, u in zip(tables, used)]
   r_pad = max(t.state_terminals.shape[1] for t in tables)
+  shared = any(len(t.state_terminal_rows) for t in tables)  # Keep rows shared then.
+  row_counts = [t.state_terminals.shape[0] if len(t.state_terminal_rows) else u[0]
+                for t, u in zip(tables, used)]
   k_pad = max(t.state_groups.shape[1] for t in tables)
   p_pad = max(t.group_pops.shape[1] for t in tables)
   q_pad = max(t.push_symbols.shape[1] for t in tables)
@@ -563,12 +587,14 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
       push_symbols=np.full((u_tot, q_pad), NO_STATE, np.int32),
       push_lengths=np.zeros(u_tot, np.int32),
       terminal_bits=np.zeros((bucket_size(sum(t_used), 1), w), np.uint32),
-      state_terminals=np.full((s_pad, r_pad, 2), NO_STATE, np.int32),
-      terminal_counts=np.full(bucket_size(sum(t_used), 1), NO_STATE, np.int32),
+      state_terminals=np.full((sum(row_counts) if shared else s_pad, r_pad, 2), NO_STATE,
+                              np.int32),
+      state_terminal_rows=np.zeros(s_pad if shared else 0, np.int32),
+      terminal_counts=np.full((bucket_size(sum(t_used), 1), 3), NO_STATE, np.int32),
       token_counts=np.concatenate([t.token_counts for t in tables]).astype(np.int8),
   )
   starts = []
-  s_off = g_off = e_off = m_off = u_off = t_off = c_off = 0
+  s_off = g_off = e_off = m_off = u_off = t_off = c_off = r_off = 0
 
   def shift(values, offset):
     return np.where(values >= 0, values + offset, NO_STATE)
@@ -591,15 +617,21 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
                                                         q_pad)
     out["push_lengths"][u_off:u_off + u] = t.push_lengths[:u]
     out["terminal_bits"][t_off:t_off + n_t] = t.terminal_bits[:n_t]
-    counts = np.asarray(t.terminal_counts[:n_t])
-    out["terminal_counts"][t_off:t_off + n_t] = np.where(counts >= 0, counts + c_off, NO_STATE)
-    terms = t.state_terminals[:s]
-    # A counting terminal's target field is a stride, not a state: not offset.
-    counting = np.asarray(t.terminal_counts)[np.maximum(terms[..., 0], 0)] >= 0
+    counts = np.array(t.terminal_counts[:n_t])  # Stride and bias are relative.
+    counts[:, 0] = np.where(counts[:, 0] >= 0, counts[:, 0] + c_off, NO_STATE)
+    out["terminal_counts"][t_off:t_off + n_t] = counts
+    n_rows = row_counts[len(starts) - 1]
+    terms = t.state_terminals[:n_rows]
+    # A counting entry's second field is a filter terminal, not a state.
+    counting = np.asarray(t.terminal_counts)[np.maximum(terms[..., 0], 0), 0] >= 0
     offset = np.stack([np.full(counting.shape, t_off, np.int32),
-                       np.where(counting, 0, s_off).astype(np.int32)], axis=-1)
-    out["state_terminals"][s_off:s_off + s, :terms.shape[1]] = np.where(
+                       np.where(counting, t_off, s_off).astype(np.int32)], axis=-1)
+    out["state_terminals"][r_off:r_off + n_rows, :terms.shape[1]] = np.where(
         terms >= 0, terms + offset, NO_STATE)
+    if shared:
+      own = np.asarray(t.state_terminal_rows)[:s] if len(t.state_terminal_rows) else np.arange(s)
+      out["state_terminal_rows"][s_off:s_off + s] = own + r_off
+    r_off += n_rows
     s_off += s
     g_off += g
     e_off += e

@@ -132,6 +132,29 @@ def _end_allowed(tables: ConstraintTables, state: ConstraintState) -> Array:
   return ok
 
 
+def _terminal_rows(tables: ConstraintTables, state: ConstraintState) -> Array:
+  """Row of `state_terminals` of each row's state (the state itself unless the tables
+  share rows between states: `state_terminal_rows`, counted chains)."""
+  if tables.state_terminal_rows.shape[0]:  # Static.
+    return tables.state_terminal_rows[state.state]
+  return state.state
+
+
+def _counting_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
+  """The union of each row's counting terminal entries (not in the mask rows; see
+  `tables.py`): two [W] rows gathered per entry (its bitmap and its filter)."""
+  entries = tables.state_terminals[_terminal_rows(tables, state)]  # [B, R, 2]
+  terminal = entries[..., 0]
+  ids = jnp.maximum(terminal, 0)
+  counting = (terminal >= 0) & (tables.terminal_counts[ids, 0] >= 0)
+  filters = entries[..., 1]
+  bits = tables.terminal_bits[ids] & jnp.where(
+      (filters >= 0)[..., None], tables.terminal_bits[jnp.maximum(filters, 0)],
+      jnp.uint32(0xFFFFFFFF))  # [B, R, W]
+  bits = jnp.where(counting[..., None], bits, jnp.uint32(0))
+  return jax.lax.reduce(bits, jnp.uint32(0), jax.lax.bitwise_or, (1,))
+
+
 def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
   """The allowed set of each row, packed: token t is bit t % 32 of word t // 32.
 
@@ -148,6 +171,8 @@ def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Arr
   deepest = jnp.take_along_axis(groups, jnp.argmax(rank, axis=1)[:, None], axis=1)[:, 0]
   bits = jnp.where((rank.max(axis=1) > 0)[:, None],
                    tables.mask_bits[tables.group_mask[deepest]], jnp.uint32(0))
+  if tables.token_counts.shape[0]:  # Static: only tables with counted chains.
+    bits |= _counting_bits(tables, state)
   bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
                     jnp.uint32(0))
   stopped = (state.done | state.error)[:, None]
@@ -260,19 +285,26 @@ def advance(
   push = jnp.where(found, tables.edge_pushes[slot], 0)
   # Terminal edges, in precedence order, for tokens without an explicit edge: all R of
   # a row's at once (one gather each, whatever R), the first that holds the token wins.
-  terminal = tables.state_terminals[state.state]  # [B, R, 2]: (terminal id, target)
-  bits = tables.terminal_bits[jnp.maximum(terminal[..., 0], 0), (safe >> 5)[:, None]]
+  # [B, R, 2]: (terminal id, target)
+  terminal = tables.state_terminals[_terminal_rows(tables, state)]
+  term_ids = jnp.maximum(terminal[..., 0], 0)
+  bits = tables.terminal_bits[term_ids, (safe >> 5)[:, None]]
+  if tables.token_counts.shape[0]:  # A counting entry's filter ANDs another bitmap.
+    filters = jnp.where(tables.terminal_counts[term_ids, 0] >= 0, terminal[..., 1], -1)
+    bits &= jnp.where(filters >= 0,
+                      tables.terminal_bits[jnp.maximum(filters, 0), (safe >> 5)[:, None]],
+                      jnp.uint32(0xFFFFFFFF))
   hit = ((bits >> (safe & 31).astype(jnp.uint32)[:, None]) & 1) == 1
   hit &= terminal[..., 0] >= 0
   first = jnp.argmax(hit, axis=1)[:, None]
   term_found = hit.any(axis=1) & in_range & ~is_eos & ~found
   term_target = jnp.take_along_axis(terminal[..., 1], first, axis=1)[:, 0]
   if tables.token_counts.shape[0]:  # Static: tables without counted chains skip this.
-    # A counting terminal's target field is a stride: q + stride * characters of the token.
+    # A counting terminal's target field is a stride: q + stride * characters + bias.
     term_id = jnp.maximum(jnp.take_along_axis(terminal[..., 0], first, axis=1)[:, 0], 0)
-    row = tables.terminal_counts[term_id]
+    row, stride, bias = (tables.terminal_counts[term_id, k] for k in range(3))
     count = tables.token_counts[jnp.maximum(row, 0), safe].astype(jnp.int32)
-    term_target = jnp.where(row >= 0, state.state + term_target * count, term_target)
+    term_target = jnp.where(row >= 0, state.state + stride * count + bias, term_target)
   target = jnp.where(term_found, term_target, target)
   found |= term_found
   end = is_eos & _end_allowed(tables, state)

@@ -29,6 +29,12 @@ def _matching_groups(tables: ConstraintTables, state: int, stack: tuple[int, ...
   return out
 
 
+def _terminals(tables: ConstraintTables, state: int) -> np.ndarray:
+  """The terminal entries of `state` (through `state_terminal_rows` when present)."""
+  rows = np.asarray(tables.state_terminal_rows)
+  return np.asarray(tables.state_terminals)[rows[state] if len(rows) else state]
+
+
 def reference_end_allowed(tables: ConstraintTables, state: int, stack: tuple[int, ...] = ()) -> bool:
   """Whether end of sequence is allowed: `state` and every state on `stack` accept."""
   accepting = np.asarray(tables.accepting)
@@ -46,9 +52,12 @@ def reference_allowed(tables: ConstraintTables, state: int,
   bits = np.asarray(tables.eos_bits).copy()
   if not reference_end_allowed(tables, state, stack):
     bits[:] = 0
-  for terminal, _ in np.asarray(tables.state_terminals)[state]:
+  for terminal, field in _terminals(tables, state):
     if terminal >= 0:
-      bits |= np.asarray(tables.terminal_bits)[terminal]
+      term = np.asarray(tables.terminal_bits)[terminal]
+      if np.asarray(tables.terminal_counts)[terminal, 0] >= 0 and field >= 0:  # Filter.
+        term = term & np.asarray(tables.terminal_bits)[field]
+      bits |= term
   allowed = np.unpackbits(bits.view(np.uint8), bitorder="little")[:tables.vocab_size]
   allowed = allowed.astype(bool)
   edge_start = np.asarray(tables.edge_start)
@@ -78,13 +87,16 @@ def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int,
       if target <= RELATIVE:  # Relative: the state plus RELATIVE - target.
         target = state + RELATIVE - target
       return target, stack[:len(stack) - n] + pushed
-  for terminal, target in np.asarray(tables.state_terminals)[state]:
+  for terminal, target in _terminals(tables, state):
     if terminal >= 0 and 0 <= token < tables.vocab_size:
       word = int(np.asarray(tables.terminal_bits)[terminal, token // 32])
+      row, stride, bias = (int(x) for x in np.asarray(tables.terminal_counts)[terminal])
+      if row >= 0 and target >= 0:  # A counting entry's filter: both bitmaps hold it.
+        word &= int(np.asarray(tables.terminal_bits)[target, token // 32])
       if (word >> (token % 32)) & 1:
-        row = int(np.asarray(tables.terminal_counts)[terminal])
-        if row >= 0:  # Counting terminal: the target field is a stride.
-          return state + int(target) * int(np.asarray(tables.token_counts)[row, token]), stack
+        if row >= 0:  # Counting terminal: the state + stride * characters + bias.
+          count = int(np.asarray(tables.token_counts)[row, token])
+          return state + stride * count + bias, stack
         return int(target), stack
   return None
 

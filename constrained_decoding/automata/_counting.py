@@ -1,0 +1,601 @@
+r"""Counted chains: `P X{n,m} S` over a wide character class, in tables that do not grow with m.
+
+A bounded repetition `X{n,m}` is a chain of states q_0 -> q_1 -> ... -> q_m, one per
+number of X read (plus, per position, the states inside one X: the middle of a
+multi-byte character or of an escape). Wide-state terminals (`_wide.py`) only serve
+states with a self-loop, so every state of such a chain used to get its own ~250k
+token edges. Here:
+
+* Counting terminal. A token made wholly of c characters of the chain's class K
+  (`X`'s one `CharClass` alternative) moves q_i -> q_{i+c}, valid iff i + c <= m. It is
+  one terminal edge whose target is relative (`tables.py`): state + stride * c, c read
+  from a per-(vocabulary, K) token character-count table (`token_counts`). Near the end
+  its entry carries a filter, the bitmap of the tokens with c <= m - i: one per value
+  of m - i below the longest token, shared by every chain over K.
+* Inside an X. A state inside an escape (after `\` or `\u0`) reads tokens wholly in K
+  that finish the escape after k bytes and go on in K (`nthe`): one counting terminal
+  per (inner state, k), target q + stride * c + a constant bias, filtered by the same
+  "at most r characters" bitmaps; tokens that end inside the escape (`u00`) get one
+  terminal per inner state they end in. A UTF-8 lead byte's state reads no token
+  wholly in K (they start with a lead byte): its tokens are explicit edges.
+* Explicit edges. Every other token the chain may read (one that leaves the chain,
+  like `abc",`, or contains an escape or a partial character) is found by walking, in
+  the byte DFA, a sub-trie of the tokens that are not wholly in K and whose first byte
+  after their K prefix some chain state reads. Targets inside the chain are relative,
+  targets after it absolute.
+* Compression. Whether a token is allowed from q_i, and where it leads relative to
+  q_i, depends only on (min(n - i, L), min(m - i, L)) with L above the longest token.
+  So the byte DFA is built for a compressed chain (`X{n', m'}`, n', m' <= 2L), composed
+  as above (cached per shape: all large bounds share one), and position i of the real
+  chain uses the edge group, mask row and terminal entries of its compressed position
+  f(i). States are numbered position by position (stride = states per position), so
+  relative targets are the same for all of them, and `state_terminal_rows` points
+  every state at its compressed position's terminal entries.
+
+Counting terminals are not in the mask rows (the device ORs them in, filter applied),
+so states that differ only in how many characters remain share mask rows.
+
+Exact: a token may still cross the chain's end (`abc",`), every tokenization is kept,
+and positions f maps together behave alike for every token. Tables grow with the
+longest token; m only adds states (9 bytes each: group, terminal row, accepting).
+
+Not yet: chains inside larger constraints (a string property with `maxLength` inside
+an object, `maxItems`): those still take plain composition. Each state of a JSON
+string chain gathers up to 7 terminal entries (and their filters) per step.
+
+Public names:
+  Chain, find_chain(node)        the supported shape, recognized in IR.
+  compile_chain(chain, trie, vocab, ...)  -> (ConstraintTables, stats dict) or None.
+"""
+
+import dataclasses
+import re
+
+import numpy as np
+
+from constrained_decoding import tables as _tables
+from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _wide
+from constrained_decoding.automata._byte_dfa import NO_STATE
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.errors import CompileBudgetError
+
+# A repeat with at most this many repetitions goes through plain composition.
+MIN_COUNT = 16
+# ... and so does one whose class has fewer code points (few tokens are wholly in it).
+MIN_CLASS_SIZE = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+  """`prefix body{min,max} suffix`, with `char_class` the body's `CharClass` alternative."""
+
+  prefix: bytes
+  body: ir.Node
+  char_class: ir.CharClass
+  min: int
+  max: int
+  suffix: bytes
+
+
+def _lead_bytes(char_class: ir.CharClass) -> np.ndarray:
+  """bool [256]: first UTF-8 bytes of the characters of the class (monotone in code point)."""
+  out = np.zeros(256, bool)
+  for lo, hi in char_class.ranges:
+    out[chr(lo).encode()[0]:chr(hi).encode()[0] + 1] = True
+  return out
+
+
+def find_chain(node: ir.Node) -> Chain | None:
+  """The counted chain `node` is, or None (then plain composition applies).
+
+  Supported: `Concat` of `Bytes` around one `Repeat(X, n, m)`, m >= `MIN_COUNT`, where X
+  is a `CharClass` K of at least `MIN_CLASS_SIZE` code points, or a `Union` of one such
+  K with alternatives that never start with a character of K (JSON escapes); the suffix
+  must not start with a character of K either, so a token wholly in K is X repeated
+  once per character.
+  """
+  parts = node.parts if isinstance(node, ir.Concat) else (node,)
+  repeats = [k for k, p in enumerate(parts) if isinstance(p, ir.Repeat)]
+  if len(repeats) != 1:
+    return None
+  k = repeats[0]
+  if not all(isinstance(p, ir.Bytes) for j, p in enumerate(parts) if j != k):
+    return None
+  repeat = parts[k]
+  if repeat.max is None or repeat.max < MIN_COUNT:
+    return None
+  alternatives = repeat.node.alternatives if isinstance(repeat.node, ir.Union) else (repeat.node,)
+  classes = [a for a in alternatives if isinstance(a, ir.CharClass)]
+  if len(classes) != 1 or sum(hi - lo + 1 for lo, hi in classes[0].ranges) < MIN_CLASS_SIZE:
+    return None
+  lead = _lead_bytes(classes[0])
+  for other in alternatives:  # Escapes: never starting with a character of K.
+    if other is classes[0]:
+      continue
+    dfa = _fsa.compile_byte_dfa(other)
+    if (dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs)
+        or (lead & (dfa.transitions[dfa.start] != NO_STATE)).any()):
+      return None
+  suffix = b"".join(p.data for p in parts[k + 1:])
+  if suffix and lead[suffix[0]]:
+    return None
+  return Chain(prefix=b"".join(p.data for p in parts[:k]), body=repeat.node,
+               char_class=classes[0], min=repeat.min, max=repeat.max, suffix=suffix)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _ClassCounts:
+  """Per (vocabulary, K): characters of each token wholly in K, and for the others the
+  first byte after their longest K prefix (-1 for tokens wholly in K or without bytes)."""
+
+  counts: np.ndarray     # int8 [V]
+  next_byte: np.ndarray  # int16 [V]
+  bitmaps: dict          # remaining count r -> uint32 [W] of tokens with 1 <= c <= r
+  subtries: dict         # readable bytes -> trie of the tokens chain states walk
+  inner: dict            # (body, inner states) -> tokens read inside an X (`_inner_tokens`)
+
+
+_CLASS_CACHE: dict = {}
+_CLASS_CACHE_SIZE = 16
+
+
+def _class_counts(vocab, char_class: ir.CharClass) -> _ClassCounts:
+  key = (vocab.fingerprint, char_class.ranges)
+  hit = _CLASS_CACHE.get(key)
+  if hit is not None:
+    return hit
+  pattern = re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in char_class.ranges)
+                       + "]*")
+  counts = np.zeros(vocab.vocab_size, np.int8)
+  next_byte = np.full(vocab.vocab_size, -1, np.int16)
+  for t, data in enumerate(vocab.token_bytes):
+    if not data:
+      continue
+    # Undecodable bytes become lone surrogates (U+DC80..), never in K.
+    text = data.decode("utf-8", "surrogateescape")
+    end = pattern.match(text).end()
+    if end == len(text) and end < 128:
+      counts[t] = end
+    elif end == len(text):  # Too many characters to count in int8: walked explicitly.
+      next_byte[t] = 256
+    else:
+      ch = ord(text[end])
+      next_byte[t] = ch - 0xDC00 if 0xDC80 <= ch <= 0xDCFF else text[end].encode()[0]
+  out = _ClassCounts(counts=counts, next_byte=next_byte, bitmaps={}, subtries={}, inner={})
+  if len(_CLASS_CACHE) >= _CLASS_CACHE_SIZE:
+    _CLASS_CACHE.pop(next(iter(_CLASS_CACHE)))
+  _CLASS_CACHE[key] = out
+  return out
+
+
+def _bitmap(counts: _ClassCounts, r: int, num_words: int) -> np.ndarray:
+  bits = counts.bitmaps.get(r)
+  if bits is None:
+    tokens = np.flatnonzero((counts.counts > 0) & (counts.counts <= r))
+    bits = counts.bitmaps[r] = _wide.token_bits(tokens, num_words)
+  return bits
+
+
+def _compressed(n: int, m: int, span: int) -> tuple[int, int, np.ndarray]:
+  """(n', m', f): compressed bounds and the compressed position f[i] of each i <= m.
+
+  Positions within `span` of 0, n and m keep their distance to them; runs farther from
+  all three collapse into one position. f[i] = i for i <= span.
+  """
+  i = np.arange(m + 1, dtype=np.int64)
+  n2 = n if n <= 2 * span else 2 * span
+  d = m - n
+  d2 = d if d <= 2 * span else 2 * span
+  if n <= 2 * span:
+    head = i
+  else:
+    head = np.where(i <= span, i, np.where(i <= n - span, span, n2 - (n - i)))
+  x = i - n
+  if d <= 2 * span:
+    tail = n2 + x
+  else:
+    tail = np.where(x <= span, n2 + x, np.where(x <= d - span, n2 + span, n2 + d2 - (m - i)))
+  return n2, n2 + d2, np.where(i <= n, head, tail)
+
+
+def _chain_layout(dfa, chain: Chain, length: int):
+  """(position state [length + 1], slot of each inner X state, stride), or None if the
+  byte DFA is not a clean chain (then plain composition applies)."""
+  q = dfa.start
+  for b in chain.prefix:
+    q = int(dfa.transitions[q, b])
+    if q == NO_STATE:
+      return None
+  body = _fsa.compile_byte_dfa(chain.body)
+  finals = np.flatnonzero(body.accepting)
+  if (body.transitions[finals] != NO_STATE).any() or body.accepting[body.start]:
+    return None  # X must be prefix-free and non-empty.
+  # Inner states in topological order (by longest path from the start: X is finite, so
+  # its DFA is acyclic), so every move forward has a non-negative relative offset.
+  depth = {body.start: 0}
+  frontier = [body.start]
+  for _ in range(body.num_states):
+    nxt = set()
+    for x in frontier:
+      for x2 in set(body.transitions[x][body.transitions[x] != NO_STATE].tolist()):
+        depth[x2] = depth[x] + 1
+        nxt.add(x2)
+    if not nxt:
+      break
+    frontier = list(nxt)
+  else:
+    return None  # A cycle: X is not finite.
+  inner = sorted((x for x in depth if x != body.start and not body.accepting[x]),
+                 key=lambda x: (depth[x], x))
+  slot = {x: k + 1 for k, x in enumerate(inner)}
+  stride = len(inner) + 1
+  # The moves of X: (slot before, byte, slot after or `stride` for a finished X).
+  moves = [(0 if x == body.start else slot[x], b,
+            stride if body.accepting[x2] else slot[x2])
+           for x in [body.start] + inner
+           for b in np.flatnonzero(body.transitions[x] != NO_STATE).tolist()
+           for x2 in [int(body.transitions[x, b])]]
+  trans = dfa.transitions
+  cell = np.full((length + 1, stride), NO_STATE, np.int64)
+  cell[0, 0] = q
+  # Boundaries by one path through X (a first byte, then any move on), vectorized
+  # afterwards: each inner slot from one move into it, then every move checked.
+  path, here = [], 0
+  while here != stride:
+    here_moves = [mv for mv in moves if mv[0] == here]
+    if not here_moves:
+      return None
+    path.append(here_moves[0][1])
+    here = here_moves[0][2]
+  for j in range(length):
+    s = int(cell[j, 0])
+    for b in path:
+      s = int(trans[s, b]) if s != NO_STATE else NO_STATE
+    if s == NO_STATE:
+      return None
+    cell[j + 1, 0] = s
+  rows = cell[:length]
+  for k in range(1, stride):  # Topological order: the source slot is already known.
+    before, b, _ = next(mv for mv in moves if mv[2] == k)
+    rows[:, k] = np.where(rows[:, before] >= 0, trans[np.maximum(rows[:, before], 0), b],
+                          NO_STATE)
+  before, byte, after = (np.array(column, np.int64) for column in zip(*moves))
+  if (rows < 0).any():
+    return None
+  got = trans[rows[:, before], byte[None, :]]  # [length, moves]
+  want = np.concatenate([rows, cell[1:, :1]], axis=1)[:, after]
+  if not np.array_equal(got, want):
+    return None
+  # The last position reads no more X, except a suffix's first byte.
+  suffix_byte = chain.suffix[0] if chain.suffix else -1
+  last_reads = byte[(before == 0) & (byte != suffix_byte)]
+  if (trans[cell[length, 0], last_reads] != NO_STATE).any():
+    return None
+  flat = cell[cell != NO_STATE]
+  if len(np.unique(flat)) != len(flat) or (cell[:length, :] == NO_STATE).any():
+    return None
+  return cell, stride, inner, body
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Compressed:
+  """The compressed chain composed with a vocabulary: everything but the expansion to
+  the real chain length, which only renumbers states (cached per shape: every bound
+  past 2L saturates, so `maxLength` 1,000 and 10,000 share one).
+
+  Per compressed byte-DFA state: its group (-1 if dead), counting terminal entries, and
+  whether it accepts; `cell[j, k]` is the state at position j, slot k of the chain.
+  """
+
+  cell: np.ndarray           # int64 [m' + 1, stride]
+  stride: int
+  others: np.ndarray         # compressed states outside the chain, in token-DFA order
+  start: int                 # token-DFA id of the start if outside the chain, else -1
+  group_of: np.ndarray       # int64 [Q]
+  entries: np.ndarray        # int64 [Q, R, 2]: counting terminal entries (id, filter)
+  accepting: np.ndarray      # bool [Q]
+  mask_bits: np.ndarray      # uint32 [M_pad, W]
+  group_mask: np.ndarray     # int32 [G_pad]
+  edge_start: np.ndarray     # int32 [G_pad + 1]
+  edge_tokens: np.ndarray    # int32 [E_pad]
+  edge_targets: np.ndarray   # int32 [E_pad]; absolute ones index the `others` first
+  terminal_bits: np.ndarray  # uint32 [T_pad, W]
+  terminal_counts: np.ndarray  # int32 [T_pad, 3]
+  token_counts: np.ndarray   # int8 [1, V]
+  stats: dict
+
+
+_COMPRESSED_CACHE: dict = {}
+_COMPRESSED_CACHE_SIZE = 16
+
+
+def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
+                  max_table_bytes: int, deadline: float, what: str):
+  """Tables for `chain` with relative targets, or None when its byte DFA is not a clean
+  chain. Returns (tables, stats) where stats holds the sizes `CompileInfo` reports.
+
+  Raises:
+    CompileBudgetError: The real chain's states alone would exceed `max_table_bytes`
+      (checked before they are allocated).
+  """
+  span = int(trie.node_depth.max(initial=0)) + 2  # Above the longest token, in bytes.
+  n2, m2, f = _compressed(chain.min, chain.max, span)
+  key = (vocab.fingerprint, chain.prefix, chain.body, chain.suffix, n2, m2, min_bucket)
+  if key in _COMPRESSED_CACHE:
+    part = _COMPRESSED_CACHE[key]
+  else:
+    part = _compose_compressed(chain, n2, m2, span, trie, vocab, min_bucket=min_bucket,
+                               max_edges=max_edges, deadline=deadline, what=what)
+    if len(_COMPRESSED_CACHE) >= _COMPRESSED_CACHE_SIZE:
+      _COMPRESSED_CACHE.pop(next(iter(_COMPRESSED_CACHE)))
+    _COMPRESSED_CACHE[key] = part
+  if part is None:
+    return None
+  # Token-DFA numbering: the other states first, then position i, slot k of the real
+  # chain at base + i * stride + k, which behaves as compressed position f[i].
+  stride, base = part.stride, len(part.others)
+  num_states = base + (chain.max + 1) * stride
+  # Per state: group (4 bytes), terminal row (4) and accepting (1).
+  state_bytes = 9 * _tables.bucket_size(num_states, min_bucket)
+  if state_bytes > max_table_bytes:
+    raise CompileBudgetError(
+        f"{what} needs {num_states} states ({state_bytes / 2**20:.1f} MiB for them alone)."
+        f" Expected at most CompileOptions.max_table_bytes={max_table_bytes}. Lower the "
+        f"repetition bound {chain.max} or raise the budget.")
+  compressed_of = np.concatenate([part.others, part.cell[f].reshape(-1)])
+  valid = compressed_of >= 0
+  safe = np.maximum(compressed_of, 0)
+  s_pad = _tables.bucket_size(num_states, min_bucket)
+  state_groups = np.full((s_pad, 1), _tables.NO_STATE, np.int32)
+  state_groups[:num_states, 0] = np.where(valid, part.group_of[safe], -1)
+  accepting = np.zeros(s_pad, bool)
+  accepting[:num_states] = valid & part.accepting[safe]
+  # Terminal entries depend on the compressed state only: one row each (plus an empty
+  # last row for padding and dead states), shared through `state_terminal_rows`.
+  q = len(part.group_of)
+  state_terminals = np.full((q + 1,) + part.entries.shape[1:], _tables.NO_STATE, np.int32)
+  state_terminals[:q] = part.entries
+  state_terminal_rows = np.full(s_pad, q, np.int32)
+  state_terminal_rows[:num_states] = np.where(valid, safe, q)
+  start = part.start if part.start >= 0 else base
+  tables = _tables.ConstraintTables(
+      start=np.array([start], np.int32), accepting=accepting, mask_bits=part.mask_bits,
+      state_groups=state_groups, group_mask=part.group_mask,
+      group_pops=np.full((len(part.group_mask), 0), _tables.NO_STATE, np.int32),
+      group_num_pops=np.zeros(len(part.group_mask), np.int32), edge_start=part.edge_start,
+      edge_tokens=part.edge_tokens, edge_targets=part.edge_targets,
+      edge_pushes=np.zeros(len(part.edge_tokens), np.int32),
+      push_symbols=np.zeros((1, 0), np.int32), push_lengths=np.zeros(1, np.int32),
+      eos_bits=_tables.bitmask(np.asarray(vocab.eos_ids, np.int64), vocab.vocab_size),
+      terminal_bits=part.terminal_bits, state_terminals=state_terminals,
+      state_terminal_rows=state_terminal_rows,
+      terminal_counts=part.terminal_counts,
+      token_counts=part.token_counts, vocab_size=vocab.vocab_size, stack_depth=0)
+  return tables, dict(part.stats, token_states=num_states)
+
+
+def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, *,
+                        min_bucket: int, max_edges: int, deadline: float,
+                        what: str) -> _Compressed | None:
+  """The compressed chain `prefix body{n2,m2} suffix` composed with the vocabulary."""
+  w = _tables.num_words(vocab.vocab_size)
+  node = ir.concat(ir.Bytes(chain.prefix), ir.repeat(chain.body, n2, m2), ir.Bytes(chain.suffix))
+  dfa = _fsa.compile_byte_dfa(node)
+  if dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs):
+    return None
+  layout = _chain_layout(dfa, chain, m2)
+  if layout is None:
+    return None
+  cell, stride, inner, body = layout
+  q = dfa.num_states
+  # Compressed DFA state -> (position, slot) for chain states, -1 for the others.
+  position = np.full(q, -1, np.int64)
+  slot = np.full(q, -1, np.int64)
+  js, ks = np.nonzero(cell != NO_STATE)
+  position[cell[js, ks]], slot[cell[js, ks]] = js, ks
+  in_chain = position >= 0
+  others = np.flatnonzero(~in_chain)
+  counts = _class_counts(vocab, chain.char_class)
+  # Explicit edges: the other states walk the full trie (prefix and suffix: few tokens
+  # start there), chain states the sub-trie of tokens not wholly in K whose first byte
+  # after their K prefix some chain state reads.
+  parts = []
+  budget = dict(max_edges=max_edges, deadline=deadline, what=what)
+  if len(others):
+    parts += _compose._walk(dfa, trie, others, **budget)
+  chain_states = np.flatnonzero(in_chain)
+  readable = (dfa.transitions[chain_states] != NO_STATE).any(axis=0)
+  subtrie = _chain_subtrie(counts, readable, trie)
+  if len(subtrie.token_ids):
+    parts += _compose._walk(dfa, subtrie, chain_states, **budget)
+  src, tok, dst = (_compose._concatenate_columns(parts) if parts
+                   else (np.zeros(0, np.int64),) * 3)
+  src, tok, dst = (np.asarray(a, np.int64) for a in (src, tok, dst))
+  # Counting terminals. Tokens wholly in K: from a boundary, c characters lead c
+  # positions on; from an inner state x, those finishing X after k bytes lead to
+  # position + 1 + c - k, those ending inside X to the inner state x' they end in.
+  max_count = int(counts.counts.max(initial=0))
+  slot_of_x = {x: k + 1 for k, x in enumerate(inner)}
+  pieces = _inner_tokens(counts, body, chain.body, inner, vocab)
+  if pieces is None:
+    return None
+  bitmaps = [_bitmap(counts, max_count, w)]   # 0: every token wholly in K
+  counting = [(0, stride, 0)]                 # (count row, stride, bias) per terminal
+  finish, inside = {}, {}                     # slot -> [(terminal, k)], [(terminal, x')]
+  for (x, k), tokens in pieces["finish"].items():
+    finish.setdefault(slot_of_x[x], []).append((len(bitmaps), k))
+    bitmaps.append(_wide.token_bits(tokens, w))
+    counting.append((0, stride, stride * (1 - k) - slot_of_x[x]))
+  for (x, x2), tokens in pieces["inside"].items():
+    inside.setdefault(slot_of_x[x], []).append((len(bitmaps), slot_of_x[x2]))
+    bitmaps.append(_wide.token_bits(tokens, w))
+    counting.append((0, 0, slot_of_x[x2] - slot_of_x[x]))
+  filter_of: dict[int, int] = {}  # "at most r characters" bitmaps, as filters
+
+  def at_most(r: int) -> int:
+    if r >= max_count:
+      return -1
+    if r not in filter_of:
+      filter_of[r] = len(bitmaps)
+      bitmaps.append(_bitmap(counts, r, w))
+      counting.append((-1, -1, -1))
+    return filter_of[r]
+
+  entries_of: dict[int, list] = {}
+  t_src, t_dst = [], []  # Terminal moves, for liveness.
+  for state in np.flatnonzero(in_chain).tolist():
+    j, k_slot = int(position[state]), int(slot[state])
+    r = m2 - j
+    entries = []
+    if k_slot == 0 and r >= 1 and max_count:
+      entries.append((0, at_most(r)))
+      t_src.append(state)
+      t_dst.append(int(cell[j + 1, 0]))
+    if k_slot and r >= 1:
+      for terminal, k in finish.get(k_slot, ()):
+        if r - 1 + k >= k:  # Room for at least the escape itself.
+          entries.append((terminal, at_most(r - 1 + k)))
+          t_src.append(state)
+          t_dst.append(int(cell[j + 1, 0]))
+      for terminal, k2 in inside.get(k_slot, ()):
+        entries.append((terminal, -1))
+        t_src.append(state)
+        t_dst.append(int(cell[j, k2]))
+    if entries:
+      entries_of[state] = entries
+  live = _compose._live_states(q, np.concatenate([src, np.array(t_src, np.int64)]),
+                               np.concatenate([dst, np.array(t_dst, np.int64)]),
+                               dfa.start, dfa.accepting)
+  if not live[dfa.start]:
+    return None  # Let plain composition report the empty constraint.
+  keep = live[src] & live[dst]
+  src, tok, dst = src[keep], tok[keep], dst[keep]
+  base = len(others)
+  new_other = np.full(q, -1, np.int64)
+  new_other[others] = np.arange(len(others))
+  relative = in_chain[src] & in_chain[dst]
+  offset = (position[dst] - position[src]) * stride + slot[dst] - slot[src]
+  absolute = np.where(in_chain[dst], base + position[dst] * stride + slot[dst], new_other[dst])
+  if (in_chain[dst] & ~in_chain[src] & (position[dst] > span)).any():
+    return None  # Entries past the identity region: not expected (tokens are shorter).
+  if (relative & (offset < 0)).any():
+    return None  # Not expected: slots are in topological order.
+  target = np.where(relative, _tables.RELATIVE - offset, absolute)
+  # Groups: one per live compressed state (dead ones get none).
+  group_of = np.full(q, -1, np.int64)
+  live_states = np.flatnonzero(live)
+  group_of[live_states] = np.arange(len(live_states))
+  g = len(live_states)
+  order = np.lexsort((tok, group_of[src]))
+  e_group, e_tok, e_target = group_of[src][order], tok[order], target[order]
+  width = max((len(v) for v in entries_of.values()), default=1)
+  entries = np.full((q, width, 2), -1, np.int64)
+  for state, listed in entries_of.items():
+    if live[state]:
+      entries[state, :len(listed)] = listed
+  # Masks: the explicit tokens of each group, deduplicated (counting terminals are ORed
+  # in on the device).
+  e_start = np.searchsorted(e_group, np.arange(g + 1))
+  rows: dict[bytes, int] = {}
+  row_of_group = np.zeros(g, np.int64)
+  first_group = []
+  tok_bytes = e_tok.astype(np.int32).tobytes()
+  bounds = e_start.tolist()
+  for k in range(g):
+    row = rows.setdefault(tok_bytes[4 * bounds[k]:4 * bounds[k + 1]], len(rows))
+    if row == len(first_group):
+      first_group.append(k)
+    row_of_group[k] = row
+  t_pad = _tables.bucket_size(len(bitmaps), 1)
+  terminal_bits = np.zeros((t_pad, w), np.uint32)
+  terminal_bits[:len(bitmaps)] = np.stack(bitmaps)
+  terminal_counts = np.full((t_pad, 3), -1, np.int32)
+  terminal_counts[:len(counting)] = counting
+  mask_bits = np.zeros((_tables.bucket_size(len(rows), min_bucket), w), np.uint32)
+  for row, k in enumerate(first_group):
+    toks = e_tok[bounds[k]:bounds[k + 1]]
+    if len(toks):
+      np.bitwise_or.at(mask_bits[row], toks >> 5, np.uint32(1) << (toks & 31).astype(np.uint32))
+  g_pad = _tables.bucket_size(g, min_bucket)
+  e = len(e_tok)
+  e_pad = _tables.bucket_size(e, min_bucket)
+  edge_start = np.full(g_pad + 1, e, np.int32)
+  edge_start[:g + 1] = e_start
+  group_mask = np.zeros(g_pad, np.int32)
+  group_mask[:g] = row_of_group
+  return _Compressed(
+      cell=np.where(cell >= 0, cell, -1), stride=stride, others=others,
+      start=int(new_other[dfa.start]) if not in_chain[dfa.start] else -1,
+      group_of=group_of, entries=entries, accepting=dfa.accepting & live,
+      mask_bits=mask_bits, group_mask=group_mask, edge_start=edge_start,
+      edge_tokens=_tables._padded(e_tok, e_pad, _tables.PAD_TOKEN),
+      edge_targets=_tables._padded(e_target, e_pad, _tables.NO_STATE),
+      terminal_bits=terminal_bits, terminal_counts=terminal_counts,
+      token_counts=counts.counts[None, :],
+      stats=dict(byte_states=q, token_edges=e, num_terminals=len(bitmaps),
+                 num_masks=len(rows)))
+
+
+def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,
+                  vocab) -> dict | None:
+  """Tokens wholly in K read from each inner state x of X (an escape under way):
+  {"finish": {(x, k): ids finishing X after k bytes}, "inside": {(x, x'): ids ending
+  inside X at x'}}; None if a finishing prefix is not ASCII (then a character of K
+  would not be one byte, and the count of what follows would be off)."""
+  key = (body_node, tuple(inner))
+  hit = counts.inner.get(key)
+  if hit is not None:
+    return hit
+  trans = body.transitions
+  depth = 8
+  wholly = np.flatnonzero(counts.counts > 0)
+  if "prefix" not in counts.inner:  # First bytes of the tokens wholly in K, zero padded.
+    data = [vocab.token_bytes[t] for t in wholly.tolist()]
+    first = np.frombuffer(b"".join(d[:depth].ljust(depth, b"\0") for d in data),
+                          np.uint8).reshape(-1, depth).astype(np.int64)
+    length = np.array([len(d) for d in data], np.int64)
+    # Whether a byte >= 0x80 occurs among the first p + 1 bytes.
+    non_ascii = np.logical_or.accumulate(first >= 0x80, axis=1)
+    counts.inner["prefix"] = (first, length, non_ascii)
+  first, length, non_ascii = counts.inner["prefix"]
+  out = {"finish": {}, "inside": {}}
+  all_first, all_length, all_non_ascii, all_wholly = first, length, non_ascii, wholly
+  for x in inner:
+    # Only tokens whose first byte x reads (none, after a UTF-8 lead byte).
+    take = np.flatnonzero(trans[x, all_first[:, 0]] >= 0)
+    first, length, non_ascii, wholly = (all_first[take], all_length[take],
+                                        all_non_ascii[take], all_wholly[take])
+    state = np.full(len(wholly), x, np.int64)
+    done = np.zeros(len(wholly), np.int64)  # k once X is finished, else 0
+    for p in range(depth):
+      going = (state >= 0) & (done == 0) & (p < length)
+      nxt = np.where(going, trans[np.maximum(state, 0), first[:, p]], state)
+      finished = going & (nxt >= 0) & body.accepting[np.maximum(nxt, 0)]
+      if (finished & non_ascii[:, p]).any():
+        return None
+      done[finished] = p + 1
+      state = np.where(going, nxt, state)
+    for k in np.unique(done[done > 0]).tolist():
+      out["finish"][(x, k)] = wholly[done == k]
+    ends = (done == 0) & (state >= 0) & (length <= depth)
+    for x2 in np.unique(state[ends]).tolist():
+      if not body.accepting[x2]:
+        out["inside"][(x, x2)] = wholly[ends & (state == x2)]
+  counts.inner[key] = out
+  return out
+
+
+def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):
+  """The trie of the tokens not wholly in K whose first byte after their K prefix is
+  `readable` (bool [256]) from some chain state (cached per readable set)."""
+  key = readable.tobytes()
+  hit = counts.subtries.get(key)
+  if hit is None:
+    nb = counts.next_byte
+    wanted = (nb == 256) | ((nb >= 0) & (nb < 256) & readable[np.clip(nb, 0, 255)])
+    special = np.zeros(int(trie.token_ids.max(initial=0)) + 1, bool)
+    special[:] = wanted[:len(special)]
+    hit = counts.subtries[key] = _wide._subtrie(trie, special, trie.fingerprint + ":counted")[0]
+  return hit

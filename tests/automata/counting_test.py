@@ -1,0 +1,227 @@
+"""Counted chains (`automata/_counting.py`): relative targets, checked against `re`.
+
+The counted path must accept exactly the strings `re.fullmatch` accepts, under random
+tokenizations (tokens cross character and chain boundaries), and the device step must
+agree with the numpy reference walk over the same tables.
+"""
+
+import random
+import re
+
+import jax
+import numpy as np
+import pytest
+
+import constrained_decoding as cd
+from constrained_decoding import tables as _tables
+from constrained_decoding.automata import _counting
+from constrained_decoding.testing import _reference as ref
+
+# Byte tokens plus multi-character ones: ASCII runs, whole and partial UTF-8 characters,
+# tokens that cross the suffix (`ab"`), and ones starting with a continuation byte.
+_EXTRA = [b"ab", b"abc", b"xyz ", b"  ", b"\xc3\xa4", b"a\xc3\xa4b", b"\xc3\xa4\xc3",
+          b"\xa4x", b"\xe4\xb8\xad", b"\xe4\xb8", b"\xb8\xad!", b'b"', b'"a', b'c"!',
+          b"\xf0\x9f\x98\x80", b"\n\n", b"abcdefgh",
+          # JSON escapes split across tokens: `\` + `nab`, `\u` + `00e4 a`, `a\`, ...
+          b"nab", b"n", b"u00", b"00e4 a", b"e4", b'\\"', b'a\\', b"\\u", b"/b", b'\\\\',
+          b'"\\', b'\\n"', b"uD83D", b"\\uDE00"]
+
+
+@pytest.fixture(scope="module")
+def vocab():
+  tokens = [bytes([b]) for b in range(256)] + _EXTRA + [None]
+  return cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+
+
+@pytest.fixture(scope="module")
+def compiler(vocab, tmp_path_factory):
+  return cd.Compiler(vocab, cd.CompileOptions(
+      cache_dir=str(tmp_path_factory.mktemp("counting")), memoize=False))
+
+
+# One JSON string character each (escapes of surrogates are not generated: the front
+# end excludes them).
+_JSON_ALPHABET = ["a", "b", " ", "ä", "中", "😀", "\\n", '\\"', "\\u00e4", "\\\\", "\\/"]
+
+_ALPHABET = ["a", "b", "c", "x", " ", "\n", "ä", "中", "😀", "!", '"', "Z", "7"]
+
+# (pattern, counted): counted says whether the counted path must be taken.
+_CASES = [
+    (r"[a-z]{3,40}", True),
+    (r"[^\"]{0,50}", True),
+    (r'"[^"]{2,45}"!', True),
+    (r".{1,60}", True),
+    (r"\w{1,45}", True),
+    (r"[^\"]{30,70}", True),
+    (r"[a-z\u00e4]{0,17}", True),
+    (r"[^\"]{0,200}", True),
+]
+
+
+def _random_text(rng, length, pattern):
+  # Characters the pattern's class allows mostly, with a few others mixed in.
+  chars = [c for c in _ALPHABET if re.fullmatch(pattern.split("{")[0].lstrip('"') + "*", c)]
+  out = [rng.choice(chars) for _ in range(length)]
+  if rng.random() < 0.2 and out:
+    out[rng.randrange(len(out))] = rng.choice(_ALPHABET)
+  text = "".join(out)
+  if pattern.startswith('"'):
+    text = '"' + text + rng.choice(['"!', '"', '!', '"!!'])
+  return text
+
+
+@pytest.mark.parametrize("pattern, counted", _CASES)
+def test_counted_chain_matches_re(pattern, counted, compiler, vocab):
+  tables, info = compiler.compile_with_info(cd.Regex(pattern))
+  assert (tables.token_counts.shape[0] == 1) == counted
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(pattern)
+  high = int(re.findall(r"\{(\d+),(\d+)\}", pattern)[0][1])
+  for length in range(high + 3):
+    for _ in range(2):
+      text = _random_text(rng, length, pattern)
+      expected = re.fullmatch(pattern, text, re.ASCII) is not None  # `\\w` is ASCII here
+      tokens = index.random_tokenization(text.encode(), rng)
+      assert ref.reference_accepts(tables, tokens) == expected, (pattern, text, tokens)
+
+
+@pytest.mark.parametrize("spec, suffix, units", [
+    (cd.Regex(r'"[^"]{2,45}"!'), '"!', list("abä中 😀")),
+    (cd.JsonSchema({"type": "string", "minLength": 2, "maxLength": 45}), '"', _JSON_ALPHABET),
+])
+def test_counted_chain_device_agrees_with_reference(spec, suffix, units, compiler, vocab):
+  tables = compiler.compile(spec)
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(0)
+  step = jax.jit(cd.advance)
+  for length in (0, 2, 20, 44, 45, 46):
+    text = '"' + "".join(rng.choice(units) for _ in range(length)) + suffix
+    tokens = index.random_tokenization(text.encode(), rng)
+    states, ok = ref.reference_walk(tables, tokens)
+    state = cd.init_state(tables, batch_size=1)
+    for t, expected in zip(tokens, states):
+      allowed = np.asarray(cd.allowed_tokens(tables, state))[0]
+      np.testing.assert_array_equal(allowed, ref.reference_allowed(tables, int(state.state[0])))
+      state = step(tables, state, np.array([t], np.int32))
+      assert int(state.state[0]) == expected
+    if not ok:  # The reference stopped at a forbidden token: the device flags it.
+      state = step(tables, state, np.array([tokens[len(states)]], np.int32))
+    assert bool(state.error[0]) == (not ok)
+    assert ok == (2 <= length <= 45)
+
+
+def test_stacked_counted_and_plain_tables(compiler, vocab):
+  counted = compiler.compile(cd.Regex(r"[a-z]{3,40}"))
+  plain = compiler.compile(cd.Regex(r"(ab|c)+"))
+  stacked = _tables.stack_tables([plain, counted])
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(1)
+  start = int(stacked.start[1])
+  for length in (2, 3, 17, 40, 41):
+    text = "".join(rng.choice("abcxyz") for _ in range(length)).encode()
+    tokens = index.random_tokenization(text, rng)
+    assert ref.reference_accepts(stacked, tokens, start) == (3 <= length <= 40)
+    assert ref.reference_accepts(counted, tokens) == (3 <= length <= 40)
+
+
+
+@pytest.mark.parametrize("low, high", [(0, 20), (3, 40), (25, 60)])
+def test_json_string_lengths_count_escapes_once(low, high, compiler, vocab):
+  """maxLength/minLength lower to a counted chain of JSON string characters (a code
+  point or one escape); escapes started in one token and finished in the next count once."""
+  schema = {"type": "string", "minLength": low, "maxLength": high}
+  tables = compiler.compile(cd.JsonSchema(schema))
+  assert tables.token_counts.shape[0] == 1
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(high)
+  for length in range(high + 3):
+    for _ in range(2):
+      units = [rng.choice(_JSON_ALPHABET) for _ in range(length)]
+      text = '"' + "".join(units) + '"'
+      tokens = index.random_tokenization(text.encode(), rng)
+      assert ref.reference_accepts(tables, tokens) == (low <= length <= high), text
+
+
+def test_huge_bound_trips_the_table_budget_first(vocab):
+  # Checked before the states are allocated (a MemoryError would be a defect).
+  small = cd.Compiler(vocab, cd.CompileOptions(cache_dir=None, max_table_bytes=1 << 20))
+  with pytest.raises(cd.CompileBudgetError, match="states .* for them alone"):
+    small.compile(cd.Regex(r"[a-z]{1,90000}"))
+
+
+def test_find_chain_shapes():
+  assert _counting.find_chain(cd.Regex(r"[a-z]{1,200}").to_ir()) is not None
+  assert _counting.find_chain(cd.Regex(r"[a-z]{1,5}").to_ir()) is None  # small: plain
+  assert _counting.find_chain(cd.Regex(r"[0-9]{1,200}").to_ir()) is None  # narrow class
+  assert _counting.find_chain(cd.Regex(r"[a-z]{1,200}b").to_ir()) is None  # suffix in K
+
+
+@pytest.mark.parametrize("pattern", [r'[^"]{0,10000}', r"\w{1,10000}", r".{0,500}",
+                                     r"[a-z]{1,200}"])
+def test_gemma_counted_chains_are_small_and_exact(pattern, gemma_compiler, gemma_vocab):
+  tables, info = gemma_compiler.compile_with_info(cd.Regex(pattern))
+  assert tables.token_counts.shape[0] == 1
+  assert info.nbytes["total"] <= 8 << 20
+  index = ref.TokenIndex(gemma_vocab)
+  rng = random.Random(pattern)
+  low, high = (int(x) for x in re.findall(r"\{(\d+),(\d+)\}", pattern)[0])
+  chars = "abc xyzä中😀" if pattern.startswith(("[^", ".")) else "abcxyz_09"
+  if pattern.startswith("[a-z]"):
+    chars = "abcxyz"
+  for length in sorted({0, 1, low, high - 60, high - 1, high, high + 1, high + 2}):
+    if length < 0:
+      continue
+    text = "".join(rng.choice(chars) for _ in range(length))
+    tokens = index.random_tokenization(text.encode(), rng)
+    assert ref.reference_accepts(tables, tokens) == (low <= length <= high), length
+
+
+@pytest.mark.parametrize("pattern", [r'"[^"]{2,45}"!', r"[a-z\u00e4]{0,17}", r".{1,30}",
+                                     r"[^\"]{20,40}", {"type": "string", "maxLength": 24},
+                                     {"type": "string", "minLength": 18, "maxLength": 30}])
+def test_counted_chain_equals_plain_composition(pattern, compiler, vocab, tmp_path):
+  """Random token walks agree, prefix by prefix, with plain composition's tables."""
+  spec = cd.Regex(pattern) if isinstance(pattern, str) else cd.JsonSchema(pattern)
+  counted = compiler.compile(spec)
+  plain = cd.Compiler(vocab, cd.CompileOptions(cache_dir=str(tmp_path), memoize=False,
+                                               wide_states=False)).compile(spec)
+  assert counted.token_counts.shape[0] == 1 and plain.token_counts.shape[0] == 0
+  rng = np.random.default_rng(0)
+  eos = set(vocab.eos_ids)
+  for _ in range(60):
+    tokens, c_state, p_state = [], int(counted.start[0]), int(plain.start[0])
+    for _ in range(int(rng.integers(1, 60))):
+      c_allowed = ref.reference_allowed(counted, c_state)
+      p_allowed = ref.reference_allowed(plain, p_state)
+      np.testing.assert_array_equal(c_allowed, p_allowed)
+      choices = [t for t in np.flatnonzero(c_allowed) if t not in eos]
+      if not choices:
+        break
+      # Mostly allowed tokens; sometimes any token (both must then reject it alike).
+      token = int(rng.choice(choices) if rng.random() < 0.9 else rng.integers(vocab.vocab_size))
+      tokens.append(token)
+      c_next = ref.reference_step(counted, c_state, token)
+      p_next = ref.reference_step(plain, p_state, token)
+      assert (c_next is None) == (p_next is None), tokens
+      if c_next is None:
+        break
+      c_state, p_state = c_next, p_next
+    assert ref.reference_accepts(counted, tokens) == ref.reference_accepts(plain, tokens)
+
+
+@pytest.mark.parametrize("low, high", [(0, 10_000), (9_990, 10_000), (0, 80)])
+def test_gemma_json_max_length(low, high, gemma_compiler, gemma_vocab):
+  schema = {"type": "string", "minLength": low, "maxLength": high}
+  tables, info = gemma_compiler.compile_with_info(cd.JsonSchema(schema))
+  assert tables.token_counts.shape[0] == 1
+  assert info.nbytes["total"] <= 8 << 20
+  index = ref.TokenIndex(gemma_vocab)
+  rng = random.Random(high)
+  for length in sorted({0, 1, low - 1, low, high - 1, high, high + 1}):
+    if length < 0:
+      continue
+    units = [rng.choice(_JSON_ALPHABET) for _ in range(length)]
+    text = '"' + "".join(units) + '"'
+    for _ in range(2):
+      tokens = index.random_tokenization(text.encode(), rng)
+      assert ref.reference_accepts(tables, tokens) == (low <= length <= high), length
