@@ -61,8 +61,8 @@ from constrained_decoding.automata._byte_dfa import NO_STATE
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 
-# A repeat with at most this many repetitions goes through plain composition.
-MIN_COUNT = 16
+# A repeat of fewer repetitions goes through plain composition (few states anyway).
+MIN_COUNT = 8
 # ... and so does one whose class has fewer code points (few tokens are wholly in it).
 MIN_CLASS_SIZE = 16
 

@@ -151,7 +151,8 @@ def test_huge_bound_trips_the_table_budget_first(vocab):
 
 def test_find_chain_shapes():
   assert _counting.find_chain(cd.Regex(r"[a-z]{1,200}").to_ir()) is not None
-  assert _counting.find_chain(cd.Regex(r"[a-z]{1,5}").to_ir()) is None  # small: plain
+  assert _counting.find_chain(cd.Regex(r"[a-z]{1,8}").to_ir()) is not None
+  assert _counting.find_chain(cd.Regex(r"[a-z]{1,7}").to_ir()) is None  # short: plain
   assert _counting.find_chain(cd.Regex(r"[0-9]{1,200}").to_ir()) is None  # narrow class
   assert _counting.find_chain(cd.Regex(r"[a-z]{1,200}b").to_ir()) is None  # suffix in K
 
