@@ -1565,3 +1565,28 @@ def test_implied_types_off_follows_the_specification(schema):
     text = json.dumps(value, separators=(",", ":")).encode()
     assert exact.accepts(text) == validator.is_valid(value), text
     assert not implied.accepts(text) or validator.is_valid(value), text
+
+
+@pytest.mark.parametrize("schema, message", [
+    ({"type": "string", "maxLength": 10**9},
+     r"maxLength 1000000000 at #/maxLength needs an automaton of more than 100000 states"),
+    ({"type": "array", "minItems": 200_000}, r"minItems 200000 at #/minItems needs"),
+    ({"enum": list(range(30_000))}, r"enum at #/enum has 30000 values; expected at most 20000"),
+    ({"type": "object", "properties": {f"p{i}": {} for i in range(5_001)}},
+     r"The object at # declares 5001 properties; expected at most 5000"),
+])
+def test_size_limits_raise_before_building(schema, message):
+  with pytest.raises(cd.CompileBudgetError, match=message):
+    cd.JsonSchema(schema).to_ir()
+
+
+def test_deep_schemas_raise_a_budget_error():
+  schema = {"type": "integer"}
+  for _ in range(1000):
+    schema = {"type": "array", "items": schema}
+  with pytest.raises(cd.CompileBudgetError, match=r"nested too deeply for Python to walk"):
+    cd.JsonSchema(schema).to_ir()
+  with pytest.raises(cd.GrammarError, match=r"nests groups too deeply for the parser"):
+    cd.Grammar("root ::= " + "(" * 600 + '"a"' + ")" * 600).grammar_ir()
+  with pytest.raises(cd.CompileBudgetError, match=r"Grammar rule 'root' would expand"):
+    cd.Grammar('root ::= "a"{100000000}').grammar_ir()
