@@ -5,7 +5,10 @@ Loaders, one per tokenizer source:
   Vocabulary.from_gguf          the `tokenizer.ggml.*` fields of a GGUF model file.
   Vocabulary.from_sentencepiece a SentencePiece model file, serialized proto or processor.
   Vocabulary.from_tokenizer_json a Hugging Face `tokenizer.json` (byte-level BPE, or
-                                metaspace pieces with byte fallback).
+                                metaspace pieces with byte fallback), or a
+                                `tokenizers.Tokenizer`.
+  Vocabulary.from_huggingface   a Hugging Face tokenizer object or model directory, with
+                                the logits width and end-of-sequence ids of its config files.
 """
 
 import dataclasses
@@ -208,99 +211,348 @@ class Vocabulary:
     Control, unknown and unused pieces have no bytes; `<0xNN>` byte pieces are single
     bytes; `▁` is a space.
     """
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-
-    if isinstance(model, spm.SentencePieceProcessor):
-      sp = model
-    else:
-      sp = spm.SentencePieceProcessor()
-      try:
-        if isinstance(model, (bytes, bytearray)):
-          sp.LoadFromSerializedProto(bytes(model))
-        else:
-          sp.Load(os.fspath(model))
-      except (OSError, RuntimeError) as e:
-        raise VocabularyError(
-            f"Could not load SentencePiece model {str(model)[:100]!r}: {e}. Expected a "
-            f".model file or serialized ModelProto bytes."
-        ) from e
-    token_bytes = []
-    for i in range(sp.GetPieceSize()):
-      piece = sp.IdToPiece(i)
-      if sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i):
-        token_bytes.append(None)
-      elif sp.IsByte(i):
-        token_bytes.append(_spm_piece_bytes(piece, _GGUF_BYTE))
-      else:
-        token_bytes.append(piece.replace(_METASPACE, " ").encode("utf-8"))
+    sp = _load_sentencepiece(model)
+    token_bytes, guessed = _sentencepiece_token_bytes(sp)
     if eos_ids is None:
-      eos_ids = {sp.eos_id()} if sp.eos_id() >= 0 else set()
-      eos_ids |= _end_of_turn_ids((i, sp.IdToPiece(i)) for i in range(sp.GetPieceSize())
-                                  if token_bytes[i] is None)
+      eos_ids = guessed
     return cls(tuple(token_bytes), len(token_bytes) if vocab_size is None else vocab_size,
                tuple(eos_ids))
 
   @classmethod
   def from_tokenizer_json(
       cls,
-      source: str | os.PathLike | dict,
+      source: Any,
       *,
       vocab_size: int | None = None,
       eos_ids: Iterable[int] | None = None,
   ) -> "Vocabulary":
-    """Reads a Hugging Face `tokenizer.json` (a path, JSON text or the parsed dict).
+    """Reads a Hugging Face `tokenizer.json`: a path, JSON text, the parsed dict, or a
+    `tokenizers.Tokenizer` object.
 
     Supported: BPE or Unigram models whose pieces are byte-level (GPT-2 style byte to
     Unicode mapping, detected by a `ByteLevel` decoder or pre-tokenizer) or metaspace
     pieces (`▁` for space, `<0xNN>` byte fallback). Special added tokens have no bytes;
-    other added tokens are their literal content.
+    other added tokens are their literal content. End-of-sequence ids, unless given, are
+    guessed from the names of the special tokens (`</s>`, `<|endoftext|>`, ...); use
+    `from_huggingface` on a model directory to read them from its config files instead.
     """
-    spec = _load_json(source)
-    model = spec.get("model") or {}
-    model_type = model.get("type")
-    if model_type == "BPE":
-      pieces = dict(model.get("vocab") or {})
-    elif model_type == "Unigram":
-      pieces = {p[0]: i for i, p in enumerate(model.get("vocab") or [])}
+    parsed = _parse_tokenizer_json(_load_json(source))
+    if eos_ids is None:
+      eos_ids = _guess_eos_ids(parsed)
+    return cls(parsed.token_bytes, parsed.size if vocab_size is None else vocab_size,
+               tuple(eos_ids))
+
+  @classmethod
+  def from_huggingface(
+      cls,
+      tokenizer_or_path: Any,
+      *,
+      vocab_size: int | None = None,
+      eos_ids: Iterable[int] | None = None,
+  ) -> "Vocabulary":
+    """Reads a Hugging Face tokenizer: a `tokenizers.Tokenizer`, a `transformers`
+    tokenizer object, or a local model directory (or a `tokenizer.json` inside one).
+
+    ```python
+    vocab = Vocabulary.from_huggingface("path/to/Llama-3.1-8B-Instruct")
+    vocab = Vocabulary.from_huggingface(AutoTokenizer.from_pretrained(...))
+    ```
+
+    A directory needs `tokenizer.json` (or, failing that, a SentencePiece
+    `tokenizer.model`); it may hold `tokenizer_config.json`, `generation_config.json`
+    and `config.json`, which supply what the tokenizer itself does not know:
+
+    * End-of-sequence ids: the union of `generation_config.json`'s and `config.json`'s
+      `eos_token_id` (an int or a list: Llama 3 instruct lists `<|end_of_text|>`,
+      `<|eom_id|>` and `<|eot_id|>`) and `tokenizer_config.json`'s `eos_token`. Only
+      when none of these is present are they guessed from special-token names.
+    * The logits width: `config.json`'s `vocab_size` (or `text_config.vocab_size`),
+      which often exceeds the tokenizer's size (padded embeddings).
+
+    A `transformers` tokenizer (duck-typed, so `transformers` is not a dependency) is
+    read through its `backend_tokenizer` (fast tokenizers) or `sp_model` (SentencePiece
+    ones); its `eos_token_id` is an end-of-sequence id, and when its `name_or_path` is a
+    local directory the config files there are read too. `vocab_size` and `eos_ids`,
+    when given, override all of this.
+
+    Raises:
+      VocabularyError: the argument is none of the above, a directory has no
+        tokenizer file, or a config file is malformed.
+    """
+    config_dir = None
+    object_eos: set[int] = set()
+    if isinstance(tokenizer_or_path, (str, os.PathLike)):
+      path = os.fspath(tokenizer_or_path)
+      if os.path.isdir(path):
+        config_dir = path
+        if os.path.isfile(os.path.join(path, "tokenizer.json")):
+          source = os.path.join(path, "tokenizer.json")
+        elif os.path.isfile(os.path.join(path, "tokenizer.model")):
+          source = _SentencePiece(os.path.join(path, "tokenizer.model"))
+        else:
+          raise VocabularyError(
+              f"Directory {path!r} has neither tokenizer.json nor tokenizer.model. "
+              f"Expected a Hugging Face model directory (as saved by save_pretrained)."
+          )
+      elif os.path.isfile(path):
+        config_dir = os.path.dirname(os.path.abspath(path))
+        source = path
+      else:
+        raise VocabularyError(
+            f"{path!r} is not a file or directory. Expected a local Hugging Face model "
+            f"directory or tokenizer.json; download the model first (this library never "
+            f"downloads)."
+        )
+    elif _is_tokenizers_tokenizer(tokenizer_or_path):
+      source = tokenizer_or_path
+    elif hasattr(tokenizer_or_path, "backend_tokenizer") or hasattr(
+        tokenizer_or_path, "sp_model"):
+      tok = tokenizer_or_path
+      backend = getattr(tok, "backend_tokenizer", None)
+      source = (backend if backend is not None else
+                _SentencePiece(tok.sp_model, _added_tokens(tok)))
+      if getattr(tok, "eos_token_id", None) is not None:
+        object_eos = set(_int_ids(tok.eos_token_id, "the tokenizer's eos_token_id"))
+      name = getattr(tok, "name_or_path", None)
+      if isinstance(name, (str, os.PathLike)) and name and os.path.isdir(name):
+        config_dir = os.fspath(name)
     else:
       raise VocabularyError(
-          f"tokenizer.json model type {model_type!r} is not supported. Expected 'BPE' or "
-          f"'Unigram' (WordPiece vocabularies do not map tokens to exact text)."
+          f"Cannot read a tokenizer from {type(tokenizer_or_path).__name__} "
+          f"{repr(tokenizer_or_path)[:80]}. Expected a tokenizers.Tokenizer, a "
+          f"transformers tokenizer, or a local model directory path."
       )
-    added = spec.get("added_tokens") or []
-    size = max([*pieces.values(), *(a["id"] for a in added), -1]) + 1
-    token_bytes: list[bytes | None] = [None] * size
-    if _uses_byte_level(spec):
-      decoder = _byte_level_decoder()
-      for piece, i in pieces.items():
-        token_bytes[i] = _byte_level_bytes(piece, decoder)
+
+    configs = _read_hf_configs(config_dir) if config_dir is not None else {}
+    if isinstance(source, _SentencePiece):
+      parsed = _parse_sentencepiece(_load_sentencepiece(source.model), source.added)
     else:
-      for piece, i in pieces.items():
-        match = _BYTE_PIECE.fullmatch(piece)
-        token_bytes[i] = (bytes([int(match.group(1), 16)]) if match and model.get("byte_fallback", True)
-                          else piece.replace(_METASPACE, " ").encode("utf-8"))
-    specials = []
-    for a in added:
-      if a.get("special", False):
-        token_bytes[a["id"]] = None
-        specials.append((a["id"], a["content"]))
-      else:
-        token_bytes[a["id"]] = a["content"].encode("utf-8")
-    unk = model.get("unk_token")
-    if unk is not None and unk in pieces:
-      token_bytes[pieces[unk]] = None
+      parsed = _parse_tokenizer_json(_load_json(source))
     if eos_ids is None:
-      eos_ids = _end_of_turn_ids(specials)
+      eos_ids = _config_eos_ids(configs, parsed) | object_eos
       if not eos_ids:
+        eos_ids = _guess_eos_ids(parsed)
+    if vocab_size is None:
+      vocab_size = _config_vocab_size(configs)
+      if vocab_size is not None and vocab_size < parsed.size:
         raise VocabularyError(
-            "tokenizer.json names no end-of-sequence token among its special tokens. "
-            "Expected one of " + ", ".join(_END_OF_TURN_PIECES) + "; pass eos_ids=[...]."
+            f"config.json's vocab_size {vocab_size} is smaller than the tokenizer's "
+            f"{parsed.size} "
+            f"tokens. Expected the model's logits width; pass vocab_size=... explicitly."
         )
-    return cls(tuple(token_bytes), size if vocab_size is None else vocab_size,
+    return cls(parsed.token_bytes, parsed.size if vocab_size is None else vocab_size,
                tuple(eos_ids))
 
 
 # ------------------------------------------------------------------ helpers
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParsedTokenizer:
+  """A tokenizer's bytes per id, its special tokens, and content -> id for config lookups."""
+
+  token_bytes: tuple[bytes | None, ...]
+  specials: tuple[tuple[int, str], ...]
+  token_to_id: dict[str, int]
+  # The tokenizer's own end-of-sequence ids, if it has a notion of one (SentencePiece).
+  own_eos_ids: tuple[int, ...] = ()
+
+  @property
+  def size(self) -> int:
+    return len(self.token_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SentencePiece:
+  """A SentencePiece model (path or processor) plus added tokens `(id, content, special)`."""
+
+  model: Any
+  added: tuple[tuple[int, str, bool], ...] = ()
+
+
+def _parse_tokenizer_json(spec: dict) -> _ParsedTokenizer:
+  model = spec.get("model") or {}
+  model_type = model.get("type")
+  if model_type == "BPE":
+    pieces = dict(model.get("vocab") or {})
+  elif model_type == "Unigram":
+    pieces = {p[0]: i for i, p in enumerate(model.get("vocab") or [])}
+  else:
+    raise VocabularyError(
+        f"tokenizer.json model type {model_type!r} is not supported. Expected 'BPE' or "
+        f"'Unigram' (WordPiece vocabularies do not map tokens to exact text)."
+    )
+  added = spec.get("added_tokens") or []
+  size = max([*pieces.values(), *(a["id"] for a in added), -1]) + 1
+  token_bytes: list[bytes | None] = [None] * size
+  if _uses_byte_level(spec):
+    decoder = _byte_level_decoder()
+    for piece, i in pieces.items():
+      token_bytes[i] = _byte_level_bytes(piece, decoder)
+  else:
+    for piece, i in pieces.items():
+      match = _BYTE_PIECE.fullmatch(piece)
+      token_bytes[i] = (bytes([int(match.group(1), 16)]) if match and model.get("byte_fallback", True)
+                        else piece.replace(_METASPACE, " ").encode("utf-8"))
+  specials = []
+  for a in added:
+    if a.get("special", False):
+      token_bytes[a["id"]] = None
+      specials.append((a["id"], a["content"]))
+    else:
+      token_bytes[a["id"]] = a["content"].encode("utf-8")
+  unk = model.get("unk_token")
+  if unk is not None and unk in pieces:
+    token_bytes[pieces[unk]] = None
+  token_to_id = {**pieces, **{a["content"]: a["id"] for a in added}}
+  return _ParsedTokenizer(tuple(token_bytes), tuple(specials), token_to_id)
+
+
+def _load_sentencepiece(model: Any):
+  """A `SentencePieceProcessor` from a processor, a `.model` path or serialized proto."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+
+  if isinstance(model, spm.SentencePieceProcessor):
+    return model
+  sp = spm.SentencePieceProcessor()
+  try:
+    if isinstance(model, (bytes, bytearray)):
+      sp.LoadFromSerializedProto(bytes(model))
+    else:
+      sp.Load(os.fspath(model))
+  except (OSError, RuntimeError, TypeError) as e:
+    raise VocabularyError(
+        f"Could not load SentencePiece model {str(model)[:100]!r}: {e}. Expected a "
+        f".model file or serialized ModelProto bytes."
+    ) from e
+  return sp
+
+
+def _sentencepiece_token_bytes(sp) -> tuple[list[bytes | None], set[int]]:
+  """Bytes of every piece (control/unknown/unused: None) and the guessed eos ids."""
+  token_bytes = []
+  for i in range(sp.GetPieceSize()):
+    piece = sp.IdToPiece(i)
+    if sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i):
+      token_bytes.append(None)
+    elif sp.IsByte(i):
+      token_bytes.append(_spm_piece_bytes(piece, _GGUF_BYTE))
+    else:
+      token_bytes.append(piece.replace(_METASPACE, " ").encode("utf-8"))
+  eos_ids = {sp.eos_id()} if sp.eos_id() >= 0 else set()
+  eos_ids |= _end_of_turn_ids((i, sp.IdToPiece(i)) for i in range(sp.GetPieceSize())
+                              if token_bytes[i] is None)
+  return token_bytes, eos_ids
+
+
+def _parse_sentencepiece(sp, added: Iterable[tuple[int, str, bool]]) -> _ParsedTokenizer:
+  """A SentencePiece model plus a transformers tokenizer's added tokens."""
+  token_bytes, guessed = _sentencepiece_token_bytes(sp)
+  token_to_id = {sp.IdToPiece(i): i for i in range(sp.GetPieceSize())}
+  specials = []
+  for i, content, special in added:
+    if i >= len(token_bytes):
+      token_bytes += [None] * (i + 1 - len(token_bytes))
+    token_bytes[i] = None if special else content.encode("utf-8")
+    token_to_id[content] = i
+    if special:
+      specials.append((i, content))
+  return _ParsedTokenizer(tuple(token_bytes), tuple(specials), token_to_id,
+                          tuple(sorted(guessed)))
+
+
+def _added_tokens(tok: Any) -> tuple[tuple[int, str, bool], ...]:
+  """`(id, content, special)` of a transformers tokenizer's `added_tokens_decoder`."""
+  decoder = getattr(tok, "added_tokens_decoder", None) or {}
+  return tuple((int(i), str(getattr(a, "content", a)), bool(getattr(a, "special", False)))
+               for i, a in sorted(decoder.items()))
+
+
+def _guess_eos_ids(parsed: _ParsedTokenizer) -> set[int]:
+  """The tokenizer's own eos ids and special tokens named like one (`_END_OF_TURN_PIECES`)."""
+  eos_ids = set(parsed.own_eos_ids) | _end_of_turn_ids(parsed.specials)
+  if not eos_ids:
+    raise VocabularyError(
+        "The tokenizer names no end-of-sequence token among its special tokens. "
+        "Expected one of " + ", ".join(_END_OF_TURN_PIECES) + ", or the model's config "
+        "files (Vocabulary.from_huggingface on its directory); pass eos_ids=[...]."
+    )
+  return eos_ids
+
+
+def _is_tokenizers_tokenizer(obj: Any) -> bool:
+  """Whether `obj` is a `tokenizers.Tokenizer` (checked without importing the package)."""
+  return any(c.__name__ == "Tokenizer" and c.__module__.startswith("tokenizers")
+             for c in type(obj).__mro__)
+
+
+_HF_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
+
+
+def _read_hf_configs(directory: str) -> dict[str, dict]:
+  """The JSON config files present in a Hugging Face model directory, by file name."""
+  configs = {}
+  for name in _HF_CONFIG_FILES:
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+      continue
+    try:
+      with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+      raise VocabularyError(f"Could not read {path!r}: {e}. Expected a JSON object.") from e
+    if not isinstance(config, dict):
+      raise VocabularyError(
+          f"{path!r} holds a {type(config).__name__}. Expected a JSON object.")
+    configs[name] = config
+  return configs
+
+
+def _int_ids(value: Any, where: str) -> list[int]:
+  """An `eos_token_id` value (an int, a list of ints, or null) as a list of ids."""
+  if value is None:
+    return []
+  values = value if isinstance(value, (list, tuple)) else [value]
+  if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    raise VocabularyError(
+        f"{where} is {value!r}. Expected a token id or a list of token ids.")
+  return [int(v) for v in values]
+
+
+def _config_eos_ids(configs: dict[str, dict], parsed: _ParsedTokenizer) -> set[int]:
+  """End-of-sequence ids named by a model directory's config files (empty if none)."""
+  eos_ids = set()
+  for name in ("generation_config.json", "config.json"):
+    config = configs.get(name, {})
+    eos_ids |= set(_int_ids(config.get("eos_token_id"), f"{name}'s eos_token_id"))
+    text_config = config.get("text_config")
+    if isinstance(text_config, dict):
+      eos_ids |= set(_int_ids(text_config.get("eos_token_id"),
+                              f"{name}'s text_config.eos_token_id"))
+  token = configs.get("tokenizer_config.json", {}).get("eos_token")
+  if isinstance(token, dict):  # a serialized AddedToken
+    token = token.get("content")
+  if token is not None:
+    if not isinstance(token, str) or token not in parsed.token_to_id:
+      raise VocabularyError(
+          f"tokenizer_config.json's eos_token {token!r} is not a token of the tokenizer. "
+          f"Expected the content of one of its tokens; pass eos_ids=[...] explicitly."
+      )
+    eos_ids.add(parsed.token_to_id[token])
+  return eos_ids
+
+
+def _config_vocab_size(configs: dict[str, dict]) -> int | None:
+  """The model's logits width from `config.json` (`vocab_size` or `text_config`'s)."""
+  config = configs.get("config.json", {})
+  size = config.get("vocab_size")
+  if size is None and isinstance(config.get("text_config"), dict):
+    size = config["text_config"].get("vocab_size")
+  if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+    raise VocabularyError(
+        f"config.json's vocab_size is {size!r}. Expected a positive integer.")
+  return size
+
 
 
 def _fingerprint(token_bytes: tuple[bytes | None, ...], vocab_size: int,
@@ -367,9 +619,18 @@ def _uses_byte_level(spec: dict) -> bool:
   return "ByteLevel" in types(spec.get("decoder")) + types(spec.get("pre_tokenizer"))
 
 
-def _load_json(source: str | os.PathLike | dict) -> dict:
+def _load_json(source: Any) -> dict:
   if isinstance(source, dict):
     return source
+  if _is_tokenizers_tokenizer(source) or (
+      hasattr(source, "to_str") and not isinstance(source, (str, os.PathLike))):
+    return _load_json(source.to_str())
+  if not isinstance(source, (str, os.PathLike)):
+    raise VocabularyError(
+        f"Cannot read a tokenizer.json from {type(source).__name__}. Expected a path, JSON "
+        f"text, a parsed dict or a tokenizers.Tokenizer (Vocabulary.from_huggingface also "
+        f"takes transformers tokenizers)."
+    )
   text = os.fspath(source)
   if not text.lstrip().startswith("{"):
     try:
