@@ -27,6 +27,9 @@ _EXPORTS = {
     "ConstraintTables": "constrained_decoding.tables",
     "stack_tables": "constrained_decoding.tables",
     "tables_nbytes": "constrained_decoding.tables",
+    "load_tables": "constrained_decoding._tables_file",
+    "read_tables_header": "constrained_decoding._tables_file",
+    "TablesHeader": "constrained_decoding._tables_file",
     # Device: runtime.
     "ConstraintState": "constrained_decoding.runtime",
     "init_state": "constrained_decoding.runtime",
@@ -58,6 +61,9 @@ _EXPORTS = {
     "CompileBudgetError": "constrained_decoding.errors",
     "VocabularyError": "constrained_decoding.errors",
     "VocabularyMismatchError": "constrained_decoding.errors",
+    "TablesVocabularyMismatchError": "constrained_decoding.errors",
+    "TablesFileError": "constrained_decoding.errors",
+    "TablesVersionError": "constrained_decoding.errors",
     "DecodingArgumentError": "constrained_decoding.errors",
     # Grammars.
     "Grammar": "constrained_decoding.constraints",

@@ -1,4 +1,4 @@
-"""Command line: `constrained-decoding generate ...` and `constrained-decoding evaluate ...`.
+"""Command line: `constrained-decoding generate|evaluate|compile ...`.
 
 `generate`: completions go to stdout (only the generated text, one completion after
 another); logs, progress and errors go to stderr, so the output can be piped.
@@ -8,6 +8,9 @@ per input line, in order), the summary as one JSON object on stdout, a progress 
 stderr. Exit status: 0 when every line was evaluated, 1 when some lines had an error
 (reported on their output line; the others were evaluated), 2 for errors that stop
 the job (bad flags, unreadable input, a model that does not load).
+
+`compile`: one constraint compiled for a model's vocabulary and saved with `-o FILE`
+(`ConstraintTables.save`), for `cd.load_tables` on machines without pynini.
 """
 
 import argparse
@@ -31,16 +34,7 @@ def _parser() -> argparse.ArgumentParser:
       description="Constrained generation with Gemma 3 (default: the packaged Gemma 3 270M).")
   sub = parser.add_subparsers(dest="command", required=True)
   gen = sub.add_parser("generate", help="generate text that follows a constraint")
-  spec = gen.add_mutually_exclusive_group()
-  spec.add_argument("--regex", help="the output must fully match this regex (Python syntax)")
-  spec.add_argument("--choices", help="comma-separated list; the output is exactly one of them")
-  spec.add_argument("--json-schema", metavar="FILE", help="the output is JSON valid under it")
-  spec.add_argument("--grammar", metavar="FILE",
-                    help="GBNF (or Lark, for a .lark file) grammar; see --max-depth")
-  spec.add_argument("--json", action="store_true",
-                    help="the output is any JSON value (the built-in JSON grammar)")
-  spec.add_argument("--dataclass", metavar="MODULE:NAME",
-                    help="the output is a constructor call of this dataclass")
+  _add_spec_arguments(gen)
   gen.add_argument("--prompt", required=True, help="the prompt (completion style for base models)")
   gen.add_argument("--model", default=None, help="path of a Gemma 3 GGUF (default: packaged 270M)")
   gen.add_argument("--chat", action="store_true",
@@ -54,13 +48,40 @@ def _parser() -> argparse.ArgumentParser:
                    help="number of completions of the prompt, decoded as one batch")
   gen.add_argument("--no-stream", action="store_true",
                    help="print completions at the end instead of token by token")
-  gen.add_argument("--max-depth", type=int, default=None,
-                   help="nesting bound that makes a recursive --grammar or --json regular "
-                        "(default: unbounded, with the nesting stack on the device)")
-  gen.add_argument("--unicode", action="store_true",
-                   help="\\d \\w \\s are Unicode classes (default: ASCII, as re.ASCII)")
   _add_evaluate_parser(sub)
+  _add_compile_parser(sub)
   return parser
+
+
+def _add_spec_arguments(parser, *, required: bool = False) -> None:
+  """The constraint flags shared by `generate` and `compile` (at most one of them)."""
+  spec = parser.add_mutually_exclusive_group(required=required)
+  spec.add_argument("--regex", help="the output must fully match this regex (Python syntax)")
+  spec.add_argument("--choices", help="comma-separated list; the output is exactly one of them")
+  spec.add_argument("--json-schema", metavar="FILE", help="the output is JSON valid under it")
+  spec.add_argument("--grammar", metavar="FILE",
+                    help="GBNF (or Lark, for a .lark file) grammar; see --max-depth")
+  spec.add_argument("--json", action="store_true",
+                    help="the output is any JSON value (the built-in JSON grammar)")
+  spec.add_argument("--dataclass", metavar="MODULE:NAME",
+                    help="the output is a constructor call of this dataclass")
+  parser.add_argument("--max-depth", type=int, default=None,
+                      help="nesting bound that makes a recursive --grammar or --json regular "
+                           "(default: unbounded, with the nesting stack on the device)")
+  parser.add_argument("--unicode", action="store_true",
+                      help="\\d \\w \\s are Unicode classes (default: ASCII, as re.ASCII)")
+
+
+def _add_compile_parser(sub) -> None:
+  comp = sub.add_parser(
+      "compile", help="compile a constraint once and save its tables to one file",
+      description="Compile a constraint for a model's vocabulary and save the tables "
+                  "(cd.load_tables reads them, also where pynini is not installed).")
+  _add_spec_arguments(comp, required=True)
+  comp.add_argument("-o", "--output", required=True, metavar="FILE",
+                    help="where to write the tables (e.g. tables.cdt)")
+  comp.add_argument("--model", default=None,
+                    help="GGUF whose vocabulary the tables are for (default: packaged 270M)")
 
 
 _EVALUATE_HELP = """\
@@ -248,6 +269,20 @@ def _generate(args) -> int:
   return 0
 
 
+def _compile(args) -> int:
+  """`compile`: the constraint's tables, saved with the vocabulary's fingerprint."""
+  import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
+
+  spec = _spec(args, cd)
+  started = time.perf_counter()
+  vocab = cd.Vocabulary.from_gguf(args.model or cd.models.default_gguf_path())
+  tables = cd.Compiler(vocab).compile(spec)
+  tables.save(args.output, vocab=vocab, description=spec.describe())
+  _log(f"compiled in {time.perf_counter() - started:.1f} s: {tables!r}; wrote "
+       f"{args.output} (vocabulary {vocab.fingerprint[:12]})")
+  return 0
+
+
 _CONSTRAINT_KEYS = ("regex", "choices", "json_schema", "grammar", "dataclass")
 _LINE_KEYS = frozenset({"prompt", "answer", "id", "unicode", "syntax", "max_depth",
                         *_CONSTRAINT_KEYS})
@@ -424,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
   try:
     if args.command == "evaluate":
       return _evaluate(args)
+    if args.command == "compile":
+      return _compile(args)
     return _generate(args)
   except (ValueError, TypeError, OSError) as e:  # includes every ConstraintError
     _log(f"error: {_one_line(e)}")

@@ -37,6 +37,18 @@ class VocabularyMismatchError(ConstraintError):
   """Tables or caches were built for another vocabulary."""
 
 
+class TablesVocabularyMismatchError(VocabularyMismatchError):
+  """A saved tables file was written for another vocabulary; names both fingerprints."""
+
+
+class TablesFileError(ConstraintError):
+  """A file given as saved tables is not one, or is damaged (`cd.load_tables`)."""
+
+
+class TablesVersionError(TablesFileError):
+  """A saved tables file has another format version than this library reads."""
+
+
 class GrammarError(ConstraintError):
   """A grammar is invalid. `line` and `column` (1-based) locate the problem when known.
 

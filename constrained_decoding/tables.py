@@ -76,6 +76,7 @@ Public names:
   pack_pda_tables(token_pda, vocab, stack_depth=) TokenPda -> ConstraintTables.
   stack_tables(tables_list)    several constraints in one table set (states offset).
   tables_nbytes(tables)        size report in bytes, per array and in total.
+  ConstraintTables.save(path, vocab=)  one file; `cd.load_tables` reads it (`_tables_file`).
   terminal_entries(tables)     [S, R, 2] terminal entries per state (rows applied).
   estimate_nbytes(token_dfa, vocab)  an upper bound, checked before packing.
   bucket_size(n, min_bucket)   the padding rule.
@@ -153,6 +154,17 @@ class ConstraintTables:
     """Tables with equal keys share one compiled step function."""
     return (tuple(np.shape(getattr(self, name)) for name in _ARRAY_FIELDS),
             self.vocab_size, self.stack_depth)
+
+  def save(self, path, *, vocab, description: str = "") -> None:
+    """Writes the tables to one file that `cd.load_tables` reads without pynini.
+
+    `vocab` is the `Vocabulary` they were compiled for (its fingerprint is stored and
+    checked on load); `description` is free text, e.g. `spec.describe()`. The format is
+    in `_tables_file.py`.
+    """
+    from constrained_decoding import _tables_file  # pylint: disable=g-import-not-at-top  (cycle)
+
+    _tables_file.save_tables(self, path, vocab=vocab, description=description)
 
   def __repr__(self) -> str:
     kind = f", stack_depth={self.stack_depth}" if self.stack_depth else ""

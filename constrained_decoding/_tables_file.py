@@ -1,0 +1,197 @@
+"""One file per `ConstraintTables`: compile once on a host with pynini, decode anywhere.
+
+The file is a zip archive of `.npy` arrays (numpy's `.npz`, read with
+`allow_pickle=False`, so loading never runs code from the file): one array per field of
+`ConstraintTables`, plus `__header__`, the UTF-8 bytes of a small JSON object:
+
+  format            "constrained_decoding.ConstraintTables"
+  format_version    TABLES_FILE_VERSION; bumped whenever the arrays' layout or meaning
+                    changes, so an old file is refused instead of misread
+  vocab_fingerprint `Vocabulary.fingerprint` of the vocabulary the tables were built for
+  vocab_size, stack_depth   the static fields of `ConstraintTables`
+  description       what the tables constrain, e.g. `Regex('\\d+')` (free text)
+
+Loading needs numpy and jax only: this module, like the rest of the device side, never
+imports pynini, so a worker without pynini can decode with tables compiled elsewhere.
+
+Public names (re-exported as `cd.load_tables`, `cd.read_tables_header`, and the method
+`ConstraintTables.save`):
+  save_tables(tables, path, *, vocab, description)
+  load_tables(path, *, vocab)        -> ConstraintTables
+  read_tables_header(path)           -> TablesHeader
+"""
+
+import dataclasses
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from constrained_decoding import tables as _tables
+from constrained_decoding.errors import TablesFileError
+from constrained_decoding.errors import TablesVersionError
+from constrained_decoding.errors import TablesVocabularyMismatchError
+from constrained_decoding.errors import VocabularyMismatchError
+from constrained_decoding.vocab._vocabulary import Vocabulary
+
+TABLES_FILE_VERSION = 1
+_FORMAT = "constrained_decoding.ConstraintTables"
+_HEADER = "__header__"
+# The dtype of every array field (see the layout in `tables.py`).
+_DTYPES = {name: np.dtype(np.int32) for name in _tables._ARRAY_FIELDS}  # pylint: disable=protected-access
+_DTYPES.update(accepting=np.dtype(bool), mask_bits=np.dtype(np.uint32),
+               eos_bits=np.dtype(np.uint32), terminal_bits=np.dtype(np.uint32),
+               token_counts=np.dtype(np.int8))
+
+
+@dataclasses.dataclass(frozen=True)
+class TablesHeader:
+  """What a tables file says about itself (read without loading the arrays).
+
+  Attributes:
+    format_version: Layout version of the file (`TABLES_FILE_VERSION` when written).
+    vocab_fingerprint: `Vocabulary.fingerprint` of the vocabulary the tables are for.
+    vocab_size: Width of the model's logits the tables expect.
+    stack_depth: Stack capacity per row (0 for regular constraints).
+    description: What the tables constrain, as given to `save`.
+  """
+
+  format_version: int
+  vocab_fingerprint: str
+  vocab_size: int
+  stack_depth: int
+  description: str = ""
+
+
+def _fingerprint_of(vocab: Vocabulary | str) -> str:
+  return vocab if isinstance(vocab, str) else vocab.fingerprint
+
+
+def save_tables(tables: _tables.ConstraintTables, path: str | os.PathLike, *,
+                vocab: Vocabulary, description: str = "") -> None:
+  """Writes `tables` to `path` (any name; `.cdt` by convention), replacing it.
+
+  Args:
+    tables: Compiled (possibly stacked) tables, numpy or device arrays.
+    path: The file to write.
+    vocab: The vocabulary the tables were compiled for; its fingerprint is stored so
+      that `load_tables` can refuse tables meant for another tokenizer.
+    description: Free text kept in the header, e.g. `spec.describe()`.
+
+  Raises:
+    VocabularyMismatchError: If `vocab`'s logits width or end-of-sequence ids differ
+      from those the tables were built with.
+  """
+  if (vocab.vocab_size != tables.vocab_size or not np.array_equal(
+      np.asarray(tables.eos_bits), _tables.bitmask(np.asarray(vocab.eos_ids),
+                                                   vocab.vocab_size))):
+    raise VocabularyMismatchError(
+        f"The tables were built for vocab_size {tables.vocab_size} and other "
+        f"end-of-sequence ids than {vocab!r}. Expected the Vocabulary the tables were "
+        f"compiled with.")
+  header = dict(format=_FORMAT, format_version=TABLES_FILE_VERSION,
+                vocab_fingerprint=vocab.fingerprint, vocab_size=int(tables.vocab_size),
+                stack_depth=int(tables.stack_depth), description=str(description))
+  arrays = {name: np.asarray(getattr(tables, name), _DTYPES[name])
+            for name in _tables._ARRAY_FIELDS}  # pylint: disable=protected-access
+  arrays[_HEADER] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
+  # A file object, not a name: `np.savez` would append ".npz" to a name.
+  with open(path, "wb") as f:
+    np.savez_compressed(f, **arrays)
+
+
+def _open(path: str | os.PathLike):
+  """The npz archive of `path`; `TablesFileError` when it is not one."""
+  try:
+    return np.load(os.fspath(path), allow_pickle=False)
+  except (ValueError, zipfile.BadZipFile, EOFError) as e:
+    raise TablesFileError(
+        f"{os.fspath(path)!r} is not a tables file ({e}). Expected a file written by "
+        f"ConstraintTables.save or `constrained-decoding compile`.") from None
+
+
+def _header(archive, path) -> TablesHeader:
+  """The parsed header of an open archive; typed errors for a foreign or newer file."""
+  where = os.fspath(path)
+  try:
+    raw = json.loads(bytes(archive[_HEADER]).decode("utf-8"))
+  except (KeyError, ValueError) as e:
+    raise TablesFileError(
+        f"{where!r} has no readable tables header ({type(e).__name__}: {e}). Expected a "
+        f"file written by ConstraintTables.save.") from None
+  if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
+    raise TablesFileError(f"{where!r} is not a tables file (format "
+                          f"{raw.get('format') if isinstance(raw, dict) else raw!r}). "
+                          f"Expected format {_FORMAT!r}.")
+  version = raw.get("format_version")
+  if version != TABLES_FILE_VERSION:
+    raise TablesVersionError(
+        f"{where!r} has tables format version {version!r}. Expected version "
+        f"{TABLES_FILE_VERSION} (this library). Recompile the constraint with this "
+        f"version (`constrained-decoding compile ... -o FILE`).")
+  try:
+    return TablesHeader(format_version=int(version),
+                        vocab_fingerprint=str(raw["vocab_fingerprint"]),
+                        vocab_size=int(raw["vocab_size"]), stack_depth=int(raw["stack_depth"]),
+                        description=str(raw.get("description", "")))
+  except (KeyError, TypeError, ValueError) as e:
+    raise TablesFileError(f"{where!r} has an incomplete header ({e!r}). Expected the "
+                          f"fields of TablesHeader.") from None
+
+
+def read_tables_header(path: str | os.PathLike) -> TablesHeader:
+  """The header of a tables file: version, vocabulary fingerprint, description."""
+  with _open(path) as archive:
+    return _header(archive, path)
+
+
+def _array(archive, name: str, where: str) -> np.ndarray:
+  """Field `name` of the archive, checked against the layout's dtype."""
+  if name not in archive.files:
+    raise TablesFileError(f"{where!r} lacks the array {name!r}. Expected every field of "
+                          f"ConstraintTables; the file is damaged.")
+  array = archive[name]
+  if array.dtype != _DTYPES[name]:
+    raise TablesFileError(f"{where!r}: array {name!r} has dtype {array.dtype}. Expected "
+                          f"{_DTYPES[name]}; the file is damaged.")
+  return array
+
+
+def load_tables(path: str | os.PathLike, *,
+                vocab: Vocabulary | str | None) -> _tables.ConstraintTables:
+  """Reads tables written by `ConstraintTables.save` (numpy arrays; no pynini needed).
+
+  ```python
+  tables = cd.load_tables("answer.cdt", vocab=model.vocab)
+  state = cd.init_state(tables, batch_size=8)
+  ```
+
+  Args:
+    path: The file.
+    vocab: The vocabulary (or its fingerprint) the tables must have been compiled
+      for; None skips the check (see `read_tables_header` for what the file says).
+
+  Raises:
+    TablesVocabularyMismatchError: The file was written for another vocabulary; the
+      message names both fingerprints.
+    TablesVersionError: The file has another format version.
+    TablesFileError: The file is not a tables file or is damaged.
+  """
+  where = os.fspath(path)
+  with _open(path) as archive:
+    header = _header(archive, path)
+    if vocab is not None and header.vocab_fingerprint != _fingerprint_of(vocab):
+      raise TablesVocabularyMismatchError(
+          f"{where!r} holds tables for the vocabulary with fingerprint "
+          f"{header.vocab_fingerprint}, not {_fingerprint_of(vocab)}. Expected tables "
+          f"compiled for this vocabulary: recompile the constraint with it.")
+    arrays = {name: _array(archive, name, where)
+              for name in _tables._ARRAY_FIELDS}  # pylint: disable=protected-access
+  if arrays["mask_bits"].shape[-1] != _tables.num_words(header.vocab_size):
+    raise TablesFileError(
+        f"{where!r}: mask rows have {arrays['mask_bits'].shape[-1]} words. Expected "
+        f"{_tables.num_words(header.vocab_size)} for vocab_size {header.vocab_size}; the "
+        f"file is damaged.")
+  return _tables.ConstraintTables(**arrays, vocab_size=header.vocab_size,
+                                  stack_depth=header.stack_depth)
