@@ -1,5 +1,10 @@
-"""Helpers for testing code that uses constrained_decoding (numpy references)."""
+"""Helpers for testing code that uses constrained_decoding (numpy references, and the
+exact distribution of a finite language for grammar-aligned sampling)."""
 
+from constrained_decoding.testing._exact import ExactDistribution
+from constrained_decoding.testing._exact import accepted_sequences
+from constrained_decoding.testing._exact import empirical_kl
+from constrained_decoding.testing._exact import exact_distribution
 from constrained_decoding.testing._reference import TokenIndex
 from constrained_decoding.testing._reference import reference_accepts
 from constrained_decoding.testing._reference import reference_allowed
@@ -11,8 +16,12 @@ from constrained_decoding.testing._walks import distances_to_accept
 from constrained_decoding.testing._walks import random_accepted_bytes
 
 __all__ = [
+    "ExactDistribution",
     "TokenIndex",
+    "accepted_sequences",
     "distances_to_accept",
+    "empirical_kl",
+    "exact_distribution",
     "random_accepted_bytes",
     "reference_accepts",
     "reference_allowed",
