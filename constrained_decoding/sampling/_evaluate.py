@@ -12,11 +12,17 @@ Public names:
   evaluate(model, prompts, constraints, ...)  -> Evaluation
   Evaluation       per-row results and the conformance summary.
   EvaluationRow    one prompt's completion, whether the constraint accepts it, and
-                   whether it equals the reference answer.
+                   whether it matches the reference answer.
+
+Scoring: by default a row is correct when its text, stripped, equals the reference
+answer; `answer_key="Final Answer"` compares that field of the row's JSON object instead
+(`{"Final Answer": "B", ...}` against `B`), and `score=fn` lets `fn(completion, answer)`
+decide (e.g. a number after `####`).
 """
 
 import dataclasses
 import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling._generate import Completion
 from constrained_decoding.sampling._methods import SamplingConfig
@@ -43,8 +50,9 @@ class EvaluationRow:
     conforms: The constraint accepts the whole output: the row ended with end of
       sequence where the constraint allows the input to end, and saw no forbidden
       token. False for a row that ran out of tokens.
-    correct: Whether the completion's text, stripped of surrounding whitespace, equals
-      the reference answer (also stripped); None when no answer was given.
+    correct: Whether the completion matches the reference answer (see `evaluate`'s
+      `score` and `answer_key`; by default the stripped text equals the stripped
+      answer); None when no answer was given.
   """
 
   completion: Completion
@@ -143,8 +151,64 @@ def _stack_per_row(constraints, n: int, model) -> tuple[ConstraintTables, np.nda
   return (distinct[0] if len(distinct) == 1 else stack_tables(distinct)), ids
 
 
+Scorer = Callable[[Completion, str], bool]
+
+
+def exact_match(completion: Completion, answer: str) -> bool:
+  """The default score: the completion's text, stripped, equals the answer, stripped."""
+  return completion.text.strip() == str(answer).strip()
+
+
+def _field(value: Any, key: str) -> Any:
+  """`value[key]` of a mapping, `value.key` of an object (dataclass, pydantic), or None."""
+  if isinstance(value, dict):
+    return value.get(key)
+  return getattr(value, key, None) if not isinstance(value, (str, bytes, list)) else None
+
+
+def field_match(key: str) -> Scorer:
+  """A score comparing field `key` of the completion's JSON object with the answer.
+
+  The object is the row's parsed `value` when it has one (rows given as a spec), else
+  `json.loads` of its text; a row that is not such an object, or lacks the field, is
+  wrong. Values compare as stripped strings, so `{"Final Answer": 42}` matches "42".
+  """
+
+  def score(completion: Completion, answer: str) -> bool:
+    value = completion.value
+    if value is None or isinstance(value, str):
+      try:
+        value = json.loads(completion.text)
+      except ValueError:
+        return False
+    found = _field(value, key)
+    return found is not None and str(found).strip() == str(answer).strip()
+
+  return score
+
+
+def _scorer(score: Any, answer_key: Any) -> Scorer:
+  """The row scorer for `evaluate`'s `score` / `answer_key` (at most one of them).
+
+  Takes `Any`: it checks what users pass, so a wrong type is its error to report.
+  """
+  if score is not None and answer_key is not None:
+    raise DecodingArgumentError(
+        f"evaluate got both score={score!r} and answer_key={answer_key!r}. Expected at "
+        f"most one: answer_key compares a JSON field, score decides by itself.")
+  if score is not None and not callable(score):
+    raise DecodingArgumentError(f"score is a {type(score).__name__}. Expected a function "
+                                f"(completion, answer) -> bool.")
+  if answer_key is not None:
+    if not isinstance(answer_key, str):
+      raise DecodingArgumentError(f"answer_key is {answer_key!r}. Expected a string, the "
+                                  f"name of a field of the JSON answer.")
+    return field_match(answer_key)
+  return score or exact_match
+
+
 def _row_result(model, tokens: np.ndarray, done: bool, error: bool, answer: str | None,
-                spec: Any, row: int) -> EvaluationRow:
+                spec: Any, row: int, scorer: Scorer = exact_match) -> EvaluationRow:
   """Host post-processing of one row: cut at the first end-of-sequence id, decode, and
   parse (when the row's constraint was given as a spec and the row finished)."""
   ids = [int(t) for t in tokens]
@@ -157,9 +221,22 @@ def _row_result(model, tokens: np.ndarray, done: bool, error: bool, answer: str 
     value = _generate._value(spec, text, row)  # pylint: disable=protected-access
   completion = Completion(token_ids=kept, text=text, finished=end is not None,
                           error=bool(error), value=value)
-  correct = None if answer is None else text.strip() == str(answer).strip()
+  correct = None if answer is None else bool(scorer(completion, answer))
   return EvaluationRow(completion=completion, conforms=bool(done and not error),
                        correct=correct)
+
+
+def _check_row_ids(row_ids: Sequence[int] | None, n: int) -> np.ndarray:
+  """`row_ids` as int32 `[n]` (default 0..n-1); DecodingArgumentError when malformed."""
+  if row_ids is None:
+    return np.arange(n, dtype=np.int32)
+  ids = np.asarray(row_ids)
+  if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer) or (
+      n and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max)):
+    raise DecodingArgumentError(
+        f"row_ids has shape {ids.shape} and dtype {ids.dtype}. Expected {n} non-negative "
+        f"int32 indices, one per prompt.")
+  return ids.astype(np.int32)
 
 
 def evaluate(
@@ -174,6 +251,9 @@ def evaluate(
     batch_size: int | None = None,
     devices: Sequence[jax.Device] | None = None,
     on_batch: Callable[[int, Sequence[EvaluationRow]], None] | None = None,
+    score: Scorer | None = None,
+    answer_key: str | None = None,
+    row_ids: Sequence[int] | None = None,
 ) -> Evaluation:
   """Decodes every prompt under its constraint, sharded over devices, and scores it.
 
@@ -198,11 +278,17 @@ def evaluate(
     answers: Optional reference answers (None entries: no answer for that row).
     max_new_tokens: Most tokens per row (the end-of-sequence token counts).
     sampling: Greedy (default), temperature, top-k, top-p, jump-forward.
-    seed: Row i samples with `fold_in(PRNGKey(seed), i)`.
+    seed: Row i samples with `fold_in(PRNGKey(seed), row_ids[i])`.
     batch_size: Rows per sharded call (default: 8 per device).
     devices: Devices to shard over (default: `jax.devices()`).
     on_batch: Called after each batch with the index of its first row and its results
       (for progress bars and incremental output).
+    score: `score(completion, answer) -> bool` decides `correct` for rows with an
+      answer (default: stripped text equals stripped answer).
+    answer_key: Compare this field of the row's JSON object with the answer instead of
+      the whole text (`field_match`); not together with `score`.
+    row_ids: Each row's sampling index (default: 0..n-1), so that a job that resumes
+      with the rows left over samples them as the full run would.
 
   Returns:
     An `Evaluation`: one row per prompt, in order, and `summary()`.
@@ -218,6 +304,8 @@ def evaluate(
   n = len(prompts)
   max_new_tokens = _generate.check_max_new_tokens(max_new_tokens)
   _generate.check_sampling(sampling)
+  scorer = _scorer(score, answer_key)
+  row_ids = _check_row_ids(row_ids, n)
   if answers is not None and len(answers) != n:
     raise ValueError(f"Got {len(answers)} answers for {n} prompts. Expected one per prompt "
                      f"(None where there is no answer).")
@@ -245,7 +333,7 @@ def evaluate(
   tables = jax.device_put(tables, replicated)
   eos_ids = jnp.asarray(model.vocab.eos_ids, jnp.int32)
   base_key = jax.random.PRNGKey(seed)
-  keys = np.asarray(jax.vmap(lambda i: jax.random.fold_in(base_key, i))(jnp.arange(n)))
+  keys = np.asarray(jax.vmap(lambda i: jax.random.fold_in(base_key, i))(jnp.asarray(row_ids)))
   static = dict(mesh=mesh, config=model.config, sampling=sampling.static_part(),
                 buffer=buffer, cache_len=width + buffer)
 
@@ -267,7 +355,7 @@ def evaluate(
     count = min(per_call, n - start)
     batch = [_row_result(model, tokens[i, :max_new_tokens], bool(done[i]), bool(error[i]),
                          None if answers is None else answers[start + i],
-                         None if specs is None else specs[start + i], start + i)
+                         None if specs is None else specs[start + i], start + i, scorer)
              for i in range(count)]
     results.extend(batch)
     if on_batch is not None:
