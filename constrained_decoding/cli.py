@@ -1,7 +1,10 @@
 """Command line: `constrained-decoding generate|evaluate|compile ...`.
 
-`generate`: completions go to stdout (only the generated text, one completion after
-another); logs, progress and errors go to stderr, so the output can be piped.
+`generate`: completions go to stdout; logs, progress and errors go to stderr, so the
+output can be piped. `--output text` (default) prints the generated text (with
+`--batch-size` above 1, each row under a `--- row N ---` line, since texts may hold
+newlines); `--output jsonl` prints one JSON object per row (text, token ids, finished,
+parsed value).
 
 `evaluate`: prompts and constraints from a JSONL file, results to a JSONL file (one line
 per input line, in order), the summary as one JSON object on stdout, a progress bar on
@@ -15,6 +18,9 @@ the job (bad flags, unreadable input, a model that does not load).
 
 import argparse
 import codecs
+import dataclasses
+import enum
+import functools
 import importlib
 import json
 import re
@@ -48,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="number of completions of the prompt, decoded as one batch")
   gen.add_argument("--no-stream", action="store_true",
                    help="print completions at the end instead of token by token")
+  gen.add_argument("--output", choices=("text", "jsonl"), default="text",
+                   help="text (default): the completions' text; jsonl: one JSON object per "
+                        "row with row, completion, token_ids, finished, constraint_error, "
+                        "value (streamed: each row's line as the row ends)")
   _add_evaluate_parser(sub)
   _add_compile_parser(sub)
   return parser
@@ -70,6 +80,12 @@ def _add_spec_arguments(parser, *, required: bool = False) -> None:
                            "(default: unbounded, with the nesting stack on the device)")
   parser.add_argument("--unicode", action="store_true",
                       help="\\d \\w \\s are Unicode classes (default: ASCII, as re.ASCII)")
+  parser.add_argument("--strict-properties", action="store_true",
+                      help="--json-schema: no properties beyond the declared ones (unless "
+                           "additionalProperties is a schema)")
+  parser.add_argument("--whitespace", choices=("compact", "single", "flexible"), default=None,
+                      help="--json-schema: compact (default, none), single (one space after "
+                           ": and ,) or flexible (short runs anywhere)")
 
 
 def _add_compile_parser(sub) -> None:
@@ -94,8 +110,9 @@ where the constraint is one of
   "dataclass": "MODULE:NAME"
 "answer" (optional) is compared with the stripped completion for accuracy; "id"
 (optional) is copied to the output line. Output lines: line, id, completion,
-token_ids, finished, constraint_error, conforms, correct, error (a message when the
-line could not be evaluated, else null).
+token_ids, finished, constraint_error, conforms, correct, value (the parsed output:
+JSON for json_schema, the dataclass as an object, else the text; null when the row
+did not finish), error (a message when the line could not be evaluated, else null).
 
 exit status: 0 every line evaluated; 1 some lines had errors (see their "error");
 2 the job could not run (bad flags, unreadable input, model not loaded)."""
@@ -137,6 +154,11 @@ def _spec(args, cd):
   if args.max_depth is not None and args.grammar is None and not args.json:
     raise ValueError(f"--max-depth {args.max_depth} applies to --grammar and --json only. "
                      f"Expected it with one of them, or no --max-depth.")
+  for flag, given in (("--strict-properties", args.strict_properties),
+                      ("--whitespace", args.whitespace is not None)):
+    if given and args.json_schema is None:
+      raise ValueError(f"{flag} applies to --json-schema only. Expected it with "
+                       f"--json-schema FILE, or no {flag}.")
   if args.json:
     return cd.Grammar.builtin("json", max_depth=args.max_depth)
   if args.choices is not None:
@@ -145,7 +167,8 @@ def _spec(args, cd):
     return cd.Regex(args.regex, unicode=args.unicode)
   if args.json_schema is not None:
     with open(args.json_schema, encoding="utf-8") as f:
-      return cd.JsonSchema(f.read())
+      return cd.JsonSchema(f.read(), whitespace=args.whitespace or "compact",
+                           strict_properties=args.strict_properties)
   if args.grammar is not None:
     with open(args.grammar, encoding="utf-8") as f:
       syntax = "lark" if args.grammar.endswith(".lark") else "gbnf"
@@ -202,6 +225,43 @@ def _decoding_flags(args, cd):
   return sampling
 
 
+def _row_header(row: int, batch_size: int) -> str:
+  """The line before each row's text in text output (none for a single row)."""
+  return f"--- row {row} ---\n" if batch_size > 1 else ""
+
+
+def _row_value(completion, *, is_json: bool = False):
+  """A completion's parsed value: `Completion.value`, or the JSON of a `--json` row (the
+  built-in JSON grammar's value is its text). None for an unfinished row."""
+  if is_json and completion.finished and not completion.error:
+    return json.loads(completion.text)
+  return completion.value
+
+
+def _jsonable(value):
+  """`value` as JSON data: dataclass instances as objects, enums as their values,
+  tuples and sets as lists, pydantic models through `model_dump(mode="json")`."""
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+  if isinstance(value, enum.Enum):
+    return _jsonable(value.value)
+  if isinstance(value, (list, tuple, set, frozenset)):
+    return [_jsonable(v) for v in value]
+  if isinstance(value, dict):
+    return {_jsonable(k): _jsonable(v) for k, v in value.items()}
+  if callable(getattr(value, "model_dump", None)):
+    return value.model_dump(mode="json")
+  return value
+
+
+def _jsonl_line(fields: dict, completion, value) -> str:
+  """One JSONL result line: `fields`, then the completion, its flags and parsed value."""
+  line = dict(fields, completion=completion.text, token_ids=list(completion.token_ids),
+              finished=completion.finished, constraint_error=completion.error,
+              value=_jsonable(value))
+  return json.dumps(line, ensure_ascii=False) + "\n"
+
+
 def _log_value(row: int, value, finished: bool) -> None:
   if finished:
     _log(f"row {row} value: {value!r}")
@@ -232,38 +292,40 @@ def _generate(args) -> int:
   prompts = [prompt] * args.batch_size
   kwargs = dict(constraint=spec, max_new_tokens=args.max_new_tokens, sampling=sampling,
                 seed=args.seed)
-  # Parsed values (JSON, dataclass instances) are logged; stdout keeps the text only.
+  # Text output: parsed values (JSON, dataclass instances) are logged, stdout keeps the
+  # text only. JSONL output: each row's value is in its line.
   show_values = args.json_schema is not None or args.dataclass is not None or args.json
-  # A Grammar spec has no value parser of its own: --json values are json.loads of the text.
-  parse = json.loads if args.json else getattr(spec, "parse", None)
+  value_of = functools.partial(_row_value, is_json=args.json)
   started = time.perf_counter()
-  if args.no_stream:
+  if args.output == "jsonl":
+    completions = (enumerate(cd.generate(model, prompts, **kwargs)) if args.no_stream else
+                   ((row, item) for row, item in cd.generate_stream(model, prompts, **kwargs)
+                    if isinstance(item, cd.Completion)))
+    for row, completion in completions:  # streamed: in the order the rows end
+      sys.stdout.write(_jsonl_line(dict(row=row), completion, value_of(completion)))
+      sys.stdout.flush()
+  elif args.no_stream:
     for row, completion in enumerate(cd.generate(model, prompts, **kwargs)):
-      sys.stdout.write(completion.text + "\n")
+      sys.stdout.write(_row_header(row, len(prompts)) + completion.text + "\n")
       if show_values:
-        value = completion.value
-        if args.json and completion.finished:
-          value = parse(completion.text)
-        _log_value(row, value, completion.finished)
+        _log_value(row, value_of(completion), completion.finished)
   else:
-    decoders = [codecs.getincrementaldecoder("utf-8")("replace") for _ in prompts]
-    texts = [[] for _ in prompts]
-    for row, piece in cd.generate_stream(model, prompts, **kwargs):
-      text = decoders[row].decode(piece)
-      if row == 0:
-        sys.stdout.write(text)
+    sys.stdout.write(_row_header(0, len(prompts)))
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    finals = {}
+    for row, item in cd.generate_stream(model, prompts, **kwargs):
+      if isinstance(item, cd.Completion):
+        finals[row] = item
+      elif row == 0:  # the first row streams; the others are printed when all are done
+        sys.stdout.write(decoder.decode(item))
         sys.stdout.flush()
-      texts[row].append(text)
-    sys.stdout.write(decoders[0].decode(b"", final=True) + "\n")
-    for row in range(1, len(prompts)):  # other rows, after the streamed first one
-      sys.stdout.write("".join(texts[row]) + decoders[row].decode(b"", final=True) + "\n")
+    sys.stdout.write(decoder.decode(b"", final=True) + "\n")
+    for row in range(1, len(prompts)):
+      sys.stdout.write(_row_header(row, len(prompts)) + finals[row].text + "\n")
     if show_values:
       sys.stdout.flush()
-      for row, pieces in enumerate(texts):
-        try:  # A text that does not parse is an unfinished row (a valid prefix).
-          _log_value(row, parse("".join(pieces)), True)
-        except ValueError:
-          _log_value(row, None, False)
+      for row in range(len(prompts)):
+        _log_value(row, value_of(finals[row]), finals[row].finished)
   sys.stdout.flush()
   _log(f"generated in {time.perf_counter() - started:.1f} s")
   return 0
@@ -358,10 +420,10 @@ def _compile_lines(lines, compiler, cd, args, tqdm) -> list[dict]:
   entries = []
   for number, text in tqdm.tqdm(lines, desc="compile", unit="line", file=sys.stderr,
                                 disable=args.no_progress):
-    entry = dict(line=number, record=None, tables=None, error=None, result=None)
+    entry = dict(line=number, record=None, spec=None, tables=None, error=None, result=None)
     try:
       entry["record"] = json.loads(text)
-      spec = _line_spec(entry["record"], cd)
+      spec = entry["spec"] = _line_spec(entry["record"], cd)
       if spec not in compiled:
         compiled[spec] = compiler.compile(spec)
       entry["tables"] = compiled[spec]
@@ -384,8 +446,25 @@ def _output_line(entry: dict) -> str:
     c = row.completion
     line.update(completion=c.text, token_ids=list(c.token_ids), finished=c.finished,
                 constraint_error=c.error, conforms=row.conforms, correct=row.correct,
-                error=None)
+                value=_jsonable(_line_value(entry["spec"], c, entry["line"])), error=None)
   return json.dumps(line, ensure_ascii=False) + "\n"
+
+
+def _line_value(spec, completion, line: int):
+  """The parsed value of an `evaluate` row (its tables were decoded, so it is parsed
+  here with the line's spec): JSON for json_schema, the instance for dataclass, the
+  text for regex, choices and grammar; None for an unfinished row."""
+  if completion.value is not None or spec is None:
+    return completion.value
+  if not completion.finished or completion.error:
+    return None
+  from constrained_decoding.sampling import _generate  # pylint: disable=g-import-not-at-top
+
+  try:
+    return _generate._value(spec, completion.text, line)  # pylint: disable=protected-access
+  except ValueError as e:  # a bug (the constraint accepted what its spec cannot parse)
+    _log(f"line {line}: {e}")
+    return None
 
 
 def _evaluate(args) -> int:

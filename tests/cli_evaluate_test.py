@@ -102,6 +102,12 @@ def test_errors_are_reported_per_line(tmp_path, capsys, use_tiny_model):
     assert row["id"] == record.get("id")
     assert row["conforms"] == (row["finished"] and _conforms(record, row["completion"])), row
     assert len(row["token_ids"]) <= 16
+    if not row["finished"]:
+      assert row["value"] is None
+    elif "json_schema" in record:  # the parsed document; the other kinds' value is the text
+      assert row["value"] == json.loads(row["completion"])
+    else:
+      assert row["value"] == row["completion"]
     if "answer" in record:
       assert row["correct"] == (row["completion"] == record["answer"])
     else:

@@ -106,6 +106,7 @@ def test_json_values_are_logged_and_stdout_keeps_the_text(stream, capsys, monkey
     for row, completion in enumerate(fake_generate(model, prompts, **kwargs)):
       for k in range(0, len(completion.text), 3):
         yield row, completion.text[k:k + 3].encode()
+      yield row, completion
 
   monkeypatch.setattr(models.Gemma3, "from_gguf", lambda path: _FakeModel())
   monkeypatch.setattr(cd, "generate", fake_generate)
@@ -113,7 +114,7 @@ def test_json_values_are_logged_and_stdout_keeps_the_text(stream, capsys, monkey
   code, out, err = _generate(capsys, "--json", "--batch-size", "3",
                              *([] if stream else ["--no-stream"]))
   assert code == 0, err
-  assert out == "".join(t + "\n" for t in texts)
+  assert out == "".join(f"--- row {i} ---\n{t}\n" for i, t in enumerate(texts))
   assert f"row 0 value: {json.loads(texts[0])!r}" in err
   assert "row 1 value: none" in err
   assert f"row 2 value: {json.loads(texts[2])!r}" in err
@@ -136,7 +137,8 @@ def test_recursive_grammar_decodes_on_the_stack(tmp_path, capsys, monkeypatch, t
   code, out, err = _generate(capsys, "--grammar", str(grammar), "--batch-size", "8",
                              "--temperature", "1", "--max-new-tokens", "12", "--no-stream")
   assert code == 0, err
-  lines = out.splitlines()
+  lines = out.splitlines()[1::2]  # each row under a "--- row N ---" line
+  assert out.splitlines()[::2] == [f"--- row {i} ---" for i in range(8)]
   assert len(lines) == 8
   depths = []
   for text in lines:  # Python re as the oracle: a prefix of "(" * n digit ")" * n

@@ -258,6 +258,12 @@ def _check_spec_int(owner: str, name: str, value, minimum: int) -> None:
     )
 
 
+def _is_pydantic_model(obj) -> bool:
+  """Whether `obj` is a pydantic (v2) model class (checked without importing pydantic)."""
+  return (isinstance(obj, type) and callable(getattr(obj, "model_json_schema", None))
+          and callable(getattr(obj, "model_validate_json", None)))
+
+
 def _canonical_schema(schema) -> str:
   """Canonical JSON text (key order kept: it is the property order) of a schema."""
   if isinstance(schema, type) and hasattr(schema, "model_json_schema"):  # pydantic model
@@ -303,7 +309,13 @@ class JsonSchema:
   whitespace, number and string formatting, ...), are listed in
   `constraints/_json_schema.py`. A dict schema is canonicalized to JSON text (key order
   kept) so that the spec is hashable; a pydantic model class is read through its
-  `model_json_schema()`.
+  `model_json_schema()` and kept as `model`, so that `parse` (and so `Completion.value`)
+  returns an instance of it:
+
+  ```python
+  spec = JsonSchema(Answer)           # Answer: a pydantic.BaseModel subclass
+  spec.parse('{"answer":"B"}')        # Answer(answer='B')
+  ```
 
   Recursive schemas (`$ref` to an enclosing definition: trees, linked lists, mutually
   recursive `$defs`) compile by default to a push-down automaton whose stack lives on
@@ -339,6 +351,10 @@ class JsonSchema:
       keywords apply to (`{"properties": ...}` generates objects only), which is what
       generation usually wants. False: as the specification says, it accepts every
       value of the other types too (`{"minLength": 2}` accepts `12`).
+    model: The pydantic model class whose instances `parse` returns: the class passed
+      as `schema`, or one given with a schema dict. None: `parse` returns plain JSON
+      values. Not part of equality or the hash: it does not change the language, so
+      specs with the same schema share compiled tables.
   """
 
   schema: typing.Any
@@ -351,8 +367,15 @@ class JsonSchema:
   max_whitespace: int = 2
   property_order: str = "any"
   implied_types: bool = True
+  model: typing.Any = dataclasses.field(default=None, compare=False, repr=False)
 
   def __post_init__(self):
+    if self.model is None and _is_pydantic_model(self.schema):
+      object.__setattr__(self, "model", self.schema)
+    if self.model is not None and not _is_pydantic_model(self.model):
+      raise _errors.SchemaError(
+          f"JsonSchema model {self.model!r} is not a pydantic model class. Expected a"
+          " pydantic.BaseModel subclass (with model_validate_json), or model=None.")
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
     if self.property_order not in ("any", "schema"):
       raise ValueError(f"JsonSchema property_order is {self.property_order!r}. Expected"
@@ -408,7 +431,15 @@ class JsonSchema:
     return _lowered_schema(self)[1]
 
   def parse(self, text: str):
-    """The Python value of a generated text (`json.loads`)."""
+    """The Python value of a generated text: `json.loads`, or an instance of `model`.
+
+    Raises:
+      ValueError: The text is not JSON, or (with a `model`) the model rejects it; a
+        pydantic `ValidationError` is a `ValueError`. A text the schema accepts can
+        still fail the model's own validators, which no JSON Schema expresses.
+    """
+    if self.model is not None:
+      return self.model.model_validate_json(text)
     return json.loads(text)
 
   def describe(self) -> str:

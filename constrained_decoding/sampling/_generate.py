@@ -7,13 +7,16 @@ detokenizing after (or between chunks when streaming).
 
 Public names:
   generate(model, prompts, ...)         -> list[Completion]
-  generate_stream(model, prompts, ...)  yields (row, text piece) as tokens are produced.
+  generate_stream(model, prompts, ...)  yields (row, bytes) as tokens are produced, then
+                                        (row, Completion) once per row as it ends.
   Completion                            token ids, text, parsed value, how the row ended.
   forced_tokens(tables, cstate, eos_ids)  the token a constraint forces (jump-forward).
 """
 
 import dataclasses
 import functools
+import json
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -35,6 +38,8 @@ _MIN_PROMPT_BUCKET = 16
 # Most tokens one request may generate per row: Gemma 3 270M's context length. The
 # token buffer and KV cache are allocated for the whole budget up front.
 MAX_NEW_TOKENS = 32_768
+
+_LOG = logging.getLogger(__name__)
 
 
 @flax.struct.dataclass(kw_only=True)
@@ -79,9 +84,11 @@ class Completion:
     finished: An end-of-sequence token ended the row (else it ran out of tokens).
     error: The constraint saw a forbidden token (never expected; a bug if True).
     value: The output as a Python value, when the row's constraint was given as a spec
-      and the row finished without error: the parsed JSON for `JsonSchema` and `Json`,
-      the instance for `Dataclass`, the text for `Regex`, `Grammar` and other specs.
-      None otherwise (unfinished row, error, tables or no constraint).
+      and the row finished without error: the parsed JSON for `JsonSchema` and `Json`
+      (an instance of the model for `JsonSchema(pydantic model)`), the instance for
+      `Dataclass`, the text for `Regex`, `Grammar` and other specs. None otherwise
+      (unfinished row, error, tables or no constraint, or a pydantic model whose own
+      validators reject a text its schema accepts: logged as a warning).
   """
 
   token_ids: tuple[int, ...]
@@ -504,6 +511,14 @@ def _value(spec, text: str, row: int):
   if not isinstance(spec, (constraints.JsonSchema, constraints.Json, constraints.Dataclass)):
     return text
   try:
+    if isinstance(spec, constraints.JsonSchema) and spec.model is not None:
+      json.loads(text)  # Not JSON: a bug, reported below. JSON the model rejects: None.
+      try:
+        return spec.parse(text)
+      except ValueError as e:
+        _LOG.warning("Row %d: %s rejects the generated JSON %r (validators its JSON "
+                     "Schema does not express): %s", row, spec.model.__name__, text[:60], e)
+        return None
     return spec.parse(text)
   except ValueError as e:
     raise ValueError(
@@ -512,24 +527,27 @@ def _value(spec, text: str, row: int):
         f"constraint, please report it with the spec.") from e
 
 
+def _completion(model, ids: Sequence[int] | np.ndarray, error: bool | np.bool_, spec,
+                row: int) -> Completion:
+  """Row `row`'s `Completion` from its generated ids (cut at the first end of sequence)."""
+  eos = set(model.vocab.eos_ids)
+  ids = [int(t) for t in ids]
+  end = next((k for k, t in enumerate(ids) if t in eos), None)
+  kept = tuple(ids if end is None else ids[:end])
+  text = model.vocab.decode(kept).decode("utf-8", errors="replace")
+  value = None
+  if spec is not None and end is not None and not error:
+    value = _value(spec, text, row)
+  return Completion(token_ids=kept, text=text, finished=end is not None, error=bool(error),
+                    value=value)
+
+
 def _completions(model, state: DecodeState, count: int,
                  specs: Sequence[Any] | None = None) -> list[Completion]:
   tokens = np.asarray(state.tokens)[:, :count]
-  eos = set(model.vocab.eos_ids)
   errors = np.asarray(state.constraint.error)
-  out = []
-  for i, (row, err) in enumerate(zip(tokens, errors)):
-    ids = [int(t) for t in row]
-    end = next((k for k, t in enumerate(ids) if t in eos), None)
-    kept = tuple(ids if end is None else ids[:end])
-    text = model.vocab.decode(kept).decode("utf-8", errors="replace")
-    spec = specs[i] if specs is not None else None
-    value = None
-    if spec is not None and end is not None and not err:
-      value = _value(spec, text, i)
-    out.append(Completion(token_ids=kept, text=text, finished=end is not None,
-                          error=bool(err), value=value))
-  return out
+  return [_completion(model, row, err, specs[i] if specs is not None else None, i)
+          for i, (row, err) in enumerate(zip(tokens, errors))]
 
 
 def _check_request(model, prompts, max_new_tokens, sampling) -> int:
@@ -603,38 +621,63 @@ def generate_stream(
     sampling: SamplingConfig = SamplingConfig(),
     seed: int = 0,
     chunk_size: int = 1,
-) -> Iterator[tuple[int, bytes]]:
-  """Like `generate`, but yields `(row, new bytes)` every `chunk_size` tokens.
+) -> Iterator[tuple[int, bytes | Completion]]:
+  """Like `generate`, but yields `(row, new bytes)` every `chunk_size` tokens, and then
+  `(row, Completion)` once per row, as soon as that row ends.
+
+  ```python
+  for row, item in cd.generate_stream(model, prompts, constraint=spec):
+    if isinstance(item, cd.Completion):   # the row is over: item.finished, item.value
+      ...
+    else:
+      buffers[row] += item                # bytes: decode once the row is over
+  ```
 
   The same jitted loop runs with a growing token limit, so the host sees tokens between
   chunks without any callback inside the loop. Bytes (not text) are yielded because a
-  token may end inside a multi-byte character; buffer and decode them at the end.
-  `constraint` takes what `generate` takes (specs are compiled the same way), and
-  arguments are checked as `generate` checks them, before anything is compiled.
+  token may end inside a multi-byte character; buffer and decode them at the end, or
+  take the final `Completion`'s `text`. The final item of each row is its `Completion`,
+  exactly as `generate` returns it: `finished` tells a row that produced an
+  end-of-sequence token from one cut off by `max_new_tokens` (whose text is only a
+  prefix of the constraint's language, so it has no `value`). A row's `Completion` is
+  yielded when its end-of-sequence token arrives, or after the last chunk for rows cut
+  off; its bytes always come before it. `constraint` takes what `generate` takes (specs
+  are compiled the same way), and arguments are checked as `generate` checks them,
+  before anything is compiled.
   """
   max_new_tokens = _check_request(model, prompts, max_new_tokens, sampling)
   if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
     raise DecodingArgumentError(f"chunk_size {chunk_size!r} is not a count. Expected an "
                                 f"int >= 1.")
-  constraint, _ = _compile_specs(model, constraint, _num_prompts(prompts))
+  constraint, specs = _compile_specs(model, constraint, _num_prompts(prompts))
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
                                     max_new_tokens, seed)
   eos = set(model.vocab.eos_ids)
+  batch = state.tokens.shape[0]
   emitted = 0
-  finished = np.zeros(state.tokens.shape[0], bool)
+  ids = [[] for _ in range(batch)]  # each row's tokens so far, up to its end of sequence
+  finished = np.zeros(batch, bool)
   while emitted < max_new_tokens and not finished.all():
     limit = min(emitted + chunk_size, max_new_tokens)
     state = _decode_until(model, tables, state, limit, eos_ids, sampling)
     produced = int(state.step)
     new = np.asarray(state.tokens[:, emitted:produced])
+    errors = np.asarray(state.constraint.error)
     for row in range(new.shape[0]):
       for t in new[row]:
         if finished[row]:
           break
+        ids[row].append(int(t))
         if int(t) in eos:
           finished[row] = True
+          yield row, _completion(model, ids[row], errors[row],
+                                 specs[row] if specs is not None else None, row)
           break
         yield row, model.vocab.decode([int(t)])
     if produced == emitted:
       break
     emitted = produced
+  errors = np.asarray(state.constraint.error)
+  for row in np.flatnonzero(~finished):
+    yield int(row), _completion(model, ids[row], errors[row],
+                                specs[row] if specs is not None else None, int(row))

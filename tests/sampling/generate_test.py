@@ -70,9 +70,12 @@ def test_unconstrained_and_streaming(random_model, gemma_compiler):
   assert len(free.token_ids) <= 5
   tables = gemma_compiler.compile(cd.Regex(r"\d{6}"))
   [whole] = cd.generate(random_model, "n", constraint=tables, max_new_tokens=10)
-  pieces = [p for _, p in cd.generate_stream(random_model, "n", constraint=tables,
-                                             max_new_tokens=10, chunk_size=2)]
-  assert b"".join(pieces).decode() == whole.text
+  items = list(cd.generate_stream(random_model, "n", constraint=tables, max_new_tokens=10,
+                                  chunk_size=2))
+  *pieces, (row, final) = items  # the row's Completion comes last, after its bytes
+  assert row == 0 and final == whole
+  assert all(isinstance(p, bytes) for _, p in pieces)
+  assert b"".join(p for _, p in pieces).decode() == whole.text
 
 
 def test_decode_loop_is_one_while_without_callbacks(random_model, gemma_compiler):

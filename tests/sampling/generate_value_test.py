@@ -141,9 +141,10 @@ def test_spec_and_tables_decode_identically(random_model):
 def test_stream_takes_a_spec(random_model):
   spec = cd.Regex(r"[0-9]{5}")
   [whole] = cd.generate(random_model, "n", constraint=spec, max_new_tokens=8)
-  pieces = [p for _, p in cd.generate_stream(random_model, "n", constraint=spec,
-                                             max_new_tokens=8, chunk_size=3)]
-  assert b"".join(pieces).decode() == whole.text and whole.value == whole.text
+  *pieces, (_, final) = cd.generate_stream(random_model, "n", constraint=spec,
+                                           max_new_tokens=8, chunk_size=3)
+  assert b"".join(p for _, p in pieces).decode() == whole.text and whole.value == whole.text
+  assert final == whole
 
 
 def test_compiler_is_shared_per_vocabulary(random_model, gemma_vocab):
@@ -199,7 +200,8 @@ def test_cli_logs_the_parsed_dataclass(stream, random_model, monkeypatch, capsys
           "--max-new-tokens", "64", "--temperature", "1", "--seed", "1", "--batch-size", "3"]
   assert cli.main(args + ([] if stream else ["--no-stream"])) == 0
   captured = capsys.readouterr()
-  texts = captured.out.splitlines()
+  texts = re.split(r"--- row \d ---\n", captured.out)[1:]  # each row under its header
+  texts = [t.removesuffix("\n") for t in texts]
   assert len(texts) == 3
   logged = re.findall(r"row (\d) value: (.*)", captured.err)
   assert [int(r) for r, _ in logged] == [0, 1, 2]

@@ -169,11 +169,18 @@ def test_streaming_with_jump_forward_matches_generate(byte_model, byte_compiler)
   assert whole == cd.generate(byte_model, _prompts(5), constraint=tables, max_new_tokens=40)
   for chunk_size in (2, 3):
     pieces = [b"" for _ in whole]
-    for row, piece in cd.generate_stream(byte_model, _prompts(5), constraint=tables,
-                                         max_new_tokens=40, sampling=sampling,
-                                         chunk_size=chunk_size):
-      pieces[row] += piece
+    finals = [None for _ in whole]
+    for row, item in cd.generate_stream(byte_model, _prompts(5), constraint=tables,
+                                        max_new_tokens=40, sampling=sampling,
+                                        chunk_size=chunk_size):
+      if isinstance(item, cd.Completion):
+        assert finals[row] is None  # one per row, after all of its bytes
+        finals[row] = item
+      else:
+        assert finals[row] is None
+        pieces[row] += item
     assert [p.decode() for p in pieces] == [c.text for c in whole], chunk_size
+    assert finals == whole, chunk_size
 
 
 def _exact_distribution(model, prompt, temperature):
