@@ -44,6 +44,8 @@ _EXPORTS = {
     # Device: decoding.
     "generate": "constrained_decoding.sampling",
     "generate_stream": "constrained_decoding.sampling",
+    "generate_aligned": "constrained_decoding.sampling",
+    "AlignedStore": "constrained_decoding.sampling",
     "evaluate": "constrained_decoding.sampling",
     "Evaluation": "constrained_decoding.sampling",
     "EvaluationRow": "constrained_decoding.sampling",
@@ -65,6 +67,7 @@ _EXPORTS = {
     "TablesFileError": "constrained_decoding.errors",
     "TablesVersionError": "constrained_decoding.errors",
     "DecodingArgumentError": "constrained_decoding.errors",
+    "StoreMismatchError": "constrained_decoding.errors",
     # Grammars.
     "Grammar": "constrained_decoding.constraints",
     "GrammarIR": "constrained_decoding.constraints",

@@ -96,3 +96,9 @@ class DecodingArgumentError(ValueError):
   """An argument of decoding is invalid: a `SamplingConfig` field, `max_new_tokens`,
   prompts, or logits narrower than the constraint's vocabulary. Raised on the host,
   before any device work."""
+
+
+class StoreMismatchError(DecodingArgumentError):
+  """A grammar-aligned sampling store was passed to a call with another prompt,
+  constraint or sampling distribution than the one it was built for: its estimates
+  are probabilities under those, and would be wrong here."""

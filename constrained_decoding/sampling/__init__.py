@@ -1,5 +1,7 @@
 """Device side: the jitted decode loop and sampling methods."""
 
+from constrained_decoding.sampling._aligned import AlignedStore
+from constrained_decoding.sampling._aligned import generate_aligned
 from constrained_decoding.sampling._evaluate import Evaluation
 from constrained_decoding.sampling._evaluate import EvaluationRow
 from constrained_decoding.sampling._evaluate import evaluate
@@ -15,6 +17,7 @@ from constrained_decoding.sampling._speculative import SpeculativeStats
 from constrained_decoding.sampling._speculative import generate_speculative
 
 __all__ = [
+    "AlignedStore",
     "Completion",
     "DecodeState",
     "Evaluation",
@@ -25,6 +28,7 @@ __all__ = [
     "evaluate",
     "filter_logits",
     "generate",
+    "generate_aligned",
     "generate_speculative",
     "generate_stream",
     "sample_tokens",

@@ -1,0 +1,156 @@
+"""Grammar-aligned sampling (ASAp) against the exact conditioned distribution.
+
+The toy model is a Gemma 3 whose blocks are switched off (post-norm weights 0), so its
+next-token logits depend on the last token only: a bigram table set by hand through the
+tied embedding (`_bigram_model`). Its distribution over the tiny language is then known
+exactly (`testing.exact_distribution`), and built so that plain constrained sampling is
+badly biased: after the prompt "x", "0" and "1" are equally likely, but "0" is followed
+by "0" with probability 0.0045, so `00000` has Q ≈ 2e-10 while GCD draws it half the time.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import constrained_decoding as cd
+from constrained_decoding import models
+from constrained_decoding.models import _gemma3
+from constrained_decoding.sampling import _aligned
+from constrained_decoding.testing import _exact
+from constrained_decoding.testing import _reference
+
+_TOKENS = [b"0", b"1", b"x"]
+_EOS = len(_TOKENS)
+_PATTERN = r"00000|1[01]{4}"
+_PROMPT = [2]  # "x"
+_SAMPLING = cd.SamplingConfig(temperature=1.0)
+_FORWARD = jax.jit(_gemma3.forward, static_argnames="config")
+# Symmetric bigram logits (the head is tied to the embedding), rows: current token
+# "0", "1", "x", end of sequence; columns: next token.
+_LOGITS = np.array([
+    [-3.0, 2.0, 1.0, 0.0],
+    [2.0, 1.0, 1.0, 0.0],
+    [1.0, 1.0, 0.0, -2.0],
+    [0.0, 0.0, -2.0, 0.0],
+])
+
+
+def _bigram_model(vocab, logits: np.ndarray):
+  """A tiny Gemma 3 whose logits after token t are `logits[t]` (symmetric)."""
+  config = models.Gemma3Config.tiny(vocab_size=vocab.vocab_size)
+  params = jax.tree.map(np.asarray, models.Gemma3.random(config, tokenizer=None, vocab=vocab,
+                                                         bos_id=2).params)
+  for layer in params["layers"]:  # every block adds 0 to the residual stream
+    layer["post_attention_norm"] = np.zeros_like(layer["post_attention_norm"])
+    layer["post_ffw_norm"] = np.zeros_like(layer["post_ffw_norm"])
+  # x = sqrt(D) e_t with |e_t| = 1, so rms_norm(x) = x and logits = sqrt(D) e_t diag(w) E^T.
+  values, vectors = np.linalg.eigh(logits)
+  dim = config.embed_dim
+  embedding = np.zeros((vocab.vocab_size, dim), np.float32)
+  embedding[:, :len(values)] = vectors
+  final = np.zeros(dim, np.float32)
+  final[:len(values)] = values / np.sqrt(dim)
+  params["embedding"], params["final_norm"] = embedding, final
+  return models.Gemma3(config=config, params=jax.tree.map(jnp.asarray, params),
+                       tokenizer=None, vocab=vocab, bos_id=2)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+  return cd.Vocabulary.from_token_bytes(_TOKENS + [None], eos_ids=[_EOS])
+
+
+@pytest.fixture(scope="module")
+def model(vocab):
+  return _bigram_model(vocab, _LOGITS)
+
+
+@pytest.fixture(scope="module")
+def compiler(vocab, tmp_path_factory):
+  return cd.Compiler(vocab, cd.CompileOptions(cache_dir=str(tmp_path_factory.mktemp("al"))))
+
+
+@pytest.fixture(scope="module")
+def tables(compiler):
+  return compiler.compile(cd.Regex(_PATTERN))
+
+
+@pytest.fixture(scope="module")
+def exact(model, tables):
+  return _exact.exact_distribution(model, _PROMPT, tables, sampling=_SAMPLING)
+
+
+def _step_log_probs(model, w) -> np.ndarray:
+  """log P(. | prompt + w[:k]) for k = 0..len(w), by one plain forward pass."""
+  tokens = jnp.asarray([_PROMPT + list(w)], jnp.int32)
+  cache = _gemma3.init_cache(model.config, batch_size=1, cache_len=tokens.shape[1])
+  positions = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
+  logits, _ = _FORWARD(model.params, model.config, tokens, positions, cache)
+  return np.asarray(jax.nn.log_softmax(logits[0, len(_PROMPT) - 1:]), np.float64)
+
+
+def test_toy_model_is_the_bigram_table(model):
+  logp = _step_log_probs(model, (0, 1, 1, 0))
+  for k, row in enumerate([2, 0, 1, 1, 0]):
+    np.testing.assert_allclose(logp[k], _LOGITS[row] - np.logaddexp.reduce(_LOGITS[row]),
+                               atol=1e-4)
+
+
+def test_first_path_efg_is_eq_3_by_hand(model, tables, exact):
+  [sample], store = cd.generate_aligned(model, _PROMPT, constraint=tables, num_samples=1,
+                                        sampling=_SAMPLING, seed=3)
+  w = sample.token_ids
+  assert sample.finished and w in exact.index
+  assert store.num_nodes == len(w) + 1 and store.num_samples == 1
+  # Bottom-up: the last prefix has no child (its end of sequence needs none).
+  states, _ = _reference.reference_walk(tables, w, with_stacks=True)
+  states = [(int(np.asarray(tables.start)[0]), ())] + states
+  expected = None
+  step_log_probs = _step_log_probs(model, w)
+  for k in range(len(w), -1, -1):
+    logp = step_log_probs[k]
+    allowed = _reference.reference_allowed(tables, *states[k])
+    others = allowed.copy()
+    if k < len(w):
+      others[w[k]] = False
+    efg = np.exp(np.logaddexp.reduce(logp[others]))
+    if k < len(w):
+      efg += np.exp(logp[w[k]]) * expected
+    expected = efg
+    np.testing.assert_allclose(store.efg(w[:k]), expected, rtol=1e-4)
+  np.testing.assert_allclose(np.exp(store.log_mass_bound), expected, rtol=1e-4)
+
+
+def _check_theorem_1(store, exact):
+  """c̃ >= c (exact EFG) for every stored prefix, compared in log space."""
+  for prefix, efg in store.prefixes().items():
+    assert np.log(efg) >= np.log(exact.efg(prefix)) - 1e-4, (prefix, efg, exact.efg(prefix))
+
+
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_converges_to_exact_q_and_beats_gcd(model, tables, exact, batch_size):
+  n = 400
+  samples, store = cd.generate_aligned(model, _PROMPT, constraint=tables, num_samples=n,
+                                       batch_size=batch_size, sampling=_SAMPLING, seed=0)
+  assert len(samples) == n and store.num_samples == n and store.num_dropped == 0
+  assert all(s.finished and re.fullmatch(_PATTERN, s.text) for s in samples)
+  kl_aligned = _exact.empirical_kl(exact.counts([s.token_ids for s in samples]), exact.q)
+  gcd = cd.generate(model, [_PROMPT] * n, constraint=tables, max_new_tokens=8,
+                    sampling=_SAMPLING, seed=0)
+  kl_gcd = _exact.empirical_kl(exact.counts([s.token_ids for s in gcd]), exact.q)
+  # The bound: the multinomial noise of n draws over the k = 16 likely strings,
+  # E[KL] ≈ (k - 1) / 2n, three times over, plus exploration: each row of the first
+  # round may draw `00000` once (Q ≈ 2e-10) before its EFG is known, which adds at
+  # most (b / n) log(b / (n Q)) to the KL.
+  q_low = exact.q[exact.index[(0, 0, 0, 0, 0)]]
+  bound = 3 * 15 / (2 * n) + batch_size / n * np.log(batch_size / (n * q_low))
+  assert kl_aligned < bound, (kl_aligned, bound)
+  # GCD's own limit is far away: KL(GCD || Q) ≈ 0.5 log(0.5 / Q(00000)).
+  assert kl_gcd > 5, kl_gcd
+  assert kl_aligned < kl_gcd / 20
+  _check_theorem_1(store, exact)
+  # The root's estimate converged to P(L) (every branch has been explored).
+  np.testing.assert_allclose(store.log_mass_bound, exact.log_mass, atol=1e-3)
