@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 PEER_NAMES = ("xgrammar", "llguidance", "outlines_core")
-_EXTRA_HINT = "pip install constrained_decoding[bench]"
+_EXTRA_HINT = "pip install -e '.[bench]' (in a checkout)"
 # Timing on a shared 2-core machine: every engine runs single-threaded (two intra-op torch
 # threads made the torch.compile mask kernels 30-90x slower here, see notes/peers-cpu.md).
 _THREADS = 1

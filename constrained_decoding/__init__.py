@@ -103,3 +103,17 @@ def __getattr__(name: str):
 
 def __dir__():
   return __all__
+
+
+def _installed_version() -> str:
+  """The installed distribution's version, else the source tree's constant."""
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+
+  version = importlib.import_module("constrained_decoding._version")
+  try:
+    return metadata.version(version.DISTRIBUTION)
+  except metadata.PackageNotFoundError:
+    return version.__version__
+
+
+__version__ = _installed_version()

@@ -6,10 +6,10 @@ vocabulary trie, Alg. 2) -> `ConstraintTables`.
 
 import collections
 import dataclasses
-import os
 import time
 from typing import Protocol, runtime_checkable
 
+from constrained_decoding import _cache
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
@@ -25,7 +25,6 @@ from constrained_decoding.vocab._vocabulary import Vocabulary
 
 # Bump when compiled tables for the same spec and vocabulary would change.
 FORMAT_VERSION = 1
-DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "constrained_decoding")
 
 
 @runtime_checkable
@@ -54,7 +53,9 @@ class CompileOptions:
       to powers of two: a fixed bucket avoids recompiling the step function when the
       constraint changes, at the cost of up to 2x padding.
     cache_dir: Where per-vocabulary work (the token trie, terminal bitmaps) is cached
-      on disk; None disables the disk cache.
+      on disk; None disables the disk cache. Default: `$CONSTRAINED_DECODING_CACHE`,
+      else `~/.cache/constrained_decoding` (read when the options are created; see
+      `constrained_decoding/_cache.py`).
     max_cache_bytes: Size past which the terminal files in `cache_dir` are pruned,
       least recently used first (each distinct free-text loop shape costs one file).
     wide_states: Represent states that loop on a large byte class (string bodies, free
@@ -83,7 +84,7 @@ class CompileOptions:
   max_table_bytes: int = 512 << 20
   max_seconds: float = 120.0
   min_bucket: int = _tables.DEFAULT_MIN_BUCKET
-  cache_dir: str | None = DEFAULT_CACHE_DIR
+  cache_dir: str | None = dataclasses.field(default_factory=_cache.compiler_cache_dir)
   max_cache_bytes: int = _wide.DEFAULT_MAX_CACHE_BYTES
   wide_states: bool = True
   memoize: bool = True

@@ -23,6 +23,7 @@ import enum
 import functools
 import importlib
 import json
+import logging
 import re
 import sys
 import time
@@ -32,6 +33,29 @@ from constrained_decoding import errors
 
 def _log(message: str) -> None:
   print(f"constrained-decoding: {message}", file=sys.stderr, flush=True)
+
+
+class _StderrHandler(logging.StreamHandler):
+  """A handler that writes to whatever `sys.stderr` is when a record is emitted."""
+
+  @property
+  def stream(self):
+    return sys.stderr
+
+  @stream.setter
+  def stream(self, value):
+    del value  # Always sys.stderr (tests swap it).
+
+
+def _show_library_logs() -> None:
+  """Shows the library's INFO messages (`logging`) on stderr, as the command's own."""
+  logger = logging.getLogger("constrained_decoding")
+  if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("constrained_decoding: %(message)s"))
+    logger.addHandler(handler)
+  if logger.level == logging.NOTSET or logger.level > logging.INFO:
+    logger.setLevel(logging.INFO)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -535,6 +559,7 @@ def _one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
   """Runs the command; returns the exit status (2: bad input, reported in one line)."""
   args = _parser().parse_args(argv)
+  _show_library_logs()
   try:
     if args.command == "evaluate":
       return _evaluate(args)

@@ -15,8 +15,8 @@ Public functions:
 
 import dataclasses
 import functools
+import logging
 import os
-import sys
 import tempfile
 import time
 import warnings
@@ -24,6 +24,10 @@ import warnings
 import numpy as np
 
 from constrained_decoding.vocab._vocabulary import Vocabulary
+
+# Progress of slow one-time work, at INFO (standard `logging`, so absl's handler shows
+# it under absl; the command line shows the package's INFO messages on stderr).
+_LOG = logging.getLogger(__name__)
 
 # Bump when the on-disk layout of the trie changes.
 TRIE_FORMAT_VERSION = 1
@@ -199,12 +203,11 @@ def load_or_build_trie(vocab: Vocabulary, cache_dir: str | None) -> VocabTrie:
   except (OSError, KeyError, ValueError):
     pass  # Missing or unreadable: rebuild below.
   started = time.perf_counter()
-  print(f"constrained_decoding: building the token trie for {vocab!r} (cached afterwards)",
-        file=sys.stderr)
+  _LOG.info("building the token trie for %r (cached afterwards)", vocab)
   trie = build_trie(vocab)
   write_cache_file(cache_dir, path, {name: getattr(trie, name) for name in _FIELDS})
-  print(f"constrained_decoding: trie with {trie.num_nodes} nodes built in "
-        f"{time.perf_counter() - started:.2f} s", file=sys.stderr)
+  _LOG.info("trie with %d nodes built in %.2f s", trie.num_nodes,
+            time.perf_counter() - started)
   return trie
 
 

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from constrained_decoding import _cache
 from constrained_decoding.models import _config
 from constrained_decoding.models import _gemma3
 from constrained_decoding.vocab import _gguf_file
@@ -60,8 +61,9 @@ _LAYER_TENSORS = {
 
 
 def default_cache_dir() -> str:
-  """`~/.cache/constrained_decoding/models`, where dequantized weights are kept."""
-  return os.path.join(os.path.expanduser("~"), ".cache", "constrained_decoding", "models")
+  """Where dequantized weights are kept: `models/` under the cache root
+  (`$CONSTRAINED_DECODING_CACHE`, else `~/.cache/constrained_decoding`)."""
+  return _cache.models_cache_dir()
 
 
 def load_gguf_params(
