@@ -425,7 +425,7 @@ def _check_sampling(sampling) -> SamplingConfig:
 
 def generate_aligned(
     model,
-    prompt: str | Sequence[int],
+    prompt: str | Sequence[Any],
     *,
     constraint: Any,
     num_samples: int,

@@ -83,6 +83,13 @@ def exact(model, tables):
   return _exact.exact_distribution(model, _PROMPT, tables, sampling=_SAMPLING)
 
 
+def _draw(model, tables, num_samples, **kwargs):
+  """generate_aligned with this file's defaults (few shapes: few compilations)."""
+  kwargs = {"sampling": _SAMPLING, "max_new_tokens": 8, **kwargs}
+  return cd.generate_aligned(model, kwargs.pop("prompt", _PROMPT), constraint=tables,
+                             num_samples=num_samples, **kwargs)
+
+
 def _step_log_probs(model, w) -> np.ndarray:
   """log P(. | prompt + w[:k]) for k = 0..len(w), by one plain forward pass."""
   tokens = jnp.asarray([_PROMPT + list(w)], jnp.int32)
@@ -100,8 +107,7 @@ def test_toy_model_is_the_bigram_table(model):
 
 
 def test_first_path_efg_is_eq_3_by_hand(model, tables, exact):
-  [sample], store = cd.generate_aligned(model, _PROMPT, constraint=tables, num_samples=1,
-                                        sampling=_SAMPLING, seed=3)
+  [sample], store = _draw(model, tables, 1, seed=3)
   w = sample.token_ids
   assert sample.finished and w in exact.index
   assert store.num_nodes == len(w) + 1 and store.num_samples == 1
@@ -133,8 +139,7 @@ def _check_theorem_1(store, exact):
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_converges_to_exact_q_and_beats_gcd(model, tables, exact, batch_size):
   n = 400
-  samples, store = cd.generate_aligned(model, _PROMPT, constraint=tables, num_samples=n,
-                                       batch_size=batch_size, sampling=_SAMPLING, seed=0)
+  samples, store = _draw(model, tables, n, batch_size=batch_size, seed=0)
   assert len(samples) == n and store.num_samples == n and store.num_dropped == 0
   assert all(s.finished and re.fullmatch(_PATTERN, s.text) for s in samples)
   kl_aligned = _exact.empirical_kl(exact.counts([s.token_ids for s in samples]), exact.q)
@@ -154,3 +159,109 @@ def test_converges_to_exact_q_and_beats_gcd(model, tables, exact, batch_size):
   _check_theorem_1(store, exact)
   # The root's estimate converged to P(L) (every branch has been explored).
   np.testing.assert_allclose(store.log_mass_bound, exact.log_mass, atol=1e-3)
+
+
+def test_first_path_on_push_down_tables(model, compiler):
+  # 1^n x 0^n: the stack counts the ones; Eq. 3 by hand along the sampled path.
+  tables = compiler.compile(cd.Grammar('root ::= "x" | "1" root "0"'))
+  assert tables.is_pushdown
+  [sample], store = _draw(model, tables, 1, seed=1)
+  w = sample.token_ids
+  assert sample.finished and re.fullmatch(r"(1*)x(0*)", sample.text)
+  assert len(w) > 1
+  states, _ = _reference.reference_walk(tables, w, with_stacks=True)
+  states = [(int(np.asarray(tables.start)[0]), ())] + states
+  step_log_probs = _step_log_probs(model, w)
+  expected = None
+  for k in range(len(w), -1, -1):
+    allowed = _reference.reference_allowed(tables, *states[k])
+    others = allowed.copy()
+    if k < len(w):
+      others[w[k]] = False
+    expected = np.exp(np.logaddexp.reduce(step_log_probs[k][others])) + (
+        np.exp(step_log_probs[k][w[k]]) * expected if k < len(w) else 0.0)
+    np.testing.assert_allclose(store.efg(w[:k]), expected, rtol=1e-4)
+  more, store = _draw(model, tables, 16, store=store)
+  for s in more:
+    m = re.fullmatch(r"(1*)x(0*)", s.text)
+    assert not s.finished or (m and len(m[1]) == len(m[2])), s.text
+
+
+def test_full_store_falls_back_to_the_mask(model, tables, exact):
+  # Capacity 3: the first path stores its first three edges; the fourth is refused and
+  # its prefix keeps c̃ = 1, so c̃ of the third prefix is its whole allowed mass.
+  [sample], store = _draw(model, tables, 1, seed=3, capacity=3)
+  w = sample.token_ids
+  assert store.is_full and store.num_nodes == 4 and store.num_dropped == 1
+  assert store.efg(w[:4]) is None
+  logp = _step_log_probs(model, w)[3]
+  state = _reference.reference_walk(tables, w[:3], with_stacks=True)[0][-1]
+  np.testing.assert_allclose(store.efg(w[:3]),
+                             np.exp(np.logaddexp.reduce(logp[_reference.reference_allowed(
+                                 tables, *state)])), rtol=1e-4)
+  samples, store = _draw(model, tables, 40, store=store)
+  assert all(s.finished and re.fullmatch(_PATTERN, s.text) for s in samples)
+  assert store.num_nodes == 4 and store.num_dropped > 1 and store.num_samples == 41
+  _check_theorem_1(store, exact)  # still an over-approximation
+
+
+def test_store_carried_across_calls(model, tables):
+  whole, store = _draw(model, tables, 32, batch_size=8, seed=7)
+  first, half = _draw(model, tables, 16, batch_size=8, seed=7)
+  second, again = _draw(model, tables, 16, batch_size=8, seed=7, store=half)
+  assert first + second == whole
+  assert again.num_samples == 32 and half.num_samples == 16  # `half` was not consumed
+  for a, b in zip(jax.tree.leaves(store.arrays), jax.tree.leaves(again.arrays)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # A count that the batch does not divide: the last round keeps only what is needed.
+  samples, store = _draw(model, tables, 5, batch_size=8)
+  assert len(samples) == 5 and store.num_samples == 5
+
+
+def test_round_is_jitted_without_callbacks(model, tables):
+  from constrained_decoding.sampling import _generate  # pylint: disable=g-import-not-at-top
+
+  placed, init, eos_ids = _generate._prepare(model, [_PROMPT] * 2, tables, None, 8, 0)
+  args = (model.params, placed, init, _aligned.init_store(16), jnp.int32(8), eos_ids,
+          jnp.float32(1), jnp.float32(1), jnp.int32(2), jax.random.PRNGKey(0))
+  jaxpr = str(jax.make_jaxpr(lambda *a: _aligned._round(
+      *a, config=model.config, sampling=_SAMPLING.static_part()))(*args))
+  assert jaxpr.count(" while[") == 3  # decode, insert, backward update
+  assert "callback" not in jaxpr
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(num_samples=0), cd.DecodingArgumentError, r"num_samples 0 is not a count"),
+    (dict(batch_size=0), cd.DecodingArgumentError, r"batch_size 0 is not a count"),
+    (dict(batch_size=5000), cd.DecodingArgumentError, r"batch_size 5000 .* \[1, 1024\]"),
+    (dict(capacity=0), cd.DecodingArgumentError, r"capacity 0 is not a count"),
+    (dict(sampling=cd.SamplingConfig()), cd.DecodingArgumentError, r"greedy"),
+    (dict(sampling=cd.SamplingConfig(temperature=1.0, jump_forward=2)),
+     cd.DecodingArgumentError, r"jump_forward=2, which it does not support"),
+    (dict(constraint=None), cd.DecodingArgumentError, r"constraint is None"),
+    (dict(constraint=[cd.Regex("1")]), cd.DecodingArgumentError, r"constraint is list"),
+    (dict(prompt=["x", "y"]), cd.DecodingArgumentError, r"is a list of prompts"),
+    (dict(prompt=[99]), cd.DecodingArgumentError, r"not a non-empty list of token ids"),
+    (dict(max_new_tokens=0), cd.DecodingArgumentError, r"max_new_tokens 0 is out of range"),
+])
+def test_errors(kwargs, error, message, model, tables):
+  args = dict(prompt=_PROMPT, constraint=tables, num_samples=2, sampling=_SAMPLING)
+  args.update(kwargs)
+  with pytest.raises(error, match=message):
+    cd.generate_aligned(model, **args)
+
+
+def test_store_mismatch_is_refused(model, tables, compiler):
+  _, store = _draw(model, tables, 1)
+  other = compiler.compile(cd.Regex(r"1[01]{4}"))
+  cases = [
+      (dict(constraint=other), r"another constraint"),
+      (dict(prompt=[2, 2]), r"another prompt"),
+      (dict(sampling=cd.SamplingConfig(temperature=0.5)), r"another temperature"),
+  ]
+  for kwargs, message in cases:
+    with pytest.raises(cd.StoreMismatchError, match=message):
+      _draw(model, kwargs.pop("constraint", tables), 1, store=store, **kwargs)
+  stacked = cd.stack_tables([tables, other])
+  with pytest.raises(cd.DecodingArgumentError, match=r"stacks 2 constraints"):
+    cd.generate_aligned(model, _PROMPT, constraint=stacked, num_samples=1, sampling=_SAMPLING)
