@@ -16,6 +16,8 @@ pytree where it is defined, so compiled tables work in any jitted function.
 """
 
 import importlib
+import sys
+import types
 
 _EXPORTS = {
     # Host: vocabularies, specs, compilation, tables.
@@ -67,6 +69,7 @@ _EXPORTS = {
     "TablesFileError": "constrained_decoding.errors",
     "TablesVersionError": "constrained_decoding.errors",
     "DecodingArgumentError": "constrained_decoding.errors",
+    "EvaluationJobError": "constrained_decoding.errors",
     "StoreMismatchError": "constrained_decoding.errors",
     # Grammars.
     "Grammar": "constrained_decoding.constraints",
@@ -117,3 +120,32 @@ def _installed_version() -> str:
 
 
 __version__ = _installed_version()
+
+
+class _Package(types.ModuleType):
+  """The package's module type, so that `cd.evaluate` stays the function.
+
+  `constrained_decoding/evaluate.py` is the evaluation job (`python -m
+  constrained_decoding.evaluate`). Importing it as a module would make the import
+  system set the package attribute `evaluate` to that module, replacing the function
+  `sampling.evaluate`; this property keeps the function and ignores that assignment
+  (other assignments, e.g. a test's monkeypatch, still take effect).
+  """
+
+  @property
+  def evaluate(self):
+    if "_evaluate_override" in self.__dict__:
+      return self.__dict__["_evaluate_override"]
+    return importlib.import_module("constrained_decoding.sampling").evaluate
+
+  @evaluate.setter
+  def evaluate(self, value):
+    if not isinstance(value, types.ModuleType):  # A module: the job, bound by an import.
+      self.__dict__["_evaluate_override"] = value
+
+  @evaluate.deleter
+  def evaluate(self):
+    self.__dict__.pop("_evaluate_override", None)
+
+
+sys.modules[__name__].__class__ = _Package

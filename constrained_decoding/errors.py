@@ -102,3 +102,9 @@ class StoreMismatchError(DecodingArgumentError):
   """A grammar-aligned sampling store was passed to a call with another prompt,
   constraint or sampling distribution than the one it was built for: its estimates
   are probabilities under those, and would be wrong here."""
+
+
+class EvaluationJobError(ValueError):
+  """An evaluation job (`python -m constrained_decoding.evaluate`) cannot run as
+  configured: a bad config field, unreadable data, or an output directory written by
+  another config."""
