@@ -44,8 +44,9 @@ def test_notebook_is_stored_small_and_clean(name):
   code = [c for c in nb.cells if c.cell_type == "code"]
   assert not any(c.outputs for c in code), f"{name} is stored with outputs"
   assert sum("parameters" in c.metadata.get("tags", ()) for c in code) == 1
-  # The first code cell installs the package in Colab and does nothing elsewhere.
-  assert "find_spec(\"constrained_decoding\")" in code[0].source
+  # A set-up cell at the top installs the package in Colab and does nothing elsewhere
+  # (your_own_loop.ipynb first asks XLA for host devices, before anything imports jax).
+  assert any('find_spec("constrained_decoding")' in c.source for c in code[:2])
 
 
 def _small_copy(name: str):
