@@ -19,7 +19,9 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 COLAB = pathlib.Path(__file__).resolve().parent.parent / "colab"
-NOTEBOOKS = sorted(p.name for p in COLAB.glob("*.ipynb"))
+# Executed copies written next to them by the README's `jupyter execute --output=..._out`
+# are not notebooks of the repository.
+NOTEBOOKS = sorted(p.name for p in COLAB.glob("*.ipynb") if not p.stem.endswith("_out"))
 # What each notebook runs with here: small enough that all of them take a few minutes.
 SMALL = {
     "gsm_answer_format.ipynb": "N = 4\nMAX_NEW_TOKENS = 32",
