@@ -32,15 +32,10 @@ _EXAMPLES = (
      {"Final Answer": "D", "Solution": "a square has four equal sides."}),
 )
 # A lower-case Solution class keeps the tables small (about 48k Gemma tokens fit it).
-_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "Final Answer": {"enum": ["A", "B", "C", "D"]},
-        "Solution": {"type": "string", "pattern": "^[a-z0-9 ,.'-]{0,48}$"},
-    },
-    "required": ["Final Answer", "Solution"],
-    "additionalProperties": False,
-}
+# The schema is a file of its own so that `constrained-decoding compile --json-schema
+# configs/gpqa_answer.schema.json --whitespace single -o FILE` saves the same tables.
+with open(os.path.join(_REPO, "configs", "gpqa_answer.schema.json"), encoding="utf-8") as _f:
+  _SCHEMA = json.load(_f)
 
 
 def _prefix() -> str:

@@ -23,7 +23,6 @@ from absl import logging
 from ml_collections import config_flags
 
 from constrained_decoding import evaluation_job
-from constrained_decoding.errors import ConstraintError, EvaluationJobError
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Job config: a Python file whose get_config() returns a ConfigDict "
@@ -37,7 +36,7 @@ def main(argv: list[str]) -> int:
     raise app.UsageError("--config is required, e.g. --config=configs/gsm_format.py.")
   try:
     summary = evaluation_job.run(_CONFIG.value)
-  except (EvaluationJobError, ConstraintError) as e:
+  except (ValueError, TypeError, OSError) as e:  # every typed error of the library
     logging.error("%s: %s", type(e).__name__, e)
     return 2
   print(json.dumps(summary), flush=True)

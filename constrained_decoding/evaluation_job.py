@@ -241,6 +241,11 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if config.constraint.kind not in _CONSTRAINT_KINDS:
     raise EvaluationJobError(f"config.constraint.kind is {config.constraint.kind!r}. "
                              f"Expected one of {list(_CONSTRAINT_KINDS)}.")
+  if (config.constraint.kind != "row" and not config.constraint.tables_path
+      and not config.constraint.value):
+    raise EvaluationJobError(f"config.constraint.value is empty. Expected the "
+                             f"{config.constraint.kind} every row follows, or "
+                             f"constraint.tables_path, or constraint.kind 'row'.")
   if config.constraint.tables_path and config.constraint.kind == "row":
     raise EvaluationJobError("config.constraint.tables_path is set but kind is 'row'. "
                              "Expected saved tables only for one constraint for all rows.")

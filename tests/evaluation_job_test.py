@@ -185,6 +185,7 @@ def test_predictions_and_matching(text, value, key, pattern, answer, numeric, ex
 
 @pytest.mark.parametrize("change, message", [
     (dict(constraint_kind="sql"), "constraint.kind is 'sql'"),
+    (dict(constraint_value=""), "constraint.value is empty"),
     (dict(answer_pattern="####"), "has no group"),
     (dict(answer_pattern="(("), "is not a regex"),
     (dict(output_dir=""), "output_dir is empty"),
@@ -196,6 +197,8 @@ def test_config_errors_are_typed(change, message, tmp_path):
   config = _gsm(tmp_path, "bad")
   if "constraint_kind" in change:
     config.constraint.kind = change.pop("constraint_kind")
+  if "constraint_value" in change:
+    config.constraint.value = change.pop("constraint_value")
   config.update(change)
   with pytest.raises(cd.EvaluationJobError, match=message):
     evaluation_job.run(config, model=object())
