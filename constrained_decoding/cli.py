@@ -360,6 +360,8 @@ def _compile(args) -> int:
   import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
 
   spec = _spec(args, cd)
+  if isinstance(spec, cd.Regex):  # Syntax and size errors before the vocabulary loads.
+    spec.to_ir()
   started = time.perf_counter()
   vocab = cd.Vocabulary.from_gguf(args.model or cd.models.default_gguf_path())
   tables = cd.Compiler(vocab).compile(spec)

@@ -20,12 +20,14 @@ _GRAMMAR = 'root ::= "(" [a-z]+ ")"'
     ("--grammar", _GRAMMAR, cd.Grammar(_GRAMMAR)),
 ])
 def test_compile_writes_the_tables_of_the_spec(flag, value, spec, gemma_compiler, gemma_vocab,
-                                               tmp_path, capsys):
+                                               tmp_path, capsys, monkeypatch):
   if flag != "--regex":  # These flags take a file.
     path = tmp_path / ("schema.json" if flag == "--json-schema" else "g.gbnf")
     path.write_text(json.dumps(value) if isinstance(value, dict) else value)
     value = str(path)
   out = tmp_path / "tables.cdt"
+  # The session's copy of the default model's vocabulary, instead of reading it again.
+  monkeypatch.setattr(cd.Vocabulary, "from_gguf", lambda path: gemma_vocab)
   assert cli.main(["compile", flag, value, "-o", str(out)]) == 0
   assert "wrote" in capsys.readouterr().err
   loaded = cd.load_tables(out, vocab=gemma_vocab)
