@@ -63,7 +63,9 @@ def _small_copy(name: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs(name, tmp_path):
+def test_notebook_runs(name, tmp_path, monkeypatch):
+  # Find the `python3` kernel of this environment before one in the user's home folder.
+  monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "1")
   nb = _small_copy(name)
   env = dict(os.environ, XLA_FLAGS=XLA_FLAGS, JAX_PLATFORMS="cpu",
              PYTHONWARNINGS="ignore::DeprecationWarning")
