@@ -51,7 +51,7 @@ def _prefix() -> str:
 def get_config():
   config = default_config()
   config.data_path = os.path.join(_REPO, "benchmarks", "conformance", "multiple_choice.jsonl")
-  config.output_dir = "/tmp/constrained_decoding/gpqa_format"
+  config.output_dir = "/tmp/constrained_decoding_eval/gpqa_format"
   config.prompt_prefix = _prefix()
   config.prompt_template = "Question: {question}\n{options}Answer:\n"
   config.constraint.kind = "json_schema"

@@ -62,7 +62,7 @@ def _hash_prefix() -> str:
 def get_config(answer_format: str = "json"):
   config = default_config()
   config.data_path = os.path.join(_REPO, "benchmarks", "conformance", "arithmetic.jsonl")
-  config.output_dir = "/tmp/constrained_decoding/gsm_format"
+  config.output_dir = "/tmp/constrained_decoding_eval/gsm_format"
   config.prompt_template = "Question: {question}\nAnswer:\n"
   config.answer_field = "answer"
   config.answer_marker = "####"  # GSM8K's reference answers end in "#### N"

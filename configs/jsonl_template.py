@@ -27,7 +27,7 @@ from constrained_decoding.evaluation_job import default_config
 def get_config():
   config = default_config()
   config.data_path = "my_rows.jsonl"            # EDIT
-  config.output_dir = "/tmp/constrained_decoding/my_run"  # EDIT
+  config.output_dir = "/tmp/constrained_decoding_eval/my_run"  # EDIT
   config.prompt_prefix = ""                     # EDIT: instruction, few-shot examples
   config.prompt_template = "{prompt}"           # EDIT: fields of a line, in braces
   config.constraint.kind = "regex"              # EDIT: regex, json_schema, grammar,

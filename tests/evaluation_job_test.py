@@ -231,17 +231,42 @@ def test_cd_evaluate_stays_the_function_after_importing_the_job():
   assert out.stdout.strip() == "ok"
 
 
-def test_the_command_with_overrides_on_8_host_devices(tmp_path):
+# `python -m constrained_decoding.evaluate ARGS` (runpy is what -m calls) in a process
+# where importing pynini fails: with saved tables, a worker needs no compiler.
+_COMMAND_SCRIPT = """
+import importlib.abc, runpy, sys
+
+class _NoPynini(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path=None, target=None):
+    if name == "pynini" or name.startswith("pynini."):
+      raise ImportError("pynini is not installed here")
+
+sys.meta_path.insert(0, _NoPynini())
+sys.argv = ["constrained_decoding.evaluate", *sys.argv[1:]]
+try:
+  runpy.run_module("constrained_decoding.evaluate", run_name="__main__", alter_sys=True)
+finally:
+  print("pynini imported:", "pynini" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_the_command_with_overrides_saved_tables_and_no_pynini(tmp_path, gemma_vocab):
+  config = _config_file("gsm_format.py")
+  tables = cd.Compiler(gemma_vocab).compile(
+      cd.JsonSchema(config.constraint.value, whitespace="single"))
+  tables.save(tmp_path / "gsm.cdt", vocab=gemma_vocab)
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
   out = subprocess.run(
-      [sys.executable, "-m", "constrained_decoding.evaluate", "--config=configs/gsm_format.py",
+      [sys.executable, "-c", _COMMAND_SCRIPT, "--config=configs/gsm_format.py",
        "--config.limit=3", "--config.max_new_tokens=4", "--config.model=random-tiny",
-       f"--config.output_dir={tmp_path}"],
+       f"--config.output_dir={tmp_path / 'out'}",
+       f"--config.constraint.tables_path={tmp_path / 'gsm.cdt'}"],
       capture_output=True, text=True, check=False, cwd=_REPO, env=env)
   assert out.returncode == 0, out.stderr[-3000:]
+  assert "pynini imported: False" in out.stderr
   summary = json.loads(out.stdout.strip().splitlines()[-1])
   assert summary["rows"] == 3 and summary["devices"] == 8
   assert "conformance" in summary and summary["answered"] == 3
-  assert "3/3 rows decoded" in out.stderr
-  with open(tmp_path / "config.json", encoding="utf-8") as f:
+  assert "3/3 rows decoded" in out.stderr and "loaded tables" in out.stderr
+  with open(tmp_path / "out" / "config.json", encoding="utf-8") as f:
     assert json.load(f)["config"]["max_new_tokens"] == 4
