@@ -70,7 +70,7 @@ def _fingerprint_of(vocab: Vocabulary | str) -> str:
 
 def save_tables(tables: _tables.ConstraintTables, path: str | os.PathLike, *,
                 vocab: Vocabulary, description: str = "") -> None:
-  """Writes `tables` to `path` (any name; `.cdt` by convention), replacing it.
+  """Writes `tables` to `path` (any name; `.cdt` by convention), replacing it atomically.
 
   Args:
     tables: Compiled (possibly stacked) tables, numpy or device arrays.
@@ -96,9 +96,16 @@ def save_tables(tables: _tables.ConstraintTables, path: str | os.PathLike, *,
   arrays = {name: np.asarray(getattr(tables, name), _DTYPES[name])
             for name in _tables._ARRAY_FIELDS}  # pylint: disable=protected-access
   arrays[_HEADER] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
-  # A file object, not a name: `np.savez` would append ".npz" to a name.
-  with open(path, "wb") as f:
-    np.savez_compressed(f, **arrays)
+  # Written beside the target, then renamed: a reader never sees half a file. A file
+  # object, not a name: `np.savez` would append ".npz" to a name.
+  partial = f"{os.fspath(path)}.partial"
+  try:
+    with open(partial, "wb") as f:
+      np.savez_compressed(f, **arrays)
+    os.replace(partial, path)
+  finally:
+    if os.path.exists(partial):
+      os.remove(partial)
 
 
 def _open(path: str | os.PathLike):
