@@ -167,6 +167,24 @@ def test_each_distinct_row_constraint_compiles_once(gemma_vocab, tmp_path, spy):
   assert len(compiled) == 2 and len(tables) == 2
 
 
+def test_the_jsonl_template_runs_on_a_users_file(tiny_model, tmp_path):
+  data = tmp_path / "mine.jsonl"
+  lines = [{"id": "q1", "prompt": "Is the sky blue? ", "answer": "yes"},
+           {"id": "q2", "prompt": "Is fire cold? ", "answer": "no"},
+           {"id": "q3", "prompt": "Say something: "}]
+  data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+  config = _config_file("jsonl_template.py")
+  config.update(data_path=str(data), output_dir=str(tmp_path / "out"), max_new_tokens=4)
+  summary = evaluation_job.run(config, model=tiny_model)
+  rows = [json.loads(line) for line in _results(config).splitlines()]
+  assert [r["id"] for r in rows] == ["q1", "q2", "q3"]
+  for row, line in zip(rows, lines):
+    assert row["completion"] in ("yes", "no")  # the template's constraint
+    expected = None if "answer" not in line else row["completion"] == line["answer"]
+    assert row["correct"] == expected
+  assert summary["answered"] == 2 and summary["conformance"] == 1.0
+
+
 @pytest.mark.parametrize("text, value, key, pattern, answer, numeric, expected", [
     ('{"Solution": "1 + 1 = 2", "Final Answer": "1,234"}', None, "Final Answer", "",
      "reasoning #### 1234", True, True),
