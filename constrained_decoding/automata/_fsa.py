@@ -47,6 +47,10 @@ from constrained_decoding.automata import _byte_dfa
 from constrained_decoding.constraints import _ir as ir
 
 EPSILON_LABEL = 0
+# Most states subset construction may create before giving up with a typed error: an
+# ambiguous repetition such as `(a|b)*a(a|b){20}` doubles them per count (2^21 here),
+# and determinizing without a bound would run for minutes and exhaust memory.
+MAX_DETERMINIZED_STATES = 150_000
 
 _MAGIC = 2125659606  # OpenFst's binary FST magic number.
 _FILE_VERSION = 2  # VectorFst file version.
@@ -555,6 +559,9 @@ def _minimize(
     has_epsilons: False if `fst` is known to have no epsilon arcs.
     deterministic: True if `fst` is known to be deterministic (then it has no
       epsilons either); regexes without shared prefixes (`Red|Blue`) often are.
+
+  Raises:
+    CompileBudgetError: Determinizing needs more than `MAX_DETERMINIZED_STATES` states.
   """
   if deterministic:
     return fst.minimize()
@@ -562,7 +569,14 @@ def _minimize(
     fst.rmepsilon()
     if fst.num_states() == 0:  # rmepsilon trims: the empty language.
       return fst
-  return pywrapfst.determinize(fst).minimize()
+  dfa = pywrapfst.determinize(fst, nstate=MAX_DETERMINIZED_STATES)
+  if dfa.num_states() >= MAX_DETERMINIZED_STATES:  # OpenFst stopped there.
+    raise errors.CompileBudgetError(
+        f"Determinizing the byte automaton needs more than {MAX_DETERMINIZED_STATES} states"
+        " (an ambiguous bounded repetition such as '(a|b)*a(a|b){20}' makes it grow"
+        " exponentially). Expected an unambiguous pattern: make the repeated part and what"
+        " follows it start with different characters.")
+  return dfa.minimize()
 
 
 def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
