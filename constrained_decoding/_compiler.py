@@ -9,11 +9,14 @@ import dataclasses
 import time
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from constrained_decoding import _cache
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _embedded_chains
 from constrained_decoding.automata import _pda
 from constrained_decoding.automata import _splice
 from constrained_decoding.automata import _streamline
@@ -198,6 +201,10 @@ class Compiler:
       counted = self._compile_chain(chain, what, t0, t1, deadline)
       if counted is not None:
         return counted
+    if chain is None and opts.wide_states and opts.counted_chains:
+      counted = self._compile_embedded_chains(node, what, t0, t1, deadline)
+      if counted is not None:
+        return counted
     dfa = _fsa.compile_byte_dfa(node, fragments=opts.wide_states)
     given = None
     if len(dfa.fragment_arcs):
@@ -285,6 +292,67 @@ class Compiler:
         num_terminals=stats["num_terminals"], num_masks=stats["num_masks"], nbytes=nbytes,
         seconds={"parse": t1 - t0, "byte_dfa": 0.0, "compose": t2 - t1, "pack": 0.0,
                  "total": t2 - t0})
+    return tables, info
+
+  def _compile_embedded_chains(self, node, what: str, t0: float, t1: float, deadline: float):
+    """Counted chains inside a larger constraint (`automata/_embedded_chains.py`) ->
+    tables, or None when `node` has none or they cannot be spliced."""
+    from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+
+    opts = self.options
+    span = int(self.trie.node_depth.max(initial=0)) + 2
+    marked, chains = _embedded_chains.extract(node, span)
+    if not chains:
+      return None
+    dfa = _fsa.compile_byte_dfa(marked, fragments=True)
+    if dfa.num_states == 0:
+      return None
+    spliced = _embedded_chains.splice_chains(dfa, chains)
+    if spliced is None:
+      return None
+    dfa, copies = spliced
+    given = None
+    if len(dfa.fragment_arcs):
+      automata = [self._fragment(f, deadline, what) for f in dfa.fragments]
+      done = _splice.splice(dfa, automata, drop_unreached=False)
+      if done is None:
+        return None
+      dfa, given = done
+    if dfa.num_states > opts.max_states:
+      raise CompileBudgetError(
+          f"{what} needs {dfa.num_states} byte-automaton states. Expected at most "
+          f"CompileOptions.max_states={opts.max_states}. Raise the budget, or bound "
+          f"repetitions such as '{{1000}}' and nested alternations that multiply states.")
+    t2 = time.perf_counter()
+    skip = np.zeros(dfa.num_states, bool)
+    for copy in copies:
+      skip[copy.cell[copy.cell >= 0]] = True
+    if given is not None:
+      skip |= given.states
+    wide = self.wide_states.find(dfa, skip)
+    built = _embedded_chains.compile_tables(
+        dfa, copies, given, wide, self.trie, self.vocab,
+        token_class_bits=self.wide_states.token_class_bits, min_bucket=opts.min_bucket,
+        max_edges=opts.max_edges, max_table_bytes=opts.max_table_bytes, deadline=deadline,
+        what=what)
+    if built is None:
+      return None
+    tables, stats = built
+    nbytes = _tables.tables_nbytes(tables)
+    if nbytes["total"] > opts.max_table_bytes:
+      raise CompileBudgetError(
+          f"{what} would need {nbytes['total'] / 2**20:.1f} MiB of tables "
+          f"({stats['token_states']} states, {stats['token_edges']} token edges, "
+          f"{stats['num_masks']} masks of 32 KiB). Expected at most "
+          f"CompileOptions.max_table_bytes={opts.max_table_bytes}. Raise the budget or "
+          "lower the repetition bounds.")
+    t3 = time.perf_counter()
+    info = CompileInfo(
+        description=what, byte_states=stats["byte_states"],
+        token_states=stats["token_states"], token_edges=stats["token_edges"],
+        num_terminals=stats["num_terminals"], num_masks=stats["num_masks"], nbytes=nbytes,
+        seconds={"parse": t1 - t0, "byte_dfa": t2 - t1, "compose": t3 - t2, "pack": 0.0,
+                 "total": t3 - t0})
     return tables, info
 
   def _fragment(self, fragment: ir.Fragment, deadline: float,

@@ -194,14 +194,16 @@ def _exits(stopped: list, trie: VocabTrie) -> tuple[np.ndarray, np.ndarray, np.n
   return origin[order], node[order], node_byte[node[order]]
 
 
-def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None]
-           ) -> tuple[ByteDfa, _compose.GivenEdges] | None:
+def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
+           drop_unreached: bool = True) -> tuple[ByteDfa, _compose.GivenEdges] | None:
   """`dfa` with each fragment arc replaced by a copy of its fragment, and the copies'
   edges for `_compose.compose_token_dfa(..., given=...)`; None when some arc cannot
   be spliced (see the module doc), or some fragment could not be built: then inline
   the fragments instead.
 
-  `automata[k]` is the composed `dfa.fragments[k]`.
+  `automata[k]` is the composed `dfa.fragments[k]`. With `drop_unreached=False` the
+  states of `dfa` keep their numbers (continuations no longer reached stay, for the
+  caller to trim), as `_embedded_chains` needs.
   """
   if any(automaton is None for automaton in automata):
     return None
@@ -266,7 +268,7 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None]
   keep = np.ones(total, bool)
   reached = set(dfa.token_arcs[:, 2].tolist()) | {dfa.start}
   for c in set(arcs[:, 2].tolist()) - reached:
-    keep[c] = bool((trans == c).any())
+    keep[c] = bool((trans == c).any()) or not drop_unreached
   class_edges = np.unique(np.concatenate(class_edges))
   src, tok, dst = _columns(edge_parts)
   node, state, origin = _columns(frontier_parts)

@@ -1,0 +1,478 @@
+r"""Counted chains inside larger constraints: a string property with `maxLength`, ...
+
+`_counting.py` compiles a constraint that *is* one counted chain (`P X{n,m} S` with P
+and S plain bytes). Here any number of chains sit anywhere in a constraint (string
+values with `maxLength` inside an object, the parts of an e-mail address, bounded runs
+inside a pattern), and the rest of the constraint composes as usual (wide-state loops,
+spliced schema-free JSON fragments):
+
+1. `extract` replaces each eligible `Repeat(X, n, m)` of the IR (the shape
+   `_counting.find_chain` accepts) by an `ir.Fragment` whose body is the *compressed*
+   repeat `X{n', m'}` (`_counting._compressed`: every bound past ~2L, L the longest
+   token, shares one shape), so the byte DFA stays small whatever m is.
+2. `splice_chains` replaces each pseudo-byte arc s --F--> c of such a fragment by a copy
+   of the compressed chain's byte DFA: s is its position 0 (s may read other bytes,
+   none the chain reads), and every accepting copy state also continues like c (c
+   must read no byte the chain's start reads, so that a token wholly in the chain's
+   class K never leaves it).
+3. `compile_tables` composes: outer states as `_compose` does (wide-state terminals,
+   spliced fragments' given edges), chain states by walking only the sub-trie of the
+   tokens not wholly in K, plus *counting* terminals for the tokens wholly in K, as in
+   `_counting.py`. This gives a compressed token DFA, packed as usual; then the real
+   chains are laid out position by position (one block of (m + 1) * stride states per
+   copy), each real state sharing the group, mask row and terminal row of its
+   compressed state. Edges inside a copy that move forward become relative; all others
+   are absolute: a target inside a chain reached from elsewhere is always within one
+   token of the chain's start, where positions are not compressed (`f[i] = i`).
+
+Exact, like `_counting.py`: every tokenization is kept and a token may cross a chain's
+start or end. Returns None (plain composition applies) when a chain's arc cannot be
+spliced or a compressed position shared by several real ones would need an absolute
+target.
+
+Public names:
+  extract(node, span)   -> (node with chain fragments, {fragment name: EmbeddedChain}).
+  compile_tables(...)   -> (ConstraintTables, stats dict) or None.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from constrained_decoding import tables as _tables
+from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _counting
+from constrained_decoding.automata import _fsa
+from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.errors import CompileBudgetError
+
+_NAME_PREFIX = "counted-chain/"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EmbeddedChain:
+  """One distinct chain `X{n,m}` of a constraint, with its compressed byte DFA.
+
+  Attributes:
+    chain: The chain (`prefix` and `suffix` empty).
+    n2, m2: The compressed bounds.
+    compressed_of: int64 `[m + 1]`: the compressed position of each real position.
+    dfa: Byte DFA of the compressed repeat `X{n', m'}`.
+    cell: int64 `[m' + 1, stride]`: `dfa` state at each compressed position and slot
+      (slot 0: between two X; slot k > 0: inside one X), -1 where there is none.
+    stride: Slots per position.
+    inner: `body` states of the slots 1.. (inside an X).
+    body: Byte DFA of X.
+  """
+
+  chain: _counting.Chain
+  n2: int
+  m2: int
+  compressed_of: np.ndarray
+  dfa: ByteDfa
+  cell: np.ndarray
+  stride: int
+  inner: list
+  body: ByteDfa
+
+
+def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]]:
+  """`node` with each eligible bounded repeat replaced by a chain fragment, and the chains
+  by fragment name (empty when there is none: then `node` is returned unchanged).
+
+  `span` is above the longest token in bytes (`_counting.compile_chain`'s).
+  """
+  chains: dict[str, EmbeddedChain] = {}
+  names: dict[tuple, str] = {}
+  memo: dict[int, ir.Node] = {}
+  rejected: set = set()
+
+  def chain_fragment(repeat: ir.Repeat) -> ir.Node | None:
+    key = (repeat.node, repeat.min, repeat.max)
+    if key in rejected:
+      return None
+    name = names.get(key)
+    if name is None:
+      embedded = _embedded_chain(repeat, span)
+      if embedded is None:
+        rejected.add(key)
+        return None
+      name = names[key] = f"{_NAME_PREFIX}{len(names)}"
+      chains[name] = embedded
+    embedded = chains[name]
+    return ir.Fragment(name, ir.repeat(repeat.node, embedded.n2, embedded.m2))
+
+  def walk(n: ir.Node) -> ir.Node:
+    hit = memo.get(id(n))
+    if hit is not None:
+      return hit
+    out = n
+    if isinstance(n, ir.Repeat):
+      out = chain_fragment(n) if n.max is not None else None
+      if out is None:
+        inner = walk(n.node)
+        out = n if inner is n.node else ir.Repeat(inner, n.min, n.max)
+    elif isinstance(n, ir.Concat):
+      parts = tuple(walk(p) for p in n.parts)
+      out = n if all(a is b for a, b in zip(parts, n.parts)) else ir.Concat(parts)
+    elif isinstance(n, ir.Union):
+      alternatives = tuple(walk(a) for a in n.alternatives)
+      out = (n if all(a is b for a, b in zip(alternatives, n.alternatives))
+             else ir.Union(alternatives))
+    elif isinstance(n, ir.Graph):
+      arcs = tuple((s, walk(label), t) for s, label, t in n.arcs)
+      out = (n if all(a[1] is b[1] for a, b in zip(arcs, n.arcs))
+             else ir.Graph(n.num_states, arcs, n.finals))
+    # Bytes, classes, terminals, rule references and (schema-free) fragments: as they are.
+    memo[id(n)] = out
+    return out
+
+  out = walk(node)
+  return (out, chains) if chains else (node, {})
+
+
+def _embedded_chain(repeat: ir.Repeat, span: int) -> EmbeddedChain | None:
+  chain = _counting.find_chain(repeat)
+  if chain is None:
+    return None
+  n2, m2, compressed_of = _counting._compressed(chain.min, chain.max, span)  # pylint: disable=protected-access
+  dfa = _fsa.compile_byte_dfa(ir.repeat(chain.body, n2, m2))
+  if dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs):
+    return None
+  layout = _counting._chain_layout(dfa, chain, m2)  # pylint: disable=protected-access
+  if layout is None:
+    return None
+  cell, stride, inner, body = layout
+  return EmbeddedChain(chain=chain, n2=n2, m2=m2, compressed_of=compressed_of, dfa=dfa,
+                       cell=np.where(cell >= 0, cell, -1), stride=stride, inner=inner,
+                       body=body)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Copy:
+  """A spliced copy of a chain: `cell` in the spliced DFA's numbering."""
+
+  chain: EmbeddedChain
+  cell: np.ndarray
+
+
+def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain]
+                  ) -> tuple[ByteDfa, list[_Copy]] | None:
+  """`dfa` with every chain fragment arc replaced by a copy of its chain (see the module
+  doc), the other fragment arcs kept; None when some arc cannot be spliced.
+
+  State numbers of `dfa` are kept (copies are appended); a continuation c that only the
+  arc led to stays, unreachable (composition trims it).
+  """
+  fragments = list(dfa.fragments)
+  is_chain = np.array([f.name in chains for f in fragments] + [False], bool)
+  arcs = dfa.fragment_arcs
+  mine = is_chain[arcs[:, 1]] if len(arcs) else np.zeros(0, bool)
+  chain_arcs, other_arcs = arcs[mine], arcs[~mine]
+  trans = dfa.transitions
+  sources = chain_arcs[:, 0]
+  special = np.concatenate([arcs[:, 0], dfa.token_arcs[:, 0]])
+  if (len(np.unique(sources)) != len(sources) or np.isin(sources, other_arcs[:, 0]).any()
+      or np.isin(sources, dfa.token_arcs[:, 0]).any() or np.isin(chain_arcs[:, 2], special).any()):
+    return None
+  q = dfa.num_states
+  sizes = [chains[fragments[k].name].dfa.num_states - 1 for k in chain_arcs[:, 1].tolist()]
+  total = q + sum(sizes)
+  new_trans = np.full((total, 256), NO_STATE, np.int32)
+  new_trans[:q] = trans
+  accepting = np.zeros(total, bool)
+  accepting[:q] = dfa.accepting
+  copies = []
+  offset = q
+  for (s, k, c), size in zip(chain_arcs.tolist(), sizes):
+    embedded = chains[fragments[k].name]
+    cdfa = embedded.dfa
+    phi = np.full(cdfa.num_states, -1, np.int64)
+    phi[cdfa.start] = s
+    rest = np.flatnonzero(np.arange(cdfa.num_states) != cdfa.start)
+    phi[rest] = np.arange(offset, offset + size)
+    offset += size
+    lookup = np.concatenate([[NO_STATE], phi]).astype(np.int32)
+    new_trans[phi[rest]] = lookup[cdfa.transitions[rest] + 1]
+    start_row = lookup[cdfa.transitions[cdfa.start] + 1]
+    reads = start_row != NO_STATE
+    if (new_trans[s][reads] != NO_STATE).any() or (trans[c][reads] != NO_STATE).any():
+      return None  # s or c reads a byte the chain's start reads.
+    new_trans[s][reads] = start_row[reads]
+    finals = phi[np.flatnonzero(cdfa.accepting)]
+    follow = np.flatnonzero(trans[c] != NO_STATE)
+    if (new_trans[np.ix_(finals, follow)] != NO_STATE).any():
+      return None
+    new_trans[np.ix_(finals, follow)] = trans[c, follow]
+    accepting[finals] |= dfa.accepting[c]
+    copies.append(_Copy(embedded, np.where(embedded.cell >= 0, phi[embedded.cell], -1)))
+  class_edges = [np.arange(257) if d.class_edges is None else d.class_edges
+                 for d in [dfa] + [chains[f.name].dfa for f in fragments if f.name in chains]]
+  # Keep the other fragments, renumbered densely.
+  keep = [k for k, f in enumerate(fragments) if f.name not in chains]
+  index = np.full(len(fragments), -1, np.int32)
+  index[keep] = np.arange(len(keep))
+  other_arcs = other_arcs.copy()
+  other_arcs[:, 1] = index[other_arcs[:, 1]]
+  spliced = ByteDfa(transitions=new_trans, accepting=accepting, start=dfa.start,
+                    token_arcs=dfa.token_arcs, class_edges=np.unique(np.concatenate(class_edges)),
+                    fragment_arcs=other_arcs, fragments=tuple(fragments[k] for k in keep))
+  return spliced, copies
+
+
+def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges | None,
+                   wide: dict, trie, vocab, *, token_class_bits, min_bucket: int,
+                   max_edges: int, max_table_bytes: int, deadline: float, what: str):
+  """Tables for the spliced `dfa` whose chain `copies` count (see the module doc), or None
+  when plain composition must do it. Returns (tables, stats) with `CompileInfo`'s sizes.
+
+  `given`: the spliced schema-free fragments' edges (`_splice.splice`), or None; `wide`:
+  the wide states found with chain and fragment states skipped.
+
+  Raises:
+    CompileBudgetError: Explicit edges beyond `max_edges`, time past `deadline`, or the
+      real chains' states alone beyond `max_table_bytes`.
+  """
+  q = dfa.num_states
+  w = _tables.num_words(vocab.vocab_size)
+  budget = dict(max_edges=max_edges, deadline=deadline, what=what)
+  copy_of = np.full(q, -1, np.int64)
+  pos = np.full(q, -1, np.int64)
+  slot = np.full(q, -1, np.int64)
+  for k, copy in enumerate(copies):
+    js, ks = np.nonzero(copy.cell >= 0)
+    states = copy.cell[js, ks]
+    copy_of[states], pos[states], slot[states] = k, js, ks
+  in_chain = copy_of >= 0
+  # Chain states walk the tokens not wholly in their class K (the others count).
+  classes: dict = {}
+  for k, copy in enumerate(copies):
+    classes.setdefault(copy.chain.chain.char_class, []).append(k)
+  counts_of, parts = {}, []
+  for klass, members in classes.items():
+    counts = counts_of[klass] = _counting._class_counts(vocab, klass)  # pylint: disable=protected-access
+    states = np.flatnonzero(np.isin(copy_of, members))
+    readable = (dfa.transitions[states] != NO_STATE).any(axis=0)
+    subtrie = _counting._chain_subtrie(counts, readable, trie)  # pylint: disable=protected-access
+    if len(subtrie.token_ids):
+      parts += _compose._walk(dfa, subtrie, states, **budget)  # pylint: disable=protected-access
+  empty = np.zeros(0, np.int32)
+  if given is not None:
+    parts.append(given.edges)
+  edges = _compose._concatenate_columns(parts) if parts else (empty,) * 3  # pylint: disable=protected-access
+  all_given = _compose.GivenEdges(
+      in_chain | (given.states if given is not None else False), edges,
+      given.terminals if given is not None else {},
+      given.frontier if given is not None else (empty,) * 3)
+  src, tok, dst = _compose.token_edges(dfa, trie, wide=wide, given=all_given, **budget)
+  terminal_edges = _compose._terminal_edges(dfa, wide, token_class_bits, w)  # pylint: disable=protected-access
+  terminal_edges.update(all_given.terminals)
+  counting = _Counting(w)
+  entries_of: dict[int, list] = {}
+  moves: list[tuple[int, int]] = []
+  for copy in copies:
+    if not counting.add_copy(copy, counts_of[copy.chain.chain.char_class], vocab,
+                             entries_of, moves):
+      return None
+  term_src = [s for s, listed in terminal_edges.items() for _ in listed]
+  term_dst = [t for listed in terminal_edges.values() for _, t in listed]
+  move_src, move_dst = (list(c) for c in zip(*moves)) if moves else ([], [])
+  live = _compose._live_states(  # pylint: disable=protected-access
+      q, np.concatenate([src, np.array(term_src + move_src, np.int64)]).astype(np.int64),
+      np.concatenate([dst, np.array(term_dst + move_dst, np.int64)]).astype(np.int64),
+      dfa.start, dfa.accepting)
+  if not live[dfa.start]:
+    return None  # Let plain composition report the empty constraint.
+  live_states = np.flatnonzero(live)
+  order = np.concatenate([[dfa.start], live_states[live_states != dfa.start]])
+  new_id = np.full(q, -1, np.int64)
+  new_id[order] = np.arange(len(order))
+  c = len(order)
+  state_terminals, terminal_bits = _compose._pack_terminals(  # pylint: disable=protected-access
+      terminal_edges, new_id.tolist(), c, w)
+  keep = live[src] & live[dst]
+  e_src, e_tok, e_dst = _compose._sorted_edges(  # pylint: disable=protected-access
+      new_id[src[keep]].astype(np.int32), tok[keep], new_id[dst[keep]].astype(np.int32), c,
+      _compose._views(trie).token_span)  # pylint: disable=protected-access
+  token_dfa = _compose.TokenDfa(num_states=c, accepting=dfa.accepting[order].astype(bool),
+                                edge_source=e_src, edge_token=e_tok, edge_target=e_dst,
+                                terminal_bits=terminal_bits, state_terminals=state_terminals)
+  packed = _tables.pack_tables(token_dfa, vocab, min_bucket=min_bucket)
+  return _expand(packed, token_dfa, copies, order, new_id, copy_of, pos, slot, counting,
+                 entries_of, vocab, min_bucket=min_bucket, max_table_bytes=max_table_bytes,
+                 what=what, byte_states=q)
+
+
+class _Counting:
+  """The counting terminals and filters of a compile, shared by copies that agree."""
+
+  def __init__(self, num_words: int):
+    self.num_words = num_words
+    self.bitmaps: list[np.ndarray] = []
+    self.counts: list[tuple[int, int, int]] = []  # (class row, stride, bias); filters -1
+    self.class_rows: dict = {}                     # char class -> row of token_counts
+    self.class_counts: list[np.ndarray] = []
+    self._ids: dict = {}
+
+  def _get(self, key, bits_of, count) -> int:
+    k = self._ids.get(key)
+    if k is None:
+      k = self._ids[key] = len(self.bitmaps)
+      self.bitmaps.append(bits_of())
+      self.counts.append(count)
+    return k
+
+  def add_copy(self, copy: _Copy, counts, vocab, entries_of: dict, moves: list) -> bool:
+    """Adds the counting entries of `copy`'s states (by byte-DFA state) and their moves
+    (for liveness); False if its escapes cannot be counted (`_inner_tokens`)."""
+    e = copy.chain
+    klass, stride, w = e.chain.char_class, e.stride, self.num_words
+    if klass not in self.class_rows:
+      self.class_rows[klass] = len(self.class_counts)
+      self.class_counts.append(counts.counts)
+    row = self.class_rows[klass]
+    pieces = _counting._inner_tokens(counts, e.body, e.chain.body, e.inner, vocab)  # pylint: disable=protected-access
+    if pieces is None:
+      return False
+    max_count = int(counts.counts.max(initial=0))
+    slot_of_x = {x: k + 1 for k, x in enumerate(e.inner)}
+    every = self._get(("every", klass, stride), lambda: _counting._bitmap(counts, max_count, w),  # pylint: disable=protected-access
+                      (row, stride, 0))
+    finish, inside = {}, {}
+    for (x, k), tokens in pieces["finish"].items():
+      bias = stride * (1 - k) - slot_of_x[x]
+      t = self._get(("finish", klass, e.chain.body, stride, x, k),
+                    lambda tokens=tokens: _wide_bits(tokens, w), (row, stride, bias))
+      finish.setdefault(slot_of_x[x], []).append((t, k))
+    for (x, x2), tokens in pieces["inside"].items():
+      t = self._get(("inside", klass, e.chain.body, stride, x, x2),
+                    lambda tokens=tokens: _wide_bits(tokens, w),
+                    (row, 0, slot_of_x[x2] - slot_of_x[x]))
+      inside.setdefault(slot_of_x[x], []).append((t, slot_of_x[x2]))
+
+    def at_most(r: int) -> int:
+      if r >= max_count:
+        return -1
+      return self._get(("filter", klass, r), lambda: _counting._bitmap(counts, r, w),  # pylint: disable=protected-access
+                       (-1, -1, -1))
+
+    cell, m2 = copy.cell, e.m2
+    for j, k_slot in zip(*np.nonzero(cell >= 0)):
+      j, k_slot = int(j), int(k_slot)
+      state, r = int(cell[j, k_slot]), m2 - j
+      entries = []
+      if k_slot == 0 and r >= 1 and max_count:
+        entries.append((every, at_most(r)))
+        moves.append((state, int(cell[j + 1, 0])))
+      if k_slot and r >= 1:
+        for terminal, k in finish.get(k_slot, ()):
+          entries.append((terminal, at_most(r - 1 + k)))
+          moves.append((state, int(cell[j + 1, 0])))
+        for terminal, k2 in inside.get(k_slot, ()):
+          entries.append((terminal, -1))
+          moves.append((state, int(cell[j, k2])))
+      if entries:
+        entries_of[state] = entries
+    return True
+
+
+def _wide_bits(tokens: np.ndarray, num_words: int) -> np.ndarray:
+  from constrained_decoding.automata import _wide  # pylint: disable=g-import-not-at-top
+  return _wide.token_bits(tokens, num_words)
+
+
+def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos, slot,
+            counting: _Counting, entries_of: dict, vocab, *, min_bucket: int,
+            max_table_bytes: int, what: str, byte_states: int):
+  """The real tables: compressed `packed` with each copy's chain laid out in full."""
+  c = token_dfa.num_states
+  t_copy, t_pos, t_slot = copy_of[order], pos[order], slot[order]
+  outer = t_copy < 0
+  n_outer = int(outer.sum())
+  lengths = [(len(cp.chain.compressed_of)) * cp.chain.stride for cp in copies]
+  bases = np.concatenate([[n_outer], n_outer + np.cumsum(lengths)]).astype(np.int64)
+  num_states = int(bases[-1])
+  s_pad = _tables.bucket_size(num_states, min_bucket)
+  if 9 * s_pad > max_table_bytes:  # group, terminal row and accepting per state
+    raise CompileBudgetError(
+        f"{what} needs {num_states} states ({9 * s_pad / 2**20:.1f} MiB for them alone). "
+        f"Expected at most CompileOptions.max_table_bytes={max_table_bytes}. Lower the "
+        "repetition bounds (maxLength, {n,m}) or raise the budget.")
+  comp = np.full(num_states, -1, np.int64)  # real state -> compressed token state
+  comp[:n_outer] = np.flatnonzero(outer)
+  real_abs = np.full(c, -1, np.int64)       # compressed token state -> its one real state
+  real_abs[outer] = np.arange(n_outer)
+  strides = np.array([cp.chain.stride for cp in copies] + [0], np.int64)
+  for k, cp in enumerate(copies):
+    f = cp.chain.compressed_of
+    byte_cells = cp.cell[f]
+    comp[bases[k]:bases[k + 1]] = np.where(byte_cells >= 0, new_id[np.maximum(byte_cells, 0)],
+                                           -1).reshape(-1)
+    uses = np.bincount(f, minlength=cp.cell.shape[0])
+    single = np.full(cp.cell.shape[0], -1, np.int64)
+    once = uses[f] == 1
+    single[f[once]] = np.flatnonzero(once)
+    mine = np.flatnonzero(t_copy == k)
+    i = single[t_pos[mine]]
+    real_abs[mine] = np.where(i >= 0, bases[k] + i * cp.chain.stride + t_slot[mine], -1)
+  # Explicit edges: forward moves inside one copy relative, the others absolute. An
+  # absolute target is right for every real state sharing the source's compressed one:
+  # leaving a chain does not depend on the position left, and a target inside a chain
+  # reached from outside it is within one token of its start, a position of its own.
+  # (A token that leaves a copy and re-enters it from a shared, middle position lands
+  # before that position: a negative offset, so absolute.)
+  e = len(token_dfa.edge_token)
+  s_, d_ = token_dfa.edge_source.astype(np.int64), token_dfa.edge_target.astype(np.int64)
+  offset = (t_pos[d_] - t_pos[s_]) * strides[t_copy[s_]] + t_slot[d_] - t_slot[s_]
+  relative = (t_copy[s_] >= 0) & (t_copy[s_] == t_copy[d_]) & (offset >= 0)
+  absolute = real_abs[d_]
+  if (~relative & (absolute < 0)).any():
+    return None
+  edge_targets = np.array(packed.edge_targets)
+  edge_targets[:e] = np.where(relative, _tables.RELATIVE - offset, absolute)
+  # Terminal rows: the compressed state's own (targets made real), then its counting
+  # entries; one empty row last for dead and padding states.
+  nt = token_dfa.terminal_bits.shape[0]
+  own = np.asarray(packed.state_terminals)[:c]
+  listed = [entries_of.get(int(b), []) for b in order.tolist()]
+  width = max(own.shape[1], max((len(x) for x in listed), default=0))
+  rows = np.full((c + 1, width, 2), _tables.NO_STATE, np.int32)
+  rows[:c, :own.shape[1]] = own
+  has = own[:, :, 0] >= 0
+  targets = real_abs[np.maximum(own[:, :, 1], 0)]
+  if (has & (targets < 0)).any():
+    return None
+  rows[:c, :own.shape[1], 1] = np.where(has, targets, _tables.NO_STATE)
+  for s, entries in enumerate(listed):
+    for r, (t, filt) in enumerate(entries, start=int(has[s].sum())):
+      rows[s, r] = (t + nt, filt + nt if filt >= 0 else -1)
+  total_t = nt + len(counting.bitmaps)
+  t_pad = _tables.bucket_size(total_t, 1)
+  terminal_bits = np.zeros((t_pad, token_dfa.terminal_bits.shape[1]), np.uint32)
+  terminal_bits[:nt] = token_dfa.terminal_bits
+  if counting.bitmaps:
+    terminal_bits[nt:total_t] = np.stack(counting.bitmaps)
+  terminal_counts = np.full((t_pad, 3), _tables.NO_STATE, np.int32)
+  if counting.counts:
+    terminal_counts[nt:total_t] = counting.counts
+  live = comp >= 0
+  state_groups = np.full((s_pad, 1), _tables.NO_STATE, np.int32)
+  state_groups[:num_states, 0] = np.where(live, comp, _tables.NO_STATE)
+  accepting = np.zeros(s_pad, bool)
+  accepting[:num_states] = live & token_dfa.accepting[np.maximum(comp, 0)]
+  state_terminal_rows = np.full(s_pad, c, np.int32)
+  state_terminal_rows[:num_states] = np.where(live, comp, c)
+  start = int(real_abs[0])
+  if start < 0:
+    return None
+  tables = dataclasses.replace(
+      packed, start=np.array([start], np.int32), accepting=accepting,
+      state_groups=state_groups, edge_targets=edge_targets, terminal_bits=terminal_bits,
+      state_terminals=rows, state_terminal_rows=state_terminal_rows,
+      terminal_counts=terminal_counts,
+      token_counts=np.stack(counting.class_counts).astype(np.int8))
+  stats = dict(byte_states=byte_states, token_states=num_states, token_edges=e,
+               num_terminals=total_t,
+               num_masks=int(np.asarray(packed.group_mask)[:c].max(initial=0)) + 1)
+  return tables, stats

@@ -1,0 +1,155 @@
+"""Counted chains inside larger constraints (`automata/_embedded_chains.py`).
+
+Oracles: plain composition of the same spec (allowed sets compared state by state along
+random token walks), `re.fullmatch` and `jsonschema` under random tokenizations, and the
+device step against the numpy reference walk.
+"""
+
+import json
+import random
+import re
+
+import jax
+import jsonschema
+import numpy as np
+import pytest
+
+import constrained_decoding as cd
+from constrained_decoding.testing import _reference as ref
+
+# Byte tokens plus multi-character ones that cross chain starts and ends (`":"ab`,
+# `ab",`, `"}`), escapes split across tokens and partial UTF-8 characters.
+_EXTRA = [b"ab", b"abc", b"xyz ", b"\xc3\xa4", b"a\xc3\xa4b", b"\xc3\xa4\xc3", b"\xa4x",
+          b"\xe4\xb8\xad", b'b"', b'"a', b'c"!', b'ab",', b'","', b'":"', b'":"ab', b'"}',
+          b'"]', b'",{"', b'{"a":"', b"abcdefgh", b"nab", b"u00", b"00e4 a", b"e4", b'\\"',
+          b'a\\', b"\\u", b'\\\\', b'"\\', b"Yab", b"bY", b"null", b'":null']
+
+
+@pytest.fixture(scope="module")
+def vocab():
+  tokens = [bytes([b]) for b in range(256)] + _EXTRA + [None]
+  return cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+
+
+@pytest.fixture(scope="module")
+def compilers(vocab, tmp_path_factory):
+  cache = str(tmp_path_factory.mktemp("embedded"))
+  counted = cd.Compiler(vocab, cd.CompileOptions(cache_dir=cache, memoize=False))
+  plain = cd.Compiler(vocab, cd.CompileOptions(cache_dir=cache, memoize=False,
+                                               counted_chains=False))
+  return counted, plain
+
+
+_OBJECT = {"type": "object", "properties": {
+    "a": {"type": "string", "maxLength": 20}, "b": {"type": "integer"},
+    "c": {"type": "string", "minLength": 2, "maxLength": 9}}, "required": ["a"]}
+_SPECS = [
+    cd.Regex(r"x[a-z]{0,20}Y[a-z]{3,30}Z"),          # two chains in sequence
+    cd.Regex(r'(a[^"]{0,12}")+'),                     # one chain in a loop
+    cd.JsonSchema(_OBJECT),                           # string properties, any order
+    cd.JsonSchema({"type": "array", "items": {"type": "string", "maxLength": 12}}),
+    cd.JsonSchema({"anyOf": [{"type": "string", "maxLength": 15}, {"type": "null"}]}),
+    cd.JsonSchema({"type": "object", "properties": {"a": {"type": "string", "maxLength": 10}},
+                   "additionalProperties": True}),   # with schema-free fragments
+]
+
+
+@pytest.mark.parametrize("spec", _SPECS, ids=lambda s: s.describe()[:50])
+def test_embedded_chains_equal_plain_composition(spec, compilers, vocab):
+  counted_compiler, plain_compiler = compilers
+  counted = counted_compiler.compile(spec)
+  plain = plain_compiler.compile(spec)
+  assert counted.token_counts.shape[0] >= 1, "the embedded-chain path was not taken"
+  assert plain.token_counts.shape[0] == 0
+  rng = np.random.default_rng(0)
+  eos = set(vocab.eos_ids)
+  for _ in range(120):
+    c_state, p_state = int(counted.start[0]), int(plain.start[0])
+    for _ in range(int(rng.integers(1, 70))):
+      c_allowed = ref.reference_allowed(counted, c_state)
+      np.testing.assert_array_equal(c_allowed, ref.reference_allowed(plain, p_state))
+      choices = [t for t in np.flatnonzero(c_allowed) if t not in eos]
+      if not choices:
+        break
+      token = int(rng.choice(choices))
+      c_state = ref.reference_step(counted, c_state, token)
+      p_state = ref.reference_step(plain, p_state, token)
+
+
+def test_two_chains_match_re(compilers, vocab):
+  pattern = r"x[a-z]{0,20}Y[a-z]{3,30}Z"
+  tables = compilers[0].compile(cd.Regex(pattern))
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(7)
+  for n1 in (0, 1, 19, 20, 21):
+    for n2 in (2, 3, 29, 30, 31):
+      for _ in range(2):
+        text = ("x" + "".join(rng.choice("abcxyz") for _ in range(n1)) + "Y"
+                + "".join(rng.choice("abcxyz") for _ in range(n2)) + "Z")
+        tokens = index.random_tokenization(text.encode(), rng)
+        assert ref.reference_accepts(tables, tokens) == bool(re.fullmatch(pattern, text))
+
+
+_UNITS = ["a", "b", " ", "ä", "中", "\\n", '\\"', "\\u00e4", "\\\\"]
+
+
+def test_object_string_lengths_match_jsonschema(compilers, vocab):
+  tables = compilers[0].compile(cd.JsonSchema(_OBJECT))
+  validator = jsonschema.Draft202012Validator(_OBJECT)
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(3)
+  for _ in range(150):
+    value = {}
+    for key, high in (("a", 20), ("c", 9)):
+      if key == "a" or rng.random() < 0.6:
+        value[key] = json.loads('"' + "".join(rng.choice(_UNITS)
+                                              for _ in range(rng.randint(0, high + 2))) + '"')
+    if rng.random() < 0.5:
+      value["b"] = rng.randint(-5, 500)
+    keys = list(value)
+    rng.shuffle(keys)
+    text = json.dumps({k: value[k] for k in keys}, ensure_ascii=False, separators=(",", ":"))
+    tokens = index.random_tokenization(text.encode(), rng)
+    assert ref.reference_accepts(tables, tokens) == validator.is_valid(value), text
+
+
+def test_device_step_agrees_with_reference(compilers, vocab):
+  tables = compilers[0].compile(cd.JsonSchema(_OBJECT))
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(0)
+  step = jax.jit(cd.advance)
+  for text in ['{"c":"ab","a":"' + "x" * 20 + '"}', '{"a":"' + "y" * 21 + '"}',
+               '{"b":7,"a":"\\u00e4\\n"}']:
+    tokens = index.random_tokenization(text.encode(), rng)
+    states, ok = ref.reference_walk(tables, tokens)
+    state = cd.init_state(tables, batch_size=1)
+    for token, expected in zip(tokens, states):
+      allowed = np.asarray(cd.allowed_tokens(tables, state))[0]
+      np.testing.assert_array_equal(allowed, ref.reference_allowed(tables, int(state.state[0])))
+      state = step(tables, state, np.array([token], np.int32))
+      assert int(state.state[0]) == expected
+    assert ok == validate_text(text)
+
+
+def validate_text(text: str) -> bool:
+  return jsonschema.Draft202012Validator(_OBJECT).is_valid(json.loads(text))
+
+
+def test_gemma_nested_max_length_is_small_and_exact(gemma_compiler, gemma_vocab):
+  """`maxLength` 200 inside an object used to need ~50M token edges (over budget)."""
+  schema = {"type": "object", "properties": {
+      "subject": {"type": "string", "maxLength": 200},
+      "tags": {"type": "array", "items": {"type": "string", "maxLength": 40}}},
+      "required": ["subject"]}
+  tables, info = gemma_compiler.compile_with_info(cd.JsonSchema(schema))
+  assert tables.token_counts.shape[0] >= 1
+  assert info.nbytes["total"] <= 64 << 20
+  validator = jsonschema.Draft202012Validator(schema)
+  index = ref.TokenIndex(gemma_vocab)
+  rng = random.Random(1)
+  for n in (0, 1, 150, 199, 200, 201):
+    for tags in ([], ["x" * 40], ["y" * 41, "z"]):
+      value = {"subject": "".join(rng.choice("ab cä中") for _ in range(n)), "tags": tags}
+      text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+      tokens = index.random_tokenization(text.encode(), rng)
+      assert ref.reference_accepts(tables, tokens) == validator.is_valid(value), (n, tags)
