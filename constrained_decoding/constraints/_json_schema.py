@@ -162,8 +162,8 @@ not generated):
   time (full-time: `hh:mm:ss[.frac]` then `Z` or `+hh:mm`/`-hh:mm`), date-time (`dateTtime`),
   uuid (8-4-4-4-12 hex digits, any case), ipv4 (dotted quad, no leading zeros),
   ipv6 (RFC 4291 text forms, embedded IPv4 included, no zone ids),
-  hostname (1 to 8 dot-separated RFC 1123 labels of 1-30 characters, so the 253
-  character limit holds), email (a dot-atom local part `@` a hostname: no quoted
+  hostname (dot-separated RFC 1123 labels, at most 63 characters in all, so no label
+  or name is too long; no `--`, as in punycode `xn--`), email (a dot-atom local part `@` a hostname: no quoted
   local parts, no IP literals, the 64-character local-part limit is not enforced),
   uri (RFC 3986 `URI`: scheme, hierarchical part, query, fragment; no IPvFuture),
   duration (RFC 3339 Appendix A, `P1Y2M3DT4H5M6S`, `P2W`; seconds may have a decimal

@@ -634,7 +634,7 @@ _FORMAT_NEGATIVES = {
     "ipv4": ["256.0.0.1", "1.2.3", "01.2.3.4", "1.2.3.4.5", "1.2.3.-4"],
     "ipv6": [":::", "1:2:3:4:5:6:7:8:9", "12345::", "1::2::3", "::ffff:1.2.3.256", "g::1"],
     "uuid": ["123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"],
-    "hostname": ["-a.com", "a-.com", "a..b", "a_b.com", ".com", "a" * 31, ""],
+    "hostname": ["-a.com", "a-.com", "a..b", "a_b.com", ".com", "a" * 64, ""],
     "email": ["a@", "@b.com", "a..b@c.com", "a@b@c.com", "a b@c.com", ".a@b.com"],
     "uri": ["no scheme", "1http://x", "http://exa mple.com", "//x/y", "http://x/%zz"],
 }
