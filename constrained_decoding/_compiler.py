@@ -226,7 +226,8 @@ class Compiler:
           f"{what} matches no string at all. Expected a constraint with at least one "
           f"match; check for empty classes such as '[^\\x00-\\U0010ffff]'."
       )
-    wide = (self.wide_states.find(dfa, None if given is None else given.states)
+    wide = (self.wide_states.find(dfa, None if given is None else given.states,
+                                  deadline=deadline, what=what)
             if opts.wide_states else {})
     token_dfa = _compose.compose_token_dfa(
         dfa, self.trie, wide=wide, token_class_bits=self.wide_states.token_class_bits,
@@ -329,7 +330,7 @@ class Compiler:
       skip[copy.cell[copy.cell >= 0]] = True
     if given is not None:
       skip |= given.states
-    wide = self.wide_states.find(dfa, skip)
+    wide = self.wide_states.find(dfa, skip, deadline=deadline, what=what)
     built = _embedded_chains.compile_tables(
         dfa, copies, given, wide, self.trie, self.vocab,
         token_class_bits=self.wide_states.token_class_bits, min_bucket=opts.min_bucket,

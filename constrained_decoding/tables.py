@@ -203,11 +203,27 @@ def bitmask(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
   return bits
 
 
+# Above this many states `estimate_nbytes` counts the distinct mask rows exactly (one
+# pass over the edges, as packing does) rather than assuming one row per state.
+_EXACT_ROWS_ABOVE = 512
+
+
 def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> int:
-  """Upper bound on the bytes `pack_tables` would use (masks counted one per state)."""
-  s_pad = bucket_size(token_dfa.num_states, min_bucket)
+  """Upper bound on the bytes `pack_tables` would use, checked before it allocates.
+
+  Mask rows (32 KiB each with 262k tokens) are counted one per state for small
+  automata, and exactly (distinct allowed sets, as packing deduplicates them) for
+  large ones, where many states of repeated sub-schemas share their rows.
+  """
+  s = token_dfa.num_states
+  s_pad = bucket_size(s, min_bucket)
   e_pad = bucket_size(len(token_dfa.edge_token), min_bucket)
-  m_pad = bucket_size(token_dfa.num_states, min_bucket)
+  rows = s
+  if s > _EXACT_ROWS_ABOVE:
+    edge_start = np.searchsorted(token_dfa.edge_source, np.arange(s + 1)).tolist()
+    terminals = np.ascontiguousarray(np.asarray(token_dfa.state_terminals)[:, :, 0], np.int32)
+    rows = len(_distinct_groups(token_dfa.edge_token, edge_start, terminals)[1])
+  m_pad = bucket_size(rows, min_bucket)
   t_pad = bucket_size(token_dfa.terminal_bits.shape[0], 1)
   r = token_dfa.state_terminals.shape[1]
   return (e_pad * 12 + (m_pad + t_pad) * num_words(vocab.vocab_size) * 4

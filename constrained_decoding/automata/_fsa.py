@@ -50,7 +50,7 @@ EPSILON_LABEL = 0
 # Most states subset construction may create before giving up with a typed error: an
 # ambiguous repetition such as `(a|b)*a(a|b){20}` doubles them per count (2^21 here),
 # and determinizing without a bound would run for minutes and exhaust memory.
-MAX_DETERMINIZED_STATES = 150_000
+MAX_DETERMINIZED_STATES = 100_000
 
 _MAGIC = 2125659606  # OpenFst's binary FST magic number.
 _FILE_VERSION = 2  # VectorFst file version.

@@ -29,7 +29,7 @@ bitmaps and kept explicit (`_compose` meets them on the same branches). The walk
 follows declared-key prefixes, so it visits a handful of trie nodes.
 
 Public functions:
-  near_loop_edges(wide_states, dfa, loops, wide, skip)  terminal edges of near-loop states
+  near_loop_edges(wide_states, dfa, loops, wide, skip, predecessors)  near-loop terminals
                                                   (called by `WideStates.find`).
 """
 
@@ -51,15 +51,16 @@ MAX_DISAGREEING_BYTES = 16
 MAX_WALK_PAIRS = 50_000
 
 
-def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict, skip: np.ndarray
-                ) -> dict[int, list[int]]:
+def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict, skip: np.ndarray,
+                predecessors: list[np.ndarray]) -> dict[int, list[int]]:
   """Anchor -> states without a terminal yet, not skipped, that have >=
-  MIN_BYTES_TO_ANCHOR bytes to it."""
+  MIN_BYTES_TO_ANCHOR bytes to it (`predecessors[q]`: the states with an arc to q)."""
   table, _, size = dfa.byte_classes
   out: dict[int, list[int]] = {}
   for q in anchors:
-    bytes_to_q = (table == q) @ size  # [n]: bytes leading to q, per state.
-    for p in np.flatnonzero((bytes_to_q >= MIN_BYTES_TO_ANCHOR) & ~skip).tolist():
+    states = predecessors[q]
+    bytes_to_q = (table[states] == q) @ size  # Bytes leading to q, per such state.
+    for p in states[(bytes_to_q >= MIN_BYTES_TO_ANCHOR) & ~skip[states]].tolist():
       if p != q and p not in wide:
         out.setdefault(q, []).append(p)
   return out
@@ -178,7 +179,7 @@ def _tokens_of(trie: VocabTrie, nodes: np.ndarray) -> np.ndarray:
 
 
 def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
-                    wide: dict, skip: np.ndarray) -> dict:
+                    wide: dict, skip: np.ndarray, predecessors: list[np.ndarray]) -> dict:
   """Terminal edges of the near-loop states of `dfa` (see the module doc).
 
   Args:
@@ -188,11 +189,12 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       loop, as `WideStates.find` computes them.
     wide: The edges found so far (loop states); their states are not candidates.
     skip: bool `[Q]`; states that are not candidates either.
+    predecessors: Per state, the states with an arc into it.
 
   Returns:
     State -> `_wide.WideEdge` for each near-loop state.
   """
-  candidates = _candidates(dfa, [q for q, *_ in loops], wide, skip)
+  candidates = _candidates(dfa, [q for q, *_ in loops], wide, skip, predecessors)
   trans, trie = dfa.transitions, wide_states.trie
   out = {}
   for q, members_list, loop, digest in loops:

@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import time
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from constrained_decoding.automata import _near_loop
 from constrained_decoding.automata import _token_classes
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_file
+from constrained_decoding.errors import CompileBudgetError
 
 # Bump when the cached layout changes (files of other versions are deleted on write).
 WIDE_FORMAT_VERSION = 7
@@ -471,6 +473,18 @@ def _popcount(bits: np.ndarray) -> int:
   return int(np.bitwise_count(bits).sum())
 
 
+def _predecessors(table: np.ndarray) -> list[np.ndarray]:
+  """Per state, the states with an arc into it (from the `[Q, C]` byte-class table)."""
+  q = table.shape[0]
+  src = np.repeat(np.arange(q, dtype=np.int64), table.shape[1])
+  dst = table.reshape(-1).astype(np.int64)
+  keep = dst >= 0
+  pairs = np.unique(dst[keep] * q + src[keep])
+  bounds = np.searchsorted(pairs // q, np.arange(q + 1))
+  sources = (pairs % q).astype(np.int64)
+  return [sources[bounds[r]:bounds[r + 1]] for r in range(q)]
+
+
 def _member_mask(num_states: int, members) -> np.ndarray:
   """bool `[num_states + 1]`: True at `members`; index NO_STATE (-1) reads False."""
   mask = np.zeros(num_states + 1, bool)
@@ -559,8 +573,12 @@ class WideStates:
     self._class_memo[name] = bits
     return bits
 
-  def find(self, dfa: ByteDfa, skip: np.ndarray | None = None) -> dict[int, "WideEdge"]:
+  def find(self, dfa: ByteDfa, skip: np.ndarray | None = None, *,
+           deadline: float = float("inf"), what: str = "The constraint"
+           ) -> dict[int, "WideEdge"]:
     """State -> its terminal edge, for the wide states of `dfa` and their neighbours.
+
+    Raises `CompileBudgetError` past `deadline` (a `time.perf_counter()` value).
 
     States where `skip` (bool `[Q]`) is set get no edge and anchor no loop (the copies
     of a spliced fragment, whose edges come from the fragment).
@@ -603,13 +621,21 @@ class WideStates:
             wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,),
                                self.full_cover(terminal))
     # States that move like a loop state but for a few bytes (`_near_loop.py`).
-    wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide, skip))
+    predecessors = _predecessors(table) if loops else []
+    wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide, skip, predecessors))
     for q, members, loop, digest in loops:
+      if time.perf_counter() > deadline:
+        raise CompileBudgetError(
+            f"{what} exceeded its compile time budget while finding wide states. Raise "
+            "CompileOptions.max_seconds or simplify the constraint.")
       is_member = _member_mask(dfa.num_states, members)
       position = {r: i for i, r in enumerate(members)}
-      into_loop = is_member[table] @ size
-      for p in np.nonzero((into_loop >= MIN_SELF_LOOP_BYTES) & ~skip)[0].tolist():
-        if p in wide or is_member[p]:
+      # Bytes into the loop, for the states with an arc into it (only they can qualify).
+      candidates = np.unique(np.concatenate([predecessors[r] for r in members]))
+      candidates = candidates[~skip[candidates] & ~is_member[candidates]]
+      into_loop = is_member[table[candidates]] @ size
+      for p in candidates[into_loop >= MIN_SELF_LOOP_BYTES].tolist():
+        if p in wide:
           continue
         row = trans[p]
         parts = []
@@ -622,7 +648,7 @@ class WideStates:
           phi = np.asarray(members, np.int32)
           parts = tuple((self.with_subtrie(tail), first) for tail, first in parts)
           wide[p] = WideEdge(parts, bits, q, (phi,) * len(parts))
-    self._add_pre_entries(dfa, wide, loops, skip)
+    self._add_pre_entries(dfa, wide, loops, skip, predecessors, deadline=deadline, what=what)
     return wide
 
   def _entry_bits(self, parts: list) -> tuple[np.ndarray, int]:
@@ -644,8 +670,8 @@ class WideStates:
       self._entry_memo[key] = hit
     return hit
 
-  def _add_pre_entries(self, dfa: ByteDfa, wide: dict, loops: list, skip: np.ndarray
-                       ) -> None:
+  def _add_pre_entries(self, dfa: ByteDfa, wide: dict, loops: list, skip: np.ndarray,
+                       predecessors: list, *, deadline: float, what: str) -> None:
     """Terminals for states just before a wide region (after `Answer:`, before ` text`).
 
     A state p outside every loop whose bytes lead into the loop of anchor q, directly or
@@ -661,16 +687,23 @@ class WideStates:
     table, first, size = dfa.byte_classes
     # Tokens per class of first bytes, as float: a BLAS product per loop below.
     counts = np.add.reduceat(self.first_byte_bits.counts, first).astype(np.float64)
+    index = np.full(dfa.num_states, NO_STATE, np.int32)
     for q, members, loop, _ in loops:
+      if time.perf_counter() > deadline:
+        raise CompileBudgetError(
+            f"{what} exceeded its compile time budget while finding wide states. Raise "
+            "CompileOptions.max_seconds or simplify the constraint.")
       size = len(members)
-      index = np.full(dfa.num_states, NO_STATE, np.int32)
       index[members] = np.arange(size, dtype=np.int32)
       entries = [s for s, edge in wide.items() if edge.target == q and index[s] < 0]
       way_in = _member_mask(dfa.num_states, members + entries)
-      # Tokens whose first byte leads that way, per state.
-      tokens_in = way_in[table].astype(np.float64) @ counts
-      for p in np.nonzero((tokens_in >= MIN_TERMINAL_TOKENS) & ~skip)[0].tolist():
-        if p in wide or index[p] >= 0:
+      # Only states with an arc that way can qualify: tokens whose first byte leads
+      # that way, per such state (one product over them, not over every state).
+      candidates = np.unique(np.concatenate([predecessors[r] for r in members + entries]))
+      candidates = candidates[~skip[candidates] & (index[candidates] < 0)]
+      tokens_in = way_in[table[candidates]].astype(np.float64) @ counts
+      for p in candidates[tokens_in >= MIN_TERMINAL_TOKENS].tolist():
+        if p in wide:
           continue
         row = trans[p]
         outside = [p] + sorted(set(row[way_in[row]].tolist()) - set(members))
@@ -687,6 +720,7 @@ class WideStates:
           terminal = self.with_subtrie(terminal, way_bytes)
           phi = np.asarray(members + outside, np.int32)
           wide[p] = WideEdge(((terminal, way_bytes),), terminal.bits, q, (phi,))
+      index[members] = NO_STATE
 
   def may_hold_many(self, loop: np.ndarray, entry: int, digest: bytes) -> bool:
     """Whether the terminal of `loop` (`loop_digest` `digest`) at `entry` could hold
