@@ -5,8 +5,10 @@
 .venv/bin/python benchmarks/scale_bench.py --sizes 10,100,1000,10000 --batch-sizes 1,64
 ```
 
-For `[^"]{0,n}`, `\\w{1,n}`, `.{0,n}`, `[a-z]{1,n}` and JSON Schema `{"type": "string",
-"maxLength": n}` with the Gemma 3 vocabulary: compile ms (median of 5, caches warm as
+For `[^"]{0,n}`, `\\w{1,n}`, `.{0,n}`, `[a-z]{1,n}`, JSON Schema `{"type": "string",
+"maxLength": n}`, and chains inside larger constraints (a string property with
+`maxLength` n in an object, an array of such strings, a GSM-style answer
+`[^#\\n]{0,n}\\n#### -?\\d{1,6}`) with the Gemma 3 vocabulary: compile ms (median of 5, caches warm as
 in a serving process: the per-vocabulary trie and class counts are set-up; in
 parentheses, the first compile of a new chain shape, its compressed automaton not yet
 cached), table bytes, whether the counted path (`automata/_counting.py`) was taken, and the device
@@ -41,6 +43,14 @@ def _specs(n: int):
       r"\w{1,n}": cd.Regex(r"\w{1,%d}" % n),
       ".{0,n}": cd.Regex(".{0,%d}" % n),
       "[a-z]{1,n}": cd.Regex("[a-z]{1,%d}" % n),
+      # Chains inside larger constraints (`automata/_embedded_chains.py`).
+      "object {name: maxLength}": cd.JsonSchema({
+          "type": "object", "required": ["name"],
+          "properties": {"name": {"type": "string", "maxLength": n},
+                         "id": {"type": "integer"}}}),
+      "array of maxLength": cd.JsonSchema({"type": "array",
+                                           "items": {"type": "string", "maxLength": n}}),
+      r"[^#\n]{0,n}\n#### -?\d{1,6}": cd.Regex(r"[^#\n]{0,%d}\n#### -?\d{1,6}" % n),
   }
 
 
