@@ -85,7 +85,6 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
   """
   chains: dict[str, EmbeddedChain] = {}
   names: dict[tuple, str] = {}
-  memo: dict[int, ir.Node] = {}
   rejected: set = set()
 
   def chain_fragment(repeat: ir.Repeat) -> ir.Node | None:
@@ -103,32 +102,14 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
     embedded = chains[name]
     return ir.Fragment(name, ir.repeat(repeat.node, embedded.n2, embedded.m2))
 
-  def walk(n: ir.Node) -> ir.Node:
-    hit = memo.get(id(n))
-    if hit is not None:
-      return hit
-    out = n
-    if isinstance(n, ir.Repeat):
-      out = chain_fragment(n) if n.max is not None else None
-      if out is None:
-        inner = walk(n.node)
-        out = n if inner is n.node else ir.Repeat(inner, n.min, n.max)
-    elif isinstance(n, ir.Concat):
-      parts = tuple(walk(p) for p in n.parts)
-      out = n if all(a is b for a, b in zip(parts, n.parts)) else ir.Concat(parts)
-    elif isinstance(n, ir.Union):
-      alternatives = tuple(walk(a) for a in n.alternatives)
-      out = (n if all(a is b for a, b in zip(alternatives, n.alternatives))
-             else ir.Union(alternatives))
-    elif isinstance(n, ir.Graph):
-      arcs = tuple((s, walk(label), t) for s, label, t in n.arcs)
-      out = (n if all(a[1] is b[1] for a, b in zip(arcs, n.arcs))
-             else ir.Graph(n.num_states, arcs, n.finals))
-    # Bytes, classes, terminals, rule references and (schema-free) fragments: as they are.
-    memo[id(n)] = out
-    return out
+  def chain_or_descend(n: ir.Node) -> ir.Node | None:
+    # Top-down: a repeat is judged as written, before anything inside it is replaced.
+    # Bytes, classes, terminals, rule references and (schema-free) fragments stay as they are.
+    if isinstance(n, ir.Repeat) and n.max is not None:
+      return chain_fragment(n)
+    return None
 
-  out = walk(node)
+  out = ir.transform(node, before=chain_or_descend)
   return (out, chains) if chains else (node, {})
 
 

@@ -10,9 +10,10 @@ first"). Without recursion the grammar is regular and lowers to one IR node; wit
 Public:
   GrammarIR                              a frozen, hashable grammar: start + rules.
   SourceText(text)                       offsets -> (line, column), for front-end errors.
-  children(node)                         sub-nodes of a Concat, Union or Repeat.
   references(node)                       names of the rules an IR node references.
   substitute(node, replace)              an IR node with its rule references replaced.
+  rebuild_simplified(node, children)     `ir.rebuild` simplifying with `concat`/`repeat`
+                                         (a `build` for `ir.transform`).
   concat(*parts), repeat(node, lo, hi)   `ir.concat` / `ir.repeat`, also simplifying
                                          the empty string and the empty language.
   tree_size(node)                        size of an IR node as a tree (what automata see).
@@ -151,17 +152,6 @@ class SourceText:
 # Walking IR nodes.
 
 
-def children(node: ir.Node) -> tuple[ir.Node, ...]:
-  """The direct sub-nodes of a Concat, Union or Repeat (none for leaves and graphs)."""
-  if isinstance(node, ir.Concat):
-    return node.parts
-  if isinstance(node, ir.Union):
-    return node.alternatives
-  if isinstance(node, ir.Repeat):
-    return (node.node,)
-  return ()
-
-
 def references(node: ir.Node) -> tuple[str, ...]:
   """The rule names `node` references, each once, in first-occurrence order."""
   found: dict[str, None] = {}
@@ -174,7 +164,7 @@ def references(node: ir.Node) -> tuple[str, ...]:
     seen.add(id(n))
     if isinstance(n, ir.RuleRef):
       found.setdefault(n.name)
-    stack.extend(reversed(children(n)))
+    stack.extend(reversed(ir.children(n)))
   return tuple(found)
 
 
@@ -197,45 +187,37 @@ def substitute(node: ir.Node, replace) -> ir.Node:
   Simplified: the empty language (`NOTHING`, empty classes) is propagated through
   concatenations, unions and repeats. Shared sub-nodes are rewritten once, so the result
   shares them too, and unchanged sub-nodes are returned as they are (so that comparing
-  a rewritten grammar with the original is mostly identity checks).
+  a rewritten grammar with the original is mostly identity checks). Graph arcs are
+  rewritten too; fragments are left as they are.
   """
-  memo: dict[int, tuple[ir.Node, ir.Node]] = {}
 
-  def walk(n: ir.Node) -> ir.Node:
-    hit = memo.get(id(n))
-    if hit is not None:
-      return hit[1]
+  def leaf(n: ir.Node) -> ir.Node | None:
+    # Top-down, so that a replacement is never itself looked at again.
     if isinstance(n, ir.RuleRef):
       out = replace(n.name)
-      out = n if out == n else out
-    elif isinstance(n, ir.Concat):
-      parts = [walk(p) for p in n.parts]
-      same = all(new is old for new, old in zip(parts, n.parts))
-      out = n if same else concat(*parts)
-    elif isinstance(n, ir.Union):
-      alternatives = [walk(a) for a in n.alternatives]
-      same = all(new is old for new, old in zip(alternatives, n.alternatives))
-      out = n if same else ir.union(*alternatives)
-    elif isinstance(n, ir.Repeat):
-      body = walk(n.node)
-      out = n if body is n.node else repeat(body, n.min, n.max)
-    elif _is_empty_class(n):
-      out = ir.NOTHING
-    else:
-      out = n
-    memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
-    return out
+      return n if out == n else out
+    return ir.NOTHING if _is_empty_class(n) else None
 
-  return walk(node)
+  return ir.transform(node, before=leaf, build=rebuild_simplified)
+
+
+def rebuild_simplified(node: ir.Node, new_children) -> ir.Node:
+  """`ir.rebuild_simplified` with this module's `concat` and `repeat`."""
+  return ir.rebuild_simplified(node, new_children, make_concat=concat, make_repeat=repeat)
 
 
 def tree_size(node: ir.Node) -> int:
-  """Number of nodes of `node` as a tree (shared sub-nodes counted at every use)."""
+  """Number of nodes of `node` as a tree (shared sub-nodes counted at every use).
+
+  A graph or a fragment counts as one node, whatever its labels or body: the inlining
+  heuristics that read this size were tuned so.
+  """
   memo: dict[int, int] = {}
 
   def walk(n: ir.Node) -> int:
     if id(n) not in memo:
-      memo[id(n)] = 1 + sum(walk(c) for c in children(n))
+      opaque = isinstance(n, (ir.Graph, ir.Fragment))
+      memo[id(n)] = 1 + (0 if opaque else sum(walk(c) for c in ir.children(n)))
     return memo[id(n)]
 
   return walk(node)

@@ -104,7 +104,7 @@ def _overlapping_union(rules: dict[str, ir.Node]) -> ir.Union | None:
         if isinstance(a, ir.RuleRef) and any(
             starts[i] & other for j, other in enumerate(starts) if j != i):
           return node
-    stack.extend(_grammar.children(node))
+    stack.extend(ir.children(node))
   return None
 
 
@@ -163,37 +163,19 @@ def _first(node: ir.Node, firsts: dict, memo: dict) -> tuple[frozenset, bool]:
 
 
 def _replace_node(node: ir.Node, old: ir.Node, new: ir.Node, memo: dict) -> ir.Node:
-  """`node` with every sub-node equal to `old` replaced by `new` (graphs: not entered)."""
-  hit = memo.get(id(node))
-  if hit is not None:
-    return hit[1]
-  if node == old:
-    out = new
-  elif isinstance(node, ir.Concat):
-    parts = [_replace_node(p, old, new, memo) for p in node.parts]
-    out = node if all(a is b for a, b in zip(parts, node.parts)) else _grammar.concat(*parts)
-  elif isinstance(node, ir.Union):
-    alts = [_replace_node(a, old, new, memo) for a in node.alternatives]
-    out = node if all(a is b for a, b in zip(alts, node.alternatives)) else ir.union(*alts)
-  elif isinstance(node, ir.Repeat):
-    inner = _replace_node(node.node, old, new, memo)
-    out = node if inner is node.node else _grammar.repeat(inner, node.min, node.max)
-  else:
-    out = node
-  memo[id(node)] = (node, out)
-  return out
+  """`node` with every sub-node equal to `old` replaced by `new`, simplified where changed.
+
+  `memo` is shared by the calls with the same `old` and `new`."""
+  return ir.transform(node, before=lambda n: new if n == old else None,
+                      build=_grammar.rebuild_simplified, memo=memo)
 
 
 def has_rule_ref(node: ir.Node, memo: dict) -> bool:
   """Whether `node` (graph arcs included) contains a `RuleRef`; memoized by identity."""
   hit = memo.get(id(node))
   if hit is None:
-    if isinstance(node, ir.RuleRef):
-      found = True
-    elif isinstance(node, ir.Graph):
-      found = any(has_rule_ref(label, memo) for _, label, _ in node.arcs)
-    else:
-      found = any(has_rule_ref(c, memo) for c in _grammar.children(node))
+    found = isinstance(node, ir.RuleRef) or any(has_rule_ref(c, memo)
+                                                for c in ir.children(node))
     hit = memo[id(node)] = (node, found)  # Keeps `node` alive so that its id stays unique.
   return hit[1]
 
@@ -207,27 +189,21 @@ def _without_rule_graphs(node: ir.Node, memo: dict) -> ir.Node:
   """
   refs: dict = {}
 
-  def walk(n: ir.Node) -> ir.Node:
-    hit = memo.get(id(n))
-    if hit is not None:
-      return hit[1]
-    if not has_rule_ref(n, refs):
-      out = n
-    elif isinstance(n, ir.Graph):
-      out = _graph_expression(n.num_states,
-                              [(s, walk(label), t) for s, label, t in n.arcs], n.finals)
-    elif isinstance(n, ir.Concat):
-      out = _grammar.concat(*(walk(p) for p in n.parts))
-    elif isinstance(n, ir.Union):
-      out = ir.union(*(walk(a) for a in n.alternatives))
-    elif isinstance(n, ir.Repeat):
-      out = _grammar.repeat(walk(n.node), n.min, n.max)
-    else:
-      out = n
-    memo[id(n)] = (n, out)
-    return out
+  def rewrite(n: ir.Node) -> ir.Node:
+    # Only nodes above a reference get here (see `before`); they are simplified anew.
+    match n:
+      case ir.Graph(num_states, arcs, finals):
+        return _graph_expression(num_states, list(arcs), finals)
+      case ir.Concat(parts):
+        return _grammar.concat(*parts)
+      case ir.Union(alternatives):
+        return ir.union(*alternatives)
+      case ir.Repeat(body, lo, hi):
+        return _grammar.repeat(body, lo, hi)
+    return n
 
-  return walk(node)
+  return ir.transform(node, rewrite, before=lambda n: None if has_rule_ref(n, refs) else n,
+                      memo=memo)
 
 
 def _graph_expression(num_states: int, arcs: list, finals) -> ir.Node:

@@ -20,6 +20,16 @@ Nodes (each denotes a set of byte strings):
   Fragment(name, body)   the language of `body`, marked as a part that many constraints
                          share (schema-free JSON values): the compiler may build its
                          token automaton once per vocabulary and splice in copies.
+
+Walking the IR (every pass that visits sub-nodes goes through these, so that all agree
+on what a node's sub-nodes are):
+  children(node)                      the direct sub-nodes (graph arc labels and fragment
+                                      bodies included).
+  rebuild(node, children)             the same node over new children (itself if none
+                                      changed).
+  transform(node, fn, before=...)     a memoized bottom-up rewrite (with an optional
+                                      top-down replacement).
+  inline_fragments(node)              every `Fragment` replaced by its body.
 """
 
 import dataclasses
@@ -241,36 +251,156 @@ def repeat(node: Node, min_count: int, max_count: int | None) -> Node:
   return Repeat(node, min_count, max_count)
 
 
-def inline_fragments(node: Node) -> Node:
-  """`node` with every `Fragment` replaced by its body (for analyses that do not know
-  fragments, such as the grammar builder's)."""
-  memo: dict[int, tuple[Node, Node]] = {}
+# ---------------------------------------------------------------------------------------
+# One generic walk, so that every pass agrees on what a node's sub-nodes are.
+
+
+def children(node: Node) -> tuple[Node, ...]:
+  """The direct sub-nodes of `node`, in order; `()` for leaves.
+
+  Every node type is covered, so that a pass built on this walk cannot silently skip a
+  language: a `Graph`'s children are its arc labels (in arc order) and a `Fragment`'s
+  child is its body. Analyses (sizes, searches, reference sets) see through fragments;
+  rewriting a fragment's body is another matter (see `rebuild` and `transform`).
+
+  Raises:
+    TypeError: `node` is not an IR node (a new node type must be added here).
+  """
+  match node:
+    case Concat(parts):
+      return parts
+    case Union(alternatives):
+      return alternatives
+    case Repeat():
+      return (node.node,)
+    case Graph():
+      return tuple(label for _, label, _ in node.arcs)
+    case Fragment():
+      return (node.body,)
+    case Bytes() | CharClass() | ByteClass() | Terminal() | RuleRef():
+      return ()
+    case _:
+      raise TypeError(f"Expected an IR node, got {node!r} instead.")
+
+
+def rebuild(node: Node, new_children, *, allow_fragment_body_change: bool = False) -> Node:
+  """`node` with its `children` replaced by `new_children` (same number, same order).
+
+  Returns `node` itself when every new child is the old child object, so that passes
+  preserve sharing and identity where nothing changed. The rebuilt node uses the plain
+  constructors (no flattening or simplification): `children(rebuild(n, c)) == c`.
+
+  A `Fragment` names its body, and fragments with one name must have equal bodies
+  (`Fragment`'s docstring), so a fragment is rebuilt with a different body only when
+  `allow_fragment_body_change` is set: by a caller that then removes the fragment (as
+  `inline_fragments` does) or vouches that the new body has the same language.
+
+  Raises:
+    ValueError: The number of children differs, or a fragment's body would change
+      without `allow_fragment_body_change`.
+  """
+  new_children = tuple(new_children)
+  old_children = children(node)
+  if len(new_children) != len(old_children):
+    raise ValueError(
+        f"Expected {len(old_children)} children to rebuild {type(node).__name__}, got"
+        f" {len(new_children)} instead.")
+  if all(new is old for new, old in zip(new_children, old_children)):
+    return node
+  match node:
+    case Concat():
+      return Concat(new_children)
+    case Union():
+      return Union(new_children)
+    case Repeat():
+      return Repeat(new_children[0], node.min, node.max)
+    case Graph():
+      arcs = tuple((source, label, target)
+                   for (source, _, target), label in zip(node.arcs, new_children))
+      return Graph(node.num_states, arcs, node.finals)
+    case Fragment():
+      if not allow_fragment_body_change:
+        raise ValueError(
+            f"Fragment {node.name!r} would keep its name with a different body. Expected"
+            " an unchanged body, since fragments with one name share one automaton. Pass"
+            " allow_fragment_body_change=True only when the fragment is then removed.")
+      return Fragment(node.name, new_children[0])
+  raise AssertionError(f"{type(node).__name__} has children but no rebuild case.")
+
+
+def rebuild_simplified(node: Node, new_children, *, make_concat=None, make_union=None,
+                       make_repeat=None) -> Node:
+  """`rebuild`, but a changed `Concat`, `Union` or `Repeat` goes through `concat`,
+  `union` or `repeat` (flattening, dropping empty strings and duplicates), or through
+  the given replacements for them (a pass with its own simplifications)."""
+  new_children = tuple(new_children)
+  if all(new is old for new, old in zip(new_children, children(node))):
+    return node
+  match node:
+    case Concat():
+      return (make_concat or concat)(*new_children)
+    case Union():
+      return (make_union or union)(*new_children)
+    case Repeat():
+      return (make_repeat or repeat)(new_children[0], node.min, node.max)
+  return rebuild(node, new_children)
+
+
+def transform(node: Node, fn=None, *, before=None, build=rebuild,
+              enter_fragments: bool = False, memo: dict | None = None) -> Node:
+  """`node` rewritten bottom-up: `fn` applied to each sub-node after its children.
+
+  For each node `n` (post-order), the children are transformed first, `n` is rebuilt
+  from them with `build` (which returns `n` itself when no child changed), and `fn` is
+  applied to the rebuilt node; its result replaces `n`. Shared sub-trees are visited
+  once per call (memoized by object identity), so they stay shared in the result, and
+  a tree in which nothing changes comes back as the very same object.
+
+  Args:
+    node: The root.
+    fn: Node -> node, applied to every (rebuilt) node; None for the identity.
+    before: Optional node -> node or None, applied top-down before `n`'s children are
+      visited: a node it returns is `n`'s result as is (neither the children nor `fn`
+      see `n`); None goes on with the bottom-up rewrite. For passes that replace whole
+      sub-trees by looking at them as they were written.
+    build: `rebuild` (plain constructors) or a variant with the same contract, such as
+      `rebuild_simplified`.
+    enter_fragments: Whether fragment bodies are rewritten too. By default a `Fragment`
+      is a leaf here: its name stands for its body, so a changed body under the same
+      name would be a different language sharing one automaton. When set, a fragment
+      is rebuilt around its transformed body under its name and `fn` must deal with it
+      (typically by returning the body, as `inline_fragments` does).
+    memo: A dict to share between calls with the same `fn`, `before` and `build`, so
+      that sub-trees shared between several roots are rewritten once; fresh by default.
+
+  Returns:
+    The rewritten node.
+  """
+  memo = {} if memo is None else memo
 
   def walk(n: Node) -> Node:
     hit = memo.get(id(n))
     if hit is not None:
       return hit[1]
-    out = n  # Unchanged unless a fragment is inside.
-    if isinstance(n, Fragment):
-      out = walk(n.body)
-    elif isinstance(n, Concat):
-      parts = [walk(p) for p in n.parts]
-      if any(a is not b for a, b in zip(parts, n.parts)):
-        out = concat(*parts)
-    elif isinstance(n, Union):
-      alternatives = [walk(a) for a in n.alternatives]
-      if any(a is not b for a, b in zip(alternatives, n.alternatives)):
-        out = union(*alternatives)
-    elif isinstance(n, Repeat):
-      inner = walk(n.node)
-      if inner is not n.node:
-        out = repeat(inner, n.min, n.max)
-    elif isinstance(n, Graph):
-      labels = [walk(label) for _, label, _ in n.arcs]
-      if any(a is not label for a, (_, label, _) in zip(labels, n.arcs)):
-        out = Graph(n.num_states, tuple((a, new, b) for (a, _, b), new in zip(n.arcs, labels)),
-                    n.finals)
+    out = None if before is None else before(n)
+    if out is None:
+      if isinstance(n, Fragment):
+        rebuilt = (rebuild(n, (walk(n.body),), allow_fragment_body_change=True)
+                   if enter_fragments else n)
+      else:
+        rebuilt = build(n, tuple(walk(c) for c in children(n)))
+      out = rebuilt if fn is None else fn(rebuilt)
     memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
     return out
 
   return walk(node)
+
+
+def inline_fragments(node: Node) -> Node:
+  """`node` with every `Fragment` replaced by its body (for analyses that do not know
+  fragments, such as the grammar builder's)."""
+  return transform(node, _fragment_body, build=rebuild_simplified, enter_fragments=True)
+
+
+def _fragment_body(node: Node) -> Node:
+  return node.body if isinstance(node, Fragment) else node

@@ -184,33 +184,26 @@ def _member_lists(members: list, ws: jv.Whitespace):
 
 
 def ir_size(node: ir.Node) -> int:
-  """Number of IR nodes in the tree (shared subtrees counted once per occurrence)."""
-  if isinstance(node, ir.Concat):
-    return 1 + sum(ir_size(p) for p in node.parts)
-  if isinstance(node, ir.Union):
-    return 1 + sum(ir_size(a) for a in node.alternatives)
+  """Number of IR nodes in the tree (shared subtrees counted once per occurrence, a
+  bounded repeat's body once per copy)."""
+  if isinstance(node, ir.Fragment):
+    return 1  # One arc of the byte automaton until spliced.
   if isinstance(node, ir.Repeat):
     return 1 + ir_size(node.node) * max(1, node.min if node.max is None else node.max)
-  if isinstance(node, ir.Graph):
-    return 1 + sum(ir_size(label) for _, label, _ in node.arcs)
-  return 1  # Leaves, and fragments: one arc of the byte automaton until spliced.
+  return 1 + sum(ir_size(c) for c in ir.children(node))
 
 
 def wide_parts(node: ir.Node) -> int:
   """Copies of wide parts in an IR tree: unbounded repeats of a class of at least 128
   code points (string bodies, free text) and fragments (schema-free values). Each is a
   loop over most of a vocabulary once composed, the dominant cost of a copy."""
+  if isinstance(node, ir.Fragment):
+    return 1
   if isinstance(node, ir.Repeat):
     if node.max is None and _is_wide(node.node):
       return 1
     return wide_parts(node.node) * max(1, node.min if node.max is None else node.max)
-  if isinstance(node, ir.Concat):
-    return sum(wide_parts(p) for p in node.parts)
-  if isinstance(node, ir.Union):
-    return sum(wide_parts(a) for a in node.alternatives)
-  if isinstance(node, ir.Graph):
-    return sum(wide_parts(label) for _, label, _ in node.arcs)
-  return 1 if isinstance(node, ir.Fragment) else 0
+  return sum(wide_parts(c) for c in ir.children(node))
 
 
 def _is_wide(node: ir.Node) -> bool:
