@@ -280,20 +280,8 @@ class Compiler:
     if built is None:
       return None
     tables, stats = built
-    nbytes = _tables.tables_nbytes(tables)
-    if nbytes["total"] > opts.max_table_bytes:
-      raise CompileBudgetError(
-          f"{what} needs {nbytes['total'] / 2**20:.1f} MiB of tables ({stats['token_states']}"
-          f" states). Expected at most CompileOptions.max_table_bytes="
-          f"{opts.max_table_bytes}. Raise the budget or lower the repetition bound.")
-    t2 = time.perf_counter()
-    info = CompileInfo(
-        description=what, byte_states=stats["byte_states"],
-        token_states=stats["token_states"], token_edges=stats["token_edges"],
-        num_terminals=stats["num_terminals"], num_masks=stats["num_masks"], nbytes=nbytes,
-        seconds={"parse": t1 - t0, "byte_dfa": 0.0, "compose": t2 - t1, "pack": 0.0,
-                 "total": t2 - t0})
-    return tables, info
+    return tables, self._counted_info(tables, stats, what, {"parse": t1 - t0, "byte_dfa": 0.0},
+                                      t0, t1)
 
   def _compile_embedded_chains(self, node, what: str, t0: float, t1: float, deadline: float):
     """Counted chains inside a larger constraint (`automata/_embedded_chains.py`) ->
@@ -339,22 +327,29 @@ class Compiler:
     if built is None:
       return None
     tables, stats = built
+    return tables, self._counted_info(tables, stats, what,
+                                      {"parse": t1 - t0, "byte_dfa": t2 - t1}, t0, t2)
+
+  def _counted_info(self, tables, stats: dict, what: str, seconds: dict, t0: float,
+                    composing_since: float) -> CompileInfo:
+    """`CompileInfo` of tables with counted chains, after checking their bytes (they
+    are built directly, so the budget is checked on the real size)."""
+    limit = self.options.max_table_bytes
     nbytes = _tables.tables_nbytes(tables)
-    if nbytes["total"] > opts.max_table_bytes:
+    if nbytes["total"] > limit:
       raise CompileBudgetError(
           f"{what} would need {nbytes['total'] / 2**20:.1f} MiB of tables "
           f"({stats['token_states']} states, {stats['token_edges']} token edges, "
           f"{stats['num_masks']} masks of 32 KiB). Expected at most "
-          f"CompileOptions.max_table_bytes={opts.max_table_bytes}. Raise the budget or "
-          "lower the repetition bounds.")
-    t3 = time.perf_counter()
-    info = CompileInfo(
+          f"CompileOptions.max_table_bytes={limit}. Raise the budget or lower the "
+          "repetition bounds.")
+    done = time.perf_counter()
+    return CompileInfo(
         description=what, byte_states=stats["byte_states"],
         token_states=stats["token_states"], token_edges=stats["token_edges"],
         num_terminals=stats["num_terminals"], num_masks=stats["num_masks"], nbytes=nbytes,
-        seconds={"parse": t1 - t0, "byte_dfa": t2 - t1, "compose": t3 - t2, "pack": 0.0,
-                 "total": t3 - t0})
-    return tables, info
+        seconds={**seconds, "compose": done - composing_since, "pack": 0.0,
+                 "total": done - t0})
 
   def _fragment(self, fragment: ir.Fragment, deadline: float,
                 what: str) -> _splice.FragmentAutomaton | None:
