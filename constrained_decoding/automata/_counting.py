@@ -39,9 +39,10 @@ Exact: a token may still cross the chain's end (`abc",`), every tokenization is 
 and positions f maps together behave alike for every token. Tables grow with the
 longest token; m only adds states (9 bytes each: group, terminal row, accepting).
 
-Not yet: chains inside larger constraints (a string property with `maxLength` inside
-an object, `maxItems`): those still take plain composition. Each state of a JSON
-string chain gathers up to 7 terminal entries (and their filters) per step.
+Chains inside larger constraints (a string property with `maxLength` inside an object)
+reuse these pieces in `_embedded_chains.py`. Not yet: `maxItems` of non-trivial items.
+Each state of a JSON string chain gathers up to 7 terminal entries (and their filters)
+per step.
 
 Public names:
   Chain, find_chain(node)        the supported shape, recognized in IR.
