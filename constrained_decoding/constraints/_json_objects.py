@@ -22,6 +22,7 @@ share a key (excluding that is not regular), and each value satisfies the schema
 whichever one a parser keeps is valid.
 """
 
+import functools
 from collections.abc import Mapping, Sequence
 
 from constrained_decoding.constraints import _ir as ir
@@ -183,14 +184,30 @@ def _member_lists(members: list, ws: jv.Whitespace):
   return ir.union(*parts), a_empty and b_empty, size
 
 
+# A bounded repeat the compiler counts (`automata/_embedded_chains.py`) is laid out at
+# most this many times whatever its bound (its compressed length with the longest
+# vocabularies), so `maxLength` 2,000 costs what 200 does.
+COUNTED_REPEAT_COPIES = 200
+
+
 def ir_size(node: ir.Node) -> int:
   """Number of IR nodes in the tree (shared subtrees counted once per occurrence, a
-  bounded repeat's body once per copy)."""
+  bounded repeat's body once per copy, at most `COUNTED_REPEAT_COPIES` for a counted one)."""
   if isinstance(node, ir.Fragment):
     return 1  # One arc of the byte automaton until spliced.
   if isinstance(node, ir.Repeat):
-    return 1 + ir_size(node.node) * max(1, node.min if node.max is None else node.max)
+    copies = max(1, node.min if node.max is None else node.max)
+    if copies > COUNTED_REPEAT_COPIES and _is_counted(node):
+      copies = COUNTED_REPEAT_COPIES
+    return 1 + ir_size(node.node) * copies
   return 1 + sum(ir_size(c) for c in ir.children(node))
+
+
+@functools.lru_cache(maxsize=256)
+def _is_counted(repeat: ir.Repeat) -> bool:
+  from constrained_decoding.automata import _counting  # pylint: disable=g-import-not-at-top
+
+  return _counting.find_chain(repeat) is not None
 
 
 def wide_parts(node: ir.Node) -> int:
