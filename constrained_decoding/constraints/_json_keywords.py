@@ -3,11 +3,21 @@
 What the lowering (`_json_schema.py`) needs to know about keywords before any IR is
 built: which are annotations, which constrain which type, which are refused; draft
 spellings rewritten to 2020-12 (`dependencies`, array-form `items`,
-`unevaluated*`); and the dict-level pieces of `allOf` merging.
+`unevaluated*`); keyword values read and checked; and `allOf` merging at the level of
+Python values.
+
+Public functions:
+  schema_dict(schema, pointer)         `schema`, checked to be an object.
+  type_names(value, pointer)           a `type` value as a list of type names.
+  enum_values(schema, pointer)         the values `enum` and `const` both allow.
+  count(schema, key, pointer)          a non-negative integer keyword, bounded.
+  merge(a, b, pointer)                 one schema equivalent to `allOf: [a, b]`, or False.
+  unsatisfiable(schema)                the error for a schema that accepts nothing.
 """
 
 import fractions
 import json
+import math
 import re
 import urllib.parse
 
@@ -169,9 +179,9 @@ def _unevaluated(schema: dict) -> dict:
   name, so `unevaluatedProperties` is `additionalProperties` when that is absent and has
   no effect otherwise. With applicators (`allOf`, `$ref`, `anyOf`, ...) it applies to
   what the conjunction evaluates once merged: it is kept as `$unevaluatedProperties`,
-  which `_lower_object` reads after `allOf` merging and, for `anyOf`/`oneOf`, per
-  alternative (the alternative that matched is the one whose properties count: exact
-  when no two alternatives match, narrower otherwise).
+  which `_json_object_schemas.lower_object` reads after `allOf` merging and, for
+  `anyOf`/`oneOf`, per alternative (the alternative that matched is the one whose
+  properties count: exact when no two alternatives match, narrower otherwise).
   """
   out = dict(schema)
   has_applicators = any(k in schema for k in _APPLICATORS)
@@ -289,3 +299,160 @@ def unsatisfiable(schema) -> errors.SchemaError:
       " schema. Look for contradictory keywords (minimum > maximum, an empty enum, a"
       " required property whose schema is false, ...)."
   )
+
+
+# ---------------------------------------------------------------------------------------
+# Keyword values, read and checked.
+
+# Most items, characters or properties a `min*`/`max*` keyword may count (one automaton
+# state each, the default `CompileOptions.max_states`); checked before anything is built.
+MAX_COUNT = 100_000
+_MAX_PRODUCT = 64  # Most alternatives `allOf` of two `anyOf`s may multiply into.
+
+
+def schema_dict(schema, pointer: str) -> dict:
+  """`schema` itself, once checked to be an object (not a list, string, ...)."""
+  if not isinstance(schema, dict):
+    raise errors.SchemaError(
+        f"Schema {_short(schema)} at {pointer} is a {type(schema).__name__}. Expected"
+        " an object or a boolean. Wrap constraints in an object, e.g. {\"type\": ...}."
+    )
+  return schema
+
+
+def merge(a: dict, b: dict, pointer: str):
+  """One schema equivalent to `allOf: [a, b]` (both without `$ref`/`allOf`), or False.
+
+  Subschemas under the same keyword become a lazy `{"allOf": [x, y]}`, merged when
+  (and if) they are lowered, so recursive schemas are merged one level at a time.
+  """
+  for one, other in ((a, b), (b, a)):
+    if "patternProperties" in one and any(k in other for k in _OBJECT_MEMBER_KEYWORDS):
+      raise errors.UnsupportedSchemaError(
+          f"allOf at {_pointer(pointer, 'allOf')} combines patternProperties with another"
+          " side's properties, additionalProperties or patternProperties, which is not"
+          " supported. Expected patternProperties on one side only. Merge the subschemas"
+          " by hand.")
+  merged = dict(a)
+  for key, vb in b.items():
+    if key not in merged or key in _NO_CONSTRAINT:
+      merged.setdefault(key, vb)
+      continue
+    va = merged[key]
+    where = _pointer(pointer, "allOf")
+    expected = _MERGE_SHAPES.get(key)
+    if expected and not (isinstance(va, expected[0]) and isinstance(vb, expected[0])):
+      raise errors.SchemaError(
+          f"allOf at {where} has {key!r} values {_short(va, 30)} and {_short(vb, 30)}."
+          f" Expected {expected[1]} on both sides. Fix the subschemas."
+      )
+    if key == "type":
+      types = _intersect_types(_type_list(va), _type_list(vb))
+      if not types:
+        return False
+      merged[key] = types
+    elif key == "enum":
+      merged[key] = [v for v in va if any(_same_value(v, w) for w in vb)]
+    elif key == "const":
+      if not _same_value(va, vb):
+        return False
+    elif key == "required":
+      merged[key] = list(dict.fromkeys([*va, *vb]))
+    elif key == "$notIn":
+      merged[key] = [*va, *vb]
+    elif key == "$notMultipleOf":
+      merged[key] = (*_merged_values(merged, key), *_merged_values(b, key))
+    elif key == "dependentRequired" and isinstance(va, dict) and isinstance(vb, dict):
+      merged[key] = {k: list(dict.fromkeys([*va.get(k, []), *vb.get(k, [])]))
+                     for k in dict.fromkeys([*va, *vb])}
+    elif key in ("minimum", "minLength", "minItems", "exclusiveMinimum"):
+      if isinstance(va, bool) or isinstance(vb, bool):
+        _merge_conflict(key, where, va, vb)
+      merged[key] = max(va, vb)
+    elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
+      if isinstance(va, bool) or isinstance(vb, bool):
+        _merge_conflict(key, where, va, vb)
+      merged[key] = min(va, vb)
+    elif key == "multipleOf":  # Multiples of both: of their least common multiple.
+      a_step, b_step = _exact(va), _exact(vb)
+      if a_step <= 0 or b_step <= 0:
+        _merge_conflict(key, where, va, vb)
+      numerator = math.lcm(a_step.numerator, b_step.numerator)
+      merged[key] = fractions.Fraction(
+          numerator, math.gcd(a_step.denominator, b_step.denominator))
+    elif key in ("anyOf", "oneOf"):
+      if len(va) * len(vb) > _MAX_PRODUCT:
+        _merge_conflict(key, where, va, vb)
+      merged[key] = [_lazy_all_of(x, y) for x in va for y in vb]
+    elif key == "uniqueItems" and isinstance(va, bool) and isinstance(vb, bool):
+      merged[key] = va or vb
+    elif key in ("pattern", "format", "$notPattern", "$notFormat"):  # Tuple: all apply.
+      values = []
+      for value in (*_merged_values(merged, key), *_merged_values(b, key)):
+        if not any(_same_value(value, v) for v in values):
+          values.append(value)
+      merged[key] = tuple(values) if len(values) > 1 else values[0]
+    elif key in ("properties", "additionalProperties", "items", "prefixItems"):
+      pass  # Below: they interact across keywords.
+    elif not _same_value(va, vb):  # pattern, format, ...
+      _merge_conflict(key, where, va, vb)
+  if any(k in s for s in (a, b) for k in ("properties", "additionalProperties")):
+    _merge_properties(a, b, merged)
+  if any(k in s for s in (a, b) for k in ("items", "prefixItems")):
+    _merge_items(a, b, merged)
+  return merged
+
+
+def _merge_conflict(key: str, where: str, va, vb) -> None:
+  raise errors.UnsupportedSchemaError(
+      f"allOf at {where} combines {key!r} values {_short(va, 30)} and {_short(vb, 30)},"
+      " which cannot be merged. Expected equal values, or bounds that can be"
+      " tightened. Merge the two subschemas by hand."
+  )
+
+
+def enum_values(schema: dict, pointer: str) -> list:
+  """The values `enum` and `const` both allow (`schema` has at least one of them)."""
+  values = None
+  if "enum" in schema:
+    values = schema["enum"]
+    if not isinstance(values, list):
+      raise errors.SchemaError(
+          f"enum at {_pointer(pointer, 'enum')} is {_short(values)}. Expected an array"
+          " of JSON values. Wrap the value in a list, or use const."
+      )
+  if "const" in schema:
+    const = schema["const"]
+    values = [const] if values is None or any(_same_value(const, v) for v in values) else []
+  return values
+
+
+def type_names(value, pointer: str) -> list[str]:
+  """The type names of a `type` value (a name or a list), checked, without repeats."""
+  names = [value] if isinstance(value, str) else value
+  if not isinstance(names, list) or any(n not in _TYPES for n in names):
+    raise errors.SchemaError(
+        f"type {_short(value)} at {_pointer(pointer, 'type')} is not a JSON Schema"
+        f" type. Expected one of {list(_TYPES)} or a list of them. Fix the type name."
+    )
+  return list(dict.fromkeys(names))
+
+
+def count(schema: dict, key: str, pointer: str) -> int | None:
+  """A non-negative integer keyword (`minLength`, ...), or None if absent."""
+  if key not in schema:
+    return None
+  value = schema[key]
+  if isinstance(value, float) and value.is_integer():
+    value = int(value)
+  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    raise errors.SchemaError(
+        f"{key} {value!r} at {_pointer(pointer, key)} is not a non-negative integer."
+        f" Expected e.g. 0 or 10. Fix the value."
+    )
+  if value > MAX_COUNT:
+    raise errors.CompileBudgetError(
+        f"{key} {value} at {_pointer(pointer, key)} needs an automaton of more than"
+        f" {MAX_COUNT} states (one per counted item or character). Expected at most"
+        f" {MAX_COUNT}. Lower it, or drop it if no output comes near it.")
+  return value

@@ -23,8 +23,8 @@ A value violates a schema when it violates one of its keywords, so `negate` is t
 values of their type). Internal keywords express what no standard keyword can: `$notIn` (the value is none
 of these scalars), `$notMultipleOf` (a number that is not a multiple of the step),
 `$notPattern` and `$notFormat` (a string outside the language: the complement of its
-character automaton, `_intersect.complement_text`); `_json_schema.py` lowers them
-exactly. Keywords whose violations are not expressible here (`uniqueItems`,
+character automaton, `_intersect.complement_text`); `_json_scalar_schemas.py` lowers
+them exactly. Keywords whose violations are not expressible here (`uniqueItems`,
 `propertyNames`, `patternProperties`, `additionalProperties` next to `properties`, ...)
 raise `UnsupportedSchemaError` naming the keyword.
 """
@@ -305,7 +305,7 @@ def exact_one_of(alternatives: list, resolve: Resolve, pointer: str) -> list:
 
 def _unannotated(schema):
   """Marks a negation: its properties and items do not count as evaluated
-  (`unevaluated*`), which `_json_schema.py` checks with the `$fromNot` key."""
+  (`unevaluated*`), which `_json_refs.py` checks with the `$fromNot` key."""
   return {**schema, "$fromNot": True} if isinstance(schema, dict) else schema
 
 

@@ -1,0 +1,219 @@
+"""JSON Schema arrays lowered to IR: `items`, `prefixItems`, `minItems`/`maxItems`,
+`contains` with `minContains`/`maxContains`, `uniqueItems`.
+
+Function (`lw` is the lowering in progress, `_json_schema._Lowerer`):
+  lower_array(lw, schema, pointer)   the JSON texts of the arrays `schema` accepts.
+"""
+
+import json
+
+from constrained_decoding import errors
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_keywords
+from constrained_decoding.constraints import _json_negation
+from constrained_decoding.constraints import _json_values as jv
+from constrained_decoding.constraints._json_keywords import (
+    _items,
+    _pointer,
+    _short,
+)
+
+# Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
+MAX_UNIQUE_VALUES = 8
+
+
+def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
+  """Arrays with `minContains` (default 1) to `maxContains` items matching `contains`.
+
+  An automaton over how many matching items were written: an item either counts
+  (`items` and `contains`) or not (`items` and, with a `maxContains`, not
+  `contains`: `_json_negation.negate`); without a maximum, an item need not be
+  counted, so no negation is needed.
+  """
+  where = _pointer(pointer, "contains")
+  m = _json_keywords.count(schema, "minContains", pointer)
+  m = 1 if m is None else m
+  top = _json_keywords.count(schema, "maxContains", pointer)
+  rest = {k: v for k, v in schema.items() if k not in ("contains", "minContains",
+                                                       "maxContains")}
+  if m == 0 and top is None:
+    return lower_array(lw, rest, pointer)
+  for key in ("prefixItems", "minItems", "maxItems", "uniqueItems"):
+    if key in schema and schema[key] is not False:
+      lw.unsupported(where, (
+          f"contains at {where} next to {key} is not supported. Expected contains with"
+          " items, minContains and maxContains only. Remove one of them, or pass"
+          " lenient=True to ignore contains."))
+      return lower_array(lw, rest, pointer)
+  if top is not None and top < m:
+    return ir.NOTHING
+  items = _items(schema)
+  item = lw.lower(items, _pointer(pointer, "items"))
+  hit = lw.lower_conjunction([(items, pointer), (schema["contains"], where)], where)
+  miss = item
+  if top is not None:
+    negated = _json_negation.negate(schema["contains"],
+                                    lambda ref: lw.resolve(ref, pointer), where)
+    miss = lw.lower_conjunction([(items, pointer), (negated, where)], where)
+  ws = lw.ws
+  cap = m if top is None else top
+  # States: 0 start, 1 after `]`, 2 after `[`, 3 + k after items of which k count.
+  arcs = [(0, ws.open(b"["), 2)]
+  if m == 0:
+    arcs.append((0, ws.empty(b"[]"), 1))
+  for k in range(cap + 1):
+    here = 3 + k
+    if k >= m:
+      arcs.append((here, ws.close(b"]"), 1))
+    stay = item if top is None and k == cap else miss
+    arcs.append((here, ir.concat(ws.comma, stay), here))
+    if k < cap:
+      arcs.append((here, ir.concat(ws.comma, hit), here + 1))
+  arcs += [(2, miss, 3), (2, hit, 4)] if cap >= 1 else [(2, miss, 3)]
+  arcs = [(a, label, b) for a, label, b in arcs if label != ir.NOTHING]
+  return ir.Graph(num_states=4 + cap, arcs=tuple(arcs), finals=(1,))
+
+
+def _lower_unique_array(lw, schema: dict, pointer: str) -> ir.Node | None:
+  """An array with `uniqueItems: true` whose items take at most `MAX_UNIQUE_VALUES`
+  values (enums, booleans, small integer ranges): every set of distinct values, in
+  any order, as an automaton over the subsets used so far. None after recording the
+  keyword in lenient mode when that is not the case."""
+  where = _pointer(pointer, "uniqueItems")
+  values = None
+  if "prefixItems" not in schema:
+    values = _distinct_values(lw.lower(_items(schema), _pointer(pointer, "items")))
+  if values is None or len(values) > MAX_UNIQUE_VALUES:
+    lw.unsupported(where, (
+        f"uniqueItems at {where} needs items with at most {MAX_UNIQUE_VALUES} possible"
+        " values (an enum, booleans, a small integer range) and no prefixItems: distinct"
+        " values from a larger set are not a regular language. Bound the items with an"
+        " enum, or pass lenient=True to allow repeats."))
+    return None
+  min_items = _json_keywords.count(schema, "minItems", pointer) or 0
+  max_items = _json_keywords.count(schema, "maxItems", pointer)
+  k = len(values)
+  max_items = k if max_items is None else min(max_items, k)
+  if min_items > max_items:
+    return ir.NOTHING
+  # States: 0 before `[`, 1 after `]`, 2 + mask for the set of values used so far.
+  ws = lw.ws
+  arcs = []
+  if min_items == 0:
+    arcs.append((0, ws.empty(b"[]"), 1))
+  if max_items >= 1:
+    arcs += [(0, ir.concat(ws.open(b"["), values[j]), 2 + (1 << j)) for j in range(k)]
+  for mask in range(1, 1 << k):
+    size = bin(mask).count("1")
+    if size > max_items:
+      continue
+    if size >= min_items:
+      arcs.append((2 + mask, ws.close(b"]"), 1))
+    for j in range(k):
+      if size < max_items and not mask >> j & 1:
+        arcs.append((2 + mask, ir.concat(ws.comma, values[j]), 2 + (mask | 1 << j)))
+  return ir.Graph(num_states=2 + (1 << k), arcs=tuple(arcs), finals=(1,))
+
+
+def lower_array(lw, schema: dict, pointer: str) -> ir.Node:
+  """The JSON arrays `schema` accepts (see the module doc)."""
+  if "contains" in schema:
+    return _lower_contains(lw, schema, pointer)
+  ws = lw.ws
+  unique = schema.get("uniqueItems", False)
+  if not isinstance(unique, bool):
+    raise errors.SchemaError(
+        f"uniqueItems at {_pointer(pointer, 'uniqueItems')} is {_short(unique)}. Expected"
+        " true or false. Fix the value.")
+  if unique:
+    node = _lower_unique_array(lw, schema, pointer)
+    if node is not None:
+      return node
+  prefix_schemas = schema.get("prefixItems", [])
+  if not isinstance(prefix_schemas, list):
+    raise errors.SchemaError(
+        f"prefixItems at {_pointer(pointer, 'prefixItems')} is {_short(prefix_schemas)}."
+        " Expected an array of schemas. Fix the value."
+    )
+  min_items = _json_keywords.count(schema, "minItems", pointer) or 0
+  max_items = _json_keywords.count(schema, "maxItems", pointer)
+  prefix = []
+  for i, subschema in enumerate(prefix_schemas):
+    if max_items is not None and i >= max_items:
+      break
+    node = lw.lower(subschema, _pointer(pointer, "prefixItems", i))
+    if node == ir.NOTHING:  # No array reaches this position.
+      max_items = i if max_items is None else min(max_items, i)
+      break
+    prefix.append(node)
+  rest = lw.lower(_items(schema), _pointer(pointer, "items"))
+  if rest == ir.NOTHING:
+    max_items = len(prefix) if max_items is None else min(max_items, len(prefix))
+  if max_items is not None and max_items < min_items:
+    return ir.NOTHING
+  if not prefix:
+    return jv.delimited(b"[", b"]", rest, ws, min_items, max_items)
+  k = len(prefix)
+  more_min = max(0, min_items - k)
+  more_max = None if max_items is None else max_items - k
+  if rest == ir.NOTHING:
+    tail = ir.EPSILON if more_min == 0 else ir.NOTHING
+  else:
+    tail = ir.repeat(ir.concat(ws.comma, rest), more_min, more_max)
+  for i in reversed(range(1, k)):  # `tail`: what may follow the first i elements.
+    step = ir.concat(ws.comma, prefix[i], tail)
+    tail = ir.union(ir.EPSILON, step) if i >= min_items else step
+  parts = [ws.empty(b"[]")] if min_items == 0 else []
+  parts.append(ir.concat(ws.open(b"["), prefix[0], tail, ws.close(b"]")))
+  return ir.union(*parts)
+
+
+def _distinct_values(node: ir.Node) -> list[ir.Node] | None:
+  """The JSON values of a finite IR of JSON texts, each as the IR of its texts (a value
+  may have several spellings: whitespace), or None when there are too many or
+  infinitely many texts."""
+  texts = _finite_texts(node, 4 * MAX_UNIQUE_VALUES)
+  if texts is None:
+    return None
+  spellings: dict[str, list[bytes]] = {}
+  for text in sorted(texts):
+    value = json.dumps(json.loads(text), sort_keys=True)
+    spellings.setdefault(value, []).append(text)
+  return [ir.union(*(ir.Bytes(t) for t in group)) for group in spellings.values()]
+
+
+def _finite_texts(node: ir.Node, limit: int) -> set[bytes] | None:
+  """All byte strings of `node` if there are at most `limit`, else None."""
+  match node:
+    case ir.Bytes(data):
+      return {data}
+    case ir.CharClass(ranges) | ir.ByteClass(ranges):
+      if sum(hi - lo + 1 for lo, hi in ranges) > limit:
+        return None
+      if isinstance(node, ir.ByteClass):
+        return {bytes([b]) for lo, hi in ranges for b in range(lo, hi + 1)}
+      return {chr(c).encode() for lo, hi in ranges for c in range(lo, hi + 1)}
+    case ir.Concat(parts):
+      out = {b""}
+      for part in parts:
+        texts = _finite_texts(part, limit)
+        if texts is None or len(out) * len(texts) > limit:
+          return None
+        out = {a + b for a in out for b in texts}
+      return out
+    case ir.Union(alternatives):
+      out = set()
+      for alternative in alternatives:
+        texts = _finite_texts(alternative, limit)
+        if texts is None:
+          return None
+        out |= texts
+        if len(out) > limit:
+          return None
+      return out
+    case ir.Repeat(body, lo, hi):
+      if hi is None:
+        return None
+      return _finite_texts(ir.union(*(ir.concat(*[body] * n) for n in range(lo, hi + 1))),
+                           limit)
+  return None  # Graphs, fragments and terminals: not enumerated.

@@ -1,0 +1,137 @@
+"""JSON Schema boolean structure while lowering: `anyOf`/`oneOf` alternatives, and
+`not`, `if`/`then`/`else`, `dependentSchemas` rewritten as positive schemas.
+
+Functions on the lowering in progress (`_json_schema._Lowerer`, `lw`):
+  rewrite_boolean(lw, schema, pointer)   `_json_negation.rewrite_boolean`, with the
+                                         `unevaluated*` combinations it cannot keep
+                                         exact refused (or dropped when lenient).
+  lower_any_of(lw, schema, key, pointer) `anyOf`/`oneOf` (exact: disjoint alternatives
+                                         as they are, overlapping ones through
+                                         `_json_negation.exact_one_of`).
+"""
+
+import json
+
+from constrained_decoding import errors
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_negation
+from constrained_decoding.constraints._json_keywords import (
+    _BOOLEAN,
+    _TYPES,
+    _constraining,
+    _json_type,
+    _pointer,
+    _short,
+)
+
+
+def rewrite_boolean(lw, schema: dict, pointer: str) -> dict:
+  """`not`, `if`/`then`/`else`, `dependentSchemas` as `allOf` parts (`_json_negation`).
+
+  Annotations from `not` and a failed `if` do not count for `unevaluated*`, but the
+  rewritten parts would: that combination is refused.
+  """
+  for key in ("unevaluatedProperties", "unevaluatedItems"):
+    if key in schema and ("not" in schema or "if" in schema or
+                          key == "unevaluatedItems" and "contains" in schema):
+      where = _pointer(pointer, key)
+      lw.unsupported(where, (
+          f"{key} at {where} next to not or if is not supported (their annotations do"
+          " not count as evaluated). Expected one of them. Remove one, or pass"
+          f" lenient=True to ignore {key}."))
+      schema = {k: v for k, v in schema.items() if k != key}
+  resolve = lambda ref: lw.resolve(ref, pointer)  # noqa: E731
+  try:
+    return _json_negation.rewrite_boolean(schema, resolve, pointer)
+  except errors.UnsupportedSchemaError as e:
+    if not lw.options.lenient:
+      raise
+    for key in _BOOLEAN:
+      if key in schema:
+        lw.unsupported(_pointer(pointer, key), str(e))
+    return {k: v for k, v in schema.items()
+            if k not in (*_BOOLEAN, "then", "else")}
+
+
+def lower_any_of(lw, schema: dict, key: str, pointer: str) -> ir.Node:
+  """`anyOf` or `oneOf` (`key`) of `schema`, its other keywords applied to each
+  alternative; `oneOf` made exact unless its alternatives are disjoint."""
+  alternatives = schema[key]
+  if not isinstance(alternatives, list) or not alternatives:
+    raise errors.SchemaError(
+        f"{key} at {_pointer(pointer, key)} is {_short(alternatives)}. Expected a"
+        " non-empty array of schemas. Fix the value."
+    )
+  rest = {k: v for k, v in schema.items() if k != key}
+  disjoint = _disjoint(lw, alternatives, pointer)
+  for name in ("$unevaluatedProperties", "$unevaluatedItems"):
+    if name in rest and not disjoint:
+      where = _pointer(pointer, name[1:])
+      lw.unsupported(where, (
+          f"{name[1:]} at {where} next to a {key} whose alternatives may overlap is not"
+          " supported (what counts as evaluated depends on every matching alternative)."
+          f" Expected alternatives of different types or const tags. Pass lenient=True to"
+          f" ignore {name[1:]}."))
+      rest.pop(name)
+  if key == "oneOf" and not disjoint:
+    alternatives = _json_negation.exact_one_of(
+        alternatives, lambda ref: lw.resolve(ref, pointer), _pointer(pointer, key))
+  nodes = []
+  for i, alternative in enumerate(alternatives):
+    where = _pointer(pointer, key, i)
+    if _constraining(rest):
+      nodes.append(lw.lower_conjunction([(rest, pointer), (alternative, where)], where))
+    else:
+      nodes.append(lw.lower(alternative, where))
+  return ir.union(*nodes)
+
+
+def _disjoint(lw, alternatives: list, pointer: str) -> bool:
+  """Whether no value can match two of `alternatives` (then `oneOf` is `anyOf`).
+
+  A cheap sufficient test: pairwise, the alternatives admit disjoint sets of types, or
+  both require a property whose `const`/`enum` values differ (pydantic's
+  discriminated unions). Otherwise `oneOf` is made exact by negation.
+  """
+  shapes = [_shape(lw, a, pointer) for a in alternatives]
+  for i, (types_a, tags_a) in enumerate(shapes):
+    for types_b, tags_b in shapes[i + 1:]:
+      if types_a.isdisjoint(types_b):
+        continue
+      if any(k in tags_b and tags_a[k].isdisjoint(tags_b[k]) for k in tags_a):
+        continue
+      return False
+  return True
+
+
+def _shape(lw, schema, pointer: str, depth: int = 0) -> tuple[set, dict]:
+  """(types a schema admits, {required key: its allowed const/enum values (as JSON)})."""
+  if schema is False:
+    return set(), {}
+  if not isinstance(schema, dict) or depth > 8:
+    return set(_TYPES), {}
+  if "$ref" in schema and isinstance(schema["$ref"], str) and len(schema) == 1:
+    return _shape(lw, lw.resolve(schema["$ref"], pointer), pointer, depth + 1)
+  if "type" in schema:
+    names = schema["type"]
+    types = set([names] if isinstance(names, str) else names if isinstance(names, list)
+                else _TYPES)
+    if "number" in types:
+      types.add("integer")
+  elif "enum" in schema or "const" in schema:
+    values = schema["enum"] if "enum" in schema else [schema["const"]]
+    types = {_json_type(v) for v in values} if isinstance(values, list) else set(_TYPES)
+    if "integer" in types:
+      types.add("number")
+  else:
+    types = set(_TYPES)
+  tags = {}
+  properties = schema.get("properties")
+  required = schema.get("required", [])
+  if isinstance(properties, dict) and isinstance(required, list):
+    for key in required:
+      sub = properties.get(key)
+      if isinstance(sub, dict) and ("const" in sub or isinstance(sub.get("enum"), list)):
+        values = [sub["const"]] if "const" in sub else sub["enum"]
+        tags[key] = {json.dumps(v, sort_keys=True) for v in values}
+  return types, tags

@@ -1,0 +1,282 @@
+"""JSON Schema objects lowered to IR: properties, `required`, additional and pattern
+properties, `propertyNames`, `dependentRequired`, `minProperties`/`maxProperties`.
+
+Function (`lw` is the lowering in progress, `_json_schema._Lowerer`):
+  lower_object(lw, schema, pointer)   the JSON texts of the objects `schema` accepts, its
+                                      declared members in any order (`_json_objects`)
+                                      or in schema order (see `_json_schema.py`).
+"""
+
+import itertools
+
+from constrained_decoding import errors
+from constrained_decoding.constraints import _grammar_passes
+from constrained_decoding.constraints import _intersect
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_keywords
+from constrained_decoding.constraints import _json_objects
+from constrained_decoding.constraints import _json_scalar_schemas
+from constrained_decoding.constraints import _json_values as jv
+from constrained_decoding.constraints._json_keywords import (
+    _constraining,
+    _lazy_all_of,
+    _pointer,
+    _short,
+)
+
+# Most IR nodes an any-order object may hold (members times the subsets each is written
+# from, `_json_objects`); past it the object keeps schema order.
+MAX_ANY_ORDER_SIZE = 10_000
+# Most copies of string bodies and schema-free values an any-order object may hold
+# (`_json_objects.wide_parts`): each costs ~10 ms and ~200 KiB once composed with
+# Gemma 3's vocabulary. `dependentRequired` is exempt (the alternative is refusing it).
+MAX_ANY_ORDER_WIDE = 12
+# Most properties one object may declare (`properties` and `required`).
+MAX_PROPERTIES = 5_000
+# Most `patternProperties` patterns (their key regions are the 2^N - 1 non-empty sets).
+MAX_PATTERN_PROPERTIES = 4
+
+
+def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
+  """The JSON objects `schema` accepts (see the module doc)."""
+  ws = lw.ws
+  properties = schema.get("properties", {})
+  if not isinstance(properties, dict):
+    raise errors.SchemaError(
+        f"properties at {_pointer(pointer, 'properties')} is {_short(properties)}."
+        " Expected an object mapping names to schemas. Fix the value."
+    )
+  required = schema.get("required", [])
+  if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+    raise errors.SchemaError(
+        f"required at {_pointer(pointer, 'required')} is {_short(required)}. Expected"
+        " an array of property names. Fix the value."
+    )
+  additional = schema.get("additionalProperties",
+                          schema.get("$unevaluatedProperties", True))
+  declares = bool(properties) or bool(required)
+  if additional is True or (isinstance(additional, dict) and not _constraining(additional)):
+    extra_schema = None if lw.options.strict_properties and declares else True
+  else:
+    extra_schema = None if additional is False else additional
+  names = _json_scalar_schemas.name_language(lw, schema.get("propertyNames", True),
+                              _pointer(pointer, "propertyNames"))
+  if len(properties) + len(required) > MAX_PROPERTIES:
+    raise errors.CompileBudgetError(
+        f"The object at {pointer} declares {len(properties) + len(required)} properties;"
+        f" expected at most {MAX_PROPERTIES} (each is a branch of the automaton). Split"
+        " it, or describe the keys with patternProperties or propertyNames.")
+  patterns = _pattern_properties(lw, schema, pointer)
+  depends = _dependent_required(lw, schema, pointer)
+  members = []
+  dependent_keys = [k for key, targets in depends.items() for k in (key, *targets)]
+  for key in dict.fromkeys([*properties, *required, *dependent_keys]):
+    matches = [(s, where) for text, s, where in patterns
+               if _json_scalar_schemas.has_text(text, key)]
+    if key in properties:
+      subschema, where = properties[key], _pointer(pointer, "properties", key)
+    elif matches:
+      subschema, where = True, matches[0][1]
+    else:
+      subschema, where = additional, _pointer(pointer, "additionalProperties")
+    for pattern_schema, _ in matches:  # Every matching pattern's schema applies too.
+      subschema = _lazy_all_of(subschema, pattern_schema)
+    if names is not None and not _json_scalar_schemas.has_text(names, key):
+      node = ir.NOTHING  # propertyNames forbids the key.
+    else:
+      node = lw.lower(subschema, where)
+    members.append((key, node, key in required))
+  declared = [k for k, _, _ in members]
+  extra = None
+  if patterns:  # Keys matching some pattern; no others (module doc).
+    extra = _pattern_members(lw, patterns, declared, names, pointer)
+  elif extra_schema is not None:
+    colon, value = lw.extra_colon, lw.extra_value
+    if extra_schema is not True:
+      colon = ws.colon
+      value = lw.lower(extra_schema, _pointer(pointer, "additionalProperties"))
+    if names is None:
+      keys = jv.string_except(declared)
+    else:
+      keys = _json_scalar_schemas.quoted(jv.encode_text(_json_scalar_schemas.intersect_texts(
+          [names, jv.text_except(declared)], _pointer(pointer, "propertyNames"))))
+    extra = ir.concat(keys, colon, value)
+  if extra == ir.NOTHING:
+    extra = None
+  members = [(key, _member(lw, key, node), is_required) for key, node, is_required
+             in members if is_required or node != ir.NOTHING]
+  counted = "minProperties" in schema or "maxProperties" in schema
+  any_order = None
+  if not counted and (lw.options.property_order == "any" or depends):
+    any_order = _any_order(lw, members, extra, depends, pointer)
+  if any_order is not None:
+    body, can_be_empty = any_order
+  elif counted:
+    body, can_be_empty = _counted_members(
+        lw, [(m, r) for _, m, r in members], extra, schema, pointer)
+  else:
+    body, can_be_empty = _json_objects.schema_order_members(
+        [(m, r) for _, m, r in members], extra, ws)
+  parts = [ws.empty(b"{}")] if can_be_empty else []
+  if body != ir.NOTHING:
+    parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
+  return ir.union(*parts) if parts else ir.NOTHING
+
+
+def _dependent_required(lw, schema: dict, pointer: str) -> dict:
+  """`dependentRequired` as key -> required keys (empty when absent)."""
+  depends = schema.get("dependentRequired", {})
+  where = _pointer(pointer, "dependentRequired")
+  if not isinstance(depends, dict) or not all(
+      isinstance(v, list) and all(isinstance(k, str) for k in v) for v in depends.values()):
+    raise errors.SchemaError(
+        f"dependentRequired at {where} is {_short(depends)}. Expected an object mapping"
+        " property names to arrays of property names. Fix the value.")
+  if depends and ("minProperties" in schema or "maxProperties" in schema):
+    lw.unsupported(where, (
+        f"dependentRequired at {where} next to minProperties/maxProperties is not"
+        " supported. Expected one of them. Remove one, or pass lenient=True to ignore"
+        " dependentRequired."))
+    return {}
+  return {k: v for k, v in depends.items() if v}
+
+
+def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
+               pointer: str) -> tuple[ir.Node, bool] | None:
+  """Members in any order (`_json_objects`), or None to keep schema order.
+
+  Schema order is kept for objects past `MAX_ANY_ORDER_SIZE`/`_WIDE` and for members that
+  call a recursive rule (a subset automaton would be written out as an expression);
+  `dependentRequired` needs the subsets, so there it raises instead.
+  """
+  memo: dict = {}
+  sizes = [_json_objects.ir_size(member) for _, member, _ in members]
+  result = None
+  if not any(_grammar_passes.has_rule_ref(member, memo) for _, member, _ in members):
+    result = _json_objects.any_order_members(
+        members, extra, lw.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
+        0 if extra is None else _json_objects.ir_size(extra),
+        None if depends else MAX_ANY_ORDER_WIDE)
+  if result is None and depends:
+    where = _pointer(pointer, "dependentRequired")
+    lw.unsupported(where, (
+        f"dependentRequired at {where} needs an automaton over the sets of the"
+        f" {len(members)} declared keys, which exceeds {MAX_ANY_ORDER_SIZE} IR nodes (or"
+        " a member is recursive). Expected fewer or smaller properties. Split the"
+        " object, or pass lenient=True to ignore dependentRequired."))
+    if lw.options.property_order == "schema":
+      return None
+    return _any_order(lw, members, extra, {}, pointer)
+  if result is None and lw.options.property_order == "any":
+    lw.log.info("JSON Schema: the object at %s keeps schema order (%d members: any order"
+              " would exceed %d IR nodes or %d string bodies, or a member is"
+              " recursive).", pointer, len(members), MAX_ANY_ORDER_SIZE,
+              MAX_ANY_ORDER_WIDE)
+  return result
+
+
+def _member(lw, key: str, value: ir.Node) -> ir.Node:
+  """`"key": value`; a schema-free value as the shared fragment (`_splice.py`)."""
+  if value == lw.any_value:  # Cheap: equal nodes share their parts.
+    return ir.concat(jv.canonical_string(key), lw.extra_colon, lw.extra_value)
+  return ir.concat(jv.canonical_string(key), lw.ws.colon, value)
+
+
+def _counted_members(lw, members: list, extra: ir.Node | None, schema: dict,
+                     pointer: str) -> tuple[ir.Node, bool]:
+  """`_members` with `minProperties`/`maxProperties`: an automaton over (member, how
+  many written). Additional keys may repeat one another (keeping them distinct is not
+  regular) and a parser keeps one of each, so towards `minProperties` only the first
+  additional property counts; towards `maxProperties` all do."""
+  lo = _json_keywords.count(schema, "minProperties", pointer) or 0
+  hi = _json_keywords.count(schema, "maxProperties", pointer)
+  n = len(members)
+  if extra is not None and lo > n + 1:
+    where = _pointer(pointer, "minProperties")
+    lw.unsupported(where, (
+        f"minProperties {lo} at {where} needs {lo - n} additional properties with"
+        " distinct keys, which cannot be guaranteed (keys that may repeat are not"
+        " regular to exclude), so only one additional property counts. Expected at most"
+        f" {n + 1} here: declare the properties, or pass lenient=True to ignore it."))
+    lo = 0
+  ws = lw.ws
+  states: dict[tuple, int] = {}
+
+  def state(*key) -> int:
+    return states.setdefault(key, len(states))
+
+  arcs, finals = [], []
+  cap = n if hi is None else min(n, hi)
+  for i, (member, is_required) in enumerate(members):
+    for d in range(min(i, cap) + 1):
+      if not is_required:
+        arcs.append((state("m", i, d), ir.EPSILON, state("m", i + 1, d)))
+      if d < cap:
+        label = ir.concat(ws.comma, member) if d else member
+        arcs.append((state("m", i, d), label, state("m", i + 1, d + 1)))
+  for d in range(cap + 1):
+    more = 0 if extra is None else (1 if hi is None else hi - d)  # Extras, 1 = "some".
+    arcs.append((state("m", n, d), ir.EPSILON, state("x", d, 0)))
+    for x in range(more + 1):
+      if d + x and d + min(x, 1) >= lo:
+        finals.append(state("x", d, x))
+      if x < more or hi is None and x == 1:
+        label = ir.concat(ws.comma, extra) if d + x else extra
+        arcs.append((state("x", d, x), label, state("x", d, min(x + 1, more))))
+  can_be_empty = lo == 0 and all(not is_required for _, is_required in members)
+  if not finals:
+    return ir.NOTHING, can_be_empty
+  start = state("m", 0, 0)
+  order = {s: i for i, s in enumerate(sorted(states.values(), key=lambda s: s != start))}
+  graph = ir.Graph(num_states=len(states),
+                   arcs=tuple((order[a], label, order[b]) for a, label, b in arcs),
+                   finals=tuple(sorted({order[f] for f in finals})))
+  return graph, can_be_empty
+
+
+def _pattern_properties(lw, schema: dict, pointer: str) -> list:
+  """[(decoded-text IR, schema, pointer)] of the `patternProperties` entries."""
+  patterns = schema.get("patternProperties", {})
+  where = _pointer(pointer, "patternProperties")
+  if not isinstance(patterns, dict):
+    raise errors.SchemaError(
+        f"patternProperties at {where} is {_short(patterns)}. Expected an object mapping"
+        " patterns to schemas. Fix the value.")
+  if len(patterns) > MAX_PATTERN_PROPERTIES:
+    lw.unsupported(where, (
+        f"patternProperties at {where} has {len(patterns)} patterns. Expected at most"
+        f" {MAX_PATTERN_PROPERTIES} (keys matching several patterns need every matching"
+        " schema: one region per subset of patterns). Merge some, or pass lenient=True"
+        " to ignore the keyword."))
+    return []
+  return [(_json_scalar_schemas.pattern_text(p, _pointer(where, p)), subschema, _pointer(where, p))
+          for p, subschema in patterns.items()]
+
+
+def _pattern_members(lw, patterns: list, declared: list, names, pointer: str):
+  """The undeclared members whose keys match some pattern: for each non-empty set of
+  patterns, the keys matching exactly those (the others' complements) with a value
+  that satisfies all of their schemas; None if no key can."""
+  ws = lw.ws
+  parts = []
+  complements = {}
+  for size in range(1, len(patterns) + 1):
+    for chosen in itertools.combinations(range(len(patterns)), size):
+      keys = [patterns[i][0] for i in chosen] + [jv.text_except(declared)]
+      if names is not None:
+        keys.append(names)
+      for j in range(len(patterns)):
+        if j not in chosen:
+          if j not in complements:
+            complements[j] = _intersect.complement_text(patterns[j][0])
+          keys.append(complements[j])
+      text = _json_scalar_schemas.intersect_texts(keys, _pointer(pointer, "patternProperties"))
+      if text == ir.NOTHING:
+        continue
+      schema = True
+      for i in chosen:
+        schema = _lazy_all_of(schema, patterns[i][1])
+      value = lw.lower(schema, patterns[chosen[0]][2])
+      if value != ir.NOTHING:
+        parts.append(ir.concat(_json_scalar_schemas.quoted(jv.encode_text(text)), ws.colon, value))
+  return ir.union(*parts) if parts else None

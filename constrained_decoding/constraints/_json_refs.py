@@ -1,0 +1,339 @@
+"""JSON Schema reading and resolving: keywords checked, `$ref`s resolved, `allOf` merged.
+
+Functions on the lowering in progress (`_json_schema._Lowerer`, `lw`):
+  check(lw, schema, pointer)        annotations dropped, draft spellings and boolean
+                                    structure rewritten, unsupported keywords refused.
+  resolve(lw, ref, pointer)         the subschema a local `$ref` points to.
+  lower_conjunction(lw, branches, pointer, root=)
+                                    `allOf` of subschemas: `$ref`s followed, `allOf`s
+                                    flattened, merged (`_json_keywords.merge`), lowered;
+                                    a conjunction met again inside itself becomes a
+                                    grammar rule (recursive `$ref`, see `_json_schema.py`).
+
+`$ref` resolution follows RFC 3986 against the `$id`s of the enclosing resources,
+with anchors (`$anchor`, `$dynamicAnchor`, draft-07 `$id: "#name"`); see `_local_ref`.
+"""
+
+import urllib.parse
+
+from constrained_decoding import errors
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_boolean
+from constrained_decoding.constraints import _json_keywords
+from constrained_decoding.constraints._json_keywords import (
+    _ANNOTATIONS,
+    _BOOLEAN,
+    _DEFINITIONS,
+    _NEEDS,
+    _SUPPORTED,
+    _UNSUPPORTED,
+    _conjunction_key,
+    _constraining,
+    _join_uri,
+    _own_id,
+    _normalize,
+    _pointer,
+    _short,
+    _split_dependencies,
+    _unevaluated,
+)
+
+# Keywords whose values are JSON data, not subschemas (no `$id` or anchors inside).
+_NOT_SCHEMAS = ("enum", "const", "default", "examples")
+
+
+def check(lw, schema: dict, pointer: str) -> dict:
+  """Drops annotations; refuses (or, lenient, drops) unsupported assertion keywords.
+
+  Unknown keywords are annotations (JSON Schema 2020-12, section 6.5): ignored and
+  recorded, never an error. So are keywords without the one they depend on (`then`
+  without `if`) and `if` alone, which assert nothing.
+  """
+  dropped = []
+  if any(k in schema for k in ("$ref", "$recursiveRef", "$dynamicRef")):
+    schema = _local_ref(lw, schema, pointer)
+  if "dependencies" in schema:  # Draft-07: dependentRequired + dependentSchemas.
+    schema = _split_dependencies(schema, pointer)
+  if any(k in schema for k in _BOOLEAN) or (
+      "contains" in schema and "unevaluatedItems" in schema):
+    schema = _json_boolean.rewrite_boolean(lw, schema, pointer)
+  if "unevaluatedProperties" in schema or "unevaluatedItems" in schema:
+    schema = _unevaluated(schema)
+  for key in schema:
+    if key in _ANNOTATIONS or key in _DEFINITIONS or key in _SUPPORTED:
+      continue
+    where = _pointer(pointer, key)
+    if key in _NEEDS and _NEEDS[key] not in schema or key == "if" and not (
+        "then" in schema or "else" in schema):
+      pass  # No effect on validity.
+    elif key in _UNSUPPORTED:
+      lw.unsupported(where, (
+          f"JSON Schema keyword {key!r} at {where} is not supported. Expected only the"
+          " keywords listed in the JsonSchema documentation. Remove it, or pass"
+          " lenient=True to ignore it (the output may then violate it)."))
+    else:
+      lw.annotation(where)
+    dropped.append(key)
+  if not dropped:
+    return schema
+  return {k: v for k, v in schema.items() if k not in dropped}
+
+
+def _local_ref(lw, schema: dict, pointer: str) -> dict:
+  """`schema` with its reference as a JSON pointer from the root in `$ref`.
+
+  A `$ref` is a URI reference resolved against the base URI of where it sits (the
+  `$id`s of the enclosing resources, RFC 3986): a resource of this document, a JSON
+  pointer in it, or an anchor of it (`$anchor`, `$dynamicAnchor`, draft-07
+  `$id: "#name"`). `$recursiveRef`/`$dynamicRef` resolve statically when the document
+  embeds no other resource. With a draft-04/06/07 `$schema`, `$ref` overrides its
+  siblings. A reference to another document is left as is (`resolve` refuses it).
+  """
+  out = dict(schema)
+  resources, anchors, embedded = _resource_index(lw)
+  for key in ("$recursiveRef", "$dynamicRef"):
+    if key in out:
+      where = _pointer(pointer, key)
+      if embedded or "$ref" in out:
+        lw.unsupported(where, (
+            f"{key} at {where} resolves through the dynamic scope of embedded resources"
+            " ($id), which is not supported. Expected a single-resource schema. Use"
+            " $ref, or pass lenient=True to ignore it."))
+        out.pop(key)
+      else:
+        out["$ref"] = out.pop(key)
+  if "$ref" not in out or not isinstance(out["$ref"], str) or out.get("$resolved"):
+    return out
+  ref = out["$ref"]
+  local = ref == "#" or ref.startswith("#/")
+  base = _base_uri(lw, pointer) if len(resources) > 1 or not local else None
+  if base is not None:  # Else a fragment of the only resource, the root: as it is.
+    document, _, fragment = _join_uri(base, ref).partition("#")
+    if document in resources:
+      target = resources[document]
+      if not fragment:
+        ref = target
+      elif fragment.startswith("/"):
+        ref = target + fragment if target != "#" else "#" + fragment
+      elif (document, fragment) in anchors:
+        ref = anchors[document, fragment]
+  out["$ref"], out["$resolved"] = ref, True  # Resolved once: `_check` runs again.
+  if lw.legacy_ref:
+    out = {k: v for k, v in out.items() if k in ("$ref", "$resolved", *_DEFINITIONS)}
+  return out
+
+
+def _base_uri(lw, pointer: str) -> str:
+  """The base URI at `pointer` (a JSON pointer from the root): the root's `$id`,
+  joined with the `$id` of every enclosing subschema."""
+  node = lw.root
+  base = _join_uri("", _own_id(node) or "")
+  for token in pointer[2:].split("/") if pointer.startswith("#/") else ():
+    token = token.replace("~1", "/").replace("~0", "~")
+    if isinstance(node, dict) and token in node:
+      node = node[token]
+    elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+      node = node[int(token)]
+    else:
+      break
+    if _own_id(node) and not (lw.legacy_ref and "$ref" in node):
+      base = _join_uri(base, _own_id(node))  # Draft 7: `$ref` hides its siblings.
+  return base.partition("#")[0]
+
+
+def _resource_index(lw) -> tuple[dict[str, str], dict[tuple[str, str], str], bool]:
+  """(resource URI -> pointer, (resource URI, anchor) -> pointer, whether the
+  document embeds resources other than the root)."""
+  if lw._anchors is None:
+    root_base = _join_uri("", _own_id(lw.root) or "").partition("#")[0]
+    resources, anchors, embedded = {root_base: "#"}, {}, False
+    todo = [(lw.root, "#", root_base)]
+    while todo:
+      node, where, base = todo.pop()
+      if isinstance(node, dict):
+        ident = node.get("$id", node.get("id"))
+        if isinstance(ident, str) and where != "#":
+          if ident.startswith("#"):
+            anchors.setdefault((base, ident[1:]), where)  # Draft-07 anchor.
+          elif _own_id(node) and not (lw.legacy_ref and "$ref" in node):
+            base = _join_uri(base, ident).partition("#")[0]
+            resources.setdefault(base, where)
+            embedded = True
+        for key in ("$anchor", "$dynamicAnchor"):
+          if isinstance(node.get(key), str):
+            anchors.setdefault((base, node[key]), where)
+        todo += [(v, _pointer(where, k), base) for k, v in node.items()
+                 if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
+      elif isinstance(node, list):
+        todo += [(v, _pointer(where, i), base) for i, v in enumerate(node)]
+    lw._anchors = (resources, anchors, embedded)
+  return lw._anchors
+
+
+def _check_unevaluated(lw, merged: dict, pointer: str) -> dict:
+  """Refuses `unevaluated*` where a merged part came from a negation (`$fromNot`):
+  its properties and items do not count as evaluated, but merging would count them."""
+  if "$fromNot" not in merged:
+    return merged
+  for key in ("$unevaluatedProperties", "$unevaluatedItems"):
+    if key in merged:
+      where = _pointer(pointer, key[1:])
+      lw.unsupported(where, (
+          f"{key[1:]} at {where} applies to a schema with not, or if/else, in an allOf"
+          " or $ref: their annotations do not count as evaluated, which is not"
+          f" supported. Expected them apart. Pass lenient=True to ignore {key[1:]}."))
+      merged = {k: v for k, v in merged.items() if k != key}
+  return merged
+
+
+def resolve(lw, ref, pointer: str):
+  """The subschema a local `$ref` points to."""
+  where = _pointer(pointer, "$ref")
+  if not isinstance(ref, str):
+    raise errors.SchemaError(
+        f"$ref {ref!r} at {where} is not a string. Expected a JSON pointer such as"
+        " '#/$defs/Name'. Fix the reference."
+    )
+  if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
+    raise errors.UnsupportedSchemaError(
+        f"$ref {ref!r} at {where} is not a local JSON pointer. Expected '#' or"
+        " '#/...' into this schema. Inline remote schemas and $anchor targets into"
+        " $defs and refer to them as '#/$defs/Name'."
+    )
+  node = lw.root
+  for token in ref[2:].split("/") if len(ref) > 1 else ():
+    token = urllib.parse.unquote(token).replace("~1", "/").replace("~0", "~")
+    if isinstance(node, dict) and token in node:
+      node = node[token]
+    elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+      node = node[int(token)]
+    else:
+      raise errors.SchemaError(
+          f"$ref {ref!r} at {where} does not resolve: no {token!r} there. Expected a"
+          " pointer to a subschema of this document. Fix the pointer or add the"
+          " definition under $defs."
+      )
+  return node
+
+
+def lower_conjunction(lw, branches: list, pointer: str, *, root: bool = False) -> ir.Node:
+  """`allOf` of (schema, pointer) branches: `$ref`s resolved, `allOf`s flattened, merged.
+
+  A branch's `$ref` target and `allOf` parts come before its own keywords (so the
+  properties of a referenced base come first). With `max_ref_depth=N`, each `$ref`
+  met here counts as one expansion while the merged schema is lowered; with None, a
+  conjunction through a `$ref` (or the `root`) may become a rule (`_lower_rule`).
+  """
+  flat, refs = [], []
+  for schema, where in branches:
+    if not _flatten(lw, schema, where, flat, refs):
+      return ir.NOTHING
+  if not flat:
+    merged, where = {}, pointer
+  elif len(flat) == 1:
+    merged, where = flat[0]
+  else:
+    where = pointer
+    merged = flat[0][0]
+    for schema, _ in flat[1:]:
+      merged = _json_keywords.merge(merged, schema, where)
+      if merged is False:
+        return ir.NOTHING
+  merged = _check_unevaluated(lw, merged, where)
+  if lw.options.max_ref_depth is None:
+    if refs:
+      return _lower_rule(lw, flat, refs[0], merged, where)
+    if root:  # Keyed lazily: most schemas never refer to the root.
+      lw.root_flat = flat
+      return _lower_rule(lw, None, "#", merged, where)
+    return lw.lower_plain(merged, where)
+  for ref in refs:
+    lw.expanding[ref] += 1
+  try:
+    return lw.lower_plain(merged, where)
+  finally:
+    for ref in refs:
+      lw.expanding[ref] -= 1
+
+
+def _flatten(lw, schema, where: str, flat: list, refs: list) -> bool:
+  """Appends the conjuncts of `schema` to `flat`; False if one is `false` or cut."""
+  if schema is True:
+    return True
+  if schema is False:
+    return False
+  schema = _normalize(check(lw, _json_keywords.schema_dict(schema, where), where), where)
+  if "$ref" in schema:
+    ref = schema["$ref"]
+    target = resolve(lw, ref, where)
+    refs.append(ref)
+    if lw.options.max_ref_depth is None:
+      if ref in lw.chain:
+        _ref_cycle(lw, ref, where)
+    elif lw.expanding[ref] + refs.count(ref) > lw.options.max_ref_depth:
+      lw.cut.append(ref)
+      return False
+    lw.chain.append(ref)
+    try:
+      if not _flatten(lw, target, ref, flat, refs):
+        return False
+    finally:
+      lw.chain.pop()
+  if "allOf" in schema:
+    parts = schema["allOf"]
+    if not isinstance(parts, list) or not parts:
+      raise errors.SchemaError(
+          f"allOf at {_pointer(where, 'allOf')} is {_short(parts)}. Expected a"
+          " non-empty array of schemas. Fix the value."
+      )
+    for i, part in enumerate(parts):
+      if not _flatten(lw, part, _pointer(where, "allOf", i), flat, refs):
+        return False
+  own = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
+  if _constraining(own):
+    flat.append((own, where))
+  return True
+
+
+def _ref_cycle(lw, ref: str, where: str) -> None:
+  cycle = " -> ".join(lw.chain[lw.chain.index(ref):] + [ref])
+  raise errors.SchemaError(
+      f"$ref {ref!r} at {_pointer(where, '$ref')} refers back to itself ({cycle}) with"
+      " no JSON value in between, so the schema accepts no finite value. Expected each"
+      " recursive $ref inside an object property, an array item or an anyOf branch."
+      " Remove the cycle."
+  )
+
+
+def _lower_rule(lw, flat: list | None, hint: str, merged: dict, where: str) -> ir.Node:
+  """`lw.lower_plain(merged)`, or a `RuleRef` if this conjunction recurses into itself.
+
+  The key is the content of the flattened conjuncts (`$ref` targets, `allOf` parts and
+  siblings), so the rule is the merged schema, not the bare `$ref` target; `flat` is
+  None for the root, whose key is computed only once another key is.
+  """
+  key = "#" if flat is None else _conjunction_key(flat)
+  if lw.root_key is None and lw.root_flat is not None and flat is not None:
+    lw.root_key = _conjunction_key(lw.root_flat)
+  if key == lw.root_key:
+    key = "#"  # The root, lowered before its key was known.
+  name = lw.names.get(key)
+  if name is not None and name in lw.rules:
+    return ir.RuleRef(name)
+  if key in lw.active:
+    if name is None:
+      taken = set(lw.names.values())
+      name = next(n for n in (hint, *(f"{hint} ({i})" for i in range(2, len(taken) + 3)))
+                  if n not in taken)
+      lw.names[key] = name
+    return ir.RuleRef(name)
+  lw.active.add(key)
+  try:
+    body = lw.lower_plain(merged, where)
+  finally:
+    lw.active.discard(key)
+  name = lw.names.get(key)
+  if name is None:
+    return body
+  lw.rules[name] = body
+  return ir.RuleRef(name)
