@@ -160,7 +160,11 @@ def _bv_run(model, sampling, num_samples, seed):
   return out
 
 
+_NAMES = {"gcd": "GCD", "asap": "ASAp"}
+
+
 def _plot(result, path):
+  """Cumulative KL (log scale) and the "ends with 1" expectation against m."""
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
   except ImportError as e:
@@ -172,7 +176,7 @@ def _plot(result, path):
   fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
   for run in result["runs"]:
     m = np.arange(1, len(run["kl"]) + 1)
-    label = f"{run['method'].upper()}, batch {run['batch_size']}"
+    label = f"{_NAMES[run['method']]}, batch {run['batch_size']}"
     left.plot(m, run["kl"], label=label)
     right.plot(m, run["ends_with_1"], label=label)
   left.axhline(result["exact"]["kl_gcd_limit"], color="gray", ls=":",
