@@ -90,6 +90,11 @@ def save_tables(tables: _tables.ConstraintTables, path: str | os.PathLike, *,
         f"The tables were built for vocab_size {tables.vocab_size} and other "
         f"end-of-sequence ids than {vocab!r}. Expected the Vocabulary the tables were "
         f"compiled with.")
+  if tables.vocab_fingerprint and tables.vocab_fingerprint != vocab.fingerprint:
+    raise VocabularyMismatchError(
+        f"The tables were compiled for the vocabulary with fingerprint "
+        f"{tables.vocab_fingerprint}, not {vocab.fingerprint} ({vocab!r}). Expected the "
+        f"Vocabulary the tables were compiled with.")
   header = dict(format=_FORMAT, format_version=TABLES_FILE_VERSION,
                 vocab_fingerprint=vocab.fingerprint, vocab_size=int(tables.vocab_size),
                 stack_depth=int(tables.stack_depth), description=str(description))
@@ -201,4 +206,5 @@ def load_tables(path: str | os.PathLike, *,
         f"{_tables.num_words(header.vocab_size)} for vocab_size {header.vocab_size}; the "
         f"file is damaged.")
   return _tables.ConstraintTables(**arrays, vocab_size=header.vocab_size,
-                                  stack_depth=header.stack_depth)
+                                  stack_depth=header.stack_depth,
+                                  vocab_fingerprint=header.vocab_fingerprint)

@@ -89,6 +89,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from constrained_decoding.errors import VocabularyMismatchError
+
 PAD_TOKEN = np.iinfo(np.int32).max
 NO_STATE = -1
 # Explicit edge targets <= RELATIVE are relative: `RELATIVE - k` leads from q to q + k.
@@ -100,7 +102,7 @@ _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask"
                  "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",
                  "state_terminals", "state_terminal_rows", "terminal_counts",
                  "token_counts")
-_META_FIELDS = ("vocab_size", "stack_depth")
+_META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -139,6 +141,10 @@ class ConstraintTables:
   token_counts: Any
   vocab_size: int
   stack_depth: int = 0
+  # `Vocabulary.fingerprint` of the vocabulary the tables were compiled for ("" when
+  # unknown, e.g. tables built by hand): `generate`, `evaluate` and `stack_tables` check
+  # it, so tables of another tokenizer with the same width cannot steer a row silently.
+  vocab_fingerprint: str = ""
 
   @property
   def num_constraints(self) -> int:
@@ -438,7 +444,8 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
       state_terminal_rows=np.zeros(0, np.int32),
       terminal_counts=np.full((terminal_bits.shape[0], 3), NO_STATE, np.int32),
       token_counts=np.zeros((0, vocab.vocab_size), np.int8),
-      vocab_size=vocab.vocab_size, stack_depth=stack_depth)
+      vocab_size=vocab.vocab_size, stack_depth=stack_depth,
+      vocab_fingerprint=vocab.fingerprint)
 
 
 def _padded(values: np.ndarray, size: int, fill: int) -> np.ndarray:
@@ -573,19 +580,22 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
   flattens them.
 
   Raises:
-    ValueError: If the tables were built for vocabularies of different logits widths or
-      end-of-sequence ids, or `tables` is empty.
+    VocabularyMismatchError: If the tables were built for different vocabularies
+      (fingerprints, logits widths or end-of-sequence ids).
+    ValueError: If `tables` is empty.
   """
   if not tables:
     raise ValueError("stack_tables got no tables. Expected at least one ConstraintTables.")
   first = tables[0]
+  known = next((t.vocab_fingerprint for t in tables if t.vocab_fingerprint), "")
   for i, t in enumerate(tables):
-    if t.vocab_size != first.vocab_size or not np.array_equal(t.eos_bits, first.eos_bits):
-      raise ValueError(
+    if (t.vocab_size != first.vocab_size or not np.array_equal(t.eos_bits, first.eos_bits)
+        or t.vocab_fingerprint not in ("", known)):
+      raise VocabularyMismatchError(
           f"Tables {i} were built for another vocabulary (vocab_size {t.vocab_size} vs "
-          f"{first.vocab_size}, or different end-of-sequence ids). Expected tables "
-          f"compiled with the same Vocabulary."
-      )
+          f"{first.vocab_size}, fingerprint {t.vocab_fingerprint or '?'} vs {known or '?'},"
+          f" or other end-of-sequence ids). Expected tables compiled with the same "
+          f"Vocabulary.")
   used = [_used_sizes(t) for t in tables]
   # Counting tables also name terminals as filters: all of theirs are kept.
   t_used = [t.terminal_bits.shape[0] if t.token_counts.shape[0]
@@ -669,7 +679,8 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
     c_off += t.token_counts.shape[0]
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
                           eos_bits=first.eos_bits, vocab_size=first.vocab_size,
-                          stack_depth=max(t.stack_depth for t in tables), **out)
+                          stack_depth=max(t.stack_depth for t in tables),
+                          vocab_fingerprint=known, **out)
 
 
 def tables_nbytes(tables: ConstraintTables) -> dict[str, int]:

@@ -497,6 +497,31 @@ def test_wider_logits_are_masked_and_narrower_ones_rejected(byte_vocab, byte_com
       call()
 
 
+def test_tables_of_another_vocabulary_of_the_same_width_are_refused(byte_vocab,
+                                                                     byte_compiler):
+  """Same width and end-of-sequence ids, one token's bytes differ: the fingerprints tell."""
+  tables = byte_compiler.compile(cd.Regex("[a-c]{2}"))
+  assert tables.vocab_fingerprint == byte_vocab.fingerprint
+  token_bytes = list(byte_vocab.token_bytes)
+  token_bytes[97] = b"z"
+  other = cd.Vocabulary(tuple(token_bytes), byte_vocab.vocab_size, byte_vocab.eos_ids)
+  model = models.Gemma3.random(models.Gemma3Config.tiny(vocab_size=other.vocab_size),
+                               tokenizer=None, vocab=other, bos_id=0, seed=2)
+  both = f"{tables.vocab_fingerprint}.*{other.fingerprint}"
+  for call in (lambda: cd.generate(model, [[98]], constraint=tables, max_new_tokens=2),
+               lambda: cd.evaluate(model, [[98]], tables, max_new_tokens=2)):
+    with pytest.raises(errors.VocabularyMismatchError, match=both):
+      call()
+  foreign = cd.Compiler(other, cd.CompileOptions(cache_dir=None)).compile(cd.Regex("[a-c]"))
+  with pytest.raises(errors.VocabularyMismatchError,
+                     match=f"Tables 1 .*fingerprint {other.fingerprint} vs "
+                           f"{tables.vocab_fingerprint}"):
+    cd.stack_tables([tables, foreign])
+  # Tables built by hand carry no fingerprint and stack with any.
+  anonymous = dataclasses.replace(foreign, vocab_fingerprint="")
+  assert cd.stack_tables([tables, anonymous]).vocab_fingerprint == tables.vocab_fingerprint
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(max_new_tokens=0), r"max_new_tokens 0 is out of range"),
     (dict(max_new_tokens=10**9), r"max_new_tokens 1000000000 is out of range"),

@@ -373,7 +373,8 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
       terminal_bits=part.terminal_bits, state_terminals=state_terminals,
       state_terminal_rows=state_terminal_rows,
       terminal_counts=part.terminal_counts,
-      token_counts=part.token_counts, vocab_size=vocab.vocab_size, stack_depth=0)
+      token_counts=part.token_counts, vocab_size=vocab.vocab_size, stack_depth=0,
+      vocab_fingerprint=vocab.fingerprint)
   return tables, dict(part.stats, token_states=num_states)
 
 

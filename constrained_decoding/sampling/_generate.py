@@ -398,11 +398,19 @@ def check_prompts(prompts, vocab_size: int) -> list:
 
 
 def check_logits_width(tables: ConstraintTables, model, where: str = "The constraint") -> None:
-  """Raises unless the model's logits cover every token id of the tables' vocabulary.
+  """Raises unless the tables were compiled for the model's vocabulary (fingerprints,
+  when both are known) and its logits cover every token id of the tables' vocabulary.
 
   Wider logits are fine (padded embeddings: `mask_logits` forbids the extra columns);
   narrower ones would cut the mask, so a row could have no allowed token.
   """
+  model_vocab = getattr(model, "vocab", None)
+  fingerprint = getattr(model_vocab, "fingerprint", "")
+  if tables.vocab_fingerprint and fingerprint and tables.vocab_fingerprint != fingerprint:
+    raise VocabularyMismatchError(
+        f"{where} was compiled for the vocabulary with fingerprint "
+        f"{tables.vocab_fingerprint}, but the model's vocabulary has {fingerprint}. "
+        f"Expected tables compiled for this model's vocabulary (cd.Compiler(model.vocab)).")
   if tables.vocab_size > model.config.vocab_size:
     raise VocabularyMismatchError(
         f"{where} was compiled for a vocabulary of {tables.vocab_size} tokens but the "
