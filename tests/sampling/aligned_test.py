@@ -85,7 +85,7 @@ def exact(model, tables):
 
 def _draw(model, tables, num_samples, **kwargs):
   """generate_aligned with this file's defaults (few shapes: few compilations)."""
-  kwargs = {"sampling": _SAMPLING, "max_new_tokens": 8, **kwargs}
+  kwargs = {"sampling": _SAMPLING, "max_new_tokens": 8, "capacity": 256, **kwargs}
   return cd.generate_aligned(model, kwargs.pop("prompt", _PROMPT), constraint=tables,
                              num_samples=num_samples, **kwargs)
 
