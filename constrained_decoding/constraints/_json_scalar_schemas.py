@@ -6,6 +6,8 @@ Functions (`lw` is the lowering in progress, `_json_schema._Lowerer`):
   text_languages(lw, schema, pointer)    decoded-text IR of its `pattern`s and `format`s.
   name_language(lw, names, pointer)      the keys `propertyNames` allows, or None.
   intersect_texts(texts, pointer)        the intersection of decoded-text languages.
+  with_lengths(texts, min, max)          length bounds added (folded into a run if it can).
+  length_bounded(text, min, max)         `text` of those lengths without a product, or None.
   pattern_text(pattern, where)           a JSON Schema `pattern` as decoded-text IR.
   lower_number(name, schema, pointer)    an `integer` or `number` schema (exact bounds,
                                          `multipleOf`, excluded values and steps).
@@ -77,9 +79,67 @@ def lower_string(lw, schema: dict, pointer: str) -> ir.Node:
     texts.append(jv.text_except(excluded))
   if not texts:
     return jv.json_string(min_length, max_length)
-  if min_length > 0 or max_length is not None:
-    texts.append(_intersect.text_of_length(min_length, max_length))
+  texts = with_lengths(texts, min_length, max_length)
   return quoted(jv.encode_text(intersect_texts(texts, pointer)))
+
+
+def with_lengths(texts: list[ir.Node], min_length: int, max_length: int | None
+                 ) -> list[ir.Node]:
+  """`texts` with the length bounds added: folded into the one language's unbounded run
+  when it has that shape (`length_bounded`), else as one more language to intersect."""
+  if min_length == 0 and max_length is None:
+    return texts
+  if len(texts) == 1:
+    bounded = length_bounded(texts[0], min_length, max_length)
+    if bounded is not None:
+      return [bounded]
+  return texts + [_intersect.text_of_length(min_length, max_length)]
+
+
+def length_bounded(text: ir.Node, low: int, high: int | None) -> ir.Node | None:
+  """The texts of `text` with `low..high` code points, written without a product
+  automaton when each alternative of `text` is fixed-length parts around one unbounded
+  run of a class (`^[a-z][a-z0-9_]*$` with maxLength 32 is `[a-z][a-z0-9_]{0,31}`: a
+  bounded run the compiler counts, where the intersection with a length automaton is a
+  32-fold product). None when `text` has another shape."""
+  alternatives = text.alternatives if isinstance(text, ir.Union) else (text,)
+  out = []
+  for alternative in alternatives:
+    parts = alternative.parts if isinstance(alternative, ir.Concat) else (alternative,)
+    runs = [k for k, p in enumerate(parts) if isinstance(p, ir.Repeat) and p.max is None]
+    if len(runs) != 1 or not isinstance(parts[runs[0]].node, ir.CharClass):
+      return None
+    k, run = runs[0], parts[runs[0]]
+    fixed = [_fixed_length(p) for j, p in enumerate(parts) if j != k]
+    if None in fixed:
+      return None
+    low_run = max(run.min, low - sum(fixed))
+    high_run = None if high is None else high - sum(fixed)
+    if high_run is None or high_run >= low_run:
+      out.append(ir.concat(*parts[:k], ir.repeat(run.node, low_run, high_run), *parts[k + 1:]))
+  return ir.union(*out)
+
+
+def _fixed_length(node: ir.Node) -> int | None:
+  """The number of code points of every text of `node`, or None if they differ."""
+  match node:
+    case ir.CharClass():
+      return 1
+    case ir.Bytes(data):
+      try:
+        return len(data.decode("utf-8"))
+      except UnicodeDecodeError:
+        return None
+    case ir.Concat(parts):
+      lengths = [_fixed_length(p) for p in parts]
+      return None if None in lengths else sum(lengths)
+    case ir.Repeat(body, low, high) if low == high:
+      length = _fixed_length(body)
+      return None if length is None else length * low
+    case ir.Union(alternatives) if alternatives:
+      lengths = {_fixed_length(a) for a in alternatives}
+      return lengths.pop() if len(lengths) == 1 else None
+  return None
 
 
 def text_languages(lw, schema: dict, pointer: str) -> list[ir.Node]:
@@ -150,8 +210,7 @@ def name_language(lw, names, pointer: str) -> ir.Node | None:
   max_length = _json_keywords.count(names, "maxLength", pointer)
   if max_length is not None and max_length < min_length:
     return ir.NOTHING
-  if min_length > 0 or max_length is not None:
-    texts.append(_intersect.text_of_length(min_length, max_length))
+  texts = with_lengths(texts, min_length, max_length)
   if "enum" in names or "const" in names:
     texts.append(ir.union(*(ir.Bytes(v.encode()) for v in _json_keywords.enum_values(names, pointer)
                             if isinstance(v, str) and encodable(v))))
