@@ -22,6 +22,7 @@ Writes `benchmarks/results/aligned.json` and `aligned.png` (matplotlib: the benc
 extra). Run from the repository root:
   python benchmarks/aligned_bench.py --samples 500          # what a 2-core CPU affords
   python benchmarks/aligned_bench.py --samples 2000         # the paper's length
+  python benchmarks/aligned_bench.py --cost-rounds 20       # cost only, interleaved
 """
 
 import argparse
@@ -163,6 +164,49 @@ def _bv_run(model, sampling, num_samples, seed):
 _NAMES = {"gcd": "GCD", "asap": "ASAp"}
 
 
+def _interleaved_cost(model, tables, batch_size, sampling, rounds):
+  """Seconds per decode step of GCD and ASAp rounds run alternately (min and median).
+
+  Sequential runs of each method see different load on a shared machine; alternating
+  single rounds compares them under the same load. Both start from one prefilled
+  state; ASAp's store grows across its rounds as in a real run.
+  """
+  from constrained_decoding.sampling import _aligned  # pylint: disable=g-import-not-at-top
+
+  placed, init, eos_ids = _generate._prepare(model, [PROMPT] * batch_size, tables, None,  # pylint: disable=protected-access
+                                             MAX_NEW_TOKENS, 0)
+  key = jax.random.PRNGKey(0)
+  store = _aligned.init_store(1 << 14)
+  limit = jnp.int32(MAX_NEW_TOKENS)
+
+  def gcd(r):
+    state = jax.tree.map(jnp.copy, init).replace(rng=jax.random.fold_in(key, r))
+    state = _generate._decode_until(model, placed, state, MAX_NEW_TOKENS, eos_ids, sampling)  # pylint: disable=protected-access
+    return state
+
+  def asap(r):
+    nonlocal store
+    store, state = _aligned._round(  # pylint: disable=protected-access
+        model.params, placed, init, store, limit, eos_ids, jnp.float32(sampling.temperature),
+        jnp.float32(sampling.top_p), jnp.int32(batch_size), jax.random.fold_in(key, r),
+        config=model.config, sampling=sampling.static_part())
+    return state
+
+  times = {"gcd": [], "asap": []}
+  for r in range(rounds + 1):
+    for name, fn in (("gcd", gcd), ("asap", asap)):
+      start = time.perf_counter()
+      state = jax.block_until_ready(fn(r))
+      if r:  # round 0 compiles
+        times[name].append((time.perf_counter() - start) / int(state.step))
+  out = {f"{name}_seconds_per_step_{stat.__name__}": stat(t)
+         for name, t in times.items() for stat in (min, np.median)}
+  out["ratio_min"] = out["asap_seconds_per_step_min"] / out["gcd_seconds_per_step_min"]
+  out["ratio_median"] = (out["asap_seconds_per_step_median"]
+                         / out["gcd_seconds_per_step_median"])
+  return {k: float(v) for k, v in out.items()}
+
+
 def _plot(result, path):
   """Cumulative KL (log scale) and the "ends with 1" expectation against m."""
   try:
@@ -202,10 +246,20 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(_REPO, "benchmarks", "results",
                                                     "aligned.json"))
+  parser.add_argument("--cost-rounds", type=int, default=0,
+                      help="only time alternating GCD / ASAp rounds, this many each")
   args = parser.parse_args(argv)
   sampling = cd.SamplingConfig(temperature=1.0)
   model = cd.models.Gemma3.from_gguf()
   tables = cd.Compiler(model.vocab).compile(cd.Regex(PATTERN))
+  if args.cost_rounds:
+    cost = {str(b): _interleaved_cost(model, tables, b, sampling, args.cost_rounds)
+            for b in args.batch_sizes}
+    cost["command"] = "python benchmarks/aligned_bench.py " + " ".join(argv or sys.argv[1:])
+    print(json.dumps(cost, indent=1))
+    with open(os.path.splitext(args.out)[0] + "_cost.json", "w") as f:
+      json.dump(cost, f, indent=1)
+    return
   start = time.perf_counter()
   exact = _exact.exact_distribution(model, PROMPT, tables, sampling=sampling, batch_size=32)
   exact_seconds = time.perf_counter() - start
