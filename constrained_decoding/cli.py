@@ -18,6 +18,7 @@ the job (bad flags, unreadable input, a model that does not load).
 
 import argparse
 import codecs
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -47,15 +48,25 @@ class _StderrHandler(logging.StreamHandler):
     del value  # Always sys.stderr (tests swap it).
 
 
-def _show_library_logs() -> None:
-  """Shows the library's INFO messages (`logging`) on stderr, as the command's own."""
+@contextlib.contextmanager
+def _library_logs_shown():
+  """Shows the library's INFO messages (`logging`) on stderr, as the command's own, while
+  the command runs; the logger is left as it was (`main` may run inside a program)."""
   logger = logging.getLogger("constrained_decoding")
+  level = logger.level
+  handler = None
   if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("constrained_decoding: %(message)s"))
     logger.addHandler(handler)
   if logger.level == logging.NOTSET or logger.level > logging.INFO:
     logger.setLevel(logging.INFO)
+  try:
+    yield
+  finally:
+    if handler is not None:
+      logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -561,13 +572,13 @@ def _one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
   """Runs the command; returns the exit status (2: bad input, reported in one line)."""
   args = _parser().parse_args(argv)
-  _show_library_logs()
   try:
-    if args.command == "evaluate":
-      return _evaluate(args)
-    if args.command == "compile":
-      return _compile(args)
-    return _generate(args)
+    with _library_logs_shown():
+      if args.command == "evaluate":
+        return _evaluate(args)
+      if args.command == "compile":
+        return _compile(args)
+      return _generate(args)
   except (ValueError, TypeError, OSError) as e:  # includes every ConstraintError
     _log(f"error: {_one_line(e)}")
     return 2

@@ -76,3 +76,6 @@ def test_cli_shows_library_messages_as_before(monkeypatch, tmp_path, capsys):
   assert "constrained_decoding: building the token trie for Vocabulary(" in err
   assert "constrained_decoding: trie with " in err
   assert any(name.startswith("trie-v") for name in os.listdir(tmp_path / "cache"))
+  # The command leaves the library's logger as it found it (no handler left behind to
+  # print later library messages of the same process).
+  assert not logging.getLogger("constrained_decoding").handlers
