@@ -69,8 +69,11 @@ class CompileOptions:
       returns the same object for an equal spec.
     memo_size: Number of compiled tables kept by `memoize`.
     stack_depth: Stack capacity per row for recursive grammars (push-down tables): how
-      many rules may be pending at once (JSON nesting depth, roughly). A row that needs
-      more gets `error` set; it never reads or writes past the stack.
+      many rules may be pending at once (JSON nesting depth, roughly). Near the bound the
+      mask stops offering tokens after which the row could not finish within it
+      (`tables.py`, "Stack-aware masks"), so sampling never overflows; a row fed such a
+      token anyway gets `error` set once it would overflow, and never reads or writes
+      past the stack. A grammar none of whose inputs fits raises `CompileBudgetError`.
     max_pops, max_pushes: Most stack symbols one token may pop / push in a push-down
       automaton. Tokens that would exceed them (`"}}}}}}}}}"`) are not offered; the same
       text stays reachable through shorter tokens.

@@ -35,13 +35,14 @@ from constrained_decoding.errors import TablesVocabularyMismatchError
 from constrained_decoding.errors import VocabularyMismatchError
 from constrained_decoding.vocab._vocabulary import Vocabulary
 
-TABLES_FILE_VERSION = 1
+TABLES_FILE_VERSION = 2  # 2: stack-aware masks (capped_*)
 _FORMAT = "constrained_decoding.ConstraintTables"
 _HEADER = "__header__"
 # The dtype of every array field (see the layout in `tables.py`).
 _DTYPES = {name: np.dtype(np.int32) for name in _tables._ARRAY_FIELDS}  # pylint: disable=protected-access
 _DTYPES.update(accepting=np.dtype(bool), mask_bits=np.dtype(np.uint32),
                eos_bits=np.dtype(np.uint32), terminal_bits=np.dtype(np.uint32),
+               capped_bits=np.dtype(np.uint32),
                token_counts=np.dtype(np.int8))
 
 

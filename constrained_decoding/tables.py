@@ -40,6 +40,13 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
                                token spells (0 for tokens outside the class); C = 0
                                unless some terminal counts
   stack_depth   static int     D, the stack capacity of a row (0 for regular tables)
+  capped_limits int32  [G, L]  push-down only (L = 0 otherwise): per group, ascending
+                               free-capacity limits, padded with CAP_PAD (int32 max)
+  capped_rows   int32  [G, L]  row of `capped_bits` removed from g's mask when the row's
+                               free capacity D - depth is below capped_limits[g, l] (the
+                               first such l); 0 (the empty row) in padding
+  capped_bits   uint32 [X, W]  tokens removed near the stack bound; row 0 is empty
+                               ([0, 0] for regular tables)
 
 Relative targets (counted repetitions, `automata/_counting.py`). An explicit edge whose
 target is `RELATIVE - k` (k >= 0, so at most -2) leads from state q to q + k. A counting
@@ -64,6 +71,25 @@ End of sequence is allowed in state q with stack s when q and every state on s a
 `accepting` (each pending rule may return without more input). For regular tables the
 stack is empty, so this is `accepting[q]`.
 
+Stack-aware masks (push-down tables). The stack holds D symbols, so a token that pushes
+near the bound could steer a row into overflow, or into a state from which nothing
+finishes within D (an `error` or a dead end the mask itself offered). The packer
+computes (`stack_needs`) need(q), the least stack height above a row's depth with which
+a row at q can still reach a state where end is allowed, and need_return(s), the same
+for a row once it has returned to address s (measured from the depth below s). An edge
+pushing U (bottom first, j from 0) to t and popping k requires r(e) = max(|U| + need(t),
+max_j (j + need_return(U_j))) - k above the row's depth, and its token is allowed only
+when r(e) <= D - depth. r(e) does not depend on D, so tables keep their meaning when
+`stack_tables` raises D. A group's tokens with r >= 1 are stored as nested exclusion
+rows (r >= v, one per distinct v); the device gathers the one for the row's free
+capacity and ANDs it out of the group's mask row (one more [W] row per step, push-down
+tables only). Why no walk over allowed tokens dead-ends: every allowed token keeps
+"depth + need(state) <= D, and i + need_return(s) <= D for the symbol s at position i";
+need(q) counts only q's pop-free edges, which apply whatever the stack holds, and a row
+at an accepting state under a pending return address s has the tokens that return to s
+(the lazy returns of `automata/_pda.py`), which need_return(s) counts. A grammar whose
+start needs more than D raises `CompileBudgetError` at compile time.
+
 S, G, E and M are padded to the next power of two (at least `min_bucket`) so that
 constraints of similar size share one compiled executable. Edges are one flat CSR
 array rather than a [G, K] matrix padded to the widest group, so one group with 100k
@@ -80,6 +106,7 @@ Public names:
   terminal_entries(tables)     [S, R, 2] terminal entries per state (rows applied).
   estimate_nbytes(token_dfa, vocab)  an upper bound, checked before packing.
   bucket_size(n, min_bucket)   the padding rule.
+  stack_needs(a)               need(q), need_return(s) of a push-down automaton (above).
 """
 
 import dataclasses
@@ -89,19 +116,26 @@ from typing import Any
 import jax
 import numpy as np
 
+from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.errors import VocabularyMismatchError
 
 PAD_TOKEN = np.iinfo(np.int32).max
 NO_STATE = -1
 # Explicit edge targets <= RELATIVE are relative: `RELATIVE - k` leads from q to q + k.
 RELATIVE = -2
+# Padding of `capped_limits`: no free capacity is that low.
+CAP_PAD = np.iinfo(np.int32).max
+# need(q) of a state that cannot finish with any stack (larger than any capacity).
+NO_FINISH = 1 << 24
 DEFAULT_MIN_BUCKET = 8
 
 _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask",
                  "group_pops", "group_num_pops", "edge_start", "edge_tokens", "edge_targets",
                  "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",
                  "state_terminals", "state_terminal_rows", "terminal_counts",
-                 "token_counts")
+                 "token_counts", "capped_limits", "capped_rows", "capped_bits")
+# Fields added for push-down tables only: left out of a regular table's `shape_key`.
+_CAPPED_FIELDS = ("capped_limits", "capped_rows", "capped_bits")
 _META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint")
 
 
@@ -145,6 +179,10 @@ class ConstraintTables:
   # unknown, e.g. tables built by hand): `generate`, `evaluate` and `stack_tables` check
   # it, so tables of another tokenizer with the same width cannot steer a row silently.
   vocab_fingerprint: str = ""
+  # Stack-aware masks (module docstring); empty for regular tables.
+  capped_limits: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
+  capped_rows: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
+  capped_bits: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.uint32))
 
   @property
   def num_constraints(self) -> int:
@@ -158,7 +196,9 @@ class ConstraintTables:
   @property
   def shape_key(self) -> tuple:
     """Tables with equal keys share one compiled step function."""
-    return (tuple(np.shape(getattr(self, name)) for name in _ARRAY_FIELDS),
+    names = _ARRAY_FIELDS if self.stack_depth else tuple(
+        name for name in _ARRAY_FIELDS if name not in _CAPPED_FIELDS)
+    return (tuple(np.shape(getattr(self, name)) for name in names),
             self.vocab_size, self.stack_depth)
 
   def save(self, path, *, vocab, description: str = "") -> None:
@@ -293,7 +333,155 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
       push_lengths=token_pda.push_lengths, terminal_bits=token_pda.terminal_bits,
       state_terminals=np.stack([token_pda.state_terminal, token_pda.terminal_target],
                                axis=-1)[:, None, :])
-  return _pack(automaton, vocab, stack_depth=max(int(stack_depth), 1), min_bucket=min_bucket)
+  stack_depth = max(int(stack_depth), 1)
+  needs = stack_needs(automaton)
+  start_need = int(needs[0][token_pda.start])
+  if start_need > stack_depth:
+    needed = ("no stack depth suffices: no token sequence reaches the end"
+              if start_need >= NO_FINISH else f"it needs a stack of {start_need}")
+    raise CompileBudgetError(
+        f"No input can finish within stack_depth={stack_depth}: {needed}. Expected "
+        f"CompileOptions.stack_depth >= {start_need if start_need < NO_FINISH else '?'}; "
+        "raise it or make the grammar's shortest completion shallower.")
+  tables = _pack(automaton, vocab, stack_depth=stack_depth, min_bucket=min_bucket)
+  limits, capped_rows, capped_bits = _capped_masks(
+      automaton, tables.mask_bits.shape[1], vocab.vocab_size, min_bucket, needs)
+  return dataclasses.replace(tables, capped_limits=limits, capped_rows=capped_rows,
+                             capped_bits=capped_bits)
+
+
+def stack_needs(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
+  """(need [S], need_return [S]) of a push-down automaton, int64, `NO_FINISH` for never.
+
+  need(q): the least stack height above the current depth with which a row at q can
+  reach a state where end is allowed: 0 for an accepting q, else the least requirement
+  of q's pop-free edges (explicit edges of groups popping nothing, terminal edges),
+  which apply whatever the stack holds. need_return(s): the same for the row once the
+  return address s is popped, measured from the depth below s: 0 if s is final in its
+  rule, else, over the accepting states whose group pops exactly (s,) (the row waits
+  there, at a token boundary, before returning), the largest of each group's least
+  edge requirement. An edge pushing U (bottom first) to t requires max(|U| + need(t),
+  max_j (j + need_return(U_j))) above its base. Fixpoint from the top (rounds over all
+  edges at once until nothing changes), so cycles with no way out stay `NO_FINISH`.
+  """
+  accepting = np.asarray(a.accepting, bool)
+  n = a.num_states
+  group_pops = np.asarray(a.group_num_pops)
+  edge_pops = group_pops[a.edge_group]
+  edge_target = np.asarray(a.edge_target).astype(np.int64)
+  push = np.asarray(a.edge_push)
+  symbols = np.asarray(a.push_symbols, np.int64)
+  lengths = np.asarray(a.push_lengths, np.int64)
+  positions = np.arange(symbols.shape[1], dtype=np.int64)[None, :]
+  pop_free = np.nonzero(edge_pops == 0)[0]
+  pop_free_source = np.asarray(a.group_state)[a.edge_group[pop_free]]
+  # Groups of accepting states popping exactly one symbol: where a row waits to return.
+  returning = (group_pops == 1) & accepting[a.group_state]
+  returning_edges = np.nonzero(returning[a.edge_group])[0]
+  returning_groups = np.nonzero(returning)[0]
+  returned_to = np.asarray(a.group_pops)[returning_groups, 0].astype(np.int64)
+  term = np.asarray(a.state_terminals)
+  has_term = (term[..., 0] >= 0) & (term[..., 1] >= 0)
+  term_source = np.nonzero(has_term)[0]
+  term_target = term[..., 1][has_term].astype(np.int64)
+  need = np.where(accepting, 0, NO_FINISH).astype(np.int64)
+  need_return = need.copy()
+  # Only these edges count (the others pop below the row's own pushes).
+  counted = np.concatenate([pop_free, returning_edges])
+  target, push = edge_target[counted], push[counted]
+  returning_group = a.edge_group[returning_edges]
+  while True:
+    required = _edge_requirements(need, need_return, target, push, symbols, lengths,
+                                  positions)
+    new_need = np.full(n, NO_FINISH, np.int64)
+    np.minimum.at(new_need, pop_free_source, required[:len(pop_free)])
+    np.minimum.at(new_need, term_source, need[term_target])
+    new_need[accepting] = 0
+    group_best = np.full(len(group_pops), NO_FINISH, np.int64)
+    np.minimum.at(group_best, returning_group, required[len(pop_free):])
+    new_return = np.full(n, -1, np.int64)
+    np.maximum.at(new_return, returned_to, group_best[returning_groups])
+    new_return = np.where(new_return < 0, NO_FINISH, new_return)
+    new_return[accepting] = 0
+    if np.array_equal(new_need, need) and np.array_equal(new_return, need_return):
+      return need, need_return
+    need, need_return = new_need, new_return
+
+
+def _edge_requirements(need, need_return, target, push, symbols, lengths,
+                       positions) -> np.ndarray:
+  """int64 [E]: each edge's requirement above its base (see `stack_needs`)."""
+  pushed = np.where(symbols >= 0, positions + need_return[np.maximum(symbols, 0)], 0)
+  push_need = pushed.max(axis=1, initial=0)  # [U]
+  return np.minimum(np.maximum(lengths[push] + need[np.maximum(target, 0)], push_need[push]),
+                    NO_FINISH)
+
+
+def _capped_masks(a: _Automaton, w: int, vocab_size: int, min_bucket: int,
+                  needs: tuple[np.ndarray, np.ndarray]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(capped_limits [G, L], capped_rows [G, L], capped_bits [X, W]): stack-aware masks.
+
+  For group g as the deepest matching group, the tokens it allows (its own and its
+  prefix groups' explicit edges, then its state's terminal tokens no explicit edge of
+  those takes) each have a requirement r (module docstring); for each distinct r >= 1,
+  v, the tokens with r >= v form one exclusion row (deduplicated across groups),
+  removed when the row's free capacity is below v.
+  """
+  g_count = len(a.group_state)
+  need, need_return = needs
+  requirement = _edge_requirements(
+      need, need_return, np.asarray(a.edge_target).astype(np.int64), np.asarray(a.edge_push),
+      np.asarray(a.push_symbols, np.int64), np.asarray(a.push_lengths, np.int64),
+      np.arange(np.asarray(a.push_symbols).shape[1], dtype=np.int64)[None, :]
+  ) - np.asarray(a.group_num_pops)[a.edge_group]
+  demanding = np.nonzero(requirement >= 1)[0]  # sorted by group, as the edges are
+  demanding_groups = np.asarray(a.edge_group)[demanding]
+  present, first = np.unique(demanding_groups, return_index=True)
+  by_group = dict(zip(present.tolist(), np.split(demanding, first[1:])))
+  pops = [tuple(int(x) for x in row[:n]) for row, n in zip(a.group_pops, a.group_num_pops)]
+  by_key = {(state, popped): k for k, (state, popped)
+            in enumerate(zip(np.asarray(a.group_state).tolist(), pops))}
+  term = np.asarray(a.state_terminals)
+  rows: dict[bytes, int] = {bytes(num_words(vocab_size) * 4): 0}
+  bits_list = [np.zeros(w, np.uint32)]
+  per_group: list[list[tuple[int, int]]] = [[] for _ in range(g_count)]
+  edge_starts = np.searchsorted(a.edge_group, np.arange(g_count + 1))
+  for k, (state, popped) in enumerate(zip(np.asarray(a.group_state).tolist(), pops)):
+    chain = [by_key[state, popped[:n]] for n in range(len(popped) + 1)
+             if (state, popped[:n]) in by_key]
+    edges = np.concatenate([by_group[h] for h in chain if h in by_group] + [demanding[:0]])
+    tokens = np.asarray(a.edge_token)[edges].astype(np.int64)
+    levels = requirement[edges]
+    terminal_bits = None
+    for terminal, target in term[state].tolist():
+      if terminal >= 0 and target >= 0 and need[target] >= 1:
+        covered = np.concatenate([np.asarray(a.edge_token)[edge_starts[h]:edge_starts[h + 1]]
+                                  for h in chain])
+        terminal_bits = (a.terminal_bits[terminal][:w].astype(np.uint32)
+                         & ~bitmask(covered, vocab_size))
+        terminal_level = int(need[target])
+        break  # A push-down state has one terminal entry.
+    values = set(levels.tolist()) | ({terminal_level} if terminal_bits is not None else set())
+    for v in sorted(values):
+      row = bitmask(tokens[levels >= v], vocab_size)
+      if terminal_bits is not None and terminal_level >= v:
+        row |= terminal_bits
+      key = row.tobytes()
+      if key not in rows:
+        rows[key] = len(bits_list)
+        bits_list.append(row)
+      per_group[k].append((min(v, CAP_PAD), rows[key]))
+  g_pad = bucket_size(g_count, min_bucket)
+  l_pad = bucket_size(max((len(x) for x in per_group), default=0), 1)
+  limits = np.full((g_pad, l_pad), CAP_PAD, np.int32)
+  capped_rows = np.zeros((g_pad, l_pad), np.int32)
+  for k, entries in enumerate(per_group):
+    for l, (v, row) in enumerate(entries):
+      limits[k, l], capped_rows[k, l] = v, row
+  capped_bits = np.zeros((bucket_size(len(bits_list), min_bucket), w), np.uint32)
+  capped_bits[:len(bits_list)] = bits_list
+  return limits, capped_rows, capped_bits
 
 
 def _group_masks(a: _Automaton, w: int, min_bucket: int,
@@ -677,10 +865,39 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
     u_off += u
     t_off += n_t
     c_off += t.token_counts.shape[0]
+  out.update(_stacked_capped_masks(tables, used, g_pad, w, min_bucket))
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
                           eos_bits=first.eos_bits, vocab_size=first.vocab_size,
                           stack_depth=max(t.stack_depth for t in tables),
                           vocab_fingerprint=known, **out)
+
+
+def _stacked_capped_masks(tables: Sequence[ConstraintTables], used: list, g_pad: int,
+                          w: int, min_bucket: int) -> dict[str, np.ndarray]:
+  """The stack-aware mask arrays of stacked tables: each part's groups and exclusion rows
+  offset (row 0 stays the empty row); empty when no part has any."""
+  l_pad = max(t.capped_limits.shape[1] for t in tables)
+  if not l_pad:
+    return dict(capped_limits=np.zeros((0, 0), np.int32),
+                capped_rows=np.zeros((0, 0), np.int32),
+                capped_bits=np.zeros((0, 0), np.uint32))
+  limits = np.full((g_pad, l_pad), CAP_PAD, np.int32)
+  rows = np.zeros((g_pad, l_pad), np.int32)
+  bits = [np.zeros((1, w), np.uint32)]
+  g_off, x_off = 0, 1
+  for t, u in zip(tables, used):
+    g, l = u[1], t.capped_limits.shape[1]
+    if l:
+      limits[g_off:g_off + g, :l] = t.capped_limits[:g]
+      part_rows = np.asarray(t.capped_rows[:g])
+      rows[g_off:g_off + g, :l] = np.where(part_rows > 0, part_rows + x_off - 1, 0)
+      bits.append(np.asarray(t.capped_bits)[1:])
+      x_off += t.capped_bits.shape[0] - 1
+    g_off += g
+  capped_bits = np.concatenate(bits)
+  padded = np.zeros((bucket_size(len(capped_bits), min_bucket), w), np.uint32)
+  padded[:len(capped_bits)] = capped_bits
+  return dict(capped_limits=limits, capped_rows=rows, capped_bits=padded)
 
 
 def tables_nbytes(tables: ConstraintTables) -> dict[str, int]:

@@ -130,8 +130,9 @@ not generated):
   and `allOf` parts as above, becomes one rule of a `_grammar.GrammarIR` whose body
   refers to it (and to other recursive targets) by `RuleRef`; the grammar is
   normalized (`_grammar.normalize`) and compiled to a push-down automaton, so nesting is
-  unbounded up to the runtime's `CompileOptions.stack_depth` (deeper sets the row's
-  `error`). The grammar must be deterministic with one byte of lookahead. An `anyOf`
+  unbounded up to the runtime's `CompileOptions.stack_depth` (the mask never offers
+  deeper nesting than can still close; feeding it sets the row's `error`). The grammar
+  must be deterministic with one byte of lookahead. An `anyOf`
   that calls a recursive target next to alternatives starting with the same byte
   (pydantic's union of recursive models, `Add | Num`) becomes a rule of its own, so
   that one rule's automaton tells the alternatives apart; alternatives that are still

@@ -67,11 +67,12 @@ class Grammar:
   A grammar without recursion (after inlining, see `constraints/_grammar.py`) is
   regular and compiles like a `Regex`. A recursive grammar compiles to a token-level
   push-down automaton (`automata/_pda.py`) whose stack lives on the device, with room
-  for `CompileOptions.stack_depth` pending rules (nesting beyond that sets the row's
-  `error`); it must be deterministic with one byte of lookahead across rule
-  boundaries, else `NondeterministicGrammarError`. With `max_depth`, the recursion is
-  instead unrolled so that at most `max_depth` recursive rules are active at once (a
-  recursive start rule counts as one): a regular constraint for any grammar,
+  for `CompileOptions.stack_depth` pending rules (near that bound the mask offers only
+  tokens that can still finish; feeding deeper nesting sets the row's `error`); it must
+  be deterministic with one byte of lookahead across rule boundaries, else
+  `NondeterministicGrammarError`. With `max_depth`, the recursion is instead unrolled
+  so that at most `max_depth` recursive rules are active at once (a recursive start
+  rule counts as one): a regular constraint for any grammar,
   deterministic or not; alternatives that would go deeper are dropped.
 
   Syntaxes: `constraints/_gbnf.py` (llama.cpp's GBNF) and `constraints/_lark.py` (the
@@ -319,8 +320,9 @@ class JsonSchema:
 
   Recursive schemas (`$ref` to an enclosing definition: trees, linked lists, mutually
   recursive `$defs`) compile by default to a push-down automaton whose stack lives on
-  the device: nesting is unbounded up to `CompileOptions.stack_depth` (deeper sets the
-  row's `error`). The schema must then be deterministic with one byte of lookahead,
+  the device: nesting is unbounded up to `CompileOptions.stack_depth` (the mask never
+  offers deeper nesting than can still close; feeding it sets the row's `error`). The
+  schema must then be deterministic with one byte of lookahead,
   else `Compiler.compile` raises `NondeterministicGrammarError`. With `max_ref_depth=N`
   the recursion is instead expanded at most N times (a regular constraint, any schema).
   `to_ir()` exists only for regular ones; `pushdown_grammar()` returns the grammar.

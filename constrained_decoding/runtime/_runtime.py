@@ -10,7 +10,11 @@ Push-down tables (recursive grammars, Alg. 3) keep a stack per row: `stack[B, D]
 allowed set is the union of the groups whose pops match the top of the stack, and
 advancing pops the group's symbols and pushes the edge's. The matching groups pop
 prefixes of one sequence, so the union is the mask row of the deepest match alone. Regular tables have one
-group per state that pops nothing, and `D = 0`.
+group per state that pops nothing, and `D = 0`. Near the stack bound the mask leaves out
+the tokens after which the row could no longer finish within D (`tables.py`,
+"Stack-aware masks"), so a walk over allowed tokens never overflows nor dead-ends;
+`advance` still takes such a token if it is fed (it is in the language) and sets `error`
+only when it would overflow the stack right away.
 
 Public functions:
   init_state(tables, batch_size, constraint_ids)  the start state of each row.
@@ -155,6 +159,20 @@ def _counting_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[A
   return jax.lax.reduce(bits, jnp.uint32(0), jax.lax.bitwise_or, (1,))
 
 
+def _capped_out(tables: ConstraintTables, state: ConstraintState,
+                deepest: Array) -> UInt32[Array, "B W"]:
+  """Tokens of each row's deepest group that need more stack than the row has left
+  (`tables.py`, "Stack-aware masks"): the exclusion row of the first limit above the
+  free capacity, one [W] row gathered per batch row (row 0, empty, when none is)."""
+  free = state.stack.shape[-1] - state.depth  # [B]
+  limits = tables.capped_limits[deepest]  # [B, L], ascending
+  level = jnp.sum(limits <= free[:, None], axis=1)
+  rows = jnp.take_along_axis(tables.capped_rows[deepest],
+                             jnp.minimum(level, limits.shape[1] - 1)[:, None], axis=1)[:, 0]
+  rows = jnp.where(level < limits.shape[1], rows, 0)
+  return tables.capped_bits[rows]
+
+
 def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
   """The allowed set of each row, packed: token t is bit t % 32 of word t // 32.
 
@@ -171,6 +189,8 @@ def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Arr
   deepest = jnp.take_along_axis(groups, jnp.argmax(rank, axis=1)[:, None], axis=1)[:, 0]
   bits = jnp.where((rank.max(axis=1) > 0)[:, None],
                    tables.mask_bits[tables.group_mask[deepest]], jnp.uint32(0))
+  if tables.capped_limits.shape[-1] and state.stack.shape[-1]:  # Static: push-down only.
+    bits &= ~_capped_out(tables, state, deepest)
   if tables.token_counts.shape[0]:  # Static: only tables with counted chains.
     bits |= _counting_bits(tables, state)
   bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
@@ -261,7 +281,9 @@ def advance(
 
   An end-of-sequence token where end is allowed sets `done`; any token the constraint
   forbids, or one whose pushes would overflow the stack, sets `error` and leaves the
-  state and stack unchanged. Rows already `done` or in `error` ignore their token.
+  state and stack unchanged. Rows already `done` or in `error` ignore their token. A
+  token of the language that the mask left out only because of the stack bound
+  (`allowed_bits`) is taken when it fits: the check costs nothing per step here.
   """
   tables = _on_device(tables)
   tokens = jnp.asarray(tokens, jnp.int32)

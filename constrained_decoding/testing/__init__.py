@@ -10,6 +10,7 @@ from constrained_decoding.testing._reference import reference_accepts
 from constrained_decoding.testing._reference import reference_allowed
 from constrained_decoding.testing._reference import reference_end_allowed
 from constrained_decoding.testing._reference import reference_step
+from constrained_decoding.testing._reference import reference_stack_needs
 from constrained_decoding.testing._reference import reference_step_stack
 from constrained_decoding.testing._reference import reference_walk
 from constrained_decoding.testing._walks import distances_to_accept
@@ -26,6 +27,7 @@ __all__ = [
     "reference_accepts",
     "reference_allowed",
     "reference_end_allowed",
+    "reference_stack_needs",
     "reference_step",
     "reference_step_stack",
     "reference_walk",

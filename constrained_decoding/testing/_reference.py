@@ -4,6 +4,7 @@ Public functions:
   reference_allowed(tables, state, stack)  bool [V] allowed set of one state (and stack).
   reference_step_stack(tables, state, stack, token)  (state, stack) after one token.
   reference_end_allowed(tables, state, stack)  whether end of sequence is allowed.
+  reference_stack_needs(tables)           need(q): stack height a state needs to finish.
   reference_walk(tables, tokens, start)   (states, accepted) following tokens with numpy.
   reference_accepts(tables, tokens)       whether the tokens end where end is allowed.
   TokenIndex(vocab)                       bytes -> token ids, for random tokenizations.
@@ -47,7 +48,10 @@ def reference_allowed(tables: ConstraintTables, state: int,
 
   Built from the edges, not from `mask_bits`: the explicit tokens of the matching groups,
   the state's terminal bitmaps and end of sequence where allowed. So it checks the packed
-  mask rows (and the device's choice of row) rather than repeating them.
+  mask rows (and the device's choice of row) rather than repeating them. For push-down
+  tables with stack-aware masks, tokens after which the row could not finish within
+  `stack_depth` are left out, judged from need(q) recomputed here from the edges
+  (`reference_stack_needs`), not from the packed `capped_*` rows.
   """
   bits = np.asarray(tables.eos_bits).copy()
   if not reference_end_allowed(tables, state, stack):
@@ -62,10 +66,100 @@ def reference_allowed(tables: ConstraintTables, state: int,
   allowed = allowed.astype(bool)
   edge_start = np.asarray(tables.edge_start)
   edge_tokens = np.asarray(tables.edge_tokens)
+  capped = np.asarray(tables.capped_limits).shape[-1] > 0 and tables.stack_depth > 0
+  too_deep = []
   for group in _matching_groups(tables, state, stack):
-    tokens = edge_tokens[edge_start[group]:edge_start[group + 1]]
+    lo, hi = edge_start[group:group + 2]
+    tokens = edge_tokens[lo:hi]
     allowed[tokens[tokens < tables.vocab_size]] = True
+    if capped:
+      base = len(stack) - int(np.asarray(tables.group_num_pops)[group])
+      heights = _edge_heights(tables, np.arange(lo, hi))
+      too_deep.append(tokens[(base + heights > tables.stack_depth)
+                             & (tokens < tables.vocab_size)])
+  if capped:
+    need, _ = reference_stack_needs(tables)
+    for terminal, target in _terminals(tables, state):
+      # A terminal edge pushes nothing; tokens an explicit edge takes are judged above.
+      if terminal >= 0 and target >= 0 and len(stack) + need[target] > tables.stack_depth:
+        explicit = np.zeros(tables.vocab_size, bool)
+        for group in _matching_groups(tables, state, stack):
+          tokens = edge_tokens[edge_start[group]:edge_start[group + 1]]
+          explicit[tokens[tokens < tables.vocab_size]] = True
+        term = np.unpackbits(np.asarray(tables.terminal_bits)[terminal].view(np.uint8),
+                             bitorder="little")[:tables.vocab_size].astype(bool)
+        allowed[term & ~explicit] = False
+    for tokens in too_deep:
+      allowed[tokens] = False
   return allowed
+
+
+_NEEDS_CACHE: dict[int, tuple[ConstraintTables, tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def reference_stack_needs(tables: ConstraintTables) -> tuple[np.ndarray, np.ndarray]:
+  """(need [S], need_return [S]) of push-down tables, recomputed from the packed arrays
+  state by state and group by group (the definitions of `tables.stack_needs`): need(q) is
+  0 if q accepts, else the least height q's pop-free explicit or terminal edges need;
+  need_return(s) is 0 if s accepts, else the largest, over accepting states with a group
+  popping exactly (s,), of that group's least edge height."""
+  cached = _NEEDS_CACHE.get(id(tables))
+  if cached is not None and cached[0] is tables:
+    return cached[1]
+  never = 1 << 30
+  accepting = np.asarray(tables.accepting)
+  num_states = len(accepting)
+  groups = np.asarray(tables.state_groups)
+  num_pops = np.asarray(tables.group_num_pops)
+  group_pops = np.asarray(tables.group_pops)
+  edge_start = np.asarray(tables.edge_start)
+  pop_free, returning = [], []  # (state, edges), (return address, edges)
+  for q in range(num_states):
+    for g in groups[q]:
+      edges = np.arange(edge_start[g], edge_start[g + 1]) if g >= 0 else None
+      if g >= 0 and num_pops[g] == 0:
+        pop_free.append((q, edges))
+      elif g >= 0 and num_pops[g] == 1 and accepting[q] and len(edges):
+        returning.append((int(group_pops[g, 0]), edges))
+  terms = [(q, int(target)) for q in range(num_states)
+           for terminal, target in _terminals(tables, q) if terminal >= 0 and target >= 0]
+  need = np.where(accepting, 0, never).astype(np.int64)
+  need_return = need.copy()
+  while True:
+    new_need = np.full(num_states, never, np.int64)
+    for q, edges in pop_free:
+      if len(edges):
+        new_need[q] = min(new_need[q], _edge_heights(tables, edges, (need, need_return)).min())
+    for q, target in terms:
+      new_need[q] = min(new_need[q], need[target])
+    new_return = np.full(num_states, -1, np.int64)
+    for s, edges in returning:
+      new_return[s] = max(new_return[s], _edge_heights(tables, edges, (need, need_return)).min())
+    new_return[new_return < 0] = never
+    new_need[accepting] = 0
+    new_return[accepting] = 0
+    new_need, new_return = np.minimum(new_need, never), np.minimum(new_return, never)
+    if np.array_equal(new_need, need) and np.array_equal(new_return, need_return):
+      break
+    need, need_return = new_need, new_return
+  _NEEDS_CACHE[id(tables)] = (tables, (need, need_return))
+  return need, need_return
+
+
+def _edge_heights(tables: ConstraintTables, edges: np.ndarray,
+                  needs: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+  """Per edge, the stack height above its base (the depth after its pops) that it needs
+  so the row, and every return address it pushes once popped, can still finish."""
+  need, need_return = reference_stack_needs(tables) if needs is None else needs
+  pushes = np.asarray(tables.edge_pushes)[edges]
+  lengths = np.asarray(tables.push_lengths)[pushes].astype(np.int64)
+  height = lengths + need[np.asarray(tables.edge_targets)[edges]]
+  symbols = np.asarray(tables.push_symbols)[pushes]
+  for j in range(symbols.shape[1]):
+    present = symbols[:, j] >= 0
+    height = np.where(
+        present, np.maximum(height, j + need_return[np.maximum(symbols[:, j], 0)]), height)
+  return height
 
 
 def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int, ...],
