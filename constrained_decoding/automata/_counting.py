@@ -50,12 +50,15 @@ Public names:
 """
 
 import dataclasses
+import hashlib
+import os
 import re
 
 import numpy as np
 
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _wide
 from constrained_decoding.automata._byte_dfa import NO_STATE
@@ -142,11 +145,36 @@ _CLASS_CACHE: dict = {}
 _CLASS_CACHE_SIZE = 16
 
 
-def _class_counts(vocab, char_class: ir.CharClass) -> _ClassCounts:
+# Bump when the cached class counts change meaning.
+_COUNTS_FORMAT = 1
+
+
+def _class_counts(vocab, char_class: ir.CharClass, cache_dir: str | None = None
+                  ) -> _ClassCounts:
+  """The counts of `char_class` for `vocab`: kept in memory (a few per process) and, with
+  a `cache_dir`, on disk (one scan of the vocabulary, 0.3-0.5 s with Gemma 3, per class
+  and vocabulary ever)."""
   key = (vocab.fingerprint, char_class.ranges)
   hit = _CLASS_CACHE.get(key)
   if hit is not None:
     return hit
+  path = _counts_path(cache_dir, vocab, char_class)
+  arrays = _load_counts(path, vocab.vocab_size)
+  if arrays is None:
+    arrays = _count_tokens(vocab, char_class)
+    if path is not None:
+      _detokenizer.write_cache_file(cache_dir, path,
+                                    {"counts": arrays[0], "next_byte": arrays[1]})
+  counts, next_byte = arrays
+  out = _ClassCounts(counts=counts, next_byte=next_byte, bitmaps={}, subtries={}, inner={})
+  if len(_CLASS_CACHE) >= _CLASS_CACHE_SIZE:
+    _CLASS_CACHE.pop(next(iter(_CLASS_CACHE)))
+  _CLASS_CACHE[key] = out
+  return out
+
+
+def _count_tokens(vocab, char_class: ir.CharClass) -> tuple[np.ndarray, np.ndarray]:
+  """(counts int8 [V], next_byte int16 [V]) of `_ClassCounts`, by scanning every token."""
   pattern = re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in char_class.ranges)
                        + "]*")
   counts = np.zeros(vocab.vocab_size, np.int8)
@@ -164,11 +192,30 @@ def _class_counts(vocab, char_class: ir.CharClass) -> _ClassCounts:
     else:
       ch = ord(text[end])
       next_byte[t] = ch - 0xDC00 if 0xDC80 <= ch <= 0xDCFF else text[end].encode()[0]
-  out = _ClassCounts(counts=counts, next_byte=next_byte, bitmaps={}, subtries={}, inner={})
-  if len(_CLASS_CACHE) >= _CLASS_CACHE_SIZE:
-    _CLASS_CACHE.pop(next(iter(_CLASS_CACHE)))
-  _CLASS_CACHE[key] = out
-  return out
+  return counts, next_byte
+
+
+def _counts_path(cache_dir: str | None, vocab, char_class: ir.CharClass) -> str | None:
+  if cache_dir is None:
+    return None
+  digest = hashlib.sha256(repr(char_class.ranges).encode()).hexdigest()[:16]
+  return os.path.join(cache_dir,
+                      f"class-counts-v{_COUNTS_FORMAT}-{vocab.fingerprint}-{digest}.npz")
+
+
+def _load_counts(path: str | None, vocab_size: int) -> tuple[np.ndarray, np.ndarray] | None:
+  """The cached arrays, or None when absent or not what this version writes."""
+  if path is None or not os.path.exists(path):
+    return None
+  try:
+    with np.load(path) as f:
+      counts, next_byte = f["counts"], f["next_byte"]
+  except (OSError, KeyError, ValueError):
+    return None  # Damaged: counted again (and rewritten).
+  if (counts.shape != (vocab_size,) or next_byte.shape != (vocab_size,)
+      or counts.dtype != np.int8 or next_byte.dtype != np.int16):
+    return None
+  return counts, next_byte
 
 
 def _bitmap(counts: _ClassCounts, r: int, num_words: int) -> np.ndarray:
@@ -313,7 +360,8 @@ _COMPRESSED_CACHE_SIZE = 16
 
 
 def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
-                  max_table_bytes: int, deadline: float, what: str):
+                  max_table_bytes: int, deadline: float, what: str,
+                  cache_dir: str | None = None):
   """Tables for `chain` with relative targets, or None when its byte DFA is not a clean
   chain. Returns (tables, stats) where stats holds the sizes `CompileInfo` reports.
 
@@ -328,7 +376,8 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
     part = _COMPRESSED_CACHE[key]
   else:
     part = _compose_compressed(chain, n2, m2, span, trie, vocab, min_bucket=min_bucket,
-                               max_edges=max_edges, deadline=deadline, what=what)
+                               max_edges=max_edges, deadline=deadline, what=what,
+                               cache_dir=cache_dir)
     if len(_COMPRESSED_CACHE) >= _COMPRESSED_CACHE_SIZE:
       _COMPRESSED_CACHE.pop(next(iter(_COMPRESSED_CACHE)))
     _COMPRESSED_CACHE[key] = part
@@ -380,7 +429,7 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
 
 def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, *,
                         min_bucket: int, max_edges: int, deadline: float,
-                        what: str) -> _Compressed | None:
+                        what: str, cache_dir: str | None) -> _Compressed | None:
   """The compressed chain `prefix body{n2,m2} suffix` composed with the vocabulary."""
   w = _tables.num_words(vocab.vocab_size)
   node = ir.concat(ir.Bytes(chain.prefix), ir.repeat(chain.body, n2, m2), ir.Bytes(chain.suffix))
@@ -399,7 +448,7 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   position[cell[js, ks]], slot[cell[js, ks]] = js, ks
   in_chain = position >= 0
   others = np.flatnonzero(~in_chain)
-  counts = _class_counts(vocab, chain.char_class)
+  counts = _class_counts(vocab, chain.char_class, cache_dir)
   # Explicit edges: the other states walk the full trie (prefix and suffix: few tokens
   # start there), chain states the sub-trie of tokens not wholly in K whose first byte
   # after their K prefix some chain state reads.

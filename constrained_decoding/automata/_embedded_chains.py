@@ -204,12 +204,14 @@ def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain]
 
 def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges | None,
                    wide: dict, trie, vocab, *, token_class_bits, min_bucket: int,
-                   max_edges: int, max_table_bytes: int, deadline: float, what: str):
+                   max_edges: int, max_table_bytes: int, deadline: float, what: str,
+                   cache_dir: str | None = None):
   """Tables for the spliced `dfa` whose chain `copies` count (see the module doc), or None
   when plain composition must do it. Returns (tables, stats) with `CompileInfo`'s sizes.
 
   `given`: the spliced schema-free fragments' edges (`_splice.splice`), or None; `wide`:
-  the wide states found with chain and fragment states skipped.
+  the wide states found with chain and fragment states skipped; `cache_dir`: where the
+  per-class token counts are kept (None: in memory only).
 
   Raises:
     CompileBudgetError: Explicit edges beyond `max_edges`, time past `deadline`, or the
@@ -232,7 +234,7 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
     classes.setdefault(copy.chain.chain.char_class, []).append(k)
   counts_of, parts = {}, []
   for klass, members in classes.items():
-    counts = counts_of[klass] = _counting._class_counts(vocab, klass)  # pylint: disable=protected-access
+    counts = counts_of[klass] = _counting._class_counts(vocab, klass, cache_dir)  # pylint: disable=protected-access
     states = np.flatnonzero(np.isin(copy_of, members))
     readable = (dfa.transitions[states] != NO_STATE).any(axis=0)
     subtrie = _counting._chain_subtrie(counts, readable, trie)  # pylint: disable=protected-access

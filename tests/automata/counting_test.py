@@ -5,6 +5,7 @@ tokenizations (tokens cross character and chain boundaries), and the device step
 agree with the numpy reference walk over the same tables.
 """
 
+import os
 import random
 import re
 
@@ -226,3 +227,29 @@ def test_gemma_json_max_length(low, high, gemma_compiler, gemma_vocab):
     for _ in range(2):
       tokens = index.random_tokenization(text.encode(), rng)
       assert ref.reference_accepts(tables, tokens) == (low <= length <= high), length
+
+
+def test_class_counts_are_cached_on_disk(vocab, tmp_path, spy):
+  """A second process (here: the in-memory cache emptied) reads the counts back instead
+  of scanning the vocabulary, and compiles the same tables."""
+  spec = cd.JsonSchema({"type": "object", "properties": {"a": {"type": "string",
+                                                               "maxLength": 30}}})
+  options = cd.CompileOptions(cache_dir=str(tmp_path), memoize=False)
+  _counting._CLASS_CACHE.clear()  # pylint: disable=protected-access
+  scans = spy(_counting, "_count_tokens")
+  first = cd.Compiler(vocab, options).compile(spec)
+  assert len(scans) == 1
+  assert any(name.startswith("class-counts-v") for name in os.listdir(tmp_path))
+  _counting._CLASS_CACHE.clear()  # pylint: disable=protected-access
+  second = cd.Compiler(vocab, options).compile(spec)
+  assert len(scans) == 1  # Read from disk.
+  for name in _tables._ARRAY_FIELDS:  # pylint: disable=protected-access
+    np.testing.assert_array_equal(getattr(first, name), getattr(second, name), err_msg=name)
+  # A damaged file is counted again, not trusted.
+  for name in os.listdir(tmp_path):
+    if name.startswith("class-counts-v"):
+      with open(tmp_path / name, "wb") as f:
+        f.write(b"not an npz")
+  _counting._CLASS_CACHE.clear()  # pylint: disable=protected-access
+  cd.Compiler(vocab, options).compile(spec)
+  assert len(scans) == 2
