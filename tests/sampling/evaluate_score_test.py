@@ -8,7 +8,6 @@ import jax
 import pytest
 
 import constrained_decoding as cd
-from constrained_decoding import models
 from constrained_decoding.sampling import _evaluate
 
 _SCHEMA = {"type": "object", "properties": {"Final Answer": {"enum": ["A", "B", "C", "D"]}},
@@ -17,15 +16,6 @@ _PROMPTS = ["Q1", "Q2", "Q3", "Q4", "Q5", "Q6"]
 _BUDGET = 24
 # One device: sharding is evaluate_test's subject; here it would only add compile time.
 _ONE = jax.devices()[:1]
-
-
-@pytest.fixture(scope="module")
-def random_model(gemma_vocab):
-  from constrained_decoding.vocab._spm_from_gguf import sentencepiece_from_gguf  # pylint: disable=g-import-not-at-top
-
-  tokenizer = sentencepiece_from_gguf(models.default_gguf_path())
-  config = models.Gemma3Config.tiny(vocab_size=gemma_vocab.vocab_size)
-  return models.Gemma3.random(config, tokenizer=tokenizer, vocab=gemma_vocab, bos_id=2, seed=3)
 
 
 @pytest.fixture(scope="module")

@@ -29,15 +29,6 @@ def _patterns():
 
 
 @pytest.fixture(scope="module")
-def random_model(gemma_vocab):
-  from constrained_decoding.vocab._spm_from_gguf import sentencepiece_from_gguf  # pylint: disable=g-import-not-at-top
-
-  tokenizer = sentencepiece_from_gguf(models.default_gguf_path())
-  config = models.Gemma3Config.tiny(vocab_size=gemma_vocab.vocab_size)
-  return models.Gemma3.random(config, tokenizer=tokenizer, vocab=gemma_vocab, bos_id=2, seed=3)
-
-
-@pytest.fixture(scope="module")
 def row_tables(gemma_compiler):
   tables = [gemma_compiler.compile(cd.Regex(p)) for p in _PATTERNS]
   return [tables[i % len(tables)] for i in range(len(_PROMPTS))]

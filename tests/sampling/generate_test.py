@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import constrained_decoding as cd
-from constrained_decoding import models
 from constrained_decoding.sampling import _generate
 
 _PATTERNS = [
@@ -18,15 +17,6 @@ _PATTERNS = [
     r'\{"answer": "[ABCD]", "why": "[a-z ]{0,12}"\}',
     r"[^a-z\n]{1,6}",
 ]
-
-
-@pytest.fixture(scope="module")
-def random_model(gemma_vocab):
-  from constrained_decoding.vocab._spm_from_gguf import sentencepiece_from_gguf  # pylint: disable=g-import-not-at-top
-
-  tokenizer = sentencepiece_from_gguf(models.default_gguf_path())
-  config = models.Gemma3Config.tiny(vocab_size=gemma_vocab.vocab_size)
-  return models.Gemma3.random(config, tokenizer=tokenizer, vocab=gemma_vocab, bos_id=2, seed=3)
 
 
 @pytest.mark.parametrize("pattern", _PATTERNS)

@@ -12,23 +12,8 @@ import typing
 import pytest
 
 import constrained_decoding as cd
-from constrained_decoding import models
 
 pydantic = pytest.importorskip("pydantic")
-
-
-class _ByteTokenizer:
-  """Text -> its UTF-8 bytes, the token ids of the byte vocabulary."""
-
-  def EncodeAsIds(self, text: str) -> list[int]:  # pylint: disable=invalid-name
-    return list(text.encode())
-
-
-@pytest.fixture(scope="module")
-def byte_model(byte_vocab):
-  config = models.Gemma3Config.tiny(vocab_size=byte_vocab.vocab_size)
-  return models.Gemma3.random(config, tokenizer=_ByteTokenizer(), vocab=byte_vocab, bos_id=0,
-                              seed=1)
 
 
 class Answer(pydantic.BaseModel):
