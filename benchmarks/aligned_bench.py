@@ -84,20 +84,23 @@ def _ends_with_1(samples) -> list[float]:
   return (ones / np.arange(1, len(samples) + 1)).tolist()
 
 
-def _gcd(model, tables, num_samples, batch_size, sampling, seed):
+def _gcd(model, tables, num_samples, batch_size, sampling, seed, *, prompt=None,
+         max_new_tokens=None):
   """(samples, seconds) of plain constrained sampling, b rows per round.
 
   The decode loop of `cd.generate` (`_generate._decode`), with the prompt prefilled
   once as `generate_aligned` does, so that the two differ only in their rounds.
   """
-  placed, init, eos_ids = _generate._prepare(model, [PROMPT] * batch_size, tables, None,  # pylint: disable=protected-access
-                                             MAX_NEW_TOKENS, seed)
+  prompt = PROMPT if prompt is None else prompt
+  max_new_tokens = MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
+  placed, init, eos_ids = _generate._prepare(model, [prompt] * batch_size, tables, None,  # pylint: disable=protected-access
+                                             max_new_tokens, seed)
   key = jax.random.PRNGKey(seed)
 
   def draw(r):
     state = jax.tree.map(jnp.copy, init).replace(rng=jax.random.fold_in(key, r))
-    state = _generate._decode_until(model, placed, state, MAX_NEW_TOKENS, eos_ids, sampling)  # pylint: disable=protected-access
-    return _generate._completions(model, state, MAX_NEW_TOKENS)  # pylint: disable=protected-access
+    state = _generate._decode_until(model, placed, state, max_new_tokens, eos_ids, sampling)  # pylint: disable=protected-access
+    return _generate._completions(model, state, max_new_tokens)  # pylint: disable=protected-access
 
   draw(10**6)  # compiles
   samples = []
@@ -126,19 +129,8 @@ def _bv_run(model, sampling, num_samples, seed):
   assert tables.is_pushdown
   out = {"grammar": BV_GRAMMAR, "prompt": BV_PROMPT, "samples": num_samples}
   runs = {}
-  placed, init, eos_ids = _generate._prepare(model, [BV_PROMPT] * 8, tables, None,  # pylint: disable=protected-access
-                                             BV_MAX_NEW_TOKENS, seed)
-  key = jax.random.PRNGKey(seed)
-
-  def gcd_round(r):
-    state = jax.tree.map(jnp.copy, init).replace(rng=jax.random.fold_in(key, r))
-    state = _generate._decode_until(model, placed, state, BV_MAX_NEW_TOKENS, eos_ids, sampling)  # pylint: disable=protected-access
-    return _generate._completions(model, state, BV_MAX_NEW_TOKENS)  # pylint: disable=protected-access
-
-  gcd_round(10**6)
-  start = time.perf_counter()
-  gcd = [c for r in range(-(-num_samples // 8)) for c in gcd_round(r)][:num_samples]
-  runs["gcd"] = (gcd, time.perf_counter() - start)
+  runs["gcd"] = _gcd(model, tables, num_samples, 8, sampling, seed, prompt=BV_PROMPT,
+                     max_new_tokens=BV_MAX_NEW_TOKENS)
   kwargs = dict(constraint=tables, batch_size=8, sampling=sampling,
                 max_new_tokens=BV_MAX_NEW_TOKENS, capacity=1 << 14)
   cd.generate_aligned(model, BV_PROMPT, num_samples=8, seed=10**6, **kwargs)
