@@ -47,6 +47,8 @@ per step.
 Public names:
   Chain, find_chain(node)        the supported shape, recognized in IR.
   compile_chain(chain, trie, vocab, ...)  -> (ConstraintTables, stats dict) or None.
+  CountingTerminals              the counting terminals and filters of chain states
+                                 (also used by `_embedded_chains.py`).
 """
 
 import dataclasses
@@ -427,6 +429,86 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
   return tables, dict(part.stats, token_states=num_states)
 
 
+class CountingTerminals:
+  """The counting terminals and "at most r characters" filters of one compile, as
+  parallel lists (bitmap, (class row of `token_counts`, stride, bias); filters -1), and
+  the classes' count rows. Chains that agree (class, body, stride) share terminals."""
+
+  def __init__(self, num_words: int):
+    self.num_words = num_words
+    self.bitmaps: list[np.ndarray] = []
+    self.counts: list[tuple[int, int, int]] = []
+    self.class_rows: dict = {}  # char class -> row of token_counts
+    self.class_counts: list[np.ndarray] = []
+    self._ids: dict = {}
+
+  def _get(self, key, bits_of, count) -> int:
+    k = self._ids.get(key)
+    if k is None:
+      k = self._ids[key] = len(self.bitmaps)
+      self.bitmaps.append(bits_of())
+      self.counts.append(count)
+    return k
+
+  def add_chain(self, chain: Chain, cell: np.ndarray, m2: int, stride: int, inner: list,
+                body, counts: _ClassCounts, vocab, entries_of: dict, moves: list) -> bool:
+    """Adds the counting entries of the chain states in `cell` (`[m2 + 1, stride]`
+    byte-DFA states, -1 for none) to `entries_of` (state -> [(terminal, filter)]) and
+    their moves (source, target) to `moves` (for liveness); False if the chain's
+    escapes cannot be counted (`_inner_tokens`).
+
+    From a boundary, c characters of K lead c positions on; from an inner state x,
+    tokens finishing X after k bytes lead to position + 1 + c - k, those ending inside
+    X to the inner state x' they end in.
+    """
+    klass, w = chain.char_class, self.num_words
+    if klass not in self.class_rows:
+      self.class_rows[klass] = len(self.class_counts)
+      self.class_counts.append(counts.counts)
+    row = self.class_rows[klass]
+    pieces = _inner_tokens(counts, body, chain.body, inner, vocab)
+    if pieces is None:
+      return False
+    max_count = int(counts.counts.max(initial=0))
+    slot_of_x = {x: k + 1 for k, x in enumerate(inner)}
+    every = self._get(("every", klass, stride), lambda: _bitmap(counts, max_count, w),
+                      (row, stride, 0))
+    finish, inside = {}, {}  # slot -> [(terminal, k)], [(terminal, slot after)]
+    for (x, k), tokens in pieces["finish"].items():
+      t = self._get(("finish", klass, chain.body, stride, x, k),
+                    lambda tokens=tokens: _wide.token_bits(tokens, w),
+                    (row, stride, stride * (1 - k) - slot_of_x[x]))
+      finish.setdefault(slot_of_x[x], []).append((t, k))
+    for (x, x2), tokens in pieces["inside"].items():
+      t = self._get(("inside", klass, chain.body, stride, x, x2),
+                    lambda tokens=tokens: _wide.token_bits(tokens, w),
+                    (row, 0, slot_of_x[x2] - slot_of_x[x]))
+      inside.setdefault(slot_of_x[x], []).append((t, slot_of_x[x2]))
+
+    def at_most(r: int) -> int:
+      if r >= max_count:
+        return -1
+      return self._get(("filter", klass, r), lambda: _bitmap(counts, r, w), (-1, -1, -1))
+
+    for j, k_slot in zip(*np.nonzero(cell >= 0)):
+      j, k_slot = int(j), int(k_slot)
+      state, r = int(cell[j, k_slot]), m2 - j
+      entries = []
+      if k_slot == 0 and r >= 1 and max_count:
+        entries.append((every, at_most(r)))
+        moves.append((state, int(cell[j + 1, 0])))
+      if k_slot and r >= 1:
+        for terminal, k in finish.get(k_slot, ()):
+          entries.append((terminal, at_most(r - 1 + k)))
+          moves.append((state, int(cell[j + 1, 0])))
+        for terminal, k2 in inside.get(k_slot, ()):
+          entries.append((terminal, -1))
+          moves.append((state, int(cell[j, k2])))
+      if entries:
+        entries_of[state] = entries
+    return True
+
+
 def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, *,
                         min_bucket: int, max_edges: int, deadline: float,
                         what: str, cache_dir: str | None) -> _Compressed | None:
@@ -464,58 +546,15 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   src, tok, dst = (_compose._concatenate_columns(parts) if parts
                    else (np.zeros(0, np.int64),) * 3)
   src, tok, dst = (np.asarray(a, np.int64) for a in (src, tok, dst))
-  # Counting terminals. Tokens wholly in K: from a boundary, c characters lead c
-  # positions on; from an inner state x, those finishing X after k bytes lead to
-  # position + 1 + c - k, those ending inside X to the inner state x' they end in.
-  max_count = int(counts.counts.max(initial=0))
-  slot_of_x = {x: k + 1 for k, x in enumerate(inner)}
-  pieces = _inner_tokens(counts, body, chain.body, inner, vocab)
-  if pieces is None:
-    return None
-  bitmaps = [_bitmap(counts, max_count, w)]   # 0: every token wholly in K
-  counting = [(0, stride, 0)]                 # (count row, stride, bias) per terminal
-  finish, inside = {}, {}                     # slot -> [(terminal, k)], [(terminal, x')]
-  for (x, k), tokens in pieces["finish"].items():
-    finish.setdefault(slot_of_x[x], []).append((len(bitmaps), k))
-    bitmaps.append(_wide.token_bits(tokens, w))
-    counting.append((0, stride, stride * (1 - k) - slot_of_x[x]))
-  for (x, x2), tokens in pieces["inside"].items():
-    inside.setdefault(slot_of_x[x], []).append((len(bitmaps), slot_of_x[x2]))
-    bitmaps.append(_wide.token_bits(tokens, w))
-    counting.append((0, 0, slot_of_x[x2] - slot_of_x[x]))
-  filter_of: dict[int, int] = {}  # "at most r characters" bitmaps, as filters
-
-  def at_most(r: int) -> int:
-    if r >= max_count:
-      return -1
-    if r not in filter_of:
-      filter_of[r] = len(bitmaps)
-      bitmaps.append(_bitmap(counts, r, w))
-      counting.append((-1, -1, -1))
-    return filter_of[r]
-
+  # Counting terminals (tokens wholly in K), per chain state.
+  counting = CountingTerminals(w)
   entries_of: dict[int, list] = {}
-  t_src, t_dst = [], []  # Terminal moves, for liveness.
-  for state in np.flatnonzero(in_chain).tolist():
-    j, k_slot = int(position[state]), int(slot[state])
-    r = m2 - j
-    entries = []
-    if k_slot == 0 and r >= 1 and max_count:
-      entries.append((0, at_most(r)))
-      t_src.append(state)
-      t_dst.append(int(cell[j + 1, 0]))
-    if k_slot and r >= 1:
-      for terminal, k in finish.get(k_slot, ()):
-        if r - 1 + k >= k:  # Room for at least the escape itself.
-          entries.append((terminal, at_most(r - 1 + k)))
-          t_src.append(state)
-          t_dst.append(int(cell[j + 1, 0]))
-      for terminal, k2 in inside.get(k_slot, ()):
-        entries.append((terminal, -1))
-        t_src.append(state)
-        t_dst.append(int(cell[j, k2]))
-    if entries:
-      entries_of[state] = entries
+  moves: list[tuple[int, int]] = []  # Terminal moves, for liveness.
+  if not counting.add_chain(chain, cell, m2, stride, inner, body, counts, vocab, entries_of,
+                            moves):
+    return None
+  t_src, t_dst = ([a for a, _ in moves], [b for _, b in moves])
+  bitmaps, counts_of_terminals = counting.bitmaps, counting.counts
   live = _compose._live_states(q, np.concatenate([src, np.array(t_src, np.int64)]),
                                np.concatenate([dst, np.array(t_dst, np.int64)]),
                                dfa.start, dfa.accepting)
@@ -563,7 +602,7 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   terminal_bits = np.zeros((t_pad, w), np.uint32)
   terminal_bits[:len(bitmaps)] = np.stack(bitmaps)
   terminal_counts = np.full((t_pad, 3), -1, np.int32)
-  terminal_counts[:len(counting)] = counting
+  terminal_counts[:len(counts_of_terminals)] = counts_of_terminals
   mask_bits = np.zeros((_tables.bucket_size(len(rows), min_bucket), w), np.uint32)
   for row, k in enumerate(first_group):
     toks = e_tok[bounds[k]:bounds[k + 1]]

@@ -251,12 +251,13 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   src, tok, dst = _compose.token_edges(dfa, trie, wide=wide, given=all_given, **budget)
   terminal_edges = _compose._terminal_edges(dfa, wide, token_class_bits, w)  # pylint: disable=protected-access
   terminal_edges.update(all_given.terminals)
-  counting = _Counting(w)
+  counting = _counting.CountingTerminals(w)
   entries_of: dict[int, list] = {}
   moves: list[tuple[int, int]] = []
   for copy in copies:
-    if not counting.add_copy(copy, counts_of[copy.chain.chain.char_class], vocab,
-                             entries_of, moves):
+    e = copy.chain
+    if not counting.add_chain(e.chain, copy.cell, e.m2, e.stride, e.inner, e.body,
+                              counts_of[e.chain.char_class], vocab, entries_of, moves):
       return None
   term_src = [s for s, listed in terminal_edges.items() for _ in listed]
   term_dst = [t for listed in terminal_edges.values() for _, t in listed]
@@ -287,86 +288,8 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
                  what=what, byte_states=q)
 
 
-class _Counting:
-  """The counting terminals and filters of a compile, shared by copies that agree."""
-
-  def __init__(self, num_words: int):
-    self.num_words = num_words
-    self.bitmaps: list[np.ndarray] = []
-    self.counts: list[tuple[int, int, int]] = []  # (class row, stride, bias); filters -1
-    self.class_rows: dict = {}                     # char class -> row of token_counts
-    self.class_counts: list[np.ndarray] = []
-    self._ids: dict = {}
-
-  def _get(self, key, bits_of, count) -> int:
-    k = self._ids.get(key)
-    if k is None:
-      k = self._ids[key] = len(self.bitmaps)
-      self.bitmaps.append(bits_of())
-      self.counts.append(count)
-    return k
-
-  def add_copy(self, copy: _Copy, counts, vocab, entries_of: dict, moves: list) -> bool:
-    """Adds the counting entries of `copy`'s states (by byte-DFA state) and their moves
-    (for liveness); False if its escapes cannot be counted (`_inner_tokens`)."""
-    e = copy.chain
-    klass, stride, w = e.chain.char_class, e.stride, self.num_words
-    if klass not in self.class_rows:
-      self.class_rows[klass] = len(self.class_counts)
-      self.class_counts.append(counts.counts)
-    row = self.class_rows[klass]
-    pieces = _counting._inner_tokens(counts, e.body, e.chain.body, e.inner, vocab)  # pylint: disable=protected-access
-    if pieces is None:
-      return False
-    max_count = int(counts.counts.max(initial=0))
-    slot_of_x = {x: k + 1 for k, x in enumerate(e.inner)}
-    every = self._get(("every", klass, stride), lambda: _counting._bitmap(counts, max_count, w),  # pylint: disable=protected-access
-                      (row, stride, 0))
-    finish, inside = {}, {}
-    for (x, k), tokens in pieces["finish"].items():
-      bias = stride * (1 - k) - slot_of_x[x]
-      t = self._get(("finish", klass, e.chain.body, stride, x, k),
-                    lambda tokens=tokens: _wide_bits(tokens, w), (row, stride, bias))
-      finish.setdefault(slot_of_x[x], []).append((t, k))
-    for (x, x2), tokens in pieces["inside"].items():
-      t = self._get(("inside", klass, e.chain.body, stride, x, x2),
-                    lambda tokens=tokens: _wide_bits(tokens, w),
-                    (row, 0, slot_of_x[x2] - slot_of_x[x]))
-      inside.setdefault(slot_of_x[x], []).append((t, slot_of_x[x2]))
-
-    def at_most(r: int) -> int:
-      if r >= max_count:
-        return -1
-      return self._get(("filter", klass, r), lambda: _counting._bitmap(counts, r, w),  # pylint: disable=protected-access
-                       (-1, -1, -1))
-
-    cell, m2 = copy.cell, e.m2
-    for j, k_slot in zip(*np.nonzero(cell >= 0)):
-      j, k_slot = int(j), int(k_slot)
-      state, r = int(cell[j, k_slot]), m2 - j
-      entries = []
-      if k_slot == 0 and r >= 1 and max_count:
-        entries.append((every, at_most(r)))
-        moves.append((state, int(cell[j + 1, 0])))
-      if k_slot and r >= 1:
-        for terminal, k in finish.get(k_slot, ()):
-          entries.append((terminal, at_most(r - 1 + k)))
-          moves.append((state, int(cell[j + 1, 0])))
-        for terminal, k2 in inside.get(k_slot, ()):
-          entries.append((terminal, -1))
-          moves.append((state, int(cell[j, k2])))
-      if entries:
-        entries_of[state] = entries
-    return True
-
-
-def _wide_bits(tokens: np.ndarray, num_words: int) -> np.ndarray:
-  from constrained_decoding.automata import _wide  # pylint: disable=g-import-not-at-top
-  return _wide.token_bits(tokens, num_words)
-
-
 def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos, slot,
-            counting: _Counting, entries_of: dict, vocab, *, min_bucket: int,
+            counting: _counting.CountingTerminals, entries_of: dict, vocab, *, min_bucket: int,
             max_table_bytes: int, what: str, byte_states: int):
   """The real tables: compressed `packed` with each copy's chain laid out in full."""
   c = token_dfa.num_states
