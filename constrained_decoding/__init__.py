@@ -27,7 +27,7 @@ _EXPORTS = {
     "CompileOptions": "constrained_decoding._compiler",
     "CompileInfo": "constrained_decoding._compiler",
     "ConstraintTables": "constrained_decoding.tables",
-    "stack_tables": "constrained_decoding.tables",
+    "stack_tables": "constrained_decoding._stacking",
     "tables_nbytes": "constrained_decoding.tables",
     "load_tables": "constrained_decoding._tables_file",
     "read_tables_header": "constrained_decoding._tables_file",

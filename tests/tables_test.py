@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import constrained_decoding as cd
+from constrained_decoding import _stacking
 from constrained_decoding import tables as tables_lib
 from constrained_decoding.testing import reference_allowed, reference_walk
 
@@ -11,7 +12,7 @@ _PATTERNS = [r"Red|Orange|Yellow", r"\d{4}-\d\d", r"(ab)*c?", r"[^x]{2}", r"é+"
 
 
 def _live_states(t):
-  s = tables_lib._used_sizes(t)[0]  # pylint: disable=protected-access
+  s = _stacking._used_sizes(t)[0]  # pylint: disable=protected-access
   return range(s)
 
 

@@ -35,7 +35,8 @@ from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling._generate import Completion
 from constrained_decoding.sampling._methods import SamplingConfig
-from constrained_decoding.tables import ConstraintTables, bucket_size, stack_tables
+from constrained_decoding._stacking import stack_tables
+from constrained_decoding.tables import ConstraintTables, bucket_size
 
 _AXIS = "rows"
 _ROWS_PER_DEVICE = 8  # default batch per device

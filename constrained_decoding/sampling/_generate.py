@@ -32,7 +32,8 @@ from constrained_decoding.models import _gemma3
 from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.errors import VocabularyMismatchError
 from constrained_decoding.sampling._methods import SamplingConfig, sample_tokens
-from constrained_decoding.tables import ConstraintTables, bucket_size, stack_tables
+from constrained_decoding._stacking import stack_tables
+from constrained_decoding.tables import ConstraintTables, bucket_size
 
 _MIN_PROMPT_BUCKET = 16
 # Most tokens one request may generate per row: Gemma 3 270M's context length. The

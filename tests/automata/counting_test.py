@@ -114,7 +114,7 @@ def test_counted_chain_device_agrees_with_reference(spec, suffix, units, compile
 def test_stacked_counted_and_plain_tables(compiler, vocab):
   counted = compiler.compile(cd.Regex(r"[a-z]{3,40}"))
   plain = compiler.compile(cd.Regex(r"(ab|c)+"))
-  stacked = _tables.stack_tables([plain, counted])
+  stacked = cd.stack_tables([plain, counted])
   index = ref.TokenIndex(vocab)
   rng = random.Random(1)
   start = int(stacked.start[1])
