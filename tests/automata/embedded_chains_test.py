@@ -153,3 +153,24 @@ def test_gemma_nested_max_length_is_small_and_exact(gemma_compiler, gemma_vocab)
       text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
       tokens = index.random_tokenization(text.encode(), rng)
       assert ref.reference_accepts(tables, tokens) == validator.is_valid(value), (n, tags)
+
+
+def test_wide_state_search_stops_at_the_deadline(gemma_compiler):
+  """The search for wide states checks the compile deadline (a 90 s overrun before)."""
+  from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+
+  compiler = gemma_compiler
+  dfa = _fsa.compile_byte_dfa(cd.JsonSchema({"type": "object", "properties": {
+      "a": {"type": "string"}, "b": {"type": "string"}}}).to_ir())
+  assert compiler.wide_states.find(dfa)  # String bodies are wide loops.
+  with pytest.raises(cd.CompileBudgetError,
+                     match="The schema exceeded its compile time budget while finding wide "
+                           "states. Raise CompileOptions.max_seconds"):
+    compiler.wide_states.find(dfa, deadline=0.0, what="The schema")
+
+
+def test_ambiguous_repetition_stops_determinizing_with_its_message(compilers):
+  with pytest.raises(cd.CompileBudgetError,
+                     match=r"Determinizing the byte automaton needs more than 100000 states "
+                           r"\(an ambiguous bounded repetition"):
+    compilers[0].compile(cd.Regex("(a|b)*a(a|b){20}"))
