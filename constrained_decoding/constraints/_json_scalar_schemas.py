@@ -27,11 +27,13 @@ from constrained_decoding.constraints import _difference
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_keywords
+from constrained_decoding.constraints import _json_refs
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints._json_keywords import (
     _NAME_KEYWORDS,
     _NO_CONSTRAINT,
     _NUMBER,
+    _TYPE_OF_KEYWORD,
     _exact,
     _merged_values,
     _pointer,
@@ -188,24 +190,82 @@ def intersect_texts(texts: list[ir.Node], pointer: str) -> ir.Node:
 def name_language(lw, names, pointer: str) -> ir.Node | None:
   """The decoded texts `propertyNames` allows as keys (IR over characters), None for any.
 
-  Supports the string keywords (type, pattern, format, minLength, maxLength) and
-  enum/const (their strings).
+  `names` is a schema applied to strings: the string keywords (type, pattern, format,
+  minLength, maxLength), enum/const (their strings), `$ref`, and the boolean
+  applicators over languages: `allOf` (intersection), `anyOf` (union), `oneOf` (each
+  branch minus the others), `not` (complement), `if`/`then`/`else`. Keywords for other
+  types assert nothing about a string and are ignored; unknown keywords are recorded as
+  annotations. A `$ref` that reaches itself again is refused.
   """
+  return _names(lw, names, pointer, ())
+
+
+# Keywords that constrain only non-string instances (or only name a draft spelling of
+# one): under `propertyNames`, whose instances are strings, they assert nothing.
+_NOT_FOR_STRINGS = frozenset(
+    {k for k, t in _TYPE_OF_KEYWORD.items() if t != "string"} | {
+        "dependentRequired", "dependentSchemas", "dependencies", "additionalItems",
+        "unevaluatedProperties", "unevaluatedItems"})
+_NAME_APPLICATORS = frozenset({"$ref", "$recursiveRef", "$dynamicRef", "allOf", "anyOf",
+                               "oneOf", "not", "if", "then", "else"})
+
+
+def _names(lw, names, pointer: str, chain: tuple) -> ir.Node | None:
+  """`name_language` of one subschema; `chain` holds the `$ref`s being followed."""
   if names is True:
     return None
   if names is False:
     return ir.NOTHING
   names = _json_keywords.schema_dict(names, pointer)
+  if any(k in names for k in ("$ref", "$recursiveRef", "$dynamicRef")):
+    names = _json_refs._local_ref(lw, names, pointer)  # Against `$id`s; draft-7 rules.
   for key in names:
-    if key not in _NAME_KEYWORDS and key not in _NO_CONSTRAINT:
-      where = _pointer(pointer, key)
-      lw.unsupported(where, (
-          f"propertyNames keyword {key!r} at {where} is not supported. Expected type,"
-          " pattern, format, minLength, maxLength, enum or const. Remove it, or pass"
-          " lenient=True to ignore it (the output may then violate it)."))
+    if (key not in _NAME_KEYWORDS and key not in _NO_CONSTRAINT
+        and key not in _NAME_APPLICATORS and key not in _NOT_FOR_STRINGS
+        and key not in ("$notIn", "$notPattern", "$notFormat", "$fromNot")):
+      lw.annotation(_pointer(pointer, key))  # Unknown: an annotation (2020-12, 6.5).
   if "type" in names and "string" not in _json_keywords.type_names(names["type"], pointer):
     return ir.NOTHING  # Property names are strings.
+  languages = [_own_name_language(lw, names, pointer)]
+  if "$ref" in names:
+    ref = names["$ref"]
+    target = _json_refs.resolve(lw, ref, pointer)
+    if ref in chain:
+      cycle = " -> ".join([*chain[chain.index(ref):], ref])
+      raise errors.UnsupportedSchemaError(
+          f"$ref {ref!r} at {_pointer(pointer, '$ref')} under propertyNames refers back"
+          f" to itself ({cycle}), which is not supported for property names. Expected"
+          " a $ref chain without cycles. Inline the referenced string schema.")
+    languages.append(_names(lw, target, ref, (*chain, ref)))
+  for key in ("allOf", "anyOf", "oneOf"):
+    if key in names:
+      branches = _name_branches(lw, names, key, pointer, chain)
+      if key == "allOf":
+        languages += branches
+      elif key == "anyOf":
+        languages.append(_union(branches))
+      else:  # Exactly one: each branch outside the union of the others.
+        only = [_meet([b, _complement(_union(branches[:i] + branches[i + 1:]), pointer)],
+                      pointer) for i, b in enumerate(branches)]
+        languages.append(_union(only))
+  if "not" in names:
+    where = _pointer(pointer, "not")
+    languages.append(_complement(_names(lw, names["not"], where, chain), pointer))
+  if "if" in names and ("then" in names or "else" in names):
+    test = _names(lw, names["if"], _pointer(pointer, "if"), chain)
+    then = _names(lw, names.get("then", True), _pointer(pointer, "then"), chain)
+    other = _names(lw, names.get("else", True), _pointer(pointer, "else"), chain)
+    languages.append(_union([_meet([test, then], pointer),
+                             _meet([_complement(test, pointer), other], pointer)]))
+  return _meet(languages, pointer)
+
+
+def _own_name_language(lw, names: dict, pointer: str) -> ir.Node | None:
+  """The language of `names`' string keywords alone (None: they allow any text)."""
   texts = text_languages(lw, names, pointer)
+  excluded = [v for v in names.get("$notIn", []) if isinstance(v, str)]
+  if excluded:
+    texts.append(jv.text_except(excluded))
   min_length = _json_keywords.count(names, "minLength", pointer) or 0
   max_length = _json_keywords.count(names, "maxLength", pointer)
   if max_length is not None and max_length < min_length:
@@ -214,9 +274,50 @@ def name_language(lw, names, pointer: str) -> ir.Node | None:
   if "enum" in names or "const" in names:
     texts.append(ir.union(*(ir.Bytes(v.encode()) for v in _json_keywords.enum_values(names, pointer)
                             if isinstance(v, str) and encodable(v))))
+  return _meet(texts, pointer)
+
+
+def _name_branches(lw, names: dict, key: str, pointer: str, chain: tuple) -> list:
+  """The languages of the subschemas of `allOf`/`anyOf`/`oneOf` under `names`."""
+  parts = names[key]
+  where = _pointer(pointer, key)
+  if not isinstance(parts, list) or not parts:
+    raise errors.SchemaError(
+        f"{key} at {where} is {_short(parts)}. Expected a non-empty array of schemas."
+        " Fix the value.")
+  return [_names(lw, part, _pointer(where, i), chain) for i, part in enumerate(parts)]
+
+
+def _meet(languages: list, pointer: str) -> ir.Node | None:
+  """The intersection of languages (None: any text), refused past the budget."""
+  texts = [t for t in languages if t is not None]
   if not texts:
     return None
+  if any(t == ir.NOTHING for t in texts):
+    return ir.NOTHING
   return intersect_texts(texts, pointer)
+
+
+def _union(languages: list) -> ir.Node | None:
+  """The union of languages (None: any text)."""
+  if any(t is None for t in languages):
+    return None
+  return ir.union(*languages)
+
+
+def _complement(language: ir.Node | None, pointer: str) -> ir.Node | None:
+  """The texts outside `language` (None: any text), refused past the budget."""
+  if language is None:
+    return ir.NOTHING
+  if language == ir.NOTHING:
+    return None
+  try:
+    return _intersect.complement_text(language)
+  except ValueError as e:
+    raise errors.UnsupportedSchemaError(
+        f"The property names at {pointer} exclude a language (from not, oneOf or if)"
+        f" whose complement is too large: {e}. Expected simpler patterns. Simplify the"
+        " propertyNames schema.") from e
 
 
 def pattern_text(pattern, where: str) -> ir.Node:
