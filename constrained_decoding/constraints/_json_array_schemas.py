@@ -20,15 +20,18 @@ from constrained_decoding.constraints._json_keywords import (
 
 # Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
 MAX_UNIQUE_VALUES = 8
+# Most states of a `contains` automaton over (items written, matching items written).
+MAX_CONTAINS_STATES = 4_096
 
 
 def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
-  """Arrays with `minContains` (default 1) to `maxContains` items matching `contains`.
+  """Arrays of `minItems` to `maxItems` items, `minContains` (default 1) to
+  `maxContains` of them matching `contains`.
 
-  An automaton over how many matching items were written: an item either counts
-  (`items` and `contains`) or not (`items` and, with a `maxContains`, not
-  `contains`: `_json_negation.negate`); without a maximum, an item need not be
-  counted, so no negation is needed.
+  An automaton over (items written, matching items written), each capped where more
+  no longer matters: an item either counts (`items` and `contains`) or not (`items`
+  and, with a `maxContains`, not `contains`: `_json_negation.negate`); without a
+  maximum, an item need not be counted, so no negation is needed.
   """
   where = _pointer(pointer, "contains")
   m = _json_keywords.count(schema, "minContains", pointer)
@@ -38,15 +41,31 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
                                                        "maxContains")}
   if m == 0 and top is None:
     return lower_array(lw, rest, pointer)
-  for key in ("prefixItems", "minItems", "maxItems", "uniqueItems"):
+  for key in ("prefixItems", "uniqueItems"):
     if key in schema and schema[key] is not False:
       lw.unsupported(where, (
           f"contains at {where} next to {key} is not supported. Expected contains with"
-          " items, minContains and maxContains only. Remove one of them, or pass"
-          " lenient=True to ignore contains."))
+          " items, minItems, maxItems, minContains and maxContains only. Remove one of"
+          " them, or pass lenient=True to ignore contains."))
       return lower_array(lw, rest, pointer)
-  if top is not None and top < m:
+  low = _json_keywords.count(schema, "minItems", pointer) or 0
+  high = _json_keywords.count(schema, "maxItems", pointer)
+  if top is not None and high is not None and top >= high:
+    top = None  # maxContains can never be exceeded: no negation needed.
+    if m == 0:
+      return lower_array(lw, rest, pointer)
+  if top is not None and top < m or high is not None and (high < low or high < m):
     return ir.NOTHING
+  cap = m if top is None else top  # Matches counted up to here.
+  full = high if high is not None else max(low, 1)  # Items counted up to here.
+  size = (full + 1) * (cap + 1)
+  if full > 1 and size > MAX_CONTAINS_STATES:  # Linear in `cap` alone, as before.
+    keyword, counted = ("maxItems", high) if high is not None else ("minItems", low)
+    raise errors.CompileBudgetError(
+        f"contains at {where} with {'maxContains' if top is not None else 'minContains'}"
+        f" {cap} next to {keyword} {counted} at {_pointer(pointer, keyword)} needs an"
+        f" automaton of {size} states (items written times matching items written)."
+        f" Expected at most {MAX_CONTAINS_STATES}. Lower the bounds, or drop one of them.")
   items = _items(schema)
   item = lw.lower(items, _pointer(pointer, "items"))
   hit = lw.lower_conjunction([(items, pointer), (schema["contains"], where)], where)
@@ -56,22 +75,28 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
                                     lambda ref: lw.resolve(ref, pointer), where)
     miss = lw.lower_conjunction([(items, pointer), (negated, where)], where)
   ws = lw.ws
-  cap = m if top is None else top
-  # States: 0 start, 1 after `]`, 2 after `[`, 3 + k after items of which k count.
-  arcs = [(0, ws.open(b"["), 2)]
-  if m == 0:
+  # States: 0 start, 1 after `]`, 2 + n * (cap + 1) + k after `[` and n items of which
+  # k count (n capped at `full` without a maxItems, k at `cap` without a maxContains).
+  def state(n: int, k: int) -> int:
+    return 2 + n * (cap + 1) + k
+
+  arcs = [(0, ws.open(b"["), state(0, 0))]
+  if low == 0 and m == 0:
     arcs.append((0, ws.empty(b"[]"), 1))
-  for k in range(cap + 1):
-    here = 3 + k
-    if k >= m:
-      arcs.append((here, ws.close(b"]"), 1))
-    stay = item if top is None and k == cap else miss
-    arcs.append((here, ir.concat(ws.comma, stay), here))
-    if k < cap:
-      arcs.append((here, ir.concat(ws.comma, hit), here + 1))
-  arcs += [(2, miss, 3), (2, hit, 4)] if cap >= 1 else [(2, miss, 3)]
+  for n in range(full + 1):
+    after = n + 1 if high is not None else min(n + 1, full)
+    sep = ws.comma if n else ir.EPSILON
+    for k in range(min(n if high is not None or n < full else cap, cap) + 1):
+      if n and n >= low and k >= m:
+        arcs.append((state(n, k), ws.close(b"]"), 1))
+      if high is not None and n == high:
+        continue
+      stay = item if top is None and k == cap else miss
+      arcs.append((state(n, k), ir.concat(sep, stay), state(after, k)))
+      if k < cap:
+        arcs.append((state(n, k), ir.concat(sep, hit), state(after, k + 1)))
   arcs = [(a, label, b) for a, label, b in arcs if label != ir.NOTHING]
-  return ir.Graph(num_states=4 + cap, arcs=tuple(arcs), finals=(1,))
+  return ir.Graph(num_states=2 + size, arcs=tuple(arcs), finals=(1,))
 
 
 def _lower_unique_array(lw, schema: dict, pointer: str) -> ir.Node | None:
