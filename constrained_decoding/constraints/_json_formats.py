@@ -1,7 +1,8 @@
 """JSON Schema `pattern` and `format` as decoded-text IR (over characters, UTF-8).
 
 Public names:
-  pattern_ir(pattern)   decoded strings in which `pattern` matches (`re.search`).
+  pattern_ir(pattern)   decoded strings in which `pattern` matches (`re.search`),
+                        lookaheads right after a leading `^` included.
   format_ir(name)       decoded strings of a `format` (date-time, uuid, ...).
   FORMATS               the `format` names enforced (others are annotations).
 
@@ -10,8 +11,10 @@ Semantics and the exact language of each format: see `_json_schema.py`'s module 
 
 import functools
 import re
+from re import _parser as sre_parse
 
 from constrained_decoding import errors
+from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _regex
 
@@ -19,32 +22,81 @@ _ANY_TEXT = "(?s:.*)"
 _GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
 
 
-def _split_alternatives(pattern: str) -> list[str]:
-  """The top-level `|` alternatives of a regex (outside groups and classes)."""
-  out, depth, start, i = [], 0, 0, 0
-  while i < len(pattern):
-    c = pattern[i]
+def _class_end(text: str, i: int) -> int:
+  """The index just past the character class whose `[` is at `text[i]`."""
+  i += 1
+  if text.startswith("^", i):
+    i += 1
+  if text.startswith("]", i):
+    i += 1
+  while i < len(text) and text[i] != "]":
+    i += 2 if text[i] == "\\" else 1
+  return i + 1
+
+
+def _structure(text: str, i: int = 0):
+  """(index, character) of each `(`, `)` and `|` from `text[i]` on, outside escapes and
+  character classes."""
+  while i < len(text):
+    c = text[i]
     if c == "\\":
       i += 2
       continue
     if c == "[":
-      i += 1
-      if pattern.startswith("^", i):
-        i += 1
-      if pattern.startswith("]", i):
-        i += 1
-      while i < len(pattern) and pattern[i] != "]":
-        i += 2 if pattern[i] == "\\" else 1
-    elif c == "(":
+      i = _class_end(text, i)
+      continue
+    if c in "()|":
+      yield i, c
+    i += 1
+
+
+def _split_alternatives(pattern: str) -> list[tuple[int, str]]:
+  """(offset, text) of each top-level `|` alternative of a regex (outside groups and
+  classes)."""
+  out, depth, start = [], 0, 0
+  for i, c in _structure(pattern):
+    if c == "(":
       depth += 1
     elif c == ")":
       depth -= 1
-    elif c == "|" and depth == 0:
-      out.append(pattern[start:i])
+    elif depth == 0:
+      out.append((start, pattern[start:i]))
       start = i + 1
-    i += 1
-  out.append(pattern[start:])
+  out.append((start, pattern[start:]))
   return out
+
+
+def _group_end(text: str, i: int) -> int:
+  """The index of the `)` closing the group whose `(` is at `text[i]` (of a valid regex)."""
+  depth = 0
+  for j, c in _structure(text, i):
+    if c == "(":
+      depth += 1
+    elif c == ")":
+      depth -= 1
+      if depth == 0:
+        return j
+  raise ValueError(f"unbalanced group at {i} in {text!r}")  # Excluded by the syntax check.
+
+
+_LOOKAROUNDS = (("(?=", "lookahead"), ("(?!", "negative lookahead"),
+                ("(?<=", "lookbehind"), ("(?<!", "negative lookbehind"))
+_LOOKAHEAD_HINT = (
+    "Expected lookaheads (?=...) and (?!...) only right after the start anchor ^ or \\A"
+    " of the pattern or of a top-level alternative (e.g. '^(?!aws:).+$' or"
+    " '^(?=.*[0-9])[a-z0-9]+$'), and no lookbehind. Rewrite the pattern without it: the"
+    " constraint is a regular language over the whole text."
+)
+
+
+def _first_lookaround(text: str) -> tuple[int, str] | None:
+  """(index, name) of the first lookaround group in `text`, or None."""
+  for i, c in _structure(text):
+    if c == "(":
+      for prefix, name in _LOOKAROUNDS:
+        if text.startswith(prefix, i):
+          return i, name
+  return None
 
 
 def _backslashes_before(text: str, end: int) -> int:
@@ -62,6 +114,74 @@ def _anchored_end(alternative: str) -> bool:
   return False
 
 
+class _Lowering:
+  """Lowers the alternatives of one pattern (`full`: with its global flags `flags`)."""
+
+  def __init__(self, full: str, flags: str):
+    self.full = full
+    self.flags = flags
+
+  def union(self, alternatives: list[tuple[int, str]], *, at_start: bool) -> ir.Node:
+    """The union of the alternatives (offset into `full`, text); `at_start`: they are
+    matched at the start of the text (inside a leading lookahead), as if after `^`."""
+    wrapped, nodes = [], []
+    for offset, alternative in alternatives:
+      piece = self.alternative(alternative, offset, at_start=at_start)
+      (wrapped if isinstance(piece, str) else nodes).append(piece)
+    if wrapped:
+      nodes.insert(0, _regex.parse_regex(self.flags + "|".join(wrapped), unicode=False))
+    return ir.union(*nodes)
+
+  def alternative(self, alternative: str, offset: int, *, at_start: bool) -> str | ir.Node:
+    """The wrapped regex of one alternative, or its IR when it has leading lookaheads."""
+    anchor = next((a for a in ("^", "\\A") if alternative.startswith(a)), "")
+    start = bool(anchor) or at_start
+    i = len(anchor)
+    positive, negative = [], []
+    while start and alternative.startswith(("(?=", "(?!"), i):
+      close = _group_end(alternative, i)
+      inner = alternative[i + 3:close]
+      language = self.union([(offset + i + 3 + o, a) for o, a in _split_alternatives(inner)],
+                            at_start=True)
+      (positive if alternative[i + 2] == "=" else negative).append(language)
+      i = close + 1
+    rest = alternative[i:]
+    found = _first_lookaround(rest)
+    if found is not None:
+      raise errors.UnsupportedRegexError(
+          f"Regex {self.full!r} uses a {found[1]} at position {offset + i + found[0]},"
+          f" which is not supported there. {_LOOKAHEAD_HINT}")
+    end = _anchored_end(alternative)
+    wrapped = ("" if start else _ANY_TEXT) + f"(?:{anchor}{rest})" + ("" if end else _ANY_TEXT)
+    if not positive and not negative:
+      return wrapped
+    node = _regex.parse_regex(self.flags + wrapped, unicode=False)
+    try:
+      for language in positive:
+        if node != ir.NOTHING:
+          node = _intersect.intersect_text(node, language)
+      if negative and node != ir.NOTHING:
+        node = _intersect.intersect_text(node, _intersect.complement_text(ir.union(*negative)))
+    except ValueError as e:
+      raise errors.UnsupportedRegexError(
+          f"Regex {self.full!r} has leading lookaheads whose exact automaton is too large:"
+          f" {e}. Expected a lookahead (and the rest of its alternative) with a smaller"
+          " automaton. Simplify the lookahead, e.g. test a shorter prefix.") from e
+    return node
+
+
+def _check_syntax(pattern: str) -> None:
+  """Raises `RegexSyntaxError` unless `re`'s parser takes `pattern` (checked before its
+  leading lookaheads are cut out; a variable-width lookbehind, which only `re.compile`
+  rejects, is left to be refused as unsupported: ECMAScript allows it)."""
+  try:
+    sre_parse.parse(pattern)
+  except (re.error, OverflowError, ValueError) as e:
+    raise errors.RegexSyntaxError(
+        f"Regex {pattern!r} is not a valid regular expression: {e}. Expected Python `re`"
+        " syntax; fix the pattern.") from e
+
+
 @functools.lru_cache(maxsize=256)
 def pattern_ir(pattern: str) -> ir.Node:
   """The strings (decoded, as UTF-8 IR) in which `pattern` matches: `re.search` semantics.
@@ -71,10 +191,23 @@ def pattern_ir(pattern: str) -> ir.Node:
   wrapped text is parsed by the regex front end, which then rejects anchors anywhere
   else. Leading global flags (`(?i)`) apply to the whole pattern (`(?x)` is refused).
 
+  Lookaheads right after the start anchor of an alternative are exact (several in a
+  row too, as in `^(?=.*[a-z])(?!.*--)[a-z-]+$`): `^(?!X)R` is the wrapped `^R`
+  intersected with the complement of the texts that start with a match of X, and
+  `^(?=X)R` with those texts. X is itself matched at the start of the text: each of its
+  alternatives is wrapped like an anchored one (a leading `^` is redundant, one ending
+  in `$` or `\\Z` must match the whole text, and may start with lookaheads in turn).
+  Such alternatives become `ir.Graph`s over characters (`_intersect.py`). Lookaheads
+  anywhere else, and lookbehind, are refused.
+
   Raises:
     RegexSyntaxError: `pattern` does not parse.
-    UnsupportedRegexError: It uses lookaround, backreferences, misplaced anchors, ....
+    UnsupportedRegexError: It uses lookaround other than leading lookaheads,
+      backreferences, misplaced anchors, ..., or a leading lookahead whose automaton
+      exceeds the intersection/complement state budget.
+    CompileBudgetError: An alternative or lookahead alone is too large (`parse_regex`).
   """
+  full = pattern
   flags = ""
   match = _GLOBAL_FLAGS.match(pattern)
   if match:
@@ -85,12 +218,10 @@ def pattern_ir(pattern: str) -> ir.Node:
           " not supported. Expected an ECMAScript-like pattern. Remove the whitespace and"
           " comments and the flag."
       )
-  wrapped = []
-  for alternative in _split_alternatives(pattern):
-    start = alternative.startswith("^") or alternative.startswith("\\A")
-    end = _anchored_end(alternative)
-    wrapped.append(("" if start else _ANY_TEXT) + f"(?:{alternative})" + ("" if end else _ANY_TEXT))
-  return _regex.parse_regex(flags + "|".join(wrapped), unicode=False)
+  if _first_lookaround(pattern) is not None:
+    _check_syntax(full)
+  alternatives = [(len(flags) + o, a) for o, a in _split_alternatives(pattern)]
+  return _Lowering(full, flags).union(alternatives, at_start=False)
 
 
 _HEXDIG = "[0-9a-fA-F]"
