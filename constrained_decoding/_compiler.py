@@ -139,6 +139,10 @@ class CompileInfo:
 
 # Composed fragments a compiler keeps (each ~1 MB for depth-2 schema-free JSON).
 _MAX_FRAGMENTS = 8
+# Byte-NFA states allowed per `max_states` before the NFA is built (`_check_nfa_size`).
+# The NFA is 1.0-1.4x the estimate; the largest schema of `benchmarks/schema_corpus.py`
+# estimates 330k, with the default budget the bound is 1M.
+_NFA_STATES_PER_STATE = 10
 
 
 class Compiler:
@@ -208,6 +212,7 @@ class Compiler:
       counted = self._compile_embedded_chains(node, what, t0, t1, deadline)
       if counted is not None:
         return counted
+    self._check_nfa_size(node, opts.wide_states, what)
     dfa = _fsa.compile_byte_dfa(node, fragments=opts.wide_states)
     given = None
     if len(dfa.fragment_arcs):
@@ -272,6 +277,22 @@ class Compiler:
     )
     return tables, info
 
+  def _check_nfa_size(self, node, fragments: bool, what: str) -> None:
+    """Refuses, in milliseconds, an IR whose byte NFA alone would exceed the state budget
+    many times over (nested bounded repetitions multiply: `maxProperties` 200 of objects
+    with `maxProperties` 200 is 40,000 copies), before minutes of building it."""
+    from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+
+    limit = _NFA_STATES_PER_STATE * self.options.max_states
+    size = _fsa.nfa_size(node, fragments)
+    if size > limit:
+      raise CompileBudgetError(
+          f"{what} would need about {size} byte-NFA states before minimization. Expected"
+          f" at most {limit} ({_NFA_STATES_PER_STATE} x CompileOptions.max_states)."
+          " Nested bounded repetitions multiply (maxItems or maxProperties of items that"
+          " are themselves bounded lists, '(x{1,100}){1,100}'): lower the bounds, or"
+          " raise max_states.")
+
   def _compile_chain(self, chain, what: str, t0: float, t1: float, deadline: float):
     """A counted chain (`X{n,m}` of a wide class, `automata/_counting.py`) -> tables with
     relative targets, or None when its byte DFA is not a clean chain."""
@@ -296,6 +317,7 @@ class Compiler:
     marked, chains = _embedded_chains.extract(node, span)
     if not chains:
       return None
+    self._check_nfa_size(marked, True, what)
     dfa = _fsa.compile_byte_dfa(marked, fragments=True)
     if dfa.num_states == 0:
       return None

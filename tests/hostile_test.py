@@ -108,6 +108,11 @@ _REGEXES = [
 
 _SCHEMAS = [
     _case({"enum": list(range(100_000))}, Budget, id="enum-100k"),
+    # A map of maps (AWS CloudFormation Mappings): 200 x 200 copies of a member, and a
+    # size measure that walked every path took minutes before the NFA budget tripped.
+    _case({"type": "object", "maxProperties": 200, "additionalProperties": {
+        "type": "object", "maxProperties": 200, "additionalProperties": {
+            "type": ["string", "integer", "array"]}}}, Budget, id="map-of-maps-200"),
     _case({"type": "string", "maxLength": 10**9}, Budget, id="maxLength-1e9"),
     _case({"type": "string", "minLength": 10**6}, Budget, id="minLength-1e6"),
     _case({"type": "array", "minItems": 10**6}, Budget, id="minItems-1e6"),

@@ -396,6 +396,31 @@ def transform(node: Node, fn=None, *, before=None, build=rebuild,
   return walk(node)
 
 
+def fold(node: Node, fn, *, enter_fragments: bool = False):
+  """`fn(n, values of n's children)` computed bottom-up, once per distinct sub-tree.
+
+  Shared sub-trees are visited once (memoized by object identity), so a measure that
+  counts a shared part once per occurrence (sizes, copies) takes time linear in the
+  distinct nodes, not in the paths through the tree. A `Fragment`'s child is its body
+  only with `enter_fragments`.
+  """
+  memo: dict[int, tuple] = {}
+
+  def walk(n: Node):
+    hit = memo.get(id(n))
+    if hit is not None:
+      return hit[1]
+    if isinstance(n, Fragment):
+      values = (walk(n.body),) if enter_fragments else ()
+    else:
+      values = tuple(walk(c) for c in children(n))
+    out = fn(n, values)
+    memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
+    return out
+
+  return walk(node)
+
+
 def inline_fragments(node: Node) -> Node:
   """`node` with every `Fragment` replaced by its body (for analyses that do not know
   fragments, such as the grammar builder's)."""

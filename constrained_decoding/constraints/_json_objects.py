@@ -193,14 +193,17 @@ COUNTED_REPEAT_COPIES = 200
 def ir_size(node: ir.Node) -> int:
   """Number of IR nodes in the tree (shared subtrees counted once per occurrence, a
   bounded repeat's body once per copy, at most `COUNTED_REPEAT_COPIES` for a counted one)."""
-  if isinstance(node, ir.Fragment):
-    return 1  # One arc of the byte automaton until spliced.
-  if isinstance(node, ir.Repeat):
-    copies = max(1, node.min if node.max is None else node.max)
-    if copies > COUNTED_REPEAT_COPIES and _is_counted(node):
-      copies = COUNTED_REPEAT_COPIES
-    return 1 + ir_size(node.node) * copies
-  return 1 + sum(ir_size(c) for c in ir.children(node))
+  def size(n: ir.Node, children: tuple) -> int:
+    if isinstance(n, ir.Fragment):
+      return 1  # One arc of the byte automaton until spliced.
+    if isinstance(n, ir.Repeat):
+      copies = max(1, n.min if n.max is None else n.max)
+      if copies > COUNTED_REPEAT_COPIES and _is_counted(n):
+        copies = COUNTED_REPEAT_COPIES
+      return 1 + children[0] * copies
+    return 1 + sum(children)
+
+  return ir.fold(node, size)
 
 
 @functools.lru_cache(maxsize=256)
@@ -214,13 +217,16 @@ def wide_parts(node: ir.Node) -> int:
   """Copies of wide parts in an IR tree: unbounded repeats of a class of at least 128
   code points (string bodies, free text) and fragments (schema-free values). Each is a
   loop over most of a vocabulary once composed, the dominant cost of a copy."""
-  if isinstance(node, ir.Fragment):
-    return 1
-  if isinstance(node, ir.Repeat):
-    if node.max is None and _is_wide(node.node):
+  def parts(n: ir.Node, children: tuple) -> int:
+    if isinstance(n, ir.Fragment):
       return 1
-    return wide_parts(node.node) * max(1, node.min if node.max is None else node.max)
-  return sum(wide_parts(c) for c in ir.children(node))
+    if isinstance(n, ir.Repeat):
+      if n.max is None and _is_wide(n.node):
+        return 1
+      return children[0] * max(1, n.min if n.max is None else n.max)
+    return sum(children)
+
+  return ir.fold(node, parts)
 
 
 def _is_wide(node: ir.Node) -> bool:

@@ -336,9 +336,9 @@ def pattern_text(pattern, where: str) -> ir.Node:
     ) from e
   except errors.UnsupportedRegexError as e:
     raise errors.UnsupportedSchemaError(
-        f"pattern {pattern!r} at {where} uses a construct that is not supported."
-        " Expected anchors only at the start or end of the pattern or of a top-level"
-        f" alternative, and no lookaround or backreferences. {e}"
+        f"pattern {pattern!r} at {where} cannot be compiled: {e} (In a JSON Schema"
+        " pattern, which is searched for, ^ and $ belong at the start and end of the"
+        " pattern or of a top-level alternative.)"
     ) from e
 
 

@@ -28,13 +28,15 @@ Supported keywords:
               $defs, definitions, not, if/then/else, dependentSchemas (see "Boolean
               structure" below). Next to enum/const, string and number keywords filter the
               values they apply to (exactly: text automata, exact decimals).
-  string      minLength, maxLength (in code points), pattern, format (together:
-              their intersection, `_intersect.py`).
+  string      minLength, maxLength (in code points), pattern (lookaheads `(?!X)`,
+              `(?=X)` right after `^`: intersections), format (together: their
+              intersection, `_intersect.py`).
   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact ranges).
   number      the same (decimal bounds too: 0.25 <= x < 2.5 is exact).
   object      properties, required, dependentRequired (and draft-07 `dependencies`
-              with arrays), additionalProperties, propertyNames (type, pattern,
-              format, minLength, maxLength, enum, const), patternProperties (up to
+              with arrays), additionalProperties, propertyNames (any schema over
+              strings: allOf, anyOf, oneOf, not, if, $ref of the string keywords,
+              enum, const), patternProperties (up to
               4 patterns: a key matching several satisfies all their schemas, and
               a declared key each pattern it matches),
               minProperties, maxProperties.
@@ -43,7 +45,7 @@ Supported keywords:
               values, such as enums,
               booleans or small integer ranges: every set of distinct values, in any
               order; pydantic's `set[SomeEnum]`), contains with minContains and
-              maxContains (next to items; not with prefixItems or item counts).
+              maxContains (next to items, minItems, maxItems; not with prefixItems).
   ignored     title, description, examples, default, $schema, $id, id (draft-04),
               $comment, deprecated, readOnly, writeOnly, $anchor, $dynamicAnchor,
               $recursiveAnchor, $vocabulary (annotations: no effect on validity).
