@@ -3,7 +3,7 @@
 Functions on the lowering in progress (`_json_schema._Lowerer`, `lw`):
   check(lw, schema, pointer)        annotations dropped, draft spellings and boolean
                                     structure rewritten, unsupported keywords refused.
-  resolve(lw, ref, pointer)         the subschema a local `$ref` points to.
+  resolve(lw, ref, pointer)         the subschema a `$ref` points to.
   lower_conjunction(lw, branches, pointer, root=)
                                     `allOf` of subschemas: `$ref`s followed, `allOf`s
                                     flattened, merged (`_json_keywords.merge`), lowered;
@@ -12,8 +12,19 @@ Functions on the lowering in progress (`_json_schema._Lowerer`, `lw`):
 
 `$ref` resolution follows RFC 3986 against the `$id`s of the enclosing resources,
 with anchors (`$anchor`, `$dynamicAnchor`, draft-07 `$id: "#name"`); see `_local_ref`.
+
+Other documents (`JsonSchema(resources=...)`, read from `lw.options.resources` as
+(URI, JSON text) pairs) are indexed with the root's resources. Pointers locate
+subschemas in all of them: `#/...` in the root document, `URI#/...` in the document
+given under URI. A resolved `$ref` (`$resolved`) holds such a pointer; seen from
+another document, a pointer into the root is written with the root's absolute `$id`
+(`R#/...`), so that no `#/...` stands for two places. A subschema taken out of its
+document (merged into a conjunction lowered elsewhere, or negated) has its nested
+`$ref`s resolved first (`_rebase`). Rule keys (`_rule_key`) name each conjunct's
+document, so two documents' `#/definitions/x` never share a rule.
 """
 
+import json
 import urllib.parse
 
 from constrained_decoding import errors
@@ -94,7 +105,7 @@ def _local_ref(lw, schema: dict, pointer: str) -> dict:
   for key in ("$recursiveRef", "$dynamicRef"):
     if key in out:
       where = _pointer(pointer, key)
-      if embedded or "$ref" in out:
+      if embedded or "$ref" in out or not pointer.startswith("#"):
         lw.unsupported(where, (
             f"{key} at {where} resolves through the dynamic scope of embedded resources"
             " ($id), which is not supported. Expected a single-resource schema. Use"
@@ -104,31 +115,76 @@ def _local_ref(lw, schema: dict, pointer: str) -> dict:
         out["$ref"] = out.pop(key)
   if "$ref" not in out or not isinstance(out["$ref"], str) or out.get("$resolved"):
     return out
-  ref = out["$ref"]
-  local = ref == "#" or ref.startswith("#/")
-  base = _base_uri(lw, pointer) if len(resources) > 1 or not local else None
-  if base is not None:  # Else a fragment of the only resource, the root: as it is.
-    document, _, fragment = _join_uri(base, ref).partition("#")
-    if document in resources:
-      target = resources[document]
-      if not fragment:
-        ref = target
-      elif fragment.startswith("/"):
-        ref = target + fragment if target != "#" else "#" + fragment
-      elif (document, fragment) in anchors:
-        ref = anchors[document, fragment]
-  out["$ref"], out["$resolved"] = ref, True  # Resolved once: `_check` runs again.
-  if lw.legacy_ref:
+  out["$ref"], out["$resolved"] = _resolved_ref(lw, out["$ref"], pointer), True
+  if lw.legacy_ref:  # Resolved once: `_check` runs again.
     out = {k: v for k, v in out.items() if k in ("$ref", "$resolved", *_DEFINITIONS)}
   return out
 
 
+def _resolved_ref(lw, ref: str, pointer: str) -> str:
+  """The pointer (`#/...` or `URI#/...`, see the module doc) that the `$ref` value
+  `ref` at `pointer` resolves to; an anchor not found stays `#name` (`URI#name`), a
+  document not found its absolute URI (`resolve` refuses both)."""
+  resources, anchors, _ = _resource_index(lw)
+  local = ref == "#" or ref.startswith("#/")
+  if len(resources) == 1 and local:
+    return ref  # A fragment of the only resource, the root: as it is.
+  document, _, fragment = _join_uri(_base_uri(lw, pointer), ref).partition("#")
+  if document not in resources:
+    return f"{document}#{fragment}" if fragment else document
+  target = resources[document]
+  if not fragment:
+    out = target
+  elif fragment.startswith("/"):
+    out = target + fragment if target != "#" else "#" + fragment
+  elif (document, fragment) in anchors:
+    out = anchors[document, fragment]
+  else:
+    out = target.partition("#")[0] + "#" + fragment
+  if out.startswith("#") and not pointer.startswith("#"):
+    out = _root_uri(lw) + out  # Seen from another document (which found the root by it).
+  return out
+
+
+def _documents(lw) -> dict:
+  """URI -> schema of the documents given in `resources` (parsed once)."""
+  documents = getattr(lw, "_documents", None)
+  if documents is None:
+    documents = {uri: json.loads(text)
+                 for uri, text in getattr(lw.options, "resources", ()) or ()}
+    lw._documents = documents
+  return documents
+
+
+def _root_uri(lw) -> str:
+  """The root document's base URI (its `$id`, without fragment; "" without one)."""
+  return _join_uri("", _own_id(lw.root) or "").partition("#")[0]
+
+
+def _split(lw, pointer: str) -> tuple[str, object, str]:
+  """(document URI, "" for the root; its schema; the fragment after `#`) of a pointer
+  `#...` or `URI#...`; the schema is None for a document not known."""
+  document, _, fragment = pointer.partition("#")
+  if document and document == _root_uri(lw):
+    document = ""
+  if not document:
+    return "", lw.root, fragment
+  return document, _documents(lw).get(document), fragment
+
+
+def _canonical_pointer(lw, ref: str) -> str:
+  """`ref` (a resolved pointer) with the root's URI written as `#`."""
+  document, _, fragment = ref.partition("#")
+  return "#" + fragment if document and document == _root_uri(lw) else ref
+
+
 def _base_uri(lw, pointer: str) -> str:
-  """The base URI at `pointer` (a JSON pointer from the root): the root's `$id`,
-  joined with the `$id` of every enclosing subschema."""
-  node = lw.root
-  base = _join_uri("", _own_id(node) or "")
-  for token in pointer[2:].split("/") if pointer.startswith("#/") else ():
+  """The base URI at `pointer` (`#/...` in the root, `URI#/...` in a document of
+  `resources`): the document's `$id` (or URI), joined with the `$id` of every
+  enclosing subschema."""
+  document, node, fragment = _split(lw, pointer)
+  base = _join_uri(document, _own_id(node) or "")
+  for token in fragment[1:].split("/") if fragment.startswith("/") else ():
     token = token.replace("~1", "/").replace("~0", "~")
     if isinstance(node, dict) and token in node:
       node = node[token]
@@ -166,8 +222,47 @@ def _resource_index(lw) -> tuple[dict[str, str], dict[tuple[str, str], str], boo
                  if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
       elif isinstance(node, list):
         todo += [(v, _pointer(where, i), base) for i, v in enumerate(node)]
+    for uri, document in _documents(lw).items():
+      base = _join_uri(uri, _own_id(document) or "").partition("#")[0]
+      resources.setdefault(uri, uri + "#")  # Found under its key and its own `$id`.
+      resources.setdefault(base, uri + "#")
+      todo = [(document, uri + "#", base)]
+      while todo:
+        node, where, base = todo.pop()
+        if isinstance(node, dict):
+          ident = node.get("$id", node.get("id"))
+          if isinstance(ident, str) and where != uri + "#":
+            if ident.startswith("#"):
+              anchors.setdefault((base, ident[1:]), where)
+            elif _own_id(node) and not (lw.legacy_ref and "$ref" in node):
+              base = _join_uri(base, ident).partition("#")[0]
+              resources.setdefault(base, where)
+          for key in ("$anchor", "$dynamicAnchor"):
+            if isinstance(node.get(key), str):
+              anchors.setdefault((base, node[key]), where)
+          todo += [(v, _pointer(where, k), base) for k, v in node.items()
+                   if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
+        elif isinstance(node, list):
+          todo += [(v, _pointer(where, i), base) for i, v in enumerate(node)]
     lw._anchors = (resources, anchors, embedded)
   return lw._anchors
+
+
+def _rebase(lw, schema, pointer: str):
+  """`schema` (at `pointer`) with every `$ref` in it resolved (`$resolved`), so that it
+  means the same wherever it is lowered. Definitions are left out: the resolved
+  `$ref`s point into the documents themselves."""
+  if isinstance(schema, list):
+    return [_rebase(lw, v, _pointer(pointer, i)) for i, v in enumerate(schema)]
+  if not isinstance(schema, dict):
+    return schema
+  out = {k: v if k in _NOT_SCHEMAS or k in _DEFINITIONS
+         else _rebase(lw, v, _pointer(pointer, k)) for k, v in schema.items()}
+  if any(k in out for k in ("$ref", "$recursiveRef", "$dynamicRef")):
+    out = _local_ref(lw, out, pointer)
+    if isinstance(out.get("$ref"), str) and out["$ref"].startswith("#") and _root_uri(lw):
+      out["$ref"] = _root_uri(lw) + out["$ref"]  # Unambiguous wherever it goes.
+  return out
 
 
 def _check_unevaluated(lw, merged: dict, pointer: str) -> dict:
@@ -187,21 +282,45 @@ def _check_unevaluated(lw, merged: dict, pointer: str) -> dict:
 
 
 def resolve(lw, ref, pointer: str):
-  """The subschema a local `$ref` points to."""
+  """The subschema a `$ref` value met inside the schema at `pointer` points to.
+
+  `#...` there means the root's pointer (as a resolved `$ref` holds it) when `pointer`
+  is in the root document. A target in another document, or under another base URI,
+  comes with its `$ref`s resolved (`_rebase`), as the caller lowers it at `pointer`.
+  """
+  if isinstance(ref, str) and not (
+      (ref == "#" or ref.startswith("#/")) and pointer.startswith("#")):
+    ref = _resolved_ref(lw, ref, pointer)
+  node = _target(lw, ref, pointer)
+  if _resource_index(lw)[2] or _documents(lw):
+    where = _canonical_pointer(lw, ref)
+    if where.partition("#")[0] or _base_uri(lw, where) != _base_uri(lw, pointer):
+      node = _rebase(lw, node, where)
+  return node
+
+
+def _target(lw, ref, pointer: str):
+  """The subschema at a resolved `$ref` (`#/...` or `URI#/...`) met at `pointer`."""
   where = _pointer(pointer, "$ref")
   if not isinstance(ref, str):
     raise errors.SchemaError(
         f"$ref {ref!r} at {where} is not a string. Expected a JSON pointer such as"
         " '#/$defs/Name'. Fix the reference."
     )
-  if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
+  document, node, fragment = _split(lw, ref)
+  if node is None:
     raise errors.UnsupportedSchemaError(
-        f"$ref {ref!r} at {where} is not a local JSON pointer. Expected '#' or"
-        " '#/...' into this schema. Inline remote schemas and $anchor targets into"
-        " $defs and refer to them as '#/$defs/Name'."
+        f"$ref {ref!r} at {where} is not a local JSON pointer: it points to the document"
+        f" {document!r}, which is neither this schema nor one of its resources. Expected"
+        f" that document in resources=: pass JsonSchema(..., resources={{{document!r}:"
+        " <its schema>}) (nothing is fetched).")
+  if fragment and not fragment.startswith("/"):
+    raise errors.UnsupportedSchemaError(
+        f"$ref {ref!r} at {where} is not a local JSON pointer and names no anchor"
+        f" ($anchor, $dynamicAnchor) of {document or 'this schema'!r}. Expected '#',"
+        " '#/...' or a defined anchor. Fix the reference, or define the anchor."
     )
-  node = lw.root
-  for token in ref[2:].split("/") if len(ref) > 1 else ():
+  for token in fragment[1:].split("/") if fragment else ():
     token = urllib.parse.unquote(token).replace("~1", "/").replace("~0", "~")
     if isinstance(node, dict) and token in node:
       node = node[token]
@@ -210,7 +329,7 @@ def resolve(lw, ref, pointer: str):
     else:
       raise errors.SchemaError(
           f"$ref {ref!r} at {where} does not resolve: no {token!r} there. Expected a"
-          " pointer to a subschema of this document. Fix the pointer or add the"
+          " pointer to a subschema of its document. Fix the pointer or add the"
           " definition under $defs."
       )
   return node
@@ -234,6 +353,10 @@ def lower_conjunction(lw, branches: list, pointer: str, *, root: bool = False) -
     merged, where = flat[0]
   else:
     where = pointer
+    if _resource_index(lw)[2] or _documents(lw):  # Parts lowered away from their base.
+      base = _base_uri(lw, pointer)
+      flat = [(s, w) if _base_uri(lw, w) == base and w.startswith("#") == pointer.startswith("#")
+               else (_rebase(lw, s, w), w) for s, w in flat]
     merged = flat[0][0]
     for schema, _ in flat[1:]:
       merged = _json_keywords.merge(merged, schema, where)
@@ -264,8 +387,8 @@ def _flatten(lw, schema, where: str, flat: list, refs: list) -> bool:
     return False
   schema = _normalize(check(lw, _json_keywords.schema_dict(schema, where), where), where)
   if "$ref" in schema:
-    ref = schema["$ref"]
-    target = resolve(lw, ref, where)
+    target = _target(lw, schema["$ref"], where)
+    ref = _canonical_pointer(lw, schema["$ref"]) if isinstance(schema["$ref"], str) else ""
     refs.append(ref)
     if lw.options.max_ref_depth is None:
       if ref in lw.chain:
@@ -305,6 +428,15 @@ def _ref_cycle(lw, ref: str, where: str) -> None:
   )
 
 
+def _rule_key(lw, flat: list) -> str:
+  """`_conjunction_key`, with each conjunct's document when there are several (the
+  same text means different `$ref` targets in two documents)."""
+  if not _documents(lw):
+    return _conjunction_key(flat)
+  return json.dumps([[s, w.partition("#")[0]] for s, w in flat], ensure_ascii=False,
+                    separators=(",", ":"))
+
+
 def _lower_rule(lw, flat: list | None, hint: str, merged: dict, where: str) -> ir.Node:
   """`lw.lower_plain(merged)`, or a `RuleRef` if this conjunction recurses into itself.
 
@@ -312,9 +444,9 @@ def _lower_rule(lw, flat: list | None, hint: str, merged: dict, where: str) -> i
   siblings), so the rule is the merged schema, not the bare `$ref` target; `flat` is
   None for the root, whose key is computed only once another key is.
   """
-  key = "#" if flat is None else _conjunction_key(flat)
+  key = "#" if flat is None else _rule_key(lw, flat)
   if lw.root_key is None and lw.root_flat is not None and flat is not None:
-    lw.root_key = _conjunction_key(lw.root_flat)
+    lw.root_key = _rule_key(lw, lw.root_flat)
   if key == lw.root_key:
     key = "#"  # The root, lowered before its key was known.
   name = lw.names.get(key)

@@ -242,6 +242,7 @@ def _read_builtin_grammar(name: str) -> tuple[str, str]:
 # ---- JSON Schema, schema-free JSON and dataclasses. ----
 # (Imported here, not at the top, to keep this section self-contained.)
 import json  # noqa: E402
+import re  # noqa: E402
 import typing  # noqa: E402
 
 from constrained_decoding import errors as _errors  # noqa: E402
@@ -295,6 +296,57 @@ def _canonical_schema(schema) -> str:
     ) from e
 
 
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _canonical_resources(resources) -> tuple[tuple[str, str], ...]:
+  """`JsonSchema.resources` as (absolute URI, canonical JSON text) pairs sorted by URI.
+
+  Accepts a mapping, or such pairs (as the field holds them, for `dataclasses.replace`).
+  """
+  if resources is None:
+    return ()
+  if isinstance(resources, (str, bytes)) or not (
+      isinstance(resources, (dict, tuple, list)) or hasattr(resources, "items")):
+    raise _errors.SchemaError(
+        f"JsonSchema resources is a {type(resources).__name__}. Expected a mapping from"
+        " absolute URI to schema, e.g. {'https://example.com/a.json': {...}}.")
+  items = list(resources.items()) if hasattr(resources, "items") else list(resources)
+  out = {}
+  for item in items:
+    if not (isinstance(item, (tuple, list)) and len(item) == 2):
+      raise _errors.SchemaError(
+          f"JsonSchema resources entry {item!r} is not a (URI, schema) pair. Expected a"
+          " mapping from absolute URI to schema.")
+    uri, schema = item
+    if not isinstance(uri, str):
+      raise _errors.SchemaError(
+          f"JsonSchema resources key {uri!r} is a {type(uri).__name__}. Expected an"
+          " absolute URI string such as 'https://example.com/a.json'.")
+    document, _, fragment = uri.partition("#")
+    if fragment or not _URI_SCHEME.match(document):
+      raise _errors.SchemaError(
+          f"JsonSchema resources key {uri!r} is not an absolute URI without fragment."
+          " Expected a scheme and no '#...', e.g. 'https://example.com/a.json'.")
+    if document in out:
+      raise _errors.SchemaError(
+          f"JsonSchema resources key {uri!r} names the document {document!r} twice."
+          " Expected each URI once.")
+    try:
+      out[document] = _canonical_schema(schema)
+    except _errors.SchemaError as e:
+      raise _errors.SchemaError(f"JsonSchema resources[{uri!r}]: {e}") from e
+  return tuple(sorted(out.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class _SchemaOptions(_json_schema.SchemaOptions):
+  """`SchemaOptions` with the documents a `$ref` may leave the schema for
+  (`JsonSchema.resources`: (URI, JSON text) pairs), which `_json_refs` reads."""
+
+  resources: tuple = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class JsonSchema:
   """The output must be a JSON text that a JSON Schema accepts.
@@ -327,6 +379,18 @@ class JsonSchema:
   the recursion is instead expanded at most N times (a regular constraint, any schema).
   `to_ir()` exists only for regular ones; `pushdown_grammar()` returns the grammar.
 
+  A `$ref` to another document (`"other.json#/$defs/x"` against the root's `$id`,
+  the 2020-12 metaschema's `"meta/core"`, OpenAPI's absolute
+  `"https://json-schema.org/draft/2020-12/schema"`) is resolved in `resources`, which
+  maps absolute URIs to schemas; nothing is fetched:
+
+  ```python
+  spec = JsonSchema({"$id": "https://example.com/root.json",
+                     "properties": {"p": {"$ref": "policy.json#/$defs/id"}}},
+                    resources={"https://example.com/policy.json":
+                               {"$defs": {"id": {"type": "integer"}}}})
+  ```
+
   Attributes:
     schema: The schema as canonical JSON text (a dict, bool, JSON text or pydantic
       model class may be passed).
@@ -353,6 +417,16 @@ class JsonSchema:
       keywords apply to (`{"properties": ...}` generates objects only), which is what
       generation usually wants. False: as the specification says, it accepts every
       value of the other types too (`{"minLength": 2}` accepts `12`).
+    resources: Other documents that `$ref`s may point to: a mapping from absolute URI
+      (without fragment, e.g. `https://example.com/policy.json`) to a schema (dict,
+      bool or JSON text). A `$ref` is resolved (RFC 3986) against the base URI where it
+      sits; a document URI that is neither the root's nor an embedded `$id` is looked
+      up here, and its fragment (JSON pointer or anchor) applied within that document,
+      whose own `$id`s (a resource whose `$id` differs from its key is found under
+      both), embedded resources and anchors count. Recursion may run through several
+      documents. A `$ref` to a document not given raises `UnsupportedSchemaError`
+      naming its URI. Kept as a tuple of (URI, canonical JSON text) pairs sorted by
+      URI, part of equality and the hash (so of the compiler's memo key).
     model: The pydantic model class whose instances `parse` returns: the class passed
       as `schema`, or one given with a schema dict. None: `parse` returns plain JSON
       values. Not part of equality or the hash: it does not change the language, so
@@ -369,6 +443,7 @@ class JsonSchema:
   max_whitespace: int = 2
   property_order: str = "any"
   implied_types: bool = True
+  resources: typing.Any = ()
   model: typing.Any = dataclasses.field(default=None, compare=False, repr=False)
 
   def __post_init__(self):
@@ -379,6 +454,7 @@ class JsonSchema:
           f"JsonSchema model {self.model!r} is not a pydantic model class. Expected a"
           " pydantic.BaseModel subclass (with model_validate_json), or model=None.")
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
+    object.__setattr__(self, "resources", _canonical_resources(self.resources))
     if self.property_order not in ("any", "schema"):
       raise ValueError(f"JsonSchema property_order is {self.property_order!r}. Expected"
                        " 'any' or 'schema'.")
@@ -393,11 +469,12 @@ class JsonSchema:
     return json.loads(self.schema)
 
   def options(self) -> "_json_schema.SchemaOptions":
-    return _json_schema.SchemaOptions(
+    return _SchemaOptions(
         whitespace=_json_values.whitespace_policy(self.whitespace, self.max_whitespace),
         strict_properties=self.strict_properties, lenient=self.lenient,
         max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth,
-        property_order=self.property_order, implied_types=self.implied_types)
+        property_order=self.property_order, implied_types=self.implied_types,
+        **({"resources": self.resources} if self.resources else {}))
 
   def to_ir(self) -> ir.Node:
     """The regular IR of the schema's JSON texts.
@@ -450,6 +527,8 @@ class JsonSchema:
                     if getattr(self, name))
     if self.max_ref_depth is not None:
       flags += f", max_ref_depth={self.max_ref_depth}"
+    if self.resources:
+      flags += f", resources=[{', '.join(uri for uri, _ in self.resources)}]"
     return f"JsonSchema({schema}, whitespace={self.whitespace!r}{flags})"
 
 
