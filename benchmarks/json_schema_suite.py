@@ -6,11 +6,20 @@ Reads the suite from `../shared/data/json-schema-test-suite` (relative to the re
 file holds cases: a schema and tests, each a `data` instance and whether it is `valid`.
 
 Per case, the schema is compiled with `cd.Compiler(vocab).compile(cd.JsonSchema(schema,
-whitespace=...))` under a time limit:
-  compiled   tables were built;
-  refused    a typed `cd.ConstraintError` (UnsupportedSchemaError, SchemaError,
-             CompileBudgetError, ...) or the time limit: a documented "no";
-  crashed    any other exception: a defect, recorded with its traceback's last line.
+whitespace=..., resources=...))` under a time limit, `resources` holding every file of
+the suite's `remotes/` folder as `http://localhost:1234/<path>` (where the suite says
+to serve it; `refRemote.json` refers to them):
+  compiled       tables were built;
+  unsatisfiable  refused because the schema accepts no JSON value (`SchemaError`
+                 "accepts no JSON value", `EmptyConstraintError`: `false`, `not: {}`,
+                 ...) and the suite's instances are all invalid: the right answer,
+                 counted apart from refusals. With a valid instance, each valid one
+                 counts as `rejected_valid` (wrong) unless a documented narrowing
+                 explains it (`implied type`: `{"contains": false}` is an array);
+  refused        any other typed `cd.ConstraintError` (UnsupportedSchemaError,
+                 SchemaError, CompileBudgetError, ...) or the time limit: a documented
+                 "no";
+  crashed        any other exception: a defect, recorded with its traceback's last line.
 The suite's files carry no `$schema` where the folder names the draft, as a harness
 is expected to tell its validator the dialect: draft-07 schemas without one get
 `"$schema": "http://json-schema.org/draft-07/schema#"` (which `cd.JsonSchema` reads:
@@ -44,8 +53,8 @@ in `--random-tokenizations` random ways (`TokenIndex`). The numpy reference walk
   accepted_invalid   invalid, and some serialization accepted: wrong;
   inconsistent       two tokenizations of one text disagree: wrong (a token-level bug).
 
-  python benchmarks/json_schema_suite.py --vocab bytes   # about 10 s
-  python benchmarks/json_schema_suite.py                 # Gemma 3 vocabulary, ~2 min
+  python benchmarks/json_schema_suite.py --vocab bytes   # about a minute
+  python benchmarks/json_schema_suite.py                 # Gemma 3 vocabulary, minutes
 
 Writes `benchmarks/results/json_schema_suite.json` (per file counts, compile times,
 every wrong answer, refusal and crash) and prints a table.
@@ -73,6 +82,7 @@ from constrained_decoding.testing import TokenIndex  # noqa: E402
 from constrained_decoding.testing import reference_accepts  # noqa: E402
 
 DEFAULT_SUITE_DIR = os.path.join(_REPO, "..", "shared", "data", "json-schema-test-suite")
+REMOTES_URI = "http://localhost:1234/"  # Where the suite serves its `remotes/` folder.
 DRAFTS = ("draft2020-12", "draft7")
 WRONG_VERDICTS = ("rejected_valid", "accepted_invalid", "inconsistent")
 
@@ -110,6 +120,17 @@ def load_cases(suite_dir: str, name: str) -> list[dict]:
     if dialect and isinstance(case["schema"], dict) and "$schema" not in case["schema"]:
       case["schema"] = {"$schema": dialect, **case["schema"]}
   return cases
+
+
+def load_remotes(suite_dir: str) -> dict:
+  """The suite's `remotes/` files as `JsonSchema(resources=...)`: URI
+  (`http://localhost:1234/<relative path>`) -> schema; empty if the folder is absent."""
+  root = os.path.join(suite_dir, "remotes")
+  out = {}
+  for path in sorted(glob.glob(os.path.join(root, "**", "*.json"), recursive=True)):
+    with open(path, encoding="utf-8") as f:
+      out[REMOTES_URI + os.path.relpath(path, root).replace(os.sep, "/")] = json.load(f)
+  return out
 
 
 # ---- Serializing and tokenizing instances. ----
@@ -368,9 +389,19 @@ def _validator(draft: str):
           "draft7": jsonschema.Draft7Validator}.get(draft, jsonschema.Draft202012Validator)
 
 
+def registry(resources=None):
+  """A `referencing.Registry` of `resources` (URI -> schema) for `jsonschema`."""
+  import referencing  # pylint: disable=g-import-not-at-top
+  import referencing.jsonschema  # pylint: disable=g-import-not-at-top
+  return referencing.Registry().with_resources(
+      (uri, referencing.Resource.from_contents(
+          schema, default_specification=referencing.jsonschema.DRAFT202012))
+      for uri, schema in (resources or {}).items())
+
+
 def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whitespace: str,
                       speller: Speller, time_limit: float,
-                      implied_types: bool = True) -> str | None:
+                      implied_types: bool = True, resources=None) -> str | None:
   """Which documented narrowing makes a rejected valid instance rejected, or None.
 
   `implied type`: the instance is invalid (per `jsonschema`) once every untyped schema
@@ -383,7 +414,7 @@ def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whites
     narrowings.insert(0, ("implied type", with_implied_types))
   for reason, narrowed in narrowings:
     try:
-      if not _validator(draft)(narrowed(schema)).is_valid(data):
+      if not _validator(draft)(narrowed(schema), registry=registry(resources)).is_valid(data):
         return reason
     except Exception:  # pylint: disable=broad-except  # jsonschema cannot read it.
       pass
@@ -398,7 +429,8 @@ def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whites
       continue
     tried.add(key)
     result = compile_case(compiler, variant, whitespace=whitespace, time_limit=time_limit,
-                          free_form_depth=free_form_depth, implied_types=implied_types)
+                          free_form_depth=free_form_depth, implied_types=implied_types,
+                          resources=resources)
     if result["status"] == "compiled" and judge_instance(
         result["tables"], data, True, speller, whitespace, variant)["verdict"] in ("ok", "narrowed"):
       return reason
@@ -414,22 +446,27 @@ def _on_alarm(signum, frame):
 
 
 def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: float,
-                 free_form_depth: int = 2, implied_types: bool = True) -> dict:
+                 free_form_depth: int = 2, implied_types: bool = True,
+                 resources=None) -> dict:
   """Compiles one schema: {"status": compiled|refused|crashed, "seconds", "tables",
-  "error": "Class: first line"}. The limit is `CompileOptions.max_seconds` inside the
-  compiler and an alarm around the whole call (lowering included)."""
+  "error": "Class: first line", "empty": whether the refusal says that the schema
+  accepts nothing}. The limit is `CompileOptions.max_seconds` inside the compiler and
+  an alarm around the whole call (lowering included)."""
   start = time.perf_counter()
-  status, tables, error = "compiled", None, None
+  status, tables, error, empty = "compiled", None, None, False
   previous = signal.signal(signal.SIGALRM, _on_alarm)
   signal.setitimer(signal.ITIMER_REAL, time_limit * 1.5 + 1)
   try:
     tables = compiler.compile(cd.JsonSchema(schema, whitespace=whitespace,
                                             free_form_depth=free_form_depth,
-                                            implied_types=implied_types))
+                                            implied_types=implied_types,
+                                            resources=resources))
   except CaseTimeout:
     status, error = "refused", f"Timeout: compile ran past {time_limit * 1.5 + 1:.0f} s"
   except cd.ConstraintError as e:
     status, error = "refused", f"{type(e).__name__}: {_first_line(e)}"
+    empty = isinstance(e, cd.EmptyConstraintError) or (
+        isinstance(e, cd.SchemaError) and "accepts no JSON value" in str(e))
   except Exception as e:  # pylint: disable=broad-except
     frames = traceback.extract_tb(e.__traceback__)
     where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
@@ -438,7 +475,7 @@ def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: 
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
   return {"status": status, "seconds": time.perf_counter() - start, "tables": tables,
-          "error": error}
+          "error": error, "empty": empty}
 
 
 def _first_line(error: BaseException) -> str:
@@ -451,19 +488,44 @@ def _first_line(error: BaseException) -> str:
 
 def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str, *,
              whitespace: str = "compact", time_limit: float = 20.0,
-             implied_types: bool = True) -> dict:
+             implied_types: bool = True, resources=None) -> dict:
   """Compiles and checks every case of one test file; returns its report."""
-  report = {"file": name, "cases": 0, "compiled": 0, "refused": 0, "crashed": 0,
+  report = {"file": name, "cases": 0, "compiled": 0, "unsatisfiable": 0, "refused": 0,
+            "crashed": 0,
             "instances": 0, "ok": 0, "narrowed": 0, "rejected_valid": 0,
             "accepted_invalid": 0, "inconsistent": 0, "compile_seconds": [],
             "refusals": [], "crashes": [], "wrong": [], "narrowings": []}
   for case in load_cases(suite_dir, name):
     report["cases"] += 1
     result = compile_case(compiler, case["schema"], whitespace=whitespace,
-                          time_limit=time_limit, implied_types=implied_types)
+                          time_limit=time_limit, implied_types=implied_types,
+                          resources=resources)
+    where = {"file": name, "case": case["description"]}
+    if result["status"] == "refused" and result["empty"]:
+      # "Accepts nothing": right if the suite agrees, else each valid instance is wrong.
+      result["status"] = "unsatisfiable"
+      for test in case["tests"]:
+        report["instances"] += 1
+        if not test["valid"]:
+          report["ok"] += 1
+          continue
+        detail = {**where, "test": test["description"], "valid": True,
+                  "data": test["data"], "text": json.dumps(test["data"]), "accepted": []}
+        reason = explain_rejection(compiler, case["schema"], test["data"],
+                                   draft=name.split("/")[0], whitespace=whitespace,
+                                   speller=speller, time_limit=time_limit,
+                                   implied_types=implied_types, resources=resources)
+        if reason is not None:  # E.g. `{"contains": false}` of the implied type array.
+          report["narrowed"] += 1
+          report["narrowings"].append({**detail, "reason": reason})
+          continue
+        report["rejected_valid"] += 1
+        report["wrong"].append({**detail, "verdict": "rejected_valid",
+                                "schema": case["schema"], "error": result["error"]})
     report[result["status"]] += 1
     report["compile_seconds"].append(round(result["seconds"], 4))
-    where = {"file": name, "case": case["description"]}
+    if result["status"] == "unsatisfiable":
+      continue
     if result["status"] == "refused":
       # A refusal is no wrong answer, but one that claims the schema accepts nothing
       # while the suite lists valid instances deserves a look: `valid_tests`.
@@ -481,7 +543,7 @@ def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str,
         reason = explain_rejection(compiler, case["schema"], test["data"],
                                    draft=name.split("/")[0], whitespace=whitespace,
                                    speller=speller, time_limit=time_limit,
-                                   implied_types=implied_types)
+                                   implied_types=implied_types, resources=resources)
         if reason is not None:
           judged = {**judged, "verdict": "narrowed", "reason": reason}
       report[judged["verdict"]] += 1
@@ -511,14 +573,16 @@ def percentiles(values: list[float]) -> dict:
 
 def markdown(reports: list[dict]) -> str:
   """One row per file and a total row."""
-  head = ("| file | cases | compiled | refused | crashed | instances | ok | narrowed |"
-          " wrong (acc. invalid / rej. valid / incons.) |\n|---|---|---|---|---|---|---|---|---|")
-  keys = ("cases", "compiled", "refused", "crashed", "instances", "ok", "narrowed",
-          "accepted_invalid", "rejected_valid", "inconsistent")
-  total = {k: sum(r[k] for r in reports) for k in keys}
+  head = ("| file | cases | compiled | unsatisfiable | refused | crashed | instances | ok |"
+          " narrowed | wrong (acc. invalid / rej. valid / incons.) |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+  keys = ("cases", "compiled", "unsatisfiable", "refused", "crashed", "instances", "ok",
+          "narrowed", "accepted_invalid", "rejected_valid", "inconsistent")
+  total = {k: sum(r.get(k, 0) for r in reports) for k in keys}
   rows = []
   for r in reports + [{"file": "**total**", **total}]:
-    rows.append(f"| {r['file']} | {r['cases']} | {r['compiled']} | {r['refused']} |"
+    rows.append(f"| {r['file']} | {r['cases']} | {r['compiled']} |"
+                f" {r.get('unsatisfiable', 0)} | {r['refused']} |"
                 f" {r['crashed']} | {r['instances']} | {r['ok']} | {r['narrowed']} |"
                 f" {num_wrong(r)} ({r['accepted_invalid']} / {r['rejected_valid']} /"
                 f" {r['inconsistent']}) |")
@@ -592,13 +656,16 @@ def main(argv=None) -> int:
   vocab, speller = make_speller(args.vocab, args.random_tokenizations)
   compiler = cd.Compiler(vocab, cd.CompileOptions(max_seconds=args.time_limit,
                                                   cache_dir=args.cache_dir))
+  remotes = load_remotes(args.suite_dir)
   start, load_start = time.time(), os.getloadavg()
   reports = []
   for name in names:
     report = run_file(compiler, speller, args.suite_dir, name, whitespace=args.whitespace,
-                      time_limit=args.time_limit, implied_types=not args.spec_types)
+                      time_limit=args.time_limit, implied_types=not args.spec_types,
+                      resources=remotes)
     reports.append(report)
-    print(f"{name}: {report['compiled']}/{report['cases']} compiled, {report['crashed']}"
+    print(f"{name}: {report['compiled']}/{report['cases']} compiled,"
+          f" {report['unsatisfiable']} unsatisfiable, {report['crashed']}"
           f" crashed, {num_wrong(report)} wrong of {report['instances']}", flush=True)
   seconds = [s for r in reports for s in r["compile_seconds"]]
   times = percentiles(seconds)
@@ -618,6 +685,7 @@ def main(argv=None) -> int:
           "implied_types": not args.spec_types,
           "time_limit_s": args.time_limit, "random_tokenizations": speller.num_random,
           "suite_dir": os.path.abspath(args.suite_dir), "optional": args.optional,
+          "remotes": len(remotes),
           "wall_s": time.time() - start, "load_average_start": load_start,
           "load_average_end": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
           "compile_seconds": times}

@@ -2,9 +2,10 @@
 
 One test per suite file (`draft2020-12/*.json`, `draft7/*.json`) from
 `../shared/data/json-schema-test-suite` (relative to the repository; skipped when
-absent). Each case's schema is compiled once with default options; a typed
-`ConstraintError` (or the time budget) is a refusal, fine; any other exception is a
-crash. Every instance of a compiled case is then judged by
+absent). Each case's schema is compiled once with default options and the suite's
+`remotes/` as `resources`; a typed `ConstraintError` (or the time budget) is a refusal,
+fine, except that "accepts no JSON value" for a case with a valid instance is wrong;
+any other exception is a crash. Every instance of a compiled case is then judged by
 `benchmarks/json_schema_suite.py` (the numpy reference walk over each serialization of
 the value; documented narrowings such as implied types are not wrong answers). A file
 passes with 0 crashes and 0 wrong answers.
@@ -31,6 +32,7 @@ KNOWN_WRONG = {
 
 SUITE_DIR = os.path.join(_REPO, "..", "shared", "data", "json-schema-test-suite")
 FILES = suite.suite_files(SUITE_DIR)
+REMOTES = suite.load_remotes(SUITE_DIR)  # refRemote.json's documents.
 TIME_LIMIT_S = 10.0  # Per compile; past it a case counts as refused.
 
 
@@ -61,7 +63,8 @@ def test_known_wrong_files_exist():
 
 @pytest.mark.parametrize("name", _params())
 def test_suite_file(name, compiler, speller):
-  report = suite.run_file(compiler, speller, SUITE_DIR, name, time_limit=TIME_LIMIT_S)
+  report = suite.run_file(compiler, speller, SUITE_DIR, name, time_limit=TIME_LIMIT_S,
+                          resources=REMOTES)
   crashes = [f"{c['case']}: {c['error']}" for c in report["crashes"]]
   wrong = [f"{w['verdict']}: {w['case']} / {w['test']}: {w['text'][:100]}"
            for w in report["wrong"]]
