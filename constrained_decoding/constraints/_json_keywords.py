@@ -326,6 +326,7 @@ def merge(a: dict, b: dict, pointer: str):
   Subschemas under the same keyword become a lazy `{"allOf": [x, y]}`, merged when
   (and if) they are lowered, so recursive schemas are merged one level at a time.
   """
+  a, b = _without_free_patterns(a), _without_free_patterns(b)
   for one, other in ((a, b), (b, a)):
     if "patternProperties" in one and any(k in other for k in _OBJECT_MEMBER_KEYWORDS):
       raise errors.UnsupportedSchemaError(
@@ -401,6 +402,19 @@ def merge(a: dict, b: dict, pointer: str):
   if any(k in s for s in (a, b) for k in ("items", "prefixItems")):
     _merge_items(a, b, merged)
   return merged
+
+
+def _without_free_patterns(schema: dict) -> dict:
+  """`schema` without `patternProperties` that constrain nothing: every pattern's schema
+  accepts any value and additional properties are allowed, so every key may take any
+  value either way (OpenAPI 3.1's `specification-extensions`, `{"^x-": true}`)."""
+  patterns = schema.get("patternProperties")
+  if (not isinstance(patterns, dict) or schema.get("additionalProperties", True) is not True
+      or "unevaluatedProperties" in schema
+      or not all(v is True or isinstance(v, dict) and not _constraining(v)
+                 for v in patterns.values())):
+    return schema
+  return {k: v for k, v in schema.items() if k != "patternProperties"}
 
 
 def _merge_conflict(key: str, where: str, va, vb) -> None:

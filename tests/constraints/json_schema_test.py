@@ -1591,3 +1591,17 @@ def test_deep_schemas_raise_a_budget_error():
     cd.Grammar("root ::= " + "(" * 600 + '"a"' + ")" * 600).grammar_ir()
   with pytest.raises(cd.CompileBudgetError, match=r"Grammar rule 'root' would expand"):
     cd.Grammar('root ::= "a"{100000000}').grammar_ir()
+
+
+@pytest.mark.parametrize("other", [
+    {"properties": {"a": {"type": "integer"}}},
+    {"properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+])
+def test_all_of_with_patterns_that_constrain_nothing(other):
+  # OpenAPI 3.1 mixes `specification-extensions` ({"^x-": true}) into its objects.
+  schema = {"type": "object", "allOf": [{"patternProperties": {"^x-": True}}, other]}
+  dfa = _dfa(cd.JsonSchema(schema))
+  for value in ({}, {"a": 1}, {"a": "1"}, {"x-b": [1]}, {"a": 2, "x-b": {}}, {"b": None}):
+    text = json.dumps(value, separators=(",", ":")).encode()
+    expected = jsonschema.Draft202012Validator(schema).is_valid(value)
+    assert dfa.accepts(text) == expected, value
