@@ -151,7 +151,7 @@ def _documents(lw) -> dict:
   documents = getattr(lw, "_documents", None)
   if documents is None:
     documents = {uri: json.loads(text)
-                 for uri, text in getattr(lw.options, "resources", ()) or ()}
+                 for uri, text in lw.options.resources}
     lw._documents = documents
   return documents
 

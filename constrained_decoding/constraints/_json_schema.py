@@ -147,7 +147,9 @@ not generated):
   `$ref` is instead expanded at most N times along any path (a regular language);
   deeper, the alternative that needs it is dropped (an optional property is omitted, an
   array stays shorter, an `anyOf` branch disappears), and if nothing is left the schema
-  is rejected with `UnsupportedSchemaError`. Only local refs (`#...` JSON pointers).
+  is rejected with `UnsupportedSchemaError`. A `$ref` into another document resolves
+  (RFC 3986, against the enclosing `$id`s) only to a document passed in
+  `JsonSchema(resources={uri: schema})`; any other is refused, naming its URI.
 * `pattern` has search semantics, as in JSON Schema: `p` accepts strings containing a
   match, i.e. `(?s:.*)(?:p)(?s:.*)`, except that `^`/`\\A` at the start and `$`/`\\Z` at
   the end of the pattern (or of one of its top-level alternatives) anchor that side;
@@ -238,6 +240,8 @@ class SchemaOptions:
       "schema" (in the order `properties` lists them).
     implied_types: A schema without `type` takes the types its keywords apply to;
       False: every other type too, as the specification says.
+    resources: (absolute URI, canonical JSON text) pairs: the other documents a `$ref`
+      may point into (`JsonSchema.resources`, read by `_json_refs`).
   """
 
   whitespace: jv.Whitespace = jv.Whitespace()
@@ -247,6 +251,7 @@ class SchemaOptions:
   free_form_depth: int = 2
   property_order: str = "any"
   implied_types: bool = True
+  resources: tuple[tuple[str, str], ...] = ()
 
 
 def lower_json_schema(

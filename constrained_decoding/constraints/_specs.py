@@ -340,14 +340,6 @@ def _canonical_resources(resources) -> tuple[tuple[str, str], ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _SchemaOptions(_json_schema.SchemaOptions):
-  """`SchemaOptions` with the documents a `$ref` may leave the schema for
-  (`JsonSchema.resources`: (URI, JSON text) pairs), which `_json_refs` reads."""
-
-  resources: tuple = ()
-
-
-@dataclasses.dataclass(frozen=True)
 class JsonSchema:
   """The output must be a JSON text that a JSON Schema accepts.
 
@@ -469,7 +461,7 @@ class JsonSchema:
     return json.loads(self.schema)
 
   def options(self) -> "_json_schema.SchemaOptions":
-    return _SchemaOptions(
+    return _json_schema.SchemaOptions(
         whitespace=_json_values.whitespace_policy(self.whitespace, self.max_whitespace),
         strict_properties=self.strict_properties, lenient=self.lenient,
         max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth,
