@@ -33,7 +33,7 @@ from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.errors import VocabularyMismatchError
 from constrained_decoding.sampling._methods import SamplingConfig, sample_tokens
 from constrained_decoding._stacking import stack_tables
-from constrained_decoding.tables import ConstraintTables, bucket_size
+from constrained_decoding.tables import DEFAULT_MIN_BUCKET, ConstraintTables, bucket_size
 
 _MIN_PROMPT_BUCKET = 16
 # Most tokens one request may generate per row: Gemma 3 270M's context length. The
@@ -103,10 +103,23 @@ def _is_eos(tokens: Int[Array, "B"], eos_ids: Int[Array, "E"]) -> Bool[Array, "B
   return (tokens[:, None] == eos_ids[None, :]).any(axis=1)
 
 
+def _no_constraint(batch: int) -> runtime.ConstraintState:
+  """The dummy constraint state of unconstrained rows (no stack)."""
+  zeros = jnp.zeros(batch, jnp.int32)
+  return runtime.ConstraintState(state=zeros, stack=jnp.zeros((batch, 0), jnp.int32),
+                                 depth=zeros, done=jnp.zeros(batch, bool),
+                                 error=jnp.zeros(batch, bool))
+
+
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "cache_len"))
-def _prefill(params, tables, prompt_tokens, prompt_lengths, constraint_ids, rng, *,
-             config, max_new_tokens: int, cache_len: int) -> DecodeState:
-  """Runs left-padded prompts through the model; returns the loop's initial carry."""
+def _prefill_model(params, prompt_tokens, prompt_lengths, rng, *, config,
+                   max_new_tokens: int, cache_len: int) -> DecodeState:
+  """Runs left-padded prompts through the model; returns the loop's initial carry with
+  an unconstrained `constraint`.
+
+  It does not see the tables, so it compiles once per (batch, prompt width, cache
+  length), whatever the constraint: only `_decode` depends on the table shapes.
+  """
   batch, width = prompt_tokens.shape
   positions = jnp.arange(width)[None, :] - (width - prompt_lengths)[:, None]
   positions = jnp.where(positions < 0, -1, positions).astype(jnp.int32)  # -1 marks padding
@@ -114,13 +127,6 @@ def _prefill(params, tables, prompt_tokens, prompt_lengths, constraint_ids, rng,
   last = jnp.full((batch, 1), width - 1, jnp.int32)
   logits, cache = _gemma3.forward(params, config, prompt_tokens, positions, cache,
                                   logit_indices=last)
-  if tables is None:
-    zeros = jnp.zeros(batch, jnp.int32)
-    constraint = runtime.ConstraintState(state=zeros, stack=jnp.zeros((batch, 0), jnp.int32),
-                                         depth=zeros, done=jnp.zeros(batch, bool),
-                                         error=jnp.zeros(batch, bool))
-  else:
-    constraint = runtime.init_state(tables, constraint_ids=constraint_ids)
   return DecodeState(
       step=jnp.zeros((), jnp.int32),
       lengths=jnp.zeros(batch, jnp.int32),
@@ -128,11 +134,32 @@ def _prefill(params, tables, prompt_tokens, prompt_lengths, constraint_ids, rng,
       tokens=jnp.zeros((batch, max_new_tokens), jnp.int32),
       logits=logits[:, 0],
       cache=cache,
-      constraint=constraint,
+      constraint=_no_constraint(batch),
       prompt_lengths=prompt_lengths,
       done=jnp.zeros(batch, bool),
       rng=rng,
   )
+
+
+@jax.jit
+def _init_constraint(tables, constraint_ids) -> runtime.ConstraintState:
+  """Each row's constraint state at its start (a small program per table shape)."""
+  return runtime.init_state(tables, constraint_ids=constraint_ids)
+
+
+def _prefill(params, tables, prompt_tokens, prompt_lengths, constraint_ids, rng, *,
+             config, max_new_tokens: int, cache_len: int) -> DecodeState:
+  """The loop's initial carry: the model's prefill, then each row's constraint state.
+
+  Two jitted functions, so that a new table shape compiles only the small
+  `_init_constraint`, never the model (`_prefill_model`). Traceable: `evaluate` calls it
+  inside its own jit.
+  """
+  state = _prefill_model(params, prompt_tokens, prompt_lengths, rng, config=config,
+                         max_new_tokens=max_new_tokens, cache_len=cache_len)
+  if tables is None:
+    return state
+  return state.replace(constraint=_init_constraint(tables, constraint_ids))
 
 
 @functools.partial(jax.jit, static_argnames=("config", "sampling"), donate_argnames=("state",))
@@ -435,8 +462,21 @@ def _check_constraint_ids(constraint_ids, batch: int, num_constraints: int) -> n
   return ids.astype(np.int32)
 
 
-def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed):
-  """Host side: tokenize, left-pad to a bucket, stack per-row constraints."""
+def check_table_bucket(table_bucket) -> int | None:
+  """`table_bucket` if it is None or an int >= 1; else raises."""
+  if table_bucket is not None and (
+      not isinstance(table_bucket, (int, np.integer)) or isinstance(table_bucket, bool)
+      or table_bucket < 1):
+    raise DecodingArgumentError(
+        f"table_bucket {table_bucket!r} is not a size. Expected None or an int >= 1 (a "
+        f"power of two such as 256: the smallest padded size of the table axes).")
+  return None if table_bucket is None else int(table_bucket)
+
+
+def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed,
+             table_bucket: int | None = None):
+  """Host side: tokenize, left-pad to a bucket, stack per-row constraints (padded to
+  `table_bucket` when given; see `generate`)."""
   prompts = check_prompts(prompts, model.config.vocab_size)
   encoded = [p if not isinstance(p, str) else model.encode(p) for p in prompts]
   encoded = [[int(t) for t in ids] for ids in encoded]
@@ -451,7 +491,10 @@ def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed):
       raise ValueError(
           f"Got {len(constraint)} constraints for {batch} prompts. Expected one per prompt "
           f"(or a single ConstraintTables for all).")
-    constraint, constraint_ids = stack_tables(constraint), np.arange(batch, dtype=np.int32)
+    constraint = stack_tables(constraint, min_bucket=table_bucket or DEFAULT_MIN_BUCKET)
+    constraint_ids = np.arange(batch, dtype=np.int32)
+  elif isinstance(constraint, ConstraintTables) and table_bucket is not None:
+    constraint = stack_tables([constraint], min_bucket=table_bucket)  # pads, keeps ids
   if constraint is not None:
     if not isinstance(constraint, ConstraintTables):
       raise TypeError(f"constraint is a {type(constraint).__name__}. Expected "
@@ -579,6 +622,7 @@ def generate(
     max_new_tokens: int = 64,
     sampling: SamplingConfig = SamplingConfig(),
     seed: int = 0,
+    table_bucket: int | None = None,
 ) -> list[Completion]:
   """Generates one completion per prompt, each following its constraint.
 
@@ -602,20 +646,49 @@ def generate(
     max_new_tokens: Most tokens to generate per row (the end-of-sequence token counts).
     sampling: Greedy (default), temperature, top-k, top-p.
     seed: Random seed for sampling.
+    table_bucket: Smallest padded size of the tables' state, edge-group, edge and mask
+      axes (a power of two, e.g. 256), applied here to tables, compiled specs and
+      per-row lists alike. Every constraint up to that size then has the same table
+      shapes, so the decode loop compiled for one serves the others (see Compilation).
+      None (default): tables keep the padding they were compiled with
+      (`CompileOptions.min_bucket`, 8 unless set), and per-row lists are stacked with 8.
+
+  Compilation. Each call runs two compiled programs, each compiled on the first call
+  with shapes it has not seen and reused after:
+
+  - the prefill, for (batch size, prompt width, output buffer). Prompts are left-padded
+    to a power of two of at least 16 tokens, and the token buffer and KV cache are
+    sized for `max_new_tokens` rounded up to a power of two of at least 16. It does not
+    see the constraint: another constraint never recompiles it.
+  - the decode loop, for the same shapes, the table shapes (`tables.shape_key`) and
+    the static part of `sampling` (greedy or not, `top_k`, top-p on or off,
+    `jump_forward`; temperature and the top-p value are not part of it).
+
+  So a new constraint recompiles only the decode loop, and only when its tables land in
+  a bucket not seen before (plus a tiny program that initialises the constraint state).
+  With a fixed `table_bucket` that covers every constraint of a job, nothing is
+  compiled after the first call, at the cost of padding (device memory: a mask row is
+  V / 8 bytes, 32 KiB for Gemma 3). It fixes the axes that grow with a constraint's
+  size; tables still differ in shape when they differ in kind: the number of stacked
+  constraints (a per-row list has one per row), terminal edges (free text and string
+  bodies), counted repetitions (`{n,m}`, `maxLength`), and push-down grammars (stack
+  depth). Equal `shape_key`s share one compiled loop.
 
   Returns:
     One `Completion` per prompt, in order.
 
   Raises:
     DecodingArgumentError: Bad prompts, `max_new_tokens` outside [1, MAX_NEW_TOKENS],
+      `table_bucket` not an int >= 1,
       or `sampling` not a `SamplingConfig` (before any compilation or device work).
     VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
     ConstraintError: A spec that does not compile (its subclasses say why).
   """
   max_new_tokens = _check_request(model, prompts, max_new_tokens, sampling)
+  table_bucket = check_table_bucket(table_bucket)
   constraint, specs = _compile_specs(model, constraint, _num_prompts(prompts))
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
-                                    max_new_tokens, seed)
+                                    max_new_tokens, seed, table_bucket)
   state = _decode_until(model, tables, state, max_new_tokens, eos_ids, sampling)
   return _completions(model, state, max_new_tokens, specs)
 
@@ -630,6 +703,7 @@ def generate_stream(
     sampling: SamplingConfig = SamplingConfig(),
     seed: int = 0,
     chunk_size: int = 1,
+    table_bucket: int | None = None,
 ) -> Iterator[tuple[int, bytes | Completion]]:
   """Like `generate`, but yields `(row, new bytes)` every `chunk_size` tokens, and then
   `(row, Completion)` once per row, as soon as that row ends.
@@ -650,17 +724,19 @@ def generate_stream(
   end-of-sequence token from one cut off by `max_new_tokens` (whose text is only a
   prefix of the constraint's language, so it has no `value`). A row's `Completion` is
   yielded when its end-of-sequence token arrives, or after the last chunk for rows cut
-  off; its bytes always come before it. `constraint` takes what `generate` takes (specs
-  are compiled the same way), and arguments are checked as `generate` checks them,
+  off; its bytes always come before it. `constraint` and `table_bucket` take what
+  `generate` takes (specs are compiled the same way, and the prefill and decode loop
+  are compiled and reused as `generate` describes), and arguments are checked as `generate` checks them,
   before anything is compiled.
   """
   max_new_tokens = _check_request(model, prompts, max_new_tokens, sampling)
   if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
     raise DecodingArgumentError(f"chunk_size {chunk_size!r} is not a count. Expected an "
                                 f"int >= 1.")
+  table_bucket = check_table_bucket(table_bucket)
   constraint, specs = _compile_specs(model, constraint, _num_prompts(prompts))
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
-                                    max_new_tokens, seed)
+                                    max_new_tokens, seed, table_bucket)
   eos = set(model.vocab.eos_ids)
   batch = state.tokens.shape[0]
   emitted = 0
