@@ -13,8 +13,9 @@ prefixes of one sequence, so the union is the mask row of the deepest match alon
 group per state that pops nothing, and `D = 0`. Near the stack bound the mask leaves out
 the tokens after which the row could no longer finish within D (`tables.py`,
 "Stack-aware masks"), so a walk over allowed tokens never overflows nor dead-ends;
-`advance` still takes such a token if it is fed (it is in the language) and sets `error`
-only when it would overflow the stack right away.
+`advance` refuses such a token like any other the mask leaves out (it sets `error`), so
+that a token fed by hand (teacher forcing, speculative drafts) is taken exactly when the
+mask would have offered it.
 
 Public functions:
   init_state(tables, batch_size, constraint_ids)  the start state of each row.
@@ -159,18 +160,30 @@ def _counting_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[A
   return jax.lax.reduce(bits, jnp.uint32(0), jax.lax.bitwise_or, (1,))
 
 
-def _capped_out(tables: ConstraintTables, state: ConstraintState,
-                deepest: Array) -> UInt32[Array, "B W"]:
-  """Tokens of each row's deepest group that need more stack than the row has left
-  (`tables.py`, "Stack-aware masks"): the exclusion row of the first limit above the
-  free capacity, one [W] row gathered per batch row (row 0, empty, when none is)."""
+def _deepest_group(tables: ConstraintTables, groups: Array, match: Array) -> tuple[Array, Array]:
+  """(deepest [B], any [B]): each row's matching group that pops the most, and whether
+  any group matches. The matching groups pop prefixes of one sequence (the stack's
+  top), so the deepest one's mask row holds the others' tokens (`tables._group_masks`)."""
+  rank = jnp.where(match, tables.group_num_pops[groups] + 1, 0)
+  deepest = jnp.take_along_axis(groups, jnp.argmax(rank, axis=1)[:, None], axis=1)[:, 0]
+  return deepest, rank.max(axis=1) > 0
+
+
+def _capped_row(tables: ConstraintTables, state: ConstraintState, deepest: Array) -> Array:
+  """Int [B]: the row of `capped_bits` holding the tokens of each row's deepest group
+  that need more stack than the row has left (`tables.py`, "Stack-aware masks"): the
+  exclusion row of the first limit above the free capacity (row 0, empty, when none is)."""
   free = state.stack.shape[-1] - state.depth  # [B]
   limits = tables.capped_limits[deepest]  # [B, L], ascending
   level = jnp.sum(limits <= free[:, None], axis=1)
   rows = jnp.take_along_axis(tables.capped_rows[deepest],
                              jnp.minimum(level, limits.shape[1] - 1)[:, None], axis=1)[:, 0]
-  rows = jnp.where(level < limits.shape[1], rows, 0)
-  return tables.capped_bits[rows]
+  return jnp.where(level < limits.shape[1], rows, 0)
+
+
+def _capped(tables: ConstraintTables, state: ConstraintState) -> bool:
+  """Static: whether the tables have stack-aware masks and the state a stack."""
+  return bool(tables.capped_limits.shape[-1]) and bool(state.stack.shape[-1])
 
 
 def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
@@ -182,15 +195,12 @@ def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Arr
   """
   tables = _on_device(tables)
   groups, match = _matching_groups(tables, state)
-  # The matching groups pop prefixes of one sequence (the stack's top), and the deepest
-  # one's mask row already holds the others' tokens (`tables._group_masks`): gather one
-  # row per batch row, however many groups match.
-  rank = jnp.where(match, tables.group_num_pops[groups] + 1, 0)
-  deepest = jnp.take_along_axis(groups, jnp.argmax(rank, axis=1)[:, None], axis=1)[:, 0]
-  bits = jnp.where((rank.max(axis=1) > 0)[:, None],
-                   tables.mask_bits[tables.group_mask[deepest]], jnp.uint32(0))
-  if tables.capped_limits.shape[-1] and state.stack.shape[-1]:  # Static: push-down only.
-    bits &= ~_capped_out(tables, state, deepest)
+  # Gather one mask row per batch row, the deepest matching group's, however many match.
+  deepest, any_match = _deepest_group(tables, groups, match)
+  bits = jnp.where(any_match[:, None], tables.mask_bits[tables.group_mask[deepest]],
+                   jnp.uint32(0))
+  if _capped(tables, state):  # Static: push-down only.
+    bits &= ~tables.capped_bits[_capped_row(tables, state, deepest)]
   if tables.token_counts.shape[0]:  # Static: only tables with counted chains.
     bits |= _counting_bits(tables, state)
   bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
@@ -279,11 +289,13 @@ def advance(
 ) -> ConstraintState:
   """Consumes one token per row.
 
-  An end-of-sequence token where end is allowed sets `done`; any token the constraint
-  forbids, or one whose pushes would overflow the stack, sets `error` and leaves the
-  state and stack unchanged. Rows already `done` or in `error` ignore their token. A
-  token of the language that the mask left out only because of the stack bound
-  (`allowed_bits`) is taken when it fits: the check costs nothing per step here.
+  A row takes its token exactly when `allowed_tokens` offers it: an end-of-sequence
+  token where end is allowed sets `done`; any other token the mask leaves out sets
+  `error` and leaves the state and stack unchanged. That includes, for push-down
+  tables, a token of the language that the stack-aware mask leaves out because the row
+  could not finish within the stack after it (`tables.py`, "Stack-aware masks"), even
+  if its pushes would fit: one more bit gathered per row, only for push-down tables.
+  Rows already `done` or in `error` ignore their token.
   """
   tables = _on_device(tables)
   tokens = jnp.asarray(tokens, jnp.int32)
@@ -329,6 +341,14 @@ def advance(
     term_target = jnp.where(row >= 0, state.state + stride * count + bias, term_target)
   target = jnp.where(term_found, term_target, target)
   found |= term_found
+  if _capped(tables, state):  # Static: push-down only. As the mask: refused at the bound.
+    deepest, _ = _deepest_group(tables, groups, match)
+    word = tables.capped_bits[_capped_row(tables, state, deepest), safe >> 5]
+    refused = ((word >> (safe & 31).astype(jnp.uint32)) & 1) == 1
+    if tables.token_counts.shape[0]:  # The mask ORs counting terminals back in.
+      counting = hit & (tables.terminal_counts[term_ids, 0] >= 0)
+      refused &= ~counting.any(axis=1)
+    found &= ~refused
   end = is_eos & _end_allowed(tables, state)
   active = ~(state.done | state.error)
   stack, depth, overflow = _apply_stack(tables, state, active & found, num_pops, push)
