@@ -1,4 +1,9 @@
-"""Device side: stepping constraints inside jit (no pynini, no host callbacks)."""
+"""Device side: stepping constraints inside jit (no pynini, no host callbacks).
+
+`init_state`, `allowed_tokens`, `allowed_bits`, `mask_logits` and `advance` check their
+arguments' dtypes and shapes (at trace time inside jit) and, outside jit, the values of
+token ids and `constraint_ids`, raising `errors.DecodingArgumentError` (`_runtime.py`).
+"""
 
 from constrained_decoding.runtime._rewind import ConstraintHistory
 from constrained_decoding.runtime._rewind import init_history

@@ -17,6 +17,17 @@ the tokens after which the row could no longer finish within D (`tables.py`,
 that a token fed by hand (teacher forcing, speculative drafts) is taken exactly when the
 mask would have offered it.
 
+Host boundary. Called outside `jax.jit`, the public functions check what users pass
+and raise `errors.DecodingArgumentError` naming the argument, what was expected and
+what was given: token ids and `constraint_ids` of an integer dtype (no floats, no
+bools) and shape `[B]`, logits `[B, V']` of a floating dtype with V' >= vocab_size,
+the state's batch and stack width; and, for arrays whose values are known (not
+tracers), ids in [0, vocab_size) and `constraint_ids` in [0, C). Inside jit the shape
+and dtype checks still run (once, at trace time) but values are unknown: an id out of
+range sets the row's `error`, a `constraint_ids` out of range is clamped. Concrete
+token arrays are read back to the host for the range check (B ints), so eager loops
+that care for every microsecond jit their step, as the decoding loops here do.
+
 Public functions:
   init_state(tables, batch_size, constraint_ids)  the start state of each row.
   allowed_tokens(tables, state)   Bool[B, V] allowed next tokens.
@@ -29,12 +40,16 @@ to the state plus a fixed offset, a counting terminal to the state plus a stride
 the token's character count (one more gather, only in tables that have one).
 """
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
+from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.tables import RELATIVE
 from constrained_decoding.tables import ConstraintTables
 
@@ -74,28 +89,117 @@ class ConstraintState:
   error: Bool[Array, "*batch B"]
 
 
+def _traced(x) -> bool:
+  """Whether `x`'s values are unknown here (inside jit, vmap, grad, ...)."""
+  return isinstance(x, jax.core.Tracer)
+
+
+def _as_array(x):
+  """`x` itself if it has a dtype and shape (jax, numpy, tracers), else a numpy array."""
+  return x if hasattr(x, "dtype") and hasattr(x, "shape") else np.asarray(x)
+
+
+def _readable(x) -> bool:
+  """Whether `x`'s values can be read on the host: not traced, and all of it here."""
+  return not _traced(x) and (not isinstance(x, jax.Array) or x.is_fully_addressable)
+
+
+def _given(x) -> str:
+  return f"a {np.dtype(x.dtype).name} array of shape {tuple(x.shape)}"
+
+
+def _check_int_array(fn: str, name: str, x, shape: tuple[int | None, ...], high: int,
+                     what: str):
+  """`x` (as an array) if it has an integer dtype, `shape` (None: any length) and,
+  where its values are known, values in [0, high); else raises `DecodingArgumentError`."""
+  x = _as_array(x)
+  dtype = np.dtype(x.dtype)
+  if dtype == np.bool_ or not jnp.issubdtype(dtype, jnp.integer):
+    raise DecodingArgumentError(
+        f"{fn}: {name} is {_given(x)}. Expected an integer dtype ({what}): a float or "
+        f"bool would be truncated or read as 0/1. Cast with .astype(jnp.int32) only if "
+        f"the values are whole numbers.")
+  if len(x.shape) != len(shape) or any(n not in (None, m) for n, m in zip(shape, x.shape)):
+    wanted = "(" + ", ".join("B" if n is None else str(n) for n in shape) + ",)"
+    raise DecodingArgumentError(
+        f"{fn}: {name} is {_given(x)}. Expected shape {wanted}, one entry per row of the "
+        f"batch (no broadcasting); vmap over any extra axis.")
+  if _readable(x) and x.size:
+    values = np.asarray(x)
+    bad = (values < 0) | (values >= high)
+    if bad.any():
+      row = int(np.argmax(bad))
+      raise DecodingArgumentError(
+          f"{fn}: {name}[{row}] = {int(values[row])} is out of range. Expected {what} in "
+          f"[0, {high}).")
+  return x
+
+
+def _check_state(fn: str, tables: ConstraintTables, state) -> int:
+  """The batch size B of `state`, if it is a `ConstraintState` of B rows for `tables`
+  (stack width `tables.stack_depth`); else raises `DecodingArgumentError`."""
+  if not isinstance(state, ConstraintState):
+    raise DecodingArgumentError(
+        f"{fn}: state is a {type(state).__name__}. Expected a ConstraintState "
+        f"(from init_state).")
+  shape = tuple(jnp.shape(state.state))
+  if len(shape) != 1:
+    raise DecodingArgumentError(
+        f"{fn}: state has rows of shape {shape}. Expected one batch axis (B,); vmap over "
+        f"any extra axis.")
+  expected = dict(state=shape, depth=shape, done=shape, error=shape,
+                  stack=shape + (tables.stack_depth,))
+  for field, want in expected.items():
+    got = tuple(jnp.shape(getattr(state, field)))
+    if got != want:
+      raise DecodingArgumentError(
+          f"{fn}: state.{field} has shape {got}. Expected {want} for these tables "
+          f"(stack_depth {tables.stack_depth}): a state made for other tables?")
+  return shape[0]
+
+
 def init_state(
     tables: ConstraintTables,
     batch_size: int | None = None,
     *,
-    constraint_ids: Int[Array, "B"] | None = None,
+    constraint_ids: ArrayLike | Sequence | None = None,
 ) -> ConstraintState:
   """The start state of each row (empty stacks).
 
   Args:
     tables: Compiled (possibly stacked) tables.
-    batch_size: Number of rows; may be omitted when `constraint_ids` is given.
-    constraint_ids: Which stacked constraint each row follows (default: constraint 0).
+    batch_size: Number of rows, an int >= 1; may be omitted when `constraint_ids` is
+      given.
+    constraint_ids: Which stacked constraint each row follows (default: constraint 0):
+      integers of shape `[B]`, each in [0, C) for C stacked constraints. Inside jit
+      only the dtype and shape are checked, and an id out of range is clamped.
+
+  Raises:
+    DecodingArgumentError: (a `ValueError`) If neither argument is given, `batch_size`
+      is not a positive int, or `constraint_ids` is not an integer array of shape
+      `(batch_size,)` (when both are given) or, where its values are known, names no
+      constraint of `tables`.
   """
+  fn = "init_state"
+  if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+      batch_size, (int, np.integer)) or batch_size < 1):
+    raise DecodingArgumentError(
+        f"{fn}: batch_size {batch_size!r} is not a positive int. Expected an int >= 1.")
   if constraint_ids is None:
     if batch_size is None:
-      raise ValueError("init_state needs batch_size or constraint_ids. Expected one of them.")
-    constraint_ids = jnp.zeros((batch_size,), jnp.int32)
+      raise DecodingArgumentError(
+          "init_state needs batch_size or constraint_ids. Expected one of them.")
+    constraint_ids = jnp.zeros((int(batch_size),), jnp.int32)
+  else:
+    ids = _as_array(constraint_ids)
+    if batch_size is not None and tuple(ids.shape) != (batch_size,):
+      raise DecodingArgumentError(
+          f"constraint_ids has shape {tuple(ids.shape)}. Expected ({batch_size},), one "
+          f"per row.")
+    constraint_ids = _check_int_array(fn, "constraint_ids", ids, (batch_size,),
+                                      int(jnp.shape(tables.start)[0]),
+                                      "indices of stacked constraints")
   constraint_ids = jnp.asarray(constraint_ids, jnp.int32)
-  if batch_size is not None and constraint_ids.shape != (batch_size,):
-    raise ValueError(
-        f"constraint_ids has shape {constraint_ids.shape}. Expected ({batch_size},)."
-    )
   start = jnp.asarray(tables.start)[constraint_ids]
   false = jnp.zeros(start.shape, bool)
   return ConstraintState(
@@ -192,7 +296,16 @@ def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Arr
   What `allowed_tokens` unpacks; 32x smaller, for callers that count or combine sets
   (popcounts for jump-forward, ORs across rows) without materializing `[B, V]` bools.
   End of sequence only, once a row is `done` or in `error`.
+
+  Raises:
+    DecodingArgumentError: If `state` is not a `ConstraintState` of one batch axis
+      whose stack is `tables.stack_depth` wide (checked at trace time inside jit).
   """
+  _check_state("allowed_bits", tables, state)
+  return _allowed_bits(tables, state)
+
+
+def _allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
   tables = _on_device(tables)
   groups, match = _matching_groups(tables, state)
   # Gather one mask row per batch row, the deepest matching group's, however many match.
@@ -210,31 +323,58 @@ def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Arr
 
 
 def allowed_tokens(tables: ConstraintTables, state: ConstraintState) -> Bool[Array, "B V"]:
-  """Which tokens each row may produce next."""
-  bits = allowed_bits(tables, state)
+  """Which tokens each row may produce next.
+
+  Raises:
+    DecodingArgumentError: As `allowed_bits`, for a `state` that does not fit `tables`.
+  """
+  _check_state("allowed_tokens", tables, state)
+  return _allowed_tokens(tables, state)
+
+
+def _allowed_tokens(tables: ConstraintTables, state: ConstraintState) -> Bool[Array, "B V"]:
+  bits = _allowed_bits(tables, state)
   shifts = jnp.arange(32, dtype=jnp.uint32)
   unpacked = ((bits[:, :, None] >> shifts) & 1).astype(bool)
   return unpacked.reshape(bits.shape[0], -1)[:, :tables.vocab_size]
 
 
 def mask_logits(
-    tables: ConstraintTables, state: ConstraintState, logits: Float[Array, "B V"]
+    tables: ConstraintTables, state: ConstraintState, logits: ArrayLike
 ) -> Float[Array, "B V"]:
   """`logits` with -inf wherever the constraint forbids the token.
 
-  `logits` may be wider than `tables.vocab_size` (padded embeddings): the extra columns
-  are forbidden too. Jit the caller with `logits` donated (`donate_argnums`) so XLA
-  masks in place instead of writing a fresh [B, V] buffer.
+  `logits` is `[B, V']`, B the state's batch, of a floating dtype. It may be wider than
+  `tables.vocab_size` (padded embeddings): the extra columns are forbidden too; never
+  narrower (the mask would lose the tokens past V'). Jit the caller with `logits`
+  donated (`donate_argnums`) so XLA masks in place instead of writing a fresh [B, V]
+  buffer.
+
+  Raises:
+    DecodingArgumentError: If `logits` is not a floating array of shape `[B, V']`
+      with V' >= `tables.vocab_size` (a 1-D row, another batch size and narrower
+      logits are not broadcast or truncated), or `state` does not fit `tables`.
+      Checked at trace time inside jit.
   """
+  fn = "mask_logits"
+  batch = _check_state(fn, tables, state)
+  logits = _as_array(logits)
+  if not jnp.issubdtype(logits.dtype, jnp.floating):
+    raise DecodingArgumentError(
+        f"{fn}: logits is {_given(logits)}. Expected a floating dtype (float32, "
+        f"bfloat16, ...): masking writes -inf.")
+  if len(logits.shape) != 2 or logits.shape[0] != batch or logits.shape[1] < tables.vocab_size:
+    raise DecodingArgumentError(
+        f"{fn}: logits is {_given(logits)}. Expected shape ({batch}, V') with V' >= "
+        f"{tables.vocab_size}: one row per row of the state (no broadcasting), at least "
+        f"as wide as the vocabulary the tables were compiled for.")
   # Unpacking bits by broadcasting (not gathering word i // 32 per token) keeps this one
   # elementwise fusion that XLA merges into whatever consumes the logits: inside the
   # decode loop the gather form cost ~4 ms per step at batch 8, this form nothing.
   width = logits.shape[-1]
-  allowed = allowed_tokens(tables, state)
+  allowed = _allowed_tokens(tables, state)
   if width > tables.vocab_size:
     allowed = jnp.pad(allowed, ((0, 0), (0, width - tables.vocab_size)))
-  elif width < tables.vocab_size:
-    allowed = allowed[:, :width]
   return jnp.where(allowed, logits, jnp.asarray(-jnp.inf, logits.dtype))
 
 
@@ -285,7 +425,7 @@ def _apply_stack(tables: ConstraintTables, state: ConstraintState, moved: Array,
 
 
 def advance(
-    tables: ConstraintTables, state: ConstraintState, tokens: Int[Array, "B"]
+    tables: ConstraintTables, state: ConstraintState, tokens: ArrayLike | Sequence
 ) -> ConstraintState:
   """Consumes one token per row.
 
@@ -296,7 +436,23 @@ def advance(
   could not finish within the stack after it (`tables.py`, "Stack-aware masks"), even
   if its pushes would fit: one more bit gathered per row, only for push-down tables.
   Rows already `done` or in `error` ignore their token.
+
+  Args:
+    tables: The tables the state was made for.
+    state: The current state (`[B]` rows).
+    tokens: One token id per row: integers of shape `[B]` (no broadcasting). Where
+      their values are known (outside jit) each must be in [0, vocab_size); inside jit
+      an id out of range sets the row's `error`.
+
+  Raises:
+    DecodingArgumentError: If `tokens` has a float or bool dtype, another shape than
+      `(B,)`, or (values known) an id outside [0, `tables.vocab_size`) (an int64
+      2**32 + 97 is not read as 97); or `state` does not fit `tables`. Dtype and shape
+      are checked at trace time inside jit, so a jitted step does not retrace.
   """
+  fn = "advance"
+  batch = _check_state(fn, tables, state)
+  tokens = _check_int_array(fn, "tokens", tokens, (batch,), tables.vocab_size, "token ids")
   tables = _on_device(tables)
   tokens = jnp.asarray(tokens, jnp.int32)
   in_range = (tokens >= 0) & (tokens < tables.vocab_size)
