@@ -30,6 +30,7 @@ import urllib.parse
 from constrained_decoding import errors
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_boolean
+from constrained_decoding.constraints import _json_conditionals
 from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints._json_keywords import (
     _ANNOTATIONS,
@@ -37,6 +38,7 @@ from constrained_decoding.constraints._json_keywords import (
     _DEFINITIONS,
     _NEEDS,
     _SUPPORTED,
+    _TYPE_OF_KEYWORD,
     _UNSUPPORTED,
     _conjunction_key,
     _constraining,
@@ -65,6 +67,8 @@ def check(lw, schema: dict, pointer: str) -> dict:
     schema = _local_ref(lw, schema, pointer)
   if "dependencies" in schema:  # Draft-07: dependentRequired + dependentSchemas.
     schema = _split_dependencies(schema, pointer)
+  if "allOf" in schema:  # Before `if` becomes `anyOf`: a chain of them multiplies.
+    schema = _json_conditionals.split_conditionals(schema, _objects_only(lw, schema))
   if any(k in schema for k in _BOOLEAN) or (
       "contains" in schema and "unevaluatedItems" in schema):
     schema = _json_boolean.rewrite_boolean(lw, schema, pointer)
@@ -88,6 +92,15 @@ def check(lw, schema: dict, pointer: str) -> dict:
   if not dropped:
     return schema
   return {k: v for k, v in schema.items() if k not in dropped}
+
+
+def _objects_only(lw, schema: dict) -> bool:
+  """Whether `schema` generates objects only: `type: object`, or (implied types) no
+  keyword beside `allOf` of another type (the conditionals in it imply objects)."""
+  if "type" in schema:
+    return schema["type"] in ("object", ["object"])
+  implied = {_TYPE_OF_KEYWORD.get(k) for k in schema if k != "allOf"} - {None}
+  return lw.options.implied_types and implied <= {"object"}
 
 
 def _local_ref(lw, schema: dict, pointer: str) -> dict:
