@@ -210,53 +210,45 @@ def _base_uri(lw, pointer: str) -> str:
   return base.partition("#")[0]
 
 
+def _index_document(lw, document, top: str, base: str, resources: dict,
+                    anchors: dict) -> bool:
+  """Adds the embedded resources (`$id`) and anchors of one document, whose root sits at
+  pointer `top` with base URI `base`; returns whether it embeds another resource."""
+  embedded = False
+  todo = [(document, top, base)]
+  while todo:
+    node, where, base = todo.pop()
+    if isinstance(node, dict):
+      ident = node.get("$id", node.get("id"))
+      if isinstance(ident, str) and where != top:
+        if ident.startswith("#"):
+          anchors.setdefault((base, ident[1:]), where)  # Draft-07 anchor.
+        elif _own_id(node) and not (lw.legacy_ref and "$ref" in node):
+          base = _join_uri(base, ident).partition("#")[0]
+          resources.setdefault(base, where)
+          embedded = True
+      for key in ("$anchor", "$dynamicAnchor"):
+        if isinstance(node.get(key), str):
+          anchors.setdefault((base, node[key]), where)
+      todo += [(v, _pointer(where, k), base) for k, v in node.items()
+               if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
+    elif isinstance(node, list):
+      todo += [(v, _pointer(where, i), base) for i, v in enumerate(node)]
+  return embedded
+
+
 def _resource_index(lw) -> tuple[dict[str, str], dict[tuple[str, str], str], bool]:
   """(resource URI -> pointer, (resource URI, anchor) -> pointer, whether the
   document embeds resources other than the root)."""
   if lw._anchors is None:
     root_base = _join_uri("", _own_id(lw.root) or "").partition("#")[0]
-    resources, anchors, embedded = {root_base: "#"}, {}, False
-    todo = [(lw.root, "#", root_base)]
-    while todo:
-      node, where, base = todo.pop()
-      if isinstance(node, dict):
-        ident = node.get("$id", node.get("id"))
-        if isinstance(ident, str) and where != "#":
-          if ident.startswith("#"):
-            anchors.setdefault((base, ident[1:]), where)  # Draft-07 anchor.
-          elif _own_id(node) and not (lw.legacy_ref and "$ref" in node):
-            base = _join_uri(base, ident).partition("#")[0]
-            resources.setdefault(base, where)
-            embedded = True
-        for key in ("$anchor", "$dynamicAnchor"):
-          if isinstance(node.get(key), str):
-            anchors.setdefault((base, node[key]), where)
-        todo += [(v, _pointer(where, k), base) for k, v in node.items()
-                 if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
-      elif isinstance(node, list):
-        todo += [(v, _pointer(where, i), base) for i, v in enumerate(node)]
+    resources, anchors = {root_base: "#"}, {}
+    embedded = _index_document(lw, lw.root, "#", root_base, resources, anchors)
     for uri, document in _documents(lw).items():
       base = _join_uri(uri, _own_id(document) or "").partition("#")[0]
       resources.setdefault(uri, uri + "#")  # Found under its key and its own `$id`.
       resources.setdefault(base, uri + "#")
-      todo = [(document, uri + "#", base)]
-      while todo:
-        node, where, base = todo.pop()
-        if isinstance(node, dict):
-          ident = node.get("$id", node.get("id"))
-          if isinstance(ident, str) and where != uri + "#":
-            if ident.startswith("#"):
-              anchors.setdefault((base, ident[1:]), where)
-            elif _own_id(node) and not (lw.legacy_ref and "$ref" in node):
-              base = _join_uri(base, ident).partition("#")[0]
-              resources.setdefault(base, where)
-          for key in ("$anchor", "$dynamicAnchor"):
-            if isinstance(node.get(key), str):
-              anchors.setdefault((base, node[key]), where)
-          todo += [(v, _pointer(where, k), base) for k, v in node.items()
-                   if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
-        elif isinstance(node, list):
-          todo += [(v, _pointer(where, i), base) for i, v in enumerate(node)]
+      _index_document(lw, document, uri + "#", base, resources, anchors)
     lw._anchors = (resources, anchors, embedded)
   return lw._anchors
 
