@@ -250,8 +250,9 @@ class Vocabulary:
       vocab_size: int | None = None,
       eos_ids: Iterable[int] | None = None,
   ) -> "Vocabulary":
-    """Reads a Hugging Face tokenizer: a `tokenizers.Tokenizer`, a `transformers`
-    tokenizer object, or a local model directory (or a `tokenizer.json` inside one).
+    """Reads a Hugging Face tokenizer: a `tokenizers.Tokenizer` (or a wrapper such as
+    `ByteLevelBPETokenizer`), a `transformers` tokenizer object, or a local model
+    directory (or a `tokenizer.json` inside one).
 
     ```python
     vocab = Vocabulary.from_huggingface("path/to/Llama-3.1-8B-Instruct")
@@ -481,9 +482,11 @@ def _guess_eos_ids(parsed: _ParsedTokenizer) -> set[int]:
 
 
 def _is_tokenizers_tokenizer(obj: Any) -> bool:
-  """Whether `obj` is a `tokenizers.Tokenizer` (checked without importing the package)."""
-  return any(c.__name__ == "Tokenizer" and c.__module__.startswith("tokenizers")
-             for c in type(obj).__mro__)
+  """Whether `obj` is a `tokenizers.Tokenizer`, or one of the package's wrappers around
+  one (`ByteLevelBPETokenizer` and the other `tokenizers.implementations`, which have
+  `to_str` too); checked without importing the package."""
+  return any(c.__name__ in ("Tokenizer", "BaseTokenizer")
+             and c.__module__.startswith("tokenizers") for c in type(obj).__mro__)
 
 
 _HF_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
