@@ -22,18 +22,6 @@ _ANY_TEXT = "(?s:.*)"
 _GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
 
 
-def _class_end(text: str, i: int) -> int:
-  """The index just past the character class whose `[` is at `text[i]`."""
-  i += 1
-  if text.startswith("^", i):
-    i += 1
-  if text.startswith("]", i):
-    i += 1
-  while i < len(text) and text[i] != "]":
-    i += 2 if text[i] == "\\" else 1
-  return i + 1
-
-
 def _structure(text: str, i: int = 0):
   """(index, character) of each `(`, `)` and `|` from `text[i]` on, outside escapes and
   character classes."""
@@ -43,7 +31,7 @@ def _structure(text: str, i: int = 0):
       i += 2
       continue
     if c == "[":
-      i = _class_end(text, i)
+      i = _regex.class_end(text, i)
       continue
     if c in "()|":
       yield i, c

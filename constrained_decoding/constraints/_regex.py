@@ -949,15 +949,7 @@ class _Scanner:
       self.pos += 1
 
   def _skip_class(self) -> None:
-    p = self.pattern
-    j = self.pos + 1
-    if p.startswith("^", j):
-      j += 1
-    if p.startswith("]", j):
-      j += 1
-    while j < len(p) and p[j] != "]":
-      j += 2 if p[j] == "\\" else 1
-    self.pos = j + 1
+    self.pos = class_end(self.pattern, self.pos)
 
   def _escape(self) -> str:
     """Scans one escape; returns its token kind and records unsupported ones."""
@@ -1303,3 +1295,16 @@ def _check_budget(pattern: str, node: ir.Node) -> None:
         f"steps. Lower the counts of nested or chained optional repeats such as "
         f"'(?:a?){{1000}}', '(?:.{{0,100}}){{100}}' or 'x*' repeated many times, or use "
         f"'*' or '+' where the exact count does not matter.")
+
+
+def class_end(text: str, i: int) -> int:
+  """The index just past the character class whose `[` is at `text[i]` (a `]` right
+  after `[` or `[^` is a member; escapes are skipped)."""
+  i += 1
+  if text.startswith("^", i):
+    i += 1
+  if text.startswith("]", i):
+    i += 1
+  while i < len(text) and text[i] != "]":
+    i += 2 if text[i] == "\\" else 1
+  return i + 1
