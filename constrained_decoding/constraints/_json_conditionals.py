@@ -26,7 +26,8 @@ with each conditional's remaining (non-object) conditions.
 
 Exact under these conditions, checked before rewriting (else the schema is unchanged):
 each conditional is an `allOf` part made only of `if`/`then`/`else` (and
-annotations) whose `if` gives P a `const` or `enum` of strings, booleans or null (no
+annotations) whose `if` gives P a `const` or `enum` of strings, booleans or null (a `type` next to it
+that admits them all is redundant; no
 numbers: JSON Schema equates `1` and `1.0`); `unevaluatedProperties`/`Items` are absent
 (the rewrite would change what counts as evaluated). A P that is not `required` by an
 `if` passes it when absent.
@@ -87,7 +88,7 @@ def _selector_values(subschema) -> list | None:
   strings, booleans or null."""
   if not isinstance(subschema, dict):
     return None
-  keys = [k for k in subschema if k not in _NO_CONSTRAINT]
+  keys = [k for k in subschema if k not in _NO_CONSTRAINT and k != "type"]
   if keys == ["const"]:
     values = [subschema["const"]]
   elif keys == ["enum"] and isinstance(subschema["enum"], list):
@@ -96,6 +97,11 @@ def _selector_values(subschema) -> list | None:
     return None
   if not values or not all(v is None or isinstance(v, (str, bool)) for v in values):
     return None
+  if "type" in subschema:  # Pydantic's `Literal`: `{"const": "a", "type": "string"}`.
+    types = subschema["type"] if isinstance(subschema["type"], list) else [subschema["type"]]
+    names = {str: "string", bool: "boolean", type(None): "null"}
+    if not all(names[type(v)] in types for v in values):
+      return None  # The type excludes a value: not a plain selector.
   return values
 
 

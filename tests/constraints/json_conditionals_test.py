@@ -36,6 +36,11 @@ _CASES = {
                       _when("b", _SMALL), _when("c", {"properties": {"size": False}})],
     "not-required": [_when("a", _NEEDS_SIZE, required=False), _when("b", _SMALL),
                      _when(None, {"properties": {"size": {"const": 0}}})],
+    "typed-selectors": [{"if": {"properties": {"kind": {"const": "a", "type": "string"}},
+                                "required": ["kind"]}, "then": _NEEDS_SIZE},
+                        {"if": {"properties": {"kind": {"enum": ["b", None],
+                                                        "type": ["string", "null"]}}},
+                         "then": _SMALL, "else": {"properties": {"size": {"type": "integer"}}}}],
     "other-conditions": [_when("a", _NEEDS_SIZE, other={"type": "integer"},
                                otherwise={"properties": {"size": {"type": "string"}}}),
                          _when("a", _SMALL), _when(True, _NEEDS_SIZE)],
@@ -93,6 +98,8 @@ def test_other_types_pass_the_conditions_vacuously(name):
 
 @pytest.mark.parametrize("schema, objects_only", [
     ({"allOf": [_when(1, _SMALL), _when(2, _SMALL)]}, True),  # Numbers: 1 == 1.0.
+    ({"allOf": [_when("a", _SMALL), {"if": {"properties": {"kind": {
+        "const": "b", "type": "integer"}}}, "then": _SMALL}]}, True),  # Type excludes it.
     ({"allOf": [_when("a", _SMALL), {"if": {"properties": {"kind": {"minLength": 1}}},
                                      "then": _SMALL}]}, True),  # One selector only.
     ({"allOf": [_when("a", _SMALL), _when("b", _SMALL)],
