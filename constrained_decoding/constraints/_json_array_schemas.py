@@ -113,7 +113,8 @@ def _lower_unique_array(lw, schema: dict, pointer: str) -> ir.Node | None:
         f"uniqueItems at {where} needs items with at most {MAX_UNIQUE_VALUES} possible"
         " values (an enum, booleans, a small integer range) and no prefixItems: distinct"
         " values from a larger set are not a regular language. Bound the items with an"
-        " enum, or pass lenient=True to allow repeats."))
+        " enum, or pass lenient=(\"uniqueItems\",) to allow repeats (other unsupported"
+        " keywords still raise)."))
     return None
   min_items = _json_keywords.count(schema, "minItems", pointer) or 0
   max_items = _json_keywords.count(schema, "maxItems", pointer)

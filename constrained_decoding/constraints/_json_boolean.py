@@ -44,7 +44,7 @@ def rewrite_boolean(lw, schema: dict, pointer: str) -> dict:
   try:
     return _json_negation.rewrite_boolean(schema, resolve, pointer)
   except errors.UnsupportedSchemaError as e:
-    if not lw.options.lenient:
+    if not all(lw.ignores(_pointer(pointer, key)) for key in _BOOLEAN if key in schema):
       raise
     for key in _BOOLEAN:
       if key in schema:

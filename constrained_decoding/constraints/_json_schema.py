@@ -232,7 +232,8 @@ class SchemaOptions:
   Attributes:
     whitespace: Where whitespace may go.
     strict_properties: Forbid additional properties unless given by a schema.
-    lenient: Ignore (and record) unsupported keywords instead of raising.
+    lenient: Ignore (and record) unsupported keywords instead of raising: True for
+      every keyword, or a tuple of the keyword names to ignore (the others raise).
     max_ref_depth: None: recursive `$ref`s become grammar rules (unbounded nesting).
       N: most expansions of one recursive `$ref` along a path (a regular language).
     free_form_depth: Nesting limit of free-form values.
@@ -246,7 +247,7 @@ class SchemaOptions:
 
   whitespace: jv.Whitespace = jv.Whitespace()
   strict_properties: bool = False
-  lenient: bool = False
+  lenient: bool | tuple[str, ...] = False
   max_ref_depth: int | None = None
   free_form_depth: int = 2
   property_order: str = "any"
@@ -344,10 +345,19 @@ class _Lowerer:
 
   def unsupported(self, pointer: str, message: str) -> None:
     """Raises `UnsupportedSchemaError(message)`, or records `pointer` when lenient."""
-    if not self.options.lenient:
+    if not self.ignores(pointer):
       raise errors.UnsupportedSchemaError(message)
     if pointer not in self.ignored:
       self.ignored.append(pointer)
+
+  def ignores(self, pointer: str) -> bool:
+    """Whether the unsupported keyword at `pointer` (its last token names it) is ignored:
+    `lenient=True`, or its name is in the `lenient` tuple."""
+    lenient = self.options.lenient
+    if isinstance(lenient, bool):
+      return lenient
+    keyword = pointer.rpartition("/")[2].replace("~1", "/").replace("~0", "~")
+    return keyword in lenient
 
   def annotation(self, pointer: str) -> None:
     """Records an ignored annotation (unknown keyword or `format`) at `pointer`."""

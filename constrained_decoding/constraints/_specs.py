@@ -339,6 +339,18 @@ def _canonical_resources(resources) -> tuple[tuple[str, str], ...]:
   return tuple(sorted(out.items()))
 
 
+def _canonical_lenient(lenient) -> bool | tuple[str, ...]:
+  """`lenient` as a bool or a sorted tuple of keyword names (hashable, canonical)."""
+  if isinstance(lenient, bool):
+    return lenient
+  if isinstance(lenient, str) or not isinstance(lenient, (tuple, list, set, frozenset)) or \
+      not all(isinstance(k, str) and k for k in lenient):
+    raise _errors.SchemaError(
+        f"JsonSchema lenient is {lenient!r}. Expected True, False, or a collection of"
+        " keyword names such as ('uniqueItems',).")
+  return tuple(sorted(set(lenient))) or False
+
+
 @dataclasses.dataclass(frozen=True)
 class JsonSchema:
   """The output must be a JSON text that a JSON Schema accepts.
@@ -393,6 +405,8 @@ class JsonSchema:
       `properties` or `required` unless `additionalProperties` is a schema (by
       default, as in JSON Schema, they are allowed after the declared ones).
     lenient: Ignore unsupported keywords instead of raising; see `ignored_keywords()`.
+      True ignores every one; a collection of keyword names (`("uniqueItems",)`)
+      ignores only those, and the others still raise.
     max_ref_depth: None (default): recursive `$ref`s compile to a push-down automaton,
       unbounded. N >= 1: each recursive `$ref` is expanded at most N times along a
       path and deeper alternatives are dropped (a regular language).
@@ -429,7 +443,7 @@ class JsonSchema:
   whitespace: str = "compact"
   _: dataclasses.KW_ONLY
   strict_properties: bool = False
-  lenient: bool = False
+  lenient: typing.Any = False  # bool, or keyword names (canonical: a sorted tuple).
   max_ref_depth: int | None = None
   free_form_depth: int = 2
   max_whitespace: int = 2
@@ -447,6 +461,7 @@ class JsonSchema:
           " pydantic.BaseModel subclass (with model_validate_json), or model=None.")
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
     object.__setattr__(self, "resources", _canonical_resources(self.resources))
+    object.__setattr__(self, "lenient", _canonical_lenient(self.lenient))
     if self.property_order not in ("any", "schema"):
       raise ValueError(f"JsonSchema property_order is {self.property_order!r}. Expected"
                        " 'any' or 'schema'.")
@@ -515,8 +530,8 @@ class JsonSchema:
 
   def describe(self) -> str:
     schema = self.schema if len(self.schema) <= 60 else self.schema[:57] + "..."
-    flags = "".join(f", {name}=True" for name in ("strict_properties", "lenient")
-                    if getattr(self, name))
+    flags = "".join(f", {name}={getattr(self, name)!r}"
+                    for name in ("strict_properties", "lenient") if getattr(self, name))
     if self.max_ref_depth is not None:
       flags += f", max_ref_depth={self.max_ref_depth}"
     if self.resources:

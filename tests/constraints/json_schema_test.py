@@ -1605,3 +1605,25 @@ def test_all_of_with_patterns_that_constrain_nothing(other):
     text = json.dumps(value, separators=(",", ":")).encode()
     expected = jsonschema.Draft202012Validator(schema).is_valid(value)
     assert dfa.accepts(text) == expected, value
+
+
+def test_lenient_names_the_keywords_it_ignores():
+  schema = {"type": "object", "properties": {
+      "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+      "n": {"type": "integer", "not": {"propertyNames": {"minLength": 2}}}}}
+  with pytest.raises(cd.UnsupportedSchemaError, match=r'lenient=\("uniqueItems",\)'):
+    cd.JsonSchema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}).to_ir()
+  only_unique = cd.JsonSchema(schema, lenient=["uniqueItems"])
+  assert only_unique.lenient == ("uniqueItems",)
+  with pytest.raises(cd.UnsupportedSchemaError, match=r"not at #/properties/n/not"):
+    only_unique.to_ir()  # `not` of propertyNames is still refused.
+  both = cd.JsonSchema(schema, lenient=("uniqueItems", "not"))
+  assert set(both.ignored_keywords()) == {"#/properties/tags/uniqueItems",
+                                          "#/properties/n/not"}
+  assert "lenient=('not', 'uniqueItems')" in both.describe()
+  dfa = _dfa(cd.JsonSchema({"type": "array", "items": {"enum": ["a", "b"]},
+                            "uniqueItems": True, "maxItems": 3}, lenient=("uniqueItems",)))
+  assert not dfa.accepts(b'["a","a"]')  # Enforced where it can be: nothing ignored.
+  for bad in ("uniqueItems", [1], [""]):
+    with pytest.raises(cd.SchemaError, match="Expected True, False, or a collection"):
+      cd.JsonSchema(schema, lenient=bad)
