@@ -18,11 +18,16 @@ The store (`AlignedStore`) is a trie of the sampled prefixes in fixed-size devic
 arrays, carried from round to round and from call to call:
 
   edge e (append-only, `num_edges` used):  parent node, token, log P(token | parent)
-  node n (0: the empty prefix; e + 1: the child of edge e):
+  node n (k < K: the empty prefix of constraint k; e + K: the child of edge e):
     log c̃(n)  and  log R(n), the mass of allowed tokens with no child node (end of
     sequence included: its EFG is exactly 1, so it never needs a node).
 
-So c̃(n) = R(n) + Σ_{children e of n} P(e) c̃(e + 1): a sum of positive terms only, kept
+With K constraints per call (per-row constraints, `constraint_ids`), each constraint
+has its own root, so a prefix is keyed by (constraint id, tokens): the same tokens under
+two constraints are two nodes, and a row only ever reads and updates the trie of its own
+constraint (a prefix's EFG under one constraint says nothing about another).
+
+So c̃(n) = R(n) + Σ_{children e of n} P(e) c̃(e + K): a sum of positive terms only, kept
 in log space. R(n) is recomputed from the full next-token distribution whenever a
 sample passes through n (allowed tokens minus the children that exist or that this
 round's samples create), never by subtracting from an earlier value: the subtractive
@@ -32,8 +37,8 @@ One round (`_round`, one `jax.jit`, no host callback):
   1. decode, in one `lax.while_loop`: each row at a stored node gathers the c̃ of the
      node's children (a scan of the edge table: O(capacity) per row and step),
      samples from P · c̃ masked by the constraint, and records log P(token) and R;
-  2. insert the round's new prefixes, deepest last (rows sharing a prefix share its
-     node: token histories are compared, all rows advance in lockstep);
+  2. insert the round's new prefixes, deepest last (rows sharing a constraint and a
+     prefix share its node: token histories are compared, all rows advance in lockstep);
   3. recompute c̃ backward along every row's path, deepest first (Eq. 3).
 With `batch_size` b > 1 the b rows of a round all sample with the store as it was at the
 round's start; the update then includes all b paths (and R excludes every sibling the
@@ -47,14 +52,14 @@ constrained sampling; the parent's R keeps the token's mass. `num_dropped` count
 refused insertions.
 
 Not supported: jump-forward (tokens are sampled one at a time so that every prefix gets
-its node), speculative decoding, and several prompts or constraints per call (a store
-belongs to one prompt, one constraint and one sampling distribution).
+its node), speculative decoding, and several prompts per call (a store belongs to one
+prompt, one list of constraints and one sampling distribution).
 
 Public names:
   generate_aligned(model, prompt, *, constraint, num_samples, ...) -> (samples, store)
   AlignedStore      the EFG store (host handle around device arrays).
   StoreArrays       its device arrays (a pytree).
-  init_store(capacity)  an empty `StoreArrays`.
+  init_store(capacity, num_constraints)  an empty `StoreArrays`.
 """
 
 import dataclasses
@@ -75,7 +80,8 @@ from constrained_decoding.errors import DecodingArgumentError, StoreMismatchErro
 from constrained_decoding.models import _gemma3
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits
-from constrained_decoding.tables import ConstraintTables
+from constrained_decoding._stacking import stack_tables
+from constrained_decoding.tables import DEFAULT_MIN_BUCKET, ConstraintTables
 
 # Edges of a store made by `generate_aligned` without one: 20 bytes each (1.3 MB).
 DEFAULT_CAPACITY = 1 << 16
@@ -92,7 +98,8 @@ class StoreArrays:
     edge_parent: Node of each edge's parent prefix; -1 for a free slot.
     edge_token: The token the edge appends.
     edge_log_prob: log P(token | parent prefix) under the sampling distribution.
-    node_log_efg: log c̃ of each node (0: the empty prefix, e + 1: the child of edge e).
+    node_log_efg: log c̃ of each node (k < K: the empty prefix of constraint k, e + K:
+      the child of edge e; K = len(node_log_efg) - len(edge_parent)).
     node_log_rest: log of the allowed mass of each node's tokens without a child node.
     num_edges: Edges in use (slots are filled in order).
     num_dropped: Insertions refused because the store was full.
@@ -111,24 +118,30 @@ class StoreArrays:
   num_rounds: Int[Array, ""]
 
 
-def init_store(capacity: int) -> StoreArrays:
-  """An empty store of `capacity` edges: only the empty prefix, with c̃ = 1."""
+def init_store(capacity: int, num_constraints: int = 1) -> StoreArrays:
+  """An empty store of `capacity` edges: only the empty prefix of each of
+  `num_constraints` constraints (root nodes 0 .. K - 1), with c̃ = 1."""
   return StoreArrays(
       edge_parent=jnp.full(capacity, -1, jnp.int32),
       edge_token=jnp.zeros(capacity, jnp.int32),
       edge_log_prob=jnp.zeros(capacity, jnp.float32),
-      node_log_efg=jnp.zeros(capacity + 1, jnp.float32),
-      node_log_rest=jnp.zeros(capacity + 1, jnp.float32),
+      node_log_efg=jnp.zeros(capacity + num_constraints, jnp.float32),
+      node_log_rest=jnp.zeros(capacity + num_constraints, jnp.float32),
       num_edges=jnp.zeros((), jnp.int32),
       num_dropped=jnp.zeros((), jnp.int32),
       num_samples=jnp.zeros((), jnp.int32),
       num_rounds=jnp.zeros((), jnp.int32))
 
 
+def _num_roots(store: StoreArrays) -> int:
+  """K, the number of constraints (root nodes) of a store: static, from the shapes."""
+  return store.node_log_efg.shape[0] - store.edge_parent.shape[0]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class AlignedStore:
-  """EFG estimates of one (prompt, constraint, sampling distribution), carried across
-  calls of `generate_aligned`.
+  """EFG estimates of one (prompt, constraints, sampling distribution), carried across
+  calls of `generate_aligned`: one trie of prefixes per constraint.
 
   ```python
   samples, store = cd.generate_aligned(model, prompt, constraint=spec, num_samples=100)
@@ -136,13 +149,13 @@ class AlignedStore:
                                     store=store)   # continues where the first call ended
   ```
 
-  Memory: 20 bytes per edge (`capacity` edges, fixed when the store is created), one
-  edge per distinct sampled prefix. Each decoding step scans the edge table once per
+  Memory: 20 bytes per edge (`capacity` edges, fixed when the store is created, shared
+  by the constraints), one edge per distinct (constraint, sampled prefix). Each decoding step scans the edge table once per
   row, so a capacity far above the number of distinct prefixes costs time too.
 
   Attributes:
     arrays: The device arrays (`StoreArrays`).
-    key: What the estimates are for: the prompt's token ids, a fingerprint of the
+    key: What the estimates are for: the prompt's token ids, a fingerprint of each
       constraint's tables and the sampling distribution (temperature, top-k, top-p).
   """
 
@@ -154,9 +167,14 @@ class AlignedStore:
     return int(self.arrays.edge_parent.shape[0])
 
   @property
+  def num_constraints(self) -> int:
+    """K: the constraints whose prefixes the store keeps apart (one trie each)."""
+    return _num_roots(self.arrays)
+
+  @property
   def num_nodes(self) -> int:
-    """Stored prefixes, the empty one included."""
-    return int(self.arrays.num_edges) + 1
+    """Stored prefixes, the empty one of every constraint included."""
+    return int(self.arrays.num_edges) + self.num_constraints
 
   @property
   def num_samples(self) -> int:
@@ -177,31 +195,54 @@ class AlignedStore:
 
   @property
   def log_mass_bound(self) -> float:
-    """log c̃ of the empty prefix: an upper bound on log P(L), the log-probability that
-    unconstrained sampling produces an accepted sequence (tight in the limit)."""
+    """log c̃ of the empty prefix (of constraint 0): an upper bound on log P(L), the
+    log-probability that unconstrained sampling produces an accepted sequence (tight in
+    the limit). `log_mass_bounds` has one per constraint."""
     return float(self.arrays.node_log_efg[0])
 
-  def efg(self, prefix: Sequence[int]) -> float | None:
-    """c̃ of a token prefix (not end of sequence), or None if it is not stored."""
+  @property
+  def log_mass_bounds(self) -> list[float]:
+    """`log_mass_bound` of each constraint, in constraint id order."""
+    return [float(x) for x in np.asarray(self.arrays.node_log_efg[:self.num_constraints])]
+
+  def _check_constraint(self, constraint: int) -> int:
+    if (not isinstance(constraint, (int, np.integer)) or isinstance(constraint, bool)
+        or not 0 <= constraint < self.num_constraints):
+      raise DecodingArgumentError(
+          f"constraint {constraint!r} names no constraint of this store. Expected an int "
+          f"in [0, {self.num_constraints}).")
+    return int(constraint)
+
+  def efg(self, prefix: Sequence[int], constraint: int = 0) -> float | None:
+    """c̃ of a token prefix (not end of sequence) under constraint id `constraint`, or
+    None if it is not stored."""
     parent = np.asarray(self.arrays.edge_parent)
     token = np.asarray(self.arrays.edge_token)
-    node = 0
+    node = self._check_constraint(constraint)
     for t in prefix:
       hit = np.nonzero((parent == node) & (token == int(t)))[0]
       if not len(hit):
         return None
-      node = int(hit[0]) + 1
+      node = int(hit[0]) + self.num_constraints
     return float(np.exp(np.asarray(self.arrays.node_log_efg)[node]))
 
-  def prefixes(self) -> dict[tuple[int, ...], float]:
-    """Every stored prefix with its c̃ (host-side, for tests and inspection)."""
+  def prefixes(self, constraint: int = 0) -> dict[tuple[int, ...], float]:
+    """Every stored prefix of constraint id `constraint` with its c̃ (host-side, for
+    tests and inspection)."""
+    constraint = self._check_constraint(constraint)
+    return {path: efg for (k, path), efg in self._all_prefixes().items() if k == constraint}
+
+  def _all_prefixes(self) -> dict[tuple[int, tuple[int, ...]], float]:
+    """{(constraint id, prefix): c̃} of every stored node."""
+    roots = self.num_constraints
     parent = np.asarray(self.arrays.edge_parent)
     token = np.asarray(self.arrays.edge_token)
     efg = np.exp(np.asarray(self.arrays.node_log_efg, np.float64))
-    paths = {0: ()}
+    paths = {k: (k, ()) for k in range(roots)}
     for e in range(int(self.arrays.num_edges)):  # parents come before their children
-      paths[e + 1] = paths[int(parent[e])] + (int(token[e]),)
-    return {path: float(efg[node]) for node, path in paths.items()}
+      k, path = paths[int(parent[e])]
+      paths[e + roots] = (k, path + (int(token[e]),))
+    return {key: float(efg[node]) for node, key in paths.items()}
 
 
 @flax.struct.dataclass(kw_only=True)
@@ -234,7 +275,7 @@ def _children(store: StoreArrays, node: Int[Array, "B"], width: int):
   batch = node.shape[0]
   hit = (store.edge_parent[None, :] == node[:, None]) & (node >= 0)[:, None]
   column = jnp.where(hit, store.edge_token[None, :], width)
-  values = jnp.broadcast_to(store.node_log_efg[1:][None, :], hit.shape)
+  values = jnp.broadcast_to(store.node_log_efg[_num_roots(store):][None, :], hit.shape)
   rows = jnp.broadcast_to(jnp.arange(batch)[:, None], hit.shape)
   efg = jnp.ones((batch, width), jnp.float32).at[rows, column].set(values, mode="drop")
   return hit, efg
@@ -270,7 +311,8 @@ def _aligned_step(params, tables, store: StoreArrays, s: _LoopState, *, eos_ids,
   rest = jax.nn.logsumexp(jnp.where(allowed & ~excluded, logp, _NEG_INF), axis=-1)
   token_log_prob = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
   match = hit & (store.edge_token[None, :] == token[:, None])
-  node = jnp.where(match.any(axis=1) & grows, jnp.argmax(match, axis=1) + 1, -1)
+  node = jnp.where(match.any(axis=1) & grows, jnp.argmax(match, axis=1) + _num_roots(store),
+                   -1)
   same = s.same & (token[:, None] == token[None, :]) & grows[:, None] & grows[None, :]
 
   constraint = runtime.advance(tables, d.constraint, token)
@@ -286,12 +328,13 @@ def _aligned_step(params, tables, store: StoreArrays, s: _LoopState, *, eos_ids,
                     log_rest=s.log_rest.at[:, d.step].set(rest))
 
 
-def _insert(store: StoreArrays, s: _LoopState, eos_ids):
+def _insert(store: StoreArrays, s: _LoopState, root: Int[Array, "B"], eos_ids):
   """Adds the round's new prefixes (step 2); returns (store, node of each row's prefix
-  at each step, -1 where not stored)."""
+  at each step, -1 where not stored). `root`: each row's root node (its constraint)."""
   d = s.decode
   batch, buffer = d.tokens.shape
   capacity = store.edge_parent.shape[0]
+  roots = _num_roots(store)
   rows = jnp.arange(batch)
   kept = d.lengths > 0
   longest = jnp.max(d.lengths)
@@ -313,27 +356,29 @@ def _insert(store: StoreArrays, s: _LoopState, eos_ids):
     ok = new & (slot < capacity)
     failed = new & ~ok
     index = jnp.where(ok, slot, capacity)  # out of range: dropped
-    made = jnp.where(ok, slot + 1, -1)
-    child = jnp.where(found, jnp.argmax(match, axis=1) + 1, jnp.where(need, made[leader], -1))
+    made = jnp.where(ok, slot + roots, -1)
+    child = jnp.where(found, jnp.argmax(match, axis=1) + roots,
+                      jnp.where(need, made[leader], -1))
     # R of the parent: a child that could not be stored keeps its mass there.
     back = jax.nn.logsumexp(jnp.where(same & failed[None, :], s.log_prob[None, :, k],
                                       _NEG_INF), axis=1)
     rest = jnp.logaddexp(s.log_rest[:, k], back)
-    at_node = jnp.where(took & (node >= 0), node, capacity + 1)
+    at_node = jnp.where(took & (node >= 0), node, capacity + roots)  # else dropped
     store = store.replace(
         edge_parent=store.edge_parent.at[index].set(node, mode="drop"),
         edge_token=store.edge_token.at[index].set(token, mode="drop"),
         edge_log_prob=store.edge_log_prob.at[index].set(s.log_prob[:, k], mode="drop"),
-        node_log_efg=store.node_log_efg.at[index + 1].set(0.0, mode="drop"),
-        node_log_rest=store.node_log_rest.at[index + 1].set(0.0, mode="drop")
+        node_log_efg=store.node_log_efg.at[index + roots].set(0.0, mode="drop"),
+        node_log_rest=store.node_log_rest.at[index + roots].set(0.0, mode="drop")
         .at[at_node].set(rest, mode="drop"),
         num_edges=store.num_edges + ok.sum(dtype=jnp.int32),
         num_dropped=store.num_dropped + failed.sum(dtype=jnp.int32))
     path = path.at[:, k].set(jnp.where(took, node, -1))
     return k + 1, store, jnp.where(grows, child, -1), same_next, path
 
-  start = (jnp.int32(0), store, jnp.where(kept, 0, -1).astype(jnp.int32),
-           kept[:, None] & kept[None, :], jnp.full((batch, buffer), -1, jnp.int32))
+  start = (jnp.int32(0), store, jnp.where(kept, root, -1).astype(jnp.int32),
+           kept[:, None] & kept[None, :] & (root[:, None] == root[None, :]),
+           jnp.full((batch, buffer), -1, jnp.int32))
   _, store, _, _, path = jax.lax.while_loop(lambda c: c[0] < longest, body, start)
   return store, path
 
@@ -341,6 +386,7 @@ def _insert(store: StoreArrays, s: _LoopState, eos_ids):
 def _backward(store: StoreArrays, path: Int[Array, "B N"], lengths: Int[Array, "B"]):
   """Eq. 3 along every row's path, deepest prefix first (step 3)."""
   capacity = store.edge_parent.shape[0]
+  roots = _num_roots(store)
 
   def body(c):
     k, store = c
@@ -348,12 +394,12 @@ def _backward(store: StoreArrays, path: Int[Array, "B N"], lengths: Int[Array, "
     node = path[:, k]
     valid = (k < lengths) & (node >= 0)
     hit = (store.edge_parent[None, :] == node[:, None]) & valid[:, None]
-    terms = jnp.where(hit, store.edge_log_prob[None, :] + store.node_log_efg[1:][None, :],
-                      _NEG_INF)
+    terms = jnp.where(hit, store.edge_log_prob[None, :]
+                      + store.node_log_efg[roots:][None, :], _NEG_INF)
     value = jnp.logaddexp(store.node_log_rest[jnp.maximum(node, 0)],
                           jax.nn.logsumexp(terms, axis=1))
     value = jnp.minimum(value, 0.0)  # c̃ <= 1; rounding may overshoot
-    index = jnp.where(valid, node, capacity + 1)
+    index = jnp.where(valid, node, capacity + roots)
     return k, store.replace(node_log_efg=store.node_log_efg.at[index].set(value, mode="drop"))
 
   _, store = jax.lax.while_loop(lambda c: c[0] > 0, body, (jnp.max(lengths), store))
@@ -362,17 +408,25 @@ def _backward(store: StoreArrays, path: Int[Array, "B N"], lengths: Int[Array, "
 
 @functools.partial(jax.jit, static_argnames=("config", "sampling"))
 def _round(params, tables, init: _generate.DecodeState, store: StoreArrays, limit, eos_ids,
-           temperature, top_p, num_rows, rng, *, config, sampling):
+           temperature, top_p, num_rows, rng, constraint_ids=None, *, config, sampling):
   """One round: decode `num_rows` rows with the store, then update it (Eq. 3).
 
-  Returns (store, final decode state). Rows past `num_rows` stay done and are ignored.
+  `constraint_ids` [B] (None: all 0): the stacked constraint each row follows; row b
+  starts at root node `constraint_ids[b]` of the store, so each constraint has its own
+  trie. Returns (store, final decode state). Rows past `num_rows` stay done and are
+  ignored.
   """
   batch, buffer = init.tokens.shape
   kept = jnp.arange(batch) < num_rows
+  if constraint_ids is None:
+    root = jnp.zeros(batch, jnp.int32)
+  else:
+    root = constraint_ids.astype(jnp.int32)
+    init = init.replace(constraint=_generate._init_constraint(tables, root))  # pylint: disable=protected-access
   start = _LoopState(
       decode=init.replace(done=~kept, rng=rng),
-      node=jnp.where(kept, 0, -1).astype(jnp.int32),
-      same=kept[:, None] & kept[None, :],
+      node=jnp.where(kept, root, -1).astype(jnp.int32),
+      same=kept[:, None] & kept[None, :] & (root[:, None] == root[None, :]),
       log_prob=jnp.zeros((batch, buffer), jnp.float32),
       log_rest=jnp.zeros((batch, buffer), jnp.float32))
 
@@ -384,7 +438,7 @@ def _round(params, tables, init: _generate.DecodeState, store: StoreArrays, limi
                               temperature=temperature, top_p=top_p, config=config,
                               sampling=sampling)
   s = jax.lax.while_loop(cond_fn, body_fn, start)
-  store, path = _insert(store, s, eos_ids)
+  store, path = _insert(store, s, root, eos_ids)
   store = _backward(store, path, s.decode.lengths)
   store = store.replace(num_samples=store.num_samples + num_rows.astype(jnp.int32),
                         num_rounds=store.num_rounds + 1)
@@ -423,12 +477,51 @@ def _check_sampling(sampling) -> SamplingConfig:
   return sampling
 
 
+def _constraint_tables(model, constraint):
+  """(tables, K, the spec of each constraint or None, a fingerprint per constraint).
+
+  One spec or tables (K = 1, or K stacked tables), or a list of K of them (stacked
+  here). A list of one gives the same fingerprints as its element alone.
+  """
+  def one(c, what):
+    tables, _ = _generate._compile_specs(model, c, 1)  # pylint: disable=protected-access
+    if not isinstance(tables, ConstraintTables):
+      raise DecodingArgumentError(f"{what} is a {type(tables).__name__}. Expected "
+                                  f"ConstraintTables or a spec (cd.Regex, cd.Grammar, ...).")
+    return tables
+
+  if constraint is None:
+    raise DecodingArgumentError(
+        "constraint is None. Expected a ConstraintTables or spec, or a list of them (one per "
+        "constraint id): aligned sampling needs a constraint.")
+  if isinstance(constraint, (list, tuple)):
+    if not constraint:
+      raise DecodingArgumentError("constraint is an empty list. Expected one or more "
+                                  "ConstraintTables or specs.")
+    parts = [one(c, f"constraint[{k}]") for k, c in enumerate(constraint)]
+    for k, t in enumerate(parts):
+      if t.num_constraints != 1:
+        raise DecodingArgumentError(
+            f"constraint[{k}] stacks {t.num_constraints} constraints. Expected one per "
+            f"list element (or pass the stacked tables alone, with constraint_ids).")
+    fingerprints = tuple(_fingerprint(t) for t in parts)
+    tables = parts[0] if len(parts) == 1 else stack_tables(parts, min_bucket=DEFAULT_MIN_BUCKET)
+    specs = [c if _generate._is_spec(c) else None for c in constraint]  # pylint: disable=protected-access
+    return tables, len(parts), specs, fingerprints
+  tables = one(constraint, "constraint")
+  k = tables.num_constraints
+  spec = constraint if _generate._is_spec(constraint) else None  # pylint: disable=protected-access
+  fingerprint = _fingerprint(tables)
+  return tables, k, [spec] * k, (fingerprint,) if k == 1 else (f"{fingerprint}/{k}",) * k
+
+
 def generate_aligned(
     model,
     prompt: str | Sequence[Any],
     *,
     constraint: Any,
     num_samples: int,
+    constraint_ids: Sequence[int] | None = None,
     batch_size: int = 1,
     seed: int = 0,
     store: AlignedStore | None = None,
@@ -450,32 +543,42 @@ def generate_aligned(
   spec = cd.Regex(r"00000|1[01]{4}")
   samples, store = cd.generate_aligned(model, prompt, constraint=spec, num_samples=500,
                                        batch_size=8, sampling=cd.SamplingConfig(temperature=1.0))
+  # Per-row constraints: sample i follows constraint i % 2 (or constraint_ids[i]).
+  both, store2 = cd.generate_aligned(model, prompt, constraint=[spec, cd.Regex("[01]{3}")],
+                                     num_samples=500, batch_size=8)
   ```
 
   Args:
     model: A `models.Gemma3`.
     prompt: One prompt: text (BOS is prepended) or a list of token ids used as given.
-    constraint: Tables or a spec, regular or push-down (one constraint; not a list).
+    constraint: Tables or a spec, regular or push-down; or K of them, as a list (stacked
+      here) or stacked tables, with `constraint_ids` saying which one each sample
+      follows. The store keeps one trie per constraint (root node k for constraint k),
+      so the estimates of one constraint are never read or written for another, while
+      rows of different constraints share the rounds.
     num_samples: Completions to draw.
+    constraint_ids: With K constraints, the constraint id of each sample (num_samples
+      ints in [0, K)); None: sample i follows constraint i % K.
     batch_size: Rows per round: all rows of a round sample with the store of the
       round's start, then all update it (faster per sample, slower to converge).
     seed: Random seed. Round r of the store's life uses key `fold_in(seed, r)`, so two
       calls of n samples passing the store on draw what one call of 2n draws (with
-      `batch_size` dividing n).
-    store: The store of an earlier call with the same prompt, constraint and sampling
-      distribution, to continue from; None starts an empty one.
+      `batch_size` dividing n and the same constraint ids).
+    store: The store of an earlier call with the same prompt, constraints (same order)
+      and sampling distribution, to continue from; None starts an empty one.
     sampling: Temperature (> 0), top-k, top-p: they define P (applied to the model's
       logits before the constraint). No jump-forward.
     max_new_tokens: Most tokens per completion (the end-of-sequence token counts). A
       row cut at this budget leaves its last prefix at c̃ = 1.
-    capacity: Edges of a new store (ignored when `store` is given).
+    capacity: Edges of a new store, shared by its constraints (ignored when `store` is
+      given).
 
   Returns:
     (the `Completion`s in the order they were drawn, the updated store).
 
   Raises:
-    DecodingArgumentError: Bad prompt, counts, sampling (greedy, jump-forward) or
-      constraint (None, a list, stacked tables).
+    DecodingArgumentError: Bad prompt, counts, sampling (greedy, jump-forward),
+      constraint (None, an empty list) or constraint_ids.
     StoreMismatchError: `store` was built for another prompt, constraint or sampling.
     VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
   """
@@ -487,25 +590,17 @@ def generate_aligned(
   sampling = _check_sampling(sampling)
   num_samples = _check_count("num_samples", num_samples)
   batch_size = _check_count("batch_size", batch_size, MAX_BATCH_SIZE)
-  if constraint is None or isinstance(constraint, (list, tuple)):
-    raise DecodingArgumentError(
-        f"constraint is {type(constraint).__name__ if constraint is not None else 'None'}. "
-        f"Expected one ConstraintTables or spec: aligned sampling needs a constraint, and "
-        f"a store belongs to one.")
-  tables, specs = _generate._compile_specs(model, constraint, batch_size)  # pylint: disable=protected-access
-  if not isinstance(tables, ConstraintTables):
-    raise DecodingArgumentError(f"constraint is a {type(tables).__name__}. Expected "
-                                f"ConstraintTables or a spec (cd.Regex, cd.Grammar, ...).")
-  if tables.num_constraints != 1:
-    raise DecodingArgumentError(
-        f"constraint stacks {tables.num_constraints} constraints. Expected one: a store "
-        f"holds the prefixes of one constraint.")
+  tables, num_constraints, specs, fingerprints = _constraint_tables(model, constraint)
+  if constraint_ids is None:
+    sample_ids = np.arange(num_samples, dtype=np.int32) % num_constraints
+  else:
+    sample_ids = _generate._check_constraint_ids(constraint_ids, num_samples, num_constraints)  # pylint: disable=protected-access
   ids = tuple(model.encode(prompt) if isinstance(prompt, str) else (int(t) for t in prompt))
-  key = (ids, _fingerprint(tables), float(sampling.temperature), int(sampling.top_k),
+  key = (ids, fingerprints, float(sampling.temperature), int(sampling.top_k),
          float(sampling.top_p))
   if store is None:
     capacity = _check_count("capacity", capacity)
-    store = AlignedStore(arrays=init_store(capacity), key=key)
+    store = AlignedStore(arrays=init_store(capacity, num_constraints), key=key)
   elif not isinstance(store, AlignedStore):
     raise DecodingArgumentError(f"store is a {type(store).__name__}. Expected None or the "
                                 f"AlignedStore returned by an earlier generate_aligned call.")
@@ -514,8 +609,8 @@ def generate_aligned(
                                         "top_p"), store.key, key) if a != b]
     raise StoreMismatchError(
         f"store was built for another {', '.join(what)}. Expected the store of a call "
-        f"with the same prompt, constraint and sampling distribution (its estimates are "
-        f"probabilities under them); pass store=None to start a new one.")
+        f"with the same prompt, constraints (same order) and sampling distribution (its "
+        f"estimates are probabilities under them); pass store=None to start a new one.")
   tables, init, eos_ids = _generate._prepare(model, [list(ids)] * batch_size, tables, None,  # pylint: disable=protected-access
                                              max_new_tokens, seed)
   arrays = store.arrays
@@ -524,10 +619,13 @@ def generate_aligned(
   samples: list[_generate.Completion] = []
   for r in range(math.ceil(num_samples / batch_size)):
     rows = min(batch_size, num_samples - len(samples))
+    row_ids = np.zeros(batch_size, np.int32)
+    row_ids[:rows] = sample_ids[len(samples):len(samples) + rows]
     arrays, state = _round(
         model.params, tables, init, arrays, jnp.int32(max_new_tokens), eos_ids,
         jnp.float32(sampling.temperature), jnp.float32(sampling.top_p), jnp.int32(rows),
-        jax.random.fold_in(base, first_round + r), config=model.config,
-        sampling=sampling.static_part())
-    samples += _generate._completions(model, state, max_new_tokens, specs)[:rows]  # pylint: disable=protected-access
+        jax.random.fold_in(base, first_round + r), jnp.asarray(row_ids),
+        config=model.config, sampling=sampling.static_part())
+    row_specs = [specs[k] for k in row_ids]
+    samples += _generate._completions(model, state, max_new_tokens, row_specs)[:rows]  # pylint: disable=protected-access
   return samples, AlignedStore(arrays=arrays, key=key)

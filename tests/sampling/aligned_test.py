@@ -8,6 +8,7 @@ badly biased: after the prompt "x", "0" and "1" are equally likely, but "0" is f
 by "0" with probability 0.0045, so `00000` has Q ≈ 2e-10 while GCD draws it half the time.
 """
 
+import dataclasses
 import re
 
 import jax
@@ -239,7 +240,10 @@ def test_round_is_jitted_without_callbacks(model, tables):
     (dict(sampling=cd.SamplingConfig(temperature=1.0, jump_forward=2)),
      cd.DecodingArgumentError, r"jump_forward=2, which it does not support"),
     (dict(constraint=None), cd.DecodingArgumentError, r"constraint is None"),
-    (dict(constraint=[cd.Regex("1")]), cd.DecodingArgumentError, r"constraint is list"),
+    (dict(constraint=[]), cd.DecodingArgumentError, r"constraint is an empty list"),
+    (dict(constraint_ids=[0, 1]), cd.DecodingArgumentError,
+     r"constraint_ids .* do not name a constraint per row. Expected 2 ints in \[0, 1\)"),
+    (dict(constraint_ids=[0]), cd.DecodingArgumentError, r"Expected 2 ints"),
     (dict(prompt=["x", "y"]), cd.DecodingArgumentError, r"is a list of prompts"),
     (dict(prompt=[99]), cd.DecodingArgumentError, r"not a non-empty list of token ids"),
     (dict(max_new_tokens=0), cd.DecodingArgumentError, r"max_new_tokens 0 is out of range"),
@@ -262,6 +266,94 @@ def test_store_mismatch_is_refused(model, tables, compiler):
   for kwargs, message in cases:
     with pytest.raises(cd.StoreMismatchError, match=message):
       _draw(model, kwargs.pop("constraint", tables), 1, store=store, **kwargs)
-  stacked = cd.stack_tables([tables, other])
-  with pytest.raises(cd.DecodingArgumentError, match=r"stacks 2 constraints"):
-    cd.generate_aligned(model, _PROMPT, constraint=stacked, num_samples=1, sampling=_SAMPLING)
+  # A list of one is the constraint itself; a list's order names the constraint ids.
+  _draw(model, [tables], 1, store=store)
+  _, pair = _draw(model, [tables, other], 2)
+  with pytest.raises(cd.StoreMismatchError, match=r"another constraint"):
+    _draw(model, [other, tables], 2, store=pair)
+  with pytest.raises(cd.StoreMismatchError, match=r"another constraint"):
+    _draw(model, tables, 2, store=pair)
+
+
+# Per-row constraints. B = `0[01]{2}|111` disagrees with A = G_sk on the prefix "0":
+# c_A(0) = P(0000 | 0) ≈ 4e-10 while c_B(0) is large, so a store that mixed the two
+# would starve B's `0..` strings (or feed A's), and neither would converge to its Q.
+_PATTERN_B = r"0[01]{2}|111"
+
+
+@pytest.fixture(scope="module")
+def tables_b(compiler):
+  return compiler.compile(cd.Regex(_PATTERN_B))
+
+
+@pytest.fixture(scope="module")
+def exact_b(model, tables_b):
+  return _exact.exact_distribution(model, _PROMPT, tables_b, sampling=_SAMPLING)
+
+
+def _check_viable(store, k, tables):
+  """Every prefix in constraint k's trie is a prefix the constraint's tables allow."""
+  for prefix in store.prefixes(k):
+    _, ok = _reference.reference_walk(tables, prefix, with_stacks=True)
+    assert ok, (k, prefix)
+
+
+def test_per_row_constraints_converge_each_to_its_own_q(model, tables, tables_b, exact,
+                                                         exact_b):
+  n = 400  # per constraint; rows alternate A, B, A, ... (constraint_ids None: i % 2)
+  batch = 8
+  samples, store = _draw(model, [tables, tables_b], 2 * n, batch_size=batch, seed=0,
+                         capacity=512)
+  assert store.num_constraints == 2 and store.num_dropped == 0
+  assert store.num_samples == 2 * n
+  by = {0: samples[0::2], 1: samples[1::2]}
+  assert all(s.finished and re.fullmatch(_PATTERN, s.text) for s in by[0])
+  assert all(s.finished and re.fullmatch(_PATTERN_B, s.text) for s in by[1])
+  for k, (ex, pattern_tables) in enumerate([(exact, tables), (exact_b, tables_b)]):
+    kl = _exact.empirical_kl(ex.counts([s.token_ids for s in by[k]]), ex.q)
+    # As in test_converges_to_exact_q_and_beats_gcd: multinomial noise over the likely
+    # strings, three times over, plus one exploratory draw of the least likely string
+    # per row of the first round (b / 2 rows of each constraint; b is an upper bound).
+    likely = int(np.sum(ex.q > 1e-3))
+    bound = 3 * (likely - 1) / (2 * n) + batch / n * np.log(batch / (n * ex.q.min()))
+    assert kl < bound, (k, kl, bound)
+    # Each trie is its own constraint's: its prefixes are viable under it, c̃ >= its c
+    # (Theorem 1), and its root converged to its own P(L).
+    _check_viable(store, k, pattern_tables)
+    for prefix, efg in store.prefixes(k).items():
+      assert np.log(efg) >= np.log(ex.efg(prefix)) - 1e-4, (k, prefix, efg)
+    np.testing.assert_allclose(store.log_mass_bounds[k], ex.log_mass, atol=1e-3)
+  # The shared prefix "0" has one node per constraint, with that constraint's EFG.
+  np.testing.assert_allclose(store.efg((0,), 0), exact.efg((0,)), rtol=1e-3)
+  np.testing.assert_allclose(store.efg((0,), 1), exact_b.efg((0,)), rtol=1e-3)
+  assert exact_b.efg((0,)) > 1e6 * exact.efg((0,))
+
+
+def test_per_row_store_never_reads_another_constraint(model, tables, tables_b):
+  # Constraint A's rows first, then B's from the same store: B's draws and B's trie are
+  # the same whether A's estimates are true or overwritten with nonsense, and A's trie
+  # is left as it was.
+  both = [tables, tables_b]
+  _, store = _draw(model, both, 24, constraint_ids=[0] * 24, batch_size=8, seed=5)
+  assert store.prefixes(1) == {(): 1.0}
+  a_nodes = np.r_[0, 2:store.num_nodes]
+  arrays = store.arrays
+  poisoned = dataclasses.replace(store, arrays=arrays.replace(
+      node_log_efg=arrays.node_log_efg.at[a_nodes].set(-69.0),
+      node_log_rest=arrays.node_log_rest.at[a_nodes].set(-69.0)))
+  ids = [1] * 16
+  clean, after = _draw(model, both, 16, constraint_ids=ids, batch_size=8, seed=5, store=store)
+  dirty, after_dirty = _draw(model, both, 16, constraint_ids=ids, batch_size=8, seed=5,
+                             store=poisoned)
+  assert [s.token_ids for s in clean] == [s.token_ids for s in dirty]
+  assert all(re.fullmatch(_PATTERN_B, s.text) for s in clean)
+  assert after.prefixes(1) == after_dirty.prefixes(1) and len(after.prefixes(1)) > 1
+  assert after.prefixes(0) == store.prefixes(0)  # B's rounds did not touch A's trie
+  assert after_dirty.prefixes(0) == poisoned.prefixes(0)
+  _check_viable(after, 1, tables_b)
+  # Mixed rounds: a row's node is found under its own root only.
+  mixed, store = _draw(model, both, 16, constraint_ids=[0, 1] * 8, batch_size=8, seed=6)
+  assert [bool(re.fullmatch(_PATTERN, s.text)) for s in mixed[0::2]] == [True] * 8
+  assert [bool(re.fullmatch(_PATTERN_B, s.text)) for s in mixed[1::2]] == [True] * 8
+  _check_viable(store, 0, tables)
+  _check_viable(store, 1, tables_b)
