@@ -447,7 +447,7 @@ def _on_alarm(signum, frame):
 
 def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: float,
                  free_form_depth: int = 2, implied_types: bool = True,
-                 resources=None) -> dict:
+                 resources=None, lenient=False) -> dict:
   """Compiles one schema: {"status": compiled|refused|crashed, "seconds", "tables",
   "error": "Class: first line", "empty": whether the refusal says that the schema
   accepts nothing}. The limit is `CompileOptions.max_seconds` inside the compiler and
@@ -460,7 +460,7 @@ def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: 
     tables = compiler.compile(cd.JsonSchema(schema, whitespace=whitespace,
                                             free_form_depth=free_form_depth,
                                             implied_types=implied_types,
-                                            resources=resources))
+                                            resources=resources, lenient=lenient))
   except CaseTimeout:
     status, error = "refused", f"Timeout: compile ran past {time_limit * 1.5 + 1:.0f} s"
   except cd.ConstraintError as e:

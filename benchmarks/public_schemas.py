@@ -30,6 +30,7 @@ Writes `benchmarks/results/public_schemas[_bytes].json`.
 
   python benchmarks/public_schemas.py --vocab bytes
   python benchmarks/public_schemas.py --root /path/to/other/site-packages
+  python benchmarks/public_schemas.py --vocab bytes --lenient uniqueItems --samples 0
 """
 
 import argparse
@@ -147,13 +148,15 @@ def run_schema(compiler, speller, entry: dict, *, args, resources: dict) -> dict
   """Compiles one schema, samples and checks; returns its row."""
   schema = entry["schema"]
   row = {"source": entry["source"], "name": entry["name"], "wrong": [], "rejected_given": []}
+  lenient = tuple(args.lenient) or False
   result = suite.compile_case(compiler, schema, whitespace="compact",
-                              time_limit=args.time_limit, resources=resources or None)
+                              time_limit=args.time_limit, resources=resources or None,
+                              lenient=lenient)
   row.update(status=result["status"], error=result["error"], compile_s=result["seconds"])
   if result["status"] != "compiled":
     return row
   row["table_bytes"] = cd.tables_nbytes(result["tables"])["total"]
-  spec = cd.JsonSchema(schema, resources=resources or None)
+  spec = cd.JsonSchema(schema, resources=resources or None, lenient=lenient)
   row["ignored_keywords"] = len(spec.ignored_keywords())
   draft = schema_corpus.draft_of(schema)
   validator = suite._validator(draft)  # pylint: disable=protected-access
@@ -231,12 +234,17 @@ def parse_args(argv=None):
   parser.add_argument("--samples", type=int, default=20,
                       help="random accepted texts checked per compiled schema")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--lenient", action="append", default=[], metavar="KEYWORD",
+                      help="compile with JsonSchema(lenient=(KEYWORD, ...)): ignore this"
+                      " unsupported keyword (repeatable). Sampled texts may then violate"
+                      " it: pass --samples 0")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir)
   parser.add_argument("--out", default=None,
                       help="default: benchmarks/results/public_schemas[_bytes].json")
   args = parser.parse_args(argv)
   if args.out is None:
-    suffix = "" if args.vocab == "gemma" else f"_{args.vocab}"
+    suffix = ("" if args.vocab == "gemma" else f"_{args.vocab}") + "".join(
+        f"_lenient_{k}" for k in args.lenient)
     args.out = os.path.join(_REPO, "benchmarks", "results", f"public_schemas{suffix}.json")
   return args
 
@@ -264,6 +272,7 @@ def main(argv=None) -> int:
           f"{extra}", flush=True)
   summary = summarize(rows)
   meta = {"vocab": args.vocab, "roots": roots, "time_limit_s": args.time_limit,
+          "lenient": args.lenient,
           "samples": args.samples, "wall_s": time.time() - start,
           "load_average_start": load_start, "load_average_end": os.getloadavg(),
           "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
