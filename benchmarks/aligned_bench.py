@@ -23,6 +23,8 @@ extra). Run from the repository root:
   python benchmarks/aligned_bench.py --samples 500          # what a 2-core CPU affords
   python benchmarks/aligned_bench.py --samples 2000         # the paper's length
   python benchmarks/aligned_bench.py --cost-rounds 20       # cost only, interleaved
+  python benchmarks/aligned_bench.py --grammar slia --samples 256   # push-down SLIA
+The SLIA mode writes `benchmarks/results/aligned_slia.json` (see `_slia_run`).
 """
 
 import argparse
@@ -57,6 +59,21 @@ op ::= "bvand" | "bvor" | "bvxor" | "bvadd"
 BV_PROMPT = ("; SyGuS, bit-vectors. Synthesize f(x, y) = x AND y.\n"
              "(define-fun f ((x (_ BitVec 4)) (y (_ BitVec 4))) (_ BitVec 4) ")
 BV_MAX_NEW_TOKENS = 24
+# A SyGuS-style string grammar (the paper's SLIA family, written for this repository):
+# string and integer terms over one variable `name`, truly recursive (push-down tables),
+# so its language is infinite and Q is checked by importance sampling (`_slia_run`).
+SLIA_GRAMMAR = r"""
+root ::= s
+s ::= "name" | "\" \"" | "(str.++ " s " " s ")" | "(str.at " s " " i ")" | "(str.substr " s " " i " " i ")" | "(str.replace " s " " s " " s ")"
+i ::= "0" | "1" | "2" | "(str.len " s ")" | "(+ " i " " i ")"
+"""
+SLIA_PROMPT = (
+    "; SyGuS SLIA: a solution term for each function, in the grammar of the track.\n"
+    "; f(name) = name followed by a space\n(str.++ name \" \")\n"
+    "; f(name) = the second character of name\n(str.at name 1)\n"
+    "; f(name) = name without its first character\n(str.substr name 1 (str.len name))\n"
+    "; f(name) = the first character of name\n")
+SLIA_MAX_NEW_TOKENS = 40
 
 
 def _cumulative_kl(samples, exact) -> list[float]:
@@ -153,6 +170,111 @@ def _bv_run(model, sampling, num_samples, seed):
   return out
 
 
+def _score(model, prompt, tables, sequences, sampling):
+  """{sequence: (log P(w), log q_GCD(w))} of accepted token sequences, by teacher forcing:
+  `testing.exact_distribution` given these sequences instead of an enumeration of the
+  (here infinite) language."""
+  from unittest import mock  # pylint: disable=g-import-not-at-top
+
+  sequences = sorted(set(sequences))
+  with mock.patch.object(_exact, "accepted_sequences", lambda *a, **k: sequences):
+    dist = _exact.exact_distribution(model, prompt, tables, sampling=sampling, batch_size=16)
+  return {w: (float(lp), float(lg)) for w, lp, lg in zip(dist.sequences, dist.log_p,
+                                                          dist.log_gcd)}
+
+
+def _slia_features(text: str) -> dict[str, float]:
+  """The statistics whose expectation under Q is compared (paper Fig. 6 in spirit)."""
+  return {"str.at at the top": float(text.startswith("(str.at ")),
+          "str.substr at the top": float(text.startswith("(str.substr ")),
+          "uses str.len": float("(str.len " in text),
+          "depth": float(max(np.cumsum([{"(": 1, ")": -1}.get(c, 0) for c in text] or [0])))}
+
+
+def _slia_run(model, sampling, num_samples, seed, batch_size=8):
+  """The push-down SLIA grammar: its language is infinite, so instead of KL, expectations.
+
+  GCD draws w with a known probability q(w) (the masked, renormalized product), so its
+  samples weighted by P(w) / q(w) (finished ones; a row cut at the budget weighs 0) are
+  a self-normalized importance-sampling estimate of E_Q[f] for Q the model's
+  distribution conditioned on the grammar (and the token budget), and their mean
+  weight estimates P(L) without bias. ASAp's own empirical means should approach those
+  of Q; GCD's plain means show its bias. Also: mean log P(w) of each method's samples
+  against Q's (ASAp's samples are Q-distributed in the limit; GCD's favour whatever the
+  mask renormalizes into), and the cost per sample.
+  """
+  tables = cd.Compiler(model.vocab).compile(cd.Grammar(SLIA_GRAMMAR))
+  assert tables.is_pushdown
+  out = {"grammar": SLIA_GRAMMAR, "prompt": SLIA_PROMPT, "samples": num_samples,
+         "batch_size": batch_size, "max_new_tokens": SLIA_MAX_NEW_TOKENS,
+         "model": "Gemma 3 270M (Q4_K_M GGUF, dequantized, float32)",
+         "device": f"{platform.machine()} CPU, {os.cpu_count()} cores"}
+  gcd, gcd_seconds = _gcd(model, tables, num_samples, batch_size, sampling, seed,
+                          prompt=SLIA_PROMPT, max_new_tokens=SLIA_MAX_NEW_TOKENS)
+  kwargs = dict(constraint=tables, batch_size=batch_size, sampling=sampling,
+                max_new_tokens=SLIA_MAX_NEW_TOKENS, capacity=1 << 14)
+  cd.generate_aligned(model, SLIA_PROMPT, num_samples=batch_size, seed=10**6, **kwargs)
+  start = time.perf_counter()
+  asap, store = cd.generate_aligned(model, SLIA_PROMPT, num_samples=num_samples, seed=seed,
+                                    **kwargs)
+  asap_seconds = time.perf_counter() - start
+  runs = {"gcd": (gcd, gcd_seconds), "asap": (asap, asap_seconds)}
+  for samples, _ in runs.values():
+    assert not any(s.error for s in samples)
+  start = time.perf_counter()
+  scores = _score(model, SLIA_PROMPT, tables,
+                  [s.token_ids for samples, _ in runs.values() for s in samples if s.finished],
+                  sampling)
+  out["scoring_seconds"] = time.perf_counter() - start
+  # Importance weights of GCD's samples: P(w) / q(w) for finished ones, 0 otherwise.
+  log_w = np.array([scores[s.token_ids][0] - scores[s.token_ids][1] if s.finished
+                    else -np.inf for s in gcd])
+  w = np.exp(log_w - np.max(log_w))
+  weights = w / w.sum()
+  features = {s.text: _slia_features(s.text) for samples, _ in runs.values() for s in samples}
+  names = list(next(iter(features.values())))
+
+  def snis(values):
+    mean = float(np.sum(weights * values))
+    stderr = float(np.sqrt(np.sum(weights**2 * (values - mean)**2)))  # delta method
+    return {"mean": mean, "stderr": stderr}
+
+  finished_gcd = np.array([s.finished for s in gcd])
+  reference = {name: snis(np.array([features[s.text][name] if s.finished else 0.0
+                                    for s in gcd])) for name in names}
+  reference["log P(w)"] = snis(np.array([scores[s.token_ids][0] if s.finished else 0.0
+                                         for s in gcd]))
+  out["q_estimate"] = {
+      "method": "self-normalized importance sampling from the GCD samples",
+      "effective_sample_size": float(1 / np.sum(weights**2)),
+      "log_mass": float(np.max(log_w) + np.log(np.mean(w))) if finished_gcd.any() else None,
+      "expectations": reference}
+  print(f"SLIA Q (SNIS over {num_samples} GCD samples, ESS "
+        f"{out['q_estimate']['effective_sample_size']:.1f}): " + ", ".join(
+            f"{k} {v['mean']:.3f}±{v['stderr']:.3f}" for k, v in reference.items()), flush=True)
+  for name, (samples, seconds) in runs.items():
+    finished = [s for s in samples if s.finished]
+    texts = [s.text for s in finished]
+    top = sorted(set(texts), key=lambda t: (-texts.count(t), t))[:6]
+    stats = {f: float(np.mean([features[t][f] for t in texts])) for f in names}
+    stats["log P(w)"] = float(np.mean([scores[s.token_ids][0] for s in finished]))
+    steps = _decode_steps(samples, batch_size)
+    out[name] = {"seconds": seconds, "seconds_per_sample": seconds / len(samples),
+                 "decode_steps": steps, "seconds_per_step": seconds / steps,
+                 "finished": len(finished), "distinct": len(set(texts)),
+                 "expectations": stats,
+                 "top": [[t, texts.count(t)] for t in top]}
+    print(f"SLIA {name}: {seconds / len(samples) * 1e3:.0f} ms/sample, "
+          f"{seconds / steps * 1e3:.0f} ms/step, {len(finished)}/{len(samples)} finished, "
+          + ", ".join(f"{k} {v:.3f}" for k, v in stats.items())
+          + f"; top {out[name]['top'][:3]}", flush=True)
+  out["asap"].update(store_nodes=store.num_nodes, store_dropped=store.num_dropped,
+                     log_mass_bound=store.log_mass_bound)
+  out["ratio_per_sample"] = out["asap"]["seconds_per_sample"] / out["gcd"]["seconds_per_sample"]
+  out["ratio_per_step"] = out["asap"]["seconds_per_step"] / out["gcd"]["seconds_per_step"]
+  return out
+
+
 _NAMES = {"gcd": "GCD", "asap": "ASAp"}
 
 
@@ -236,13 +358,30 @@ def main(argv=None):
   parser.add_argument("--bv-samples", type=int, default=64,
                       help="samples of the push-down BV grammar per method (0: skip)")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--out", default=os.path.join(_REPO, "benchmarks", "results",
-                                                    "aligned.json"))
+  parser.add_argument("--grammar", choices=["gsk", "slia"], default="gsk",
+                      help="gsk: Fig. 5a on G_sk (KL to the exact Q); slia: the push-down "
+                      "SyGuS string grammar (expectations against an importance-sampling "
+                      "estimate of Q), --samples per method at batch 8")
+  parser.add_argument("--out", default=None,
+                      help="results JSON (default benchmarks/results/aligned.json, or "
+                      "aligned_slia.json with --grammar slia)")
   parser.add_argument("--cost-rounds", type=int, default=0,
                       help="only time alternating GCD / ASAp rounds, this many each")
   args = parser.parse_args(argv)
+  if args.out is None:
+    args.out = os.path.join(_REPO, "benchmarks", "results",
+                            "aligned_slia.json" if args.grammar == "slia" else "aligned.json")
   sampling = cd.SamplingConfig(temperature=1.0)
   model = cd.models.Gemma3.from_gguf()
+  if args.grammar == "slia":
+    result = _slia_run(model, sampling, args.samples, args.seed,
+                       batch_size=args.batch_sizes[-1])
+    result["command"] = "python benchmarks/aligned_bench.py " + " ".join(argv or sys.argv[1:])
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+      json.dump(result, f, indent=1)
+    print("wrote", args.out)
+    return
   tables = cd.Compiler(model.vocab).compile(cd.Regex(PATTERN))
   if args.cost_rounds:
     cost = {str(b): _interleaved_cost(model, tables, b, sampling, args.cost_rounds)
