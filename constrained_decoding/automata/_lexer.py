@@ -1,0 +1,540 @@
+"""The lexer level of grammars with a lexer (issue 18, increment 1; docs/lexer_runtime.md).
+
+A *terminal set* (names with a regex, a string literal or constraint IR, priorities, the
+`%ignore`d ones) becomes one minimal byte DFA, `LexerDfa`, whose accepting states carry
+the *lexeme class* they match: the terminals matching the lexeme, in priority order
+(explicit priority, then string literals over regexes, then definition order). A class
+that contains a literal drops the terminals named in `keyword_beats` (NAME minus the
+keywords). Lexing is longest match without backtracking: a lexeme ends when the next
+byte cannot extend it, its class is emitted (nothing for an ignored class) and that byte
+is re-read from the start state; text that would need a longer backup is rejected.
+
+`build_token_table` composes the lexer DFA with the vocabulary trie: for every lexer
+state s and token t, the lexeme classes t completes from s and the state it ends in, or
+dead. Tokens are grouped per state into *outcome classes* (same completed sequence, same
+final state) whose token sets are deduplicated and packed as in the design's hybrid
+encoding (bitmaps for sets of >= 256 tokens, id lists below).
+
+Public:
+  Terminal                          one terminal (name, pattern, literal, priority).
+  terminals_from_grammar(grammar)   the terminals of an `_lr.TerminalGrammar`.
+  LexerDfa, build_lexer_dfa(...)    the lexer DFA with lexeme classes.
+  lex(lexer, data)                  host reference lexer (class names, or None).
+  TokenTable, build_token_table(lexer, trie)   the lexer-state x token table.
+  load_or_build_token_table(lexer, trie, cache_dir)   the same, cached on disk.
+"""
+
+import dataclasses
+import functools
+import hashlib
+import os
+import time
+
+import numpy as np
+
+from constrained_decoding.automata import _fsa
+from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_file
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _regex
+
+TOKEN_TABLE_FORMAT_VERSION = 1
+# Token sets of at least this many tokens are packed as bitmaps, smaller ones as lists.
+BITMAP_MIN_TOKENS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Terminal:
+  """A lexer terminal.
+
+  Attributes:
+    name: Its name.
+    pattern: Constraint IR, or a Python `re` pattern (Unicode semantics) as a str.
+    literal: Whether it is a string literal (keywords, punctuation): literals win over
+      regexes of the same priority, and beat `keyword_beats` terminals outright.
+    priority: Explicit priority (higher wins), Lark's `NAME.2`.
+  """
+  name: str
+  pattern: ir.Node | str
+  literal: bool = False
+  priority: int = 0
+
+  def ir(self) -> ir.Node:
+    if isinstance(self.pattern, str):
+      return _regex.parse_regex(self.pattern, unicode=True)
+    return self.pattern
+
+
+def terminals_from_grammar(grammar) -> tuple[list[Terminal], tuple[str, ...]]:
+  """(terminals, ignored names) of an `_lr.TerminalGrammar` (declared ones skipped)."""
+  terms = [Terminal(d.name, d.pattern, literal=d.literal is not None)
+           for d in grammar.terminal_defs if d.pattern is not None]
+  return terms, tuple(grammar.ignored)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LexerDfa:
+  """A minimal byte DFA whose accepting states carry lexeme classes.
+
+  Attributes:
+    transitions: int32 `[Q, 256]`, -1 = no transition.
+    state_class: int32 `[Q]`: the lexeme class matched in each state, -1 if none.
+    start: The start state (never accepting: no terminal matches the empty string).
+    classes: Per class, its terminal names in priority order (`classes[c][0]` is the
+      one a plain lexer reports; the parser may pick another member).
+    class_ignored: bool `[C]`: the class is `%ignore`d (its top member is ignored):
+      it ends the previous lexeme but emits nothing.
+    terminals: The terminal names, in definition order.
+  """
+  transitions: np.ndarray
+  state_class: np.ndarray
+  start: int
+  classes: tuple[tuple[str, ...], ...]
+  class_ignored: np.ndarray
+  terminals: tuple[str, ...]
+
+  @property
+  def num_states(self) -> int:
+    return int(self.state_class.shape[0])
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """A digest of the DFA and its classes (the cache key with the vocabulary's)."""
+    h = hashlib.sha256()
+    for a in (self.transitions, self.state_class, self.class_ignored):
+      h.update(np.ascontiguousarray(a).tobytes())
+    h.update(repr((self.start, self.classes, self.terminals)).encode())
+    return h.hexdigest()
+
+  @functools.cached_property
+  def emitted(self) -> np.ndarray:
+    """int32 `[Q]`: the class a lexeme ending in each state emits; -1 for none (not
+    accepting, or ignored)."""
+    c = self.state_class
+    out = c.copy()
+    out[(c >= 0) & self.class_ignored[np.maximum(c, 0)]] = -1
+    return out.astype(np.int32)
+
+  def finish(self, state: int) -> tuple[bool, int]:
+    """(ok, class emitted or -1) at the end of the text in `state`."""
+    if state == self.start:
+      return True, -1
+    if state < 0 or self.state_class[state] < 0:
+      return False, -1
+    return True, int(self.emitted[state])
+
+
+def _product(dfas) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+  """Breadth-first product of byte DFAs: (transitions `[P, 256]` with -1, tuples)."""
+  n = len(dfas)
+  start = tuple(d.start for d in dfas)
+  index = {start: 0}
+  tuples = [start]
+  rows = []
+  frontier = [0]
+  while frontier:
+    f = np.array([tuples[i] for i in frontier], np.int64)
+    nxt = np.full((len(frontier), 256, n), -1, np.int64)
+    for i, d in enumerate(dfas):
+      ok = f[:, i] >= 0
+      nxt[ok, :, i] = d.transitions[f[ok, i]]
+    flat = nxt.reshape(-1, n)
+    alive = (flat >= 0).any(axis=1)
+    ids = np.full(flat.shape[0], -1, np.int64)
+    uniq, inv = np.unique(flat[alive], axis=0, return_inverse=True)
+    uid = np.empty(len(uniq), np.int64)
+    new = []
+    for j, row in enumerate(map(tuple, uniq.tolist())):
+      k = index.get(row)
+      if k is None:
+        k = index[row] = len(tuples)
+        tuples.append(row)
+        new.append(k)
+      uid[j] = k
+    ids[alive] = uid[inv.reshape(-1)]
+    rows.append(ids.reshape(len(frontier), 256))
+    frontier = new
+  return np.concatenate(rows), tuples
+
+
+def _minimize(trans: np.ndarray, label: np.ndarray, start: int):
+  """Moore minimization of a complete-with-(-1) DFA: (transitions, labels, start)."""
+  q = trans.shape[0]
+  sink = q
+  full = np.vstack([np.where(trans < 0, sink, trans), np.full((1, 256), sink)])
+  _, block = np.unique(np.append(label, -2), return_inverse=True)
+  block = block.reshape(-1)
+  while True:
+    sig = np.concatenate([block[:, None], block[full]], axis=1)
+    _, new = np.unique(sig, axis=0, return_inverse=True)
+    new = new.reshape(-1)
+    if new.max() == block.max():
+      break
+    block = new
+  sink_block = block[sink]
+  keep = np.arange(block.max() + 1) != sink_block
+  remap = np.full(block.max() + 1, -1, np.int64)
+  remap[keep] = np.arange(int(keep.sum()))
+  out = np.full((int(keep.sum()), 256), -1, np.int32)
+  lab = np.full(int(keep.sum()), -1, np.int32)
+  rep = np.full(block.max() + 1, -1, np.int64)
+  rep[block[:q][::-1]] = np.arange(q)[::-1]  # a representative of each block
+  for b in np.nonzero(keep)[0]:
+    s = rep[b]
+    out[remap[b]] = remap[block[full[s]]]
+    lab[remap[b]] = label[s]
+  # Renumber breadth first from the start, so that state numbers are canonical.
+  s0 = int(remap[block[start]])
+  order = [s0]
+  seen = {s0}
+  for s in order:
+    for t in out[s]:
+      if t >= 0 and int(t) not in seen:
+        seen.add(int(t))
+        order.append(int(t))
+  new_id = np.full(out.shape[0], -1, np.int32)
+  new_id[order] = np.arange(len(order))
+  out = out[order]
+  out = np.where(out < 0, -1, new_id[np.maximum(out, 0)]).astype(np.int32)
+  return out, lab[order], 0
+
+
+def build_lexer_dfa(terminals, *, ignored=(), keyword_beats=("NAME",)) -> LexerDfa:
+  """The minimal lexer DFA of `terminals` (a sequence of `Terminal`).
+
+  Raises:
+    ValueError: a terminal matches nothing or the empty string, or names repeat.
+  """
+  terminals = list(terminals)
+  names = [t.name for t in terminals]
+  if len(set(names)) != len(names):
+    raise ValueError(f"terminal names repeat: {names}")
+  dfas = [_fsa.compile_byte_dfa(t.ir()) for t in terminals]
+  for t, d in zip(terminals, dfas):
+    if d.num_states == 0 or d.accepting[d.start]:
+      raise ValueError(f"terminal {t.name} matches nothing or the empty string")
+  order = sorted(range(len(terminals)),
+                 key=lambda i: (-terminals[i].priority, not terminals[i].literal, i))
+  beaten = set(keyword_beats)
+  ignored = set(ignored)
+  trans, tuples = _product(dfas)
+  classes: dict[tuple[str, ...], int] = {}
+  label = np.full(len(tuples), -1, np.int64)
+  for s, tup in enumerate(tuples):
+    members = [i for i in order if tup[i] >= 0 and dfas[i].accepting[tup[i]]]
+    if any(terminals[i].literal for i in members):
+      members = [i for i in members if terminals[i].literal or names[i] not in beaten]
+    if members:
+      label[s] = classes.setdefault(tuple(names[i] for i in members), len(classes))
+  out, lab, start = _minimize(trans, label, 0)
+  class_names = tuple(sorted(classes, key=classes.get))
+  return LexerDfa(
+      transitions=out, state_class=lab.astype(np.int32), start=start, classes=class_names,
+      class_ignored=np.array([c[0] in ignored for c in class_names], bool).reshape(-1),
+      terminals=tuple(names))
+
+
+def lex(lexer: LexerDfa, data: bytes, *, classes: bool = False, keep_ignored: bool = False):
+  """Lexes `data` by longest match without backtracking (module docstring).
+
+  Returns the top terminal name of each lexeme (its class index with `classes=True`),
+  ignored lexemes left out unless `keep_ignored`; None when `data` does not lex.
+  """
+  trans, cls, start = lexer.transitions, lexer.state_class, lexer.start
+  out = []
+
+  def emit(state):
+    c = int(cls[state])
+    if keep_ignored or not lexer.class_ignored[c]:
+      out.append(c if classes else lexer.classes[c][0])
+
+  state = start
+  for b in data:
+    nxt = trans[state, b]
+    if nxt < 0:
+      if state == start or cls[state] < 0:
+        return None
+      emit(state)
+      nxt = trans[start, b]
+      if nxt < 0:
+        return None
+    state = nxt
+  if state != start:
+    if cls[state] < 0:
+      return None
+    emit(state)
+  return out
+
+
+# -- The lexer-state x token table. ----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokenTable:
+  """For every lexer state and token: the classes it completes and its final state.
+
+  Per state s, the live tokens are grouped into outcome classes
+  `class_start[s]:class_start[s+1]`, one per distinct (completed sequence, final state):
+  outcome class k has the sequence `class_seq[k]`, the final lexer state
+  `class_final[k]`, and the token set `class_set[k]`. Sequences (of lexeme class ids):
+  `seq_items[seq_start[q]:seq_start[q+1]]` (sequence 0 is empty). Token sets: set j < `num_bitmaps` is row j of `set_bits`
+  (uint32 `[M, ceil(V/32)]`, bit t of word t // 32), other sets are id lists
+  `set_tokens[set_start[j - M]:set_start[j - M + 1]]`. Tokens not in any class of s are
+  dead from s (ignored classes never appear in sequences).
+  """
+  class_start: np.ndarray
+  class_seq: np.ndarray
+  class_final: np.ndarray
+  class_set: np.ndarray
+  seq_start: np.ndarray
+  seq_items: np.ndarray
+  set_bits: np.ndarray
+  set_start: np.ndarray
+  set_tokens: np.ndarray
+  vocab_size: int
+
+  _FIELDS = ("class_start", "class_seq", "class_final", "class_set",
+             "seq_start", "seq_items", "set_bits", "set_start", "set_tokens")
+
+  @property
+  def num_bitmaps(self) -> int:
+    return int(self.set_bits.shape[0])
+
+  @property
+  def nbytes(self) -> int:
+    return sum(int(getattr(self, f).nbytes) for f in self._FIELDS)
+
+  def sequence(self, k: int) -> tuple[int, ...]:
+    """The lexeme classes that a token of outcome class k completes."""
+    seq = int(self.class_seq[k])
+    return tuple(int(x) for x in self.seq_items[self.seq_start[seq]:self.seq_start[seq + 1]])
+
+  def token_set(self, j: int) -> np.ndarray:
+    if j < self.num_bitmaps:
+      bits = np.unpackbits(self.set_bits[j].view(np.uint8), bitorder="little")
+      return np.nonzero(bits[:self.vocab_size])[0].astype(np.int32)
+    j -= self.num_bitmaps
+    return self.set_tokens[self.set_start[j]:self.set_start[j + 1]]
+
+  def dense(self) -> np.ndarray:
+    """int32 `[Q, V]`: the outcome class of each (state, token), -1 = dead (small V)."""
+    q = len(self.class_start) - 1
+    out = np.full((q, self.vocab_size), -1, np.int32)
+    for s in range(q):
+      for k in range(int(self.class_start[s]), int(self.class_start[s + 1])):
+        out[s, self.token_set(int(self.class_set[k]))] = k
+    return out
+
+
+def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: np.ndarray):
+  """Walks the trie below each (node, lexer state) root pair in lockstep.
+
+  Returns (group, token, seq, final) for every live token at or below a root (group =
+  index of the root), and the sequence trie (parent, item) of the `seq` ids.
+  """
+  trans = lexer.transitions
+  emitted = lexer.emitted
+  accepting = lexer.state_class >= 0
+  start = lexer.start
+  seq_parent, seq_item = [-1], [-1]
+  seq_index: dict[int, int] = {}
+  n_cls = max(len(lexer.classes), 1)
+  out_g, out_t, out_q, out_s = [], [], [], []
+  g = np.arange(len(nodes), dtype=np.int64)
+  node = nodes.astype(np.int64)
+  q = states.astype(np.int64)
+  seq = np.zeros(len(nodes), np.int64)
+
+  def record(g, node, q, seq):
+    first = trie.token_start[node]
+    counts = trie.token_start[node + 1] - first
+    has = counts > 0
+    if not has.any():
+      return
+    g, node, q, seq, first, counts = (a[has] for a in (g, node, q, seq, first, counts))
+    rep = np.repeat(np.arange(len(g)), counts)
+    pos = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    out_t.append(trie.token_ids[first[rep] + pos])
+    out_g.append(g[rep])
+    out_q.append(q[rep])
+    out_s.append(seq[rep])
+
+  record(g, node, q, seq)
+  while len(node):
+    pair, slot = trie.child_slots(node)
+    b = trie.child_byte[slot].astype(np.int64)
+    child = trie.child_node[slot].astype(np.int64)
+    cq = q[pair]
+    nq = trans[cq, b].astype(np.int64)
+    cs = seq[pair]
+    end = nq < 0
+    if end.any():
+      idx = np.nonzero(end)[0]
+      eq = cq[idx]
+      restart = np.where(accepting[eq], trans[start, b[idx]], -1)
+      nq[idx] = restart
+      e = emitted[eq].astype(np.int64)
+      grow = (restart >= 0) & (e >= 0)
+      if grow.any():
+        w = idx[grow]
+        keys = cs[w] * n_cls + e[grow]
+        uniq, inv = np.unique(keys, return_inverse=True)
+        ids = np.empty(len(uniq), np.int64)
+        for j, key in enumerate(uniq.tolist()):
+          k = seq_index.get(key)
+          if k is None:
+            k = seq_index[key] = len(seq_parent)
+            seq_parent.append(key // n_cls)
+            seq_item.append(key % n_cls)
+          ids[j] = k
+        cs[w] = ids[inv.reshape(-1)]
+    live = nq >= 0
+    g, node, q, seq = g[pair][live], child[live], nq[live], cs[live]
+    record(g, node, q, seq)
+  cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)
+  return (cat(out_g), cat(out_t), cat(out_s), cat(out_q),
+          np.array(seq_parent, np.int64), np.array(seq_item, np.int64))
+
+
+def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None = None
+                      ) -> TokenTable:
+  """The lexer-state x token table of `lexer` over the vocabulary `trie`.
+
+  The walk is shared: after a token's first byte b, the rest of its path depends only on
+  (b, lexer state after b), so each distinct pair's subtree is walked once and every
+  state s reuses it, with the lexeme pending in s as the sequence's lead when b ends it.
+  """
+  if vocab_size is None:
+    vocab_size = int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 0
+  trans, start = lexer.transitions, lexer.start
+  n_states = lexer.num_states
+  root_lo, root_hi = int(trie.child_start[0]), int(trie.child_start[1])
+  root_bytes = trie.child_byte[root_lo:root_hi].astype(np.int64)
+  root_nodes = trie.child_node[root_lo:root_hi].astype(np.int64)
+  # First step from every state: (state after the first byte, lead class or -1).
+  q1 = trans[:, root_bytes].astype(np.int64)  # [Q, R]
+  lead = np.full(q1.shape, -1, np.int64)
+  ends = q1 < 0
+  acc = lexer.state_class >= 0
+  restart = trans[start, root_bytes].astype(np.int64)
+  q1 = np.where(ends & acc[:, None], restart[None, :], q1)
+  lead = np.where(ends & acc[:, None] & (restart[None, :] >= 0),
+                  lexer.emitted[:, None].astype(np.int64), -1)
+  live = q1 >= 0
+  r_idx = np.broadcast_to(np.arange(len(root_bytes)), q1.shape)
+  pair_key = r_idx * n_states + np.maximum(q1, 0)
+  roots, group_of = np.unique(pair_key[live], return_inverse=True)
+  group = np.full(q1.shape, -1, np.int64)
+  group[live] = group_of.reshape(-1)
+  g, tok, seq, fin, seq_parent, seq_item = _walk_subtrees(
+      lexer, trie, root_nodes[roots // n_states], roots % n_states)
+  order = np.argsort(g, kind="stable")
+  g, tok, seq, fin = g[order], tok[order], seq[order], fin[order]
+  g_start = np.searchsorted(g, np.arange(len(roots) + 1))
+
+  # Sequences as tuples (from the sequence trie, root first); a lead prepended to a
+  # sequence makes another (interned) sequence, so outcome = (sequence, final state).
+  seqs = [()]
+  for k in range(1, len(seq_parent)):
+    seqs.append(seqs[seq_parent[k]] + (int(seq_item[k]),))
+  seq_id = {t: k for k, t in enumerate(seqs)}
+  prepended: dict[tuple[int, int], int] = {}
+
+  def prepend(item: int, k: int) -> int:
+    j = prepended.get((item, k))
+    if j is None:
+      t = (item,) + seqs[k]
+      j = seq_id.get(t)
+      if j is None:
+        j = seq_id[t] = len(seqs)
+        seqs.append(t)
+      prepended[(item, k)] = j
+    return j
+
+  class_start = [0]
+  c_seq, c_final, c_set = [], [], []
+  sets: dict[bytes, int] = {}
+  set_list = []
+  n_fin = n_states + 1
+  for s in range(n_states):
+    gs = group[s][live[s]]
+    ls = lead[s][live[s]]
+    n_here = 0
+    if len(gs):
+      lo, hi = g_start[gs], g_start[gs + 1]
+      cnt = hi - lo
+      idx = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+      t, sq, fq = tok[idx], seq[idx], fin[idx]
+      ld = np.repeat(ls, cnt)
+      has_lead = ld >= 0
+      if has_lead.any():  # the lead is the same class for every such token of s
+        item = int(ld[has_lead][0])
+        uniq, inv = np.unique(sq[has_lead], return_inverse=True)
+        sq[has_lead] = np.array([prepend(item, k) for k in uniq.tolist()],
+                                np.int64)[inv.reshape(-1)]
+      key = sq * n_fin + fq
+      ko = np.lexsort((t, key))
+      key, t = key[ko], t[ko]
+      cuts = np.nonzero(key[1:] != key[:-1])[0] + 1
+      firsts = np.concatenate([[0], cuts])
+      bounds = np.append(firsts, len(key))
+      for a, b_ in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        toks = t[a:b_].astype(np.int32)
+        j = sets.setdefault(toks.tobytes(), len(set_list))
+        if j == len(set_list):
+          set_list.append(toks)
+        c_set.append(j)
+      k0 = key[firsts]
+      c_final.append(k0 % n_fin)
+      c_seq.append(k0 // n_fin)
+      n_here = len(firsts)
+    class_start.append(class_start[-1] + n_here)
+  # Pack: big sets as bitmaps first, then lists.
+  big = [j for j, a in enumerate(set_list) if len(a) >= BITMAP_MIN_TOKENS]
+  small = [j for j, a in enumerate(set_list) if len(a) < BITMAP_MIN_TOKENS]
+  new_id = np.empty(len(set_list), np.int64)
+  new_id[big] = np.arange(len(big))
+  new_id[small] = len(big) + np.arange(len(small))
+  words = (vocab_size + 31) // 32
+  set_bits = np.zeros((len(big), words * 32), np.uint8)
+  for r, j in enumerate(big):
+    set_bits[r, set_list[j]] = 1
+  set_bits = np.packbits(set_bits, axis=1, bitorder="little").view(np.uint32).reshape(
+      len(big), words)
+  lens = np.array([len(set_list[j]) for j in small], np.int64)
+  set_start = np.zeros(len(small) + 1, np.int32)
+  np.cumsum(lens, out=set_start[1:])
+  set_tokens = (np.concatenate([set_list[j] for j in small]) if small
+                else np.zeros(0, np.int32)).astype(np.int32)
+  seq_start = np.zeros(len(seqs) + 1, np.int64)
+  np.cumsum([len(t) for t in seqs], out=seq_start[1:])
+  seq_items = np.fromiter((x for t in seqs for x in t), np.int32, int(seq_start[-1]))
+  cat = lambda parts: (np.concatenate(parts) if parts else np.zeros(0, np.int64))
+  return TokenTable(
+      class_start=np.array(class_start, np.int32),
+      class_seq=cat(c_seq).astype(np.int32),
+      class_final=cat(c_final).astype(np.int32),
+      class_set=new_id[np.array(c_set, np.int64)].astype(np.int32),
+      seq_start=seq_start.astype(np.int32), seq_items=seq_items,
+      set_bits=set_bits, set_start=set_start, set_tokens=set_tokens,
+      vocab_size=vocab_size)
+
+
+def load_or_build_token_table(lexer: LexerDfa, trie: VocabTrie, cache_dir: str | None,
+                              vocab_size: int | None = None) -> TokenTable:
+  """`build_token_table`, cached in `cache_dir` by (lexer fingerprint, vocabulary)."""
+  if cache_dir is None:
+    return build_token_table(lexer, trie, vocab_size)
+  key = hashlib.sha256(f"{lexer.fingerprint}-{trie.fingerprint}-{vocab_size}".encode())
+  path = os.path.join(cache_dir,
+                      f"lexer-v{TOKEN_TABLE_FORMAT_VERSION}-{key.hexdigest()[:32]}.npz")
+  try:
+    with np.load(path) as data:
+      return TokenTable(**{f: data[f] for f in TokenTable._FIELDS},
+                        vocab_size=int(data["vocab_size"]))
+  except (OSError, KeyError, ValueError):
+    pass
+  table = build_token_table(lexer, trie, vocab_size)
+  arrays = {f: getattr(table, f) for f in TokenTable._FIELDS}
+  arrays["vocab_size"] = np.array(table.vocab_size)
+  write_cache_file(cache_dir, path, arrays)
+  return table
