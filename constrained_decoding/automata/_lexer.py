@@ -427,9 +427,32 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   group[live] = group_of.reshape(-1)
   g, tok, seq, fin, seq_parent, seq_item = _walk_subtrees(
       lexer, trie, root_nodes[roots // n_states], roots % n_states)
-  order = np.argsort(g, kind="stable")
+  # Group outcome classes: per walked root, the tokens with the same (seq, final).
+  order = np.lexsort((tok, fin, seq, g))
   g, tok, seq, fin = g[order], tok[order], seq[order], fin[order]
-  g_start = np.searchsorted(g, np.arange(len(roots) + 1))
+  cut = np.nonzero((g[1:] != g[:-1]) | (seq[1:] != seq[:-1]) | (fin[1:] != fin[:-1]))[0] + 1
+  gc_lo = np.concatenate([[0], cut]).astype(np.int64) if len(g) else np.zeros(0, np.int64)
+  gc_hi = np.append(gc_lo[1:], len(g))
+  gc_group, gc_seq, gc_fin = g[gc_lo], seq[gc_lo], fin[gc_lo]
+  # Token sets are identified by two additive 64-bit hashes (sum over the tokens, so a
+  # union of disjoint sets hashes to the sum: classes of a state merge group classes of
+  # different first bytes, which are disjoint).
+  rng = np.random.default_rng(0)
+  tok_h = rng.integers(0, 2**63, (2, vocab_size), dtype=np.int64).astype(np.uint64)
+  with np.errstate(over="ignore"):
+    gc_h = [np.add.reduceat(h[tok], gc_lo) if len(gc_lo) else np.zeros(0, np.uint64)
+            for h in tok_h]
+  grp_start = np.searchsorted(gc_group, np.arange(len(roots) + 1))
+
+  # Every (state, live first byte) pair takes its group's classes, with its lead.
+  ps, pr = np.nonzero(live)
+  pg = group[ps, pr]
+  cnt = grp_start[pg + 1] - grp_start[pg]
+  e_pair = np.repeat(np.arange(len(ps)), cnt)
+  e_gc = np.repeat(grp_start[pg] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+  e_state = ps[e_pair]
+  e_lead = lead[ps, pr][e_pair]
+  e_seq = gc_seq[e_gc].copy()
 
   # Sequences as tuples (from the sequence trie, root first); a lead prepended to a
   # sequence makes another (interned) sequence, so outcome = (sequence, final state).
@@ -437,57 +460,45 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   for k in range(1, len(seq_parent)):
     seqs.append(seqs[seq_parent[k]] + (int(seq_item[k]),))
   seq_id = {t: k for k, t in enumerate(seqs)}
-  prepended: dict[tuple[int, int], int] = {}
-
-  def prepend(item: int, k: int) -> int:
-    j = prepended.get((item, k))
-    if j is None:
-      t = (item,) + seqs[k]
-      j = seq_id.get(t)
-      if j is None:
-        j = seq_id[t] = len(seqs)
+  has_lead = e_lead >= 0
+  if has_lead.any():
+    pair_keys, inv = np.unique(e_lead[has_lead] * len(seqs) + e_seq[has_lead],
+                               return_inverse=True)
+    mapped = np.empty(len(pair_keys), np.int64)
+    n_old = len(seqs)
+    for j, key in enumerate(pair_keys.tolist()):
+      t = (key // n_old,) + seqs[key % n_old]
+      k = seq_id.get(t)
+      if k is None:
+        k = seq_id[t] = len(seqs)
         seqs.append(t)
-      prepended[(item, k)] = j
-    return j
+      mapped[j] = k
+    e_seq[has_lead] = mapped[inv.reshape(-1)]
 
-  class_start = [0]
-  c_seq, c_final, c_set = [], [], []
-  sets: dict[bytes, int] = {}
-  set_list = []
+  # Outcome classes of each state: (state, sequence, final) keys, state major.
+  e_fin = gc_fin[e_gc]
   n_fin = n_states + 1
-  for s in range(n_states):
-    gs = group[s][live[s]]
-    ls = lead[s][live[s]]
-    n_here = 0
-    if len(gs):
-      lo, hi = g_start[gs], g_start[gs + 1]
-      cnt = hi - lo
-      idx = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-      t, sq, fq = tok[idx], seq[idx], fin[idx]
-      ld = np.repeat(ls, cnt)
-      has_lead = ld >= 0
-      if has_lead.any():  # the lead is the same class for every such token of s
-        item = int(ld[has_lead][0])
-        uniq, inv = np.unique(sq[has_lead], return_inverse=True)
-        sq[has_lead] = np.array([prepend(item, k) for k in uniq.tolist()],
-                                np.int64)[inv.reshape(-1)]
-      key = sq * n_fin + fq
-      ko = np.lexsort((t, key))
-      key, t = key[ko], t[ko]
-      cuts = np.nonzero(key[1:] != key[:-1])[0] + 1
-      firsts = np.concatenate([[0], cuts])
-      bounds = np.append(firsts, len(key))
-      for a, b_ in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        toks = t[a:b_].astype(np.int32)
-        j = sets.setdefault(toks.tobytes(), len(set_list))
-        if j == len(set_list):
-          set_list.append(toks)
-        c_set.append(j)
-      k0 = key[firsts]
-      c_final.append(k0 % n_fin)
-      c_seq.append(k0 // n_fin)
-      n_here = len(firsts)
-    class_start.append(class_start[-1] + n_here)
+  ekey = (e_state * len(seqs) + e_seq) * n_fin + e_fin
+  eo = np.argsort(ekey, kind="stable")
+  ekey, e_gc = ekey[eo], e_gc[eo]
+  firsts = (np.concatenate([[0], np.nonzero(ekey[1:] != ekey[:-1])[0] + 1])
+            if len(ekey) else np.zeros(0, np.int64))
+  k0 = ekey[firsts]
+  c_final = k0 % n_fin
+  c_seq = (k0 // n_fin) % len(seqs)
+  c_state = k0 // n_fin // len(seqs)
+  class_start = np.searchsorted(c_state, np.arange(n_states + 1))
+  with np.errstate(over="ignore"):
+    c_h = [np.add.reduceat(h[e_gc], firsts) if len(firsts) else np.zeros(0, np.uint64)
+           for h in gc_h]
+  hk = np.stack(c_h, axis=1) if len(firsts) else np.zeros((0, 2), np.uint64)
+  _, rep, c_set = np.unique(hk, axis=0, return_index=True, return_inverse=True)
+  c_set = c_set.reshape(-1)
+  bounds = np.append(firsts, len(ekey))
+  set_list = []
+  for c in rep.tolist():  # one representative class per distinct token set
+    parts = [tok[gc_lo[x]:gc_hi[x]] for x in e_gc[bounds[c]:bounds[c + 1]].tolist()]
+    set_list.append(np.sort(np.concatenate(parts)).astype(np.int32))
   # Pack: big sets as bitmaps first, then lists.
   big = [j for j, a in enumerate(set_list) if len(a) >= BITMAP_MIN_TOKENS]
   small = [j for j, a in enumerate(set_list) if len(a) < BITMAP_MIN_TOKENS]
@@ -508,12 +519,11 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   seq_start = np.zeros(len(seqs) + 1, np.int64)
   np.cumsum([len(t) for t in seqs], out=seq_start[1:])
   seq_items = np.fromiter((x for t in seqs for x in t), np.int32, int(seq_start[-1]))
-  cat = lambda parts: (np.concatenate(parts) if parts else np.zeros(0, np.int64))
   return TokenTable(
-      class_start=np.array(class_start, np.int32),
-      class_seq=cat(c_seq).astype(np.int32),
-      class_final=cat(c_final).astype(np.int32),
-      class_set=new_id[np.array(c_set, np.int64)].astype(np.int32),
+      class_start=class_start.astype(np.int32),
+      class_seq=c_seq.astype(np.int32),
+      class_final=c_final.astype(np.int32),
+      class_set=new_id[c_set].astype(np.int32) if len(c_set) else np.zeros(0, np.int32),
       seq_start=seq_start.astype(np.int32), seq_items=seq_items,
       set_bits=set_bits, set_start=set_start, set_tokens=set_tokens,
       vocab_size=vocab_size)
