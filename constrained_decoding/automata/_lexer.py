@@ -315,14 +315,16 @@ class TokenTable:
     j -= self.num_bitmaps
     return self.set_tokens[self.set_start[j]:self.set_start[j + 1]]
 
-  def dense(self) -> np.ndarray:
-    """int32 `[Q, V]`: the outcome class of each (state, token), -1 = dead (small V)."""
-    q = len(self.class_start) - 1
-    out = np.full((q, self.vocab_size), -1, np.int32)
-    for s in range(q):
-      for k in range(int(self.class_start[s]), int(self.class_start[s + 1])):
-        out[s, self.token_set(int(self.class_set[k]))] = k
+  def row(self, state: int) -> np.ndarray:
+    """int32 `[V]`: the outcome class of each token from `state`, -1 = dead."""
+    out = np.full(self.vocab_size, -1, np.int32)
+    for k in range(int(self.class_start[state]), int(self.class_start[state + 1])):
+      out[self.token_set(int(self.class_set[k]))] = k
     return out
+
+  def dense(self) -> np.ndarray:
+    """int32 `[Q, V]`: `row` of every state (small vocabularies)."""
+    return np.stack([self.row(s) for s in range(len(self.class_start) - 1)])
 
 
 def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: np.ndarray):

@@ -343,3 +343,33 @@ def test_token_table_cache(tmp_path):
   for f in _lexer.TokenTable._FIELDS:
     np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
   assert b.vocab_size == a.vocab_size
+
+
+def test_token_table_gemma_sql(gemma_vocab):
+  """SQL terminals x Gemma 3 (262k tokens): random texts under random tokenizations."""
+  spec = _spec("sql")
+  terms = [_lexer.Terminal(n, p, literal=(k != lexer_tables.RE)) for n, p, k in spec["terminals"]]
+  lexer = _lexer.build_lexer_dfa(terms, ignored=("WS",))
+  trie = _detokenizer.build_trie(gemma_vocab)
+  table = _lexer.build_token_table(lexer, trie, gemma_vocab.vocab_size)
+  assert table.nbytes < 8 * 2**20  # docs/lexer_runtime.md: 2.4 MiB hybrid for SQL
+  by_bytes = {b: i for i, b in enumerate(gemma_vocab.token_bytes) if b}
+  rows = {}
+  rng = random.Random(2)
+  for text in _random_texts(spec, 40, seed=4):
+    expected = _lexer.lex(lexer, text, classes=True)
+    state, items, ok = lexer.start, [], True
+    for t in _random_tokenization(text, by_bytes, rng):
+      if state not in rows:
+        rows[state] = table.row(state)
+      k = rows[state][t]
+      if k < 0:
+        ok = False
+        break
+      items.extend(table.sequence(int(k)))
+      state = int(table.class_final[k])
+    if ok:
+      ok, last = lexer.finish(state)
+      if last >= 0:
+        items.append(last)
+    assert (items if ok else None) == expected, text
