@@ -17,8 +17,9 @@ vocabulary (262,144 tokens), for three terminal sets:
 
 How the table is built (all with this repository's machinery, no Lark):
 
-1. Each terminal: `_regex.parse_regex` -> IR -> `_fsa.compile_byte_dfa` (minimal byte DFA).
-2. The lexer DFA: the product of the terminal DFAs (breadth-first over reachable tuples of
+1-2. `automata/_lexer.py` `build_lexer_dfa` (the library's construction, moved there from
+   this script). Each terminal: `_regex.parse_regex` -> IR -> `_fsa.compile_byte_dfa`
+   (minimal byte DFA). The lexer DFA: the product of the terminal DFAs (breadth-first over reachable tuples of
    terminal states), whose accepting states keep the *set* of terminals that match, ordered
    by priority (keywords > string literals > regexes, then definition order); a keyword
    removes NAME from the set (NAME minus keywords). A set with several members (SQL's `*`
@@ -39,7 +40,10 @@ How the table is built (all with this repository's machinery, no Lark):
    a numpy walk of t's bytes (all pairs of a chunk of states in lockstep, positions in
    order) gives the items t completes from s and the lexer state it ends in, or dead.
    Pairs whose first byte cannot extend s reuse the walk from the restart state (the
-   emission of s's lexeme, then t from the start).
+   emission of s's lexeme, then t from the start). This walk (with modes and viable
+   sets) stays here as the measurement of the design; the library's table without modes,
+   `_lexer.build_token_table` (trie walk shared per (first byte, state after it)), is
+   measured next to it ("library table").
 
 Printed and written to `benchmarks/results/lexer_tables.json`: lexer DFA states, live
 (state, token) pairs, distinct item sequences, the longest sequence, the per-state mask
@@ -53,6 +57,7 @@ Usage: .venv/bin/python benchmarks/lexer_tables.py [--only sql,python,go] [--fla
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import platform
@@ -64,8 +69,8 @@ import numpy as np
 
 import constrained_decoding as cd
 from constrained_decoding import models
-from constrained_decoding.automata import _fsa
-from constrained_decoding.constraints import _regex
+from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _lexer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -213,89 +218,26 @@ def go_terminals():
 # ------------------------------------------------------------------ the lexer DFA
 
 
+def library_terminals(spec):
+  """The spec's terminals as `_lexer.Terminal`s (keywords and punctuation are literals)."""
+  return [_lexer.Terminal(name, pattern, literal=(kind != RE))
+          for name, pattern, kind in spec["terminals"]]
+
+
 def build_lexer(spec):
-  """Terminal DFAs -> product DFA with lexeme classes -> Moore-minimized DFA."""
+  """Terminal DFAs -> product DFA with lexeme classes -> minimal DFA (`automata/_lexer.py`).
+
+  Every lexeme class is kept as its own DFA label here (the modes below decide what it
+  emits), so no terminal is marked ignored.
+  """
   t0 = time.perf_counter()
-  terms = spec["terminals"]
-  dfas = [_fsa.compile_byte_dfa(_regex.parse_regex(p, unicode=True)) for _, p, _ in terms]
-  t_terms = time.perf_counter() - t0
-  for (name, _, _), d in zip(terms, dfas):
-    if d.num_states == 0 or d.accepting[d.start]:
-      raise ValueError(f"terminal {name} is empty or matches the empty string")
-  n = len(dfas)
-  order = sorted(range(n), key=lambda i: (terms[i][2], i))  # priority order
-  beaten = spec["beaten_by_keywords"]
-
-  start = tuple(d.start for d in dfas)
-  index = {start: 0}
-  tuples = [start]
-  rows = []
-  frontier = [0]
-  while frontier:
-    f = np.array([tuples[i] for i in frontier], np.int64)  # [F, n]
-    nxt = np.full((len(frontier), 256, n), -1, np.int64)
-    for i, d in enumerate(dfas):
-      q = f[:, i]
-      ok = q >= 0
-      nxt[ok, :, i] = d.transitions[q[ok]]
-    flat = nxt.reshape(-1, n)
-    alive = (flat >= 0).any(axis=1)
-    ids = np.full(flat.shape[0], -1, np.int64)
-    uniq, inv = np.unique(flat[alive], axis=0, return_inverse=True)
-    uid = np.empty(len(uniq), np.int64)
-    new = []
-    for j, row in enumerate(map(tuple, uniq.tolist())):
-      k = index.get(row)
-      if k is None:
-        k = index[row] = len(tuples)
-        tuples.append(row)
-        new.append(k)
-      uid[j] = k
-    ids[alive] = uid[inv.reshape(-1)]
-    rows.append(ids.reshape(len(frontier), 256))
-    frontier = new
-  product = np.concatenate(rows)  # rows in BFS order == tuples order
-  q_product = len(tuples)
-
-  kinds = {name: kind for name, _, kind in terms}
-  classes = {}
-  class_of = np.full(q_product, -1, np.int64)
-  for s, tup in enumerate(tuples):
-    members = [terms[i][0] for i in order if tup[i] >= 0 and dfas[i].accepting[tup[i]]]
-    if any(kinds[m] == KW for m in members):  # NAME minus the keywords
-      members = [m for m in members if m not in beaten]
-    if members:
-      class_of[s] = classes.setdefault(tuple(members), len(classes))
-
-  # Moore minimization: refine (class, successors' blocks) until stable.
-  sink = q_product
-  trans = np.where(product < 0, sink, product)
-  block = np.append(class_of + 1, -1)  # the sink is its own block
-  _, block = np.unique(block, return_inverse=True)
-  while True:
-    sig = np.concatenate([block[:-1, None], block[trans]], axis=1)
-    sig = np.vstack([sig, np.full((1, 257), -1)])
-    _, new_block = np.unique(sig, axis=0, return_inverse=True)
-    new_block = new_block.reshape(-1)
-    if new_block.max() == block.max():
-      break
-    block = new_block
-  q = int(block.max())  # blocks 0..q; the sink's block is the one of row `sink`
-  sink_block = block[sink]
-  remap = np.full(q + 1, -1, np.int64)
-  remap[[b for b in range(q + 1) if b != sink_block]] = np.arange(q)
-  dfa = np.full((q, 256), -1, np.int64)
-  cls = np.full(q, -1, np.int64)
-  for s in range(q_product):
-    r = remap[block[s]]
-    dfa[r] = np.where(product[s] < 0, -1, remap[block[trans[s]]])
-    cls[r] = class_of[s]
-  names = [None] * len(classes)
-  for c, i in classes.items():
-    names[i] = c
-  return dict(dfa=dfa, cls=cls, class_names=names, start=int(remap[block[0]]),
-              terminal_states=[int(d.num_states) for d in dfas], product_states=q_product,
-              seconds_terminals=t_terms, seconds_total=time.perf_counter() - t0)
+  lexer = _lexer.build_lexer_dfa(library_terminals(spec),
+                                 keyword_beats=spec["beaten_by_keywords"])
+  seconds = time.perf_counter() - t0
+  return dict(dfa=lexer.transitions.astype(np.int64), cls=lexer.state_class.astype(np.int64),
+              class_names=list(lexer.classes), start=lexer.start,
+              terminal_states=list(lexer.terminal_states),
+              product_states=lexer.product_states, seconds_total=seconds, lexer=lexer)
 
 
 def add_modes(spec, lex):
@@ -604,11 +546,28 @@ def compose(spec, lx, voc, chunk_pairs=6_000_000):
   )
 
 
-def measure(spec, voc):
+def library_table(spec, lex, trie):
+  """The library's lexer-state x token table (`_lexer.build_token_table`, no modes)."""
+  ignored = {"sql": ("WS",), "python": ("WS", "COMMENT", "CONTINUATION"),
+             "go": ("WS", "LINE_COMMENT", "COMMENT_1")}[spec["name"]]
+  lexer = dataclasses.replace(
+      lex["lexer"], class_ignored=np.array([c[0] in ignored for c in lex["class_names"]]))
+  t0 = time.perf_counter()
+  table = _lexer.build_token_table(lexer, trie, VOCAB.vocab_size)
+  return dict(seconds=time.perf_counter() - t0, lexer_states=lexer.num_states,
+              outcome_classes=int(len(table.class_final)),
+              outcome_classes_per_state_max=int(np.diff(table.class_start).max()),
+              item_sequences=int(len(table.seq_start) - 1),
+              token_sets_bitmaps=table.num_bitmaps,
+              token_sets_lists=int(len(table.set_start) - 1), nbytes=table.nbytes)
+
+
+def measure(spec, voc, trie):
   t0 = time.perf_counter()
   lex = build_lexer(spec)
   lx = add_modes(spec, lex)
   t_lexer = time.perf_counter() - t0
+  lib = library_table(spec, lex, trie)
   comp = compose(spec, lx, voc)
   longest = comp["longest_sequence_example"]
   if longest["token_id"] is not None:
@@ -624,9 +583,9 @@ def measure(spec, voc):
       modes=list(spec["modes"]),
       lexer_states_with_modes=lx["num_states"],
       viable_sets=len(lx["viable_sets"]),
-      seconds_terminal_dfas=lex["seconds_terminals"],
       seconds_lexer_dfa=t_lexer,
       seconds_total=time.perf_counter() - t0,
+      library_token_table=lib,
       **comp,
   )
   return result
@@ -666,13 +625,14 @@ def main():
   t0 = time.perf_counter()
   VOCAB = cd.Vocabulary.from_gguf(models.default_gguf_path())
   voc = Vocab(VOCAB)
+  trie = _detokenizer.build_trie(VOCAB)
   print(f"vocabulary: {VOCAB.num_tokens} tokens ({len(voc.ids)} with bytes, longest "
         f"{voc.max_len} bytes), loaded in {time.perf_counter() - t0:.1f} s", flush=True)
   makers = dict(sql=sql_terminals, python=python_terminals, go=go_terminals)
   results = {}
   for name in args.only.split(","):
     spec = makers[name]()
-    r = measure(spec, voc)
+    r = measure(spec, voc, trie)
     results[name] = r
     mib = {k: round(v / 2**20, 1) for k, v in r["bytes"].items()}
     print(f"\n== {name}: {r['terminals']} terminals, {r['lexeme_classes']} lexeme classes, "
@@ -695,9 +655,14 @@ def main():
           f"{r['small_class_tokens_per_state_max']:,} (mean "
           f"{r['small_class_tokens_per_state_mean']:.0f})")
     print(f"   MiB: {mib}")
-    print(f"   seconds: terminal DFAs {r['seconds_terminal_dfas']:.2f}, lexer DFA "
-          f"{r['seconds_lexer_dfa']:.2f}, composition {r['seconds']:.1f}, total "
-          f"{r['seconds_total']:.1f}", flush=True)
+    print(f"   seconds: lexer DFA with terminal DFAs and modes {r['seconds_lexer_dfa']:.2f}, "
+          f"composition {r['seconds']:.1f}, total {r['seconds_total']:.1f}")
+    lib = r["library_token_table"]
+    print(f"   library table (_lexer.build_token_table, no modes): {lib['seconds']:.2f} s, "
+          f"{lib['lexer_states']} states, {lib['outcome_classes']:,} outcome classes "
+          f"(per state max {lib['outcome_classes_per_state_max']}), "
+          f"{lib['item_sequences']:,} sequences, {lib['token_sets_bitmaps']} bitmaps + "
+          f"{lib['token_sets_lists']:,} lists, {lib['nbytes'] / 2**20:.1f} MiB", flush=True)
   flat = flat_sql(VOCAB) if args.flat_sql else None
   out = dict(
       command="benchmarks/lexer_tables.py --only " + args.only

@@ -91,6 +91,8 @@ class LexerDfa:
   classes: tuple[tuple[str, ...], ...]
   class_ignored: np.ndarray
   terminals: tuple[str, ...]
+  terminal_states: tuple[int, ...] = ()  # sizes of the terminals' minimal DFAs
+  product_states: int = 0  # states of their product, before minimization
 
   @property
   def num_states(self) -> int:
@@ -230,7 +232,8 @@ def build_lexer_dfa(terminals, *, ignored=(), keyword_beats=("NAME",)) -> LexerD
   return LexerDfa(
       transitions=out, state_class=lab.astype(np.int32), start=start, classes=class_names,
       class_ignored=np.array([c[0] in ignored for c in class_names], bool).reshape(-1),
-      terminals=tuple(names))
+      terminals=tuple(names), terminal_states=tuple(d.num_states for d in dfas),
+      product_states=len(tuples))
 
 
 def lex(lexer: LexerDfa, data: bytes, *, classes: bool = False, keep_ignored: bool = False):
