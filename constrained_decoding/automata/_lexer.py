@@ -28,7 +28,6 @@ import dataclasses
 import functools
 import hashlib
 import os
-import time
 
 import numpy as np
 
