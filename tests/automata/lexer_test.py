@@ -277,19 +277,25 @@ def test_token_table_agrees_with_lex(terminal_set):
   for text in texts:
     expected = _lexer.lex(lexer, text, classes=True)
     for _ in range(3):
-      state, items, ok = lexer.start, [], True
-      for t in _random_tokenization(text, by_bytes, rng):
-        k = dense[state, t]
-        if k < 0:
-          ok = False
-          break
-        items.extend(table.sequence(int(k)))
-        state = int(table.class_final[k])
-      if ok:
-        ok, last = lexer.finish(state)
-        if last >= 0:
-          items.append(last)
-      assert (items if ok else None) == expected, (text, items)
+      tokens = _random_tokenization(text, by_bytes, rng)
+      items = _walk_table(lexer, table, lambda state, t: dense[state, t], tokens)
+      assert items == expected, (text, items)
+
+
+def _walk_table(lexer, table, entry, tokens):
+  """The lexeme classes a token sequence completes through the token table (`entry(state,
+  token)` is its class or -1), the last lexeme finished at the end; None if it dies."""
+  state, items = lexer.start, []
+  for t in tokens:
+    k = entry(state, t)
+    if k < 0:
+      return None
+    items.extend(table.sequence(int(k)))
+    state = int(table.class_final[k])
+  ok, last = lexer.finish(state)
+  if not ok:
+    return None
+  return items + [last] if last >= 0 else items
 
 
 def _step(lexer, state, data):
@@ -358,18 +364,10 @@ def test_token_table_gemma_sql(gemma_vocab):
   rng = random.Random(2)
   for text in _random_texts(spec, 40, seed=4):
     expected = _lexer.lex(lexer, text, classes=True)
-    state, items, ok = lexer.start, [], True
-    for t in _random_tokenization(text, by_bytes, rng):
+    def entry(state, t):
       if state not in rows:
         rows[state] = table.row(state)
-      k = rows[state][t]
-      if k < 0:
-        ok = False
-        break
-      items.extend(table.sequence(int(k)))
-      state = int(table.class_final[k])
-    if ok:
-      ok, last = lexer.finish(state)
-      if last >= 0:
-        items.append(last)
-    assert (items if ok else None) == expected, text
+      return rows[state][t]
+
+    items = _walk_table(lexer, table, entry, _random_tokenization(text, by_bytes, rng))
+    assert items == expected, text
