@@ -64,7 +64,8 @@ class _Conditional:
     self.rest = rest  # The `if` without its condition on `key`.
 
   def given(self, value) -> object:
-    """What the conditional asserts when `key` is `value` (None: absent)."""
+    """What the conditional asserts when `key` holds `value` (a 1-tuple `(v,)`, so that
+    JSON null is `(None,)`) or is absent (`value` None)."""
     if value is None and self.requires_key:
       return self.otherwise
     return self._if_rest(value, self.rest)
