@@ -219,6 +219,7 @@ class Compiler:
       automata = [self._fragment(f, deadline, what) for f in dfa.fragments]
       spliced = _splice.splice(dfa, automata)
       if spliced is None:
+        self._check_nfa_size(node, False, what)
         dfa = _fsa.compile_byte_dfa(node)
       else:
         dfa, given = spliced
