@@ -1,0 +1,402 @@
+"""Host compiler of grammars with a lexer into two-level tables (issue 18, increment 3).
+
+A Lark grammar with terminals, `%ignore` and keywords becomes the arrays that
+`runtime/_lexed.py` steps inside `jax.jit` (design: docs/lexer_runtime.md):
+
+* the lexer level, shared by every parse state: the lexer DFA (`automata/_lexer.py`)
+  composed with the vocabulary trie into the lexer-state x token table, where each
+  lexer state's live tokens fall into *outcome classes* (same completed lexeme
+  sequence, same final lexer state); per lexer state, its outcome classes padded to
+  `K` slots, and the tokens of each slot: sets of >= 256 tokens as bitmap rows, smaller
+  ones as one sorted token list per state (token, slot);
+* the parser level: canonical LR(1) tables over the terminals (`constraints/_lr.py`,
+  `method="lr1"`). Canonical LR(1) never reduces on a lookahead it then rejects, so
+  "terminal t can come next" is one table bit, `action[top, t] != error`: that makes
+  the check of a pending partial lexeme one AND of two small bitsets;
+* the glue: per lexeme class, its parser terminals in priority order (the parser takes
+  the first with an action: a contextual choice, as Lark's contextual lexer makes);
+  per lexer state, the terminals a lexeme pending there can still become (`viable`), and
+  whether it can become an ignored lexeme or is empty (`free`); per lexer state, what
+  the end of the text emits there.
+
+`LexedReference` is the host reference the device step is tested against: it walks a
+token's bytes through the lexer DFA (not through the token table) and feeds the items
+to `_lr.LrParser` (explicit reductions), so it shares no table with the device path
+beyond the two automata.
+
+Public:
+  LexedArrays                              the numpy arrays (+ host information).
+  compile_lexed_grammar(text, vocab, ...)  a Lark grammar + vocabulary -> LexedArrays.
+  LexedReference(arrays)                   host reference: allowed set and advance.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from constrained_decoding import errors
+from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _lexer
+from constrained_decoding.constraints import _lr
+
+# Values of `state_end_item`: nothing pending (start state, or an ignored lexeme), and
+# a partial lexeme that is no terminal yet (the text cannot end here).
+END_NOTHING = -1
+END_DEAD = -2
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LexedArrays:
+  """Two-level tables of one grammar over one vocabulary, as numpy arrays.
+
+  S lexer states, K outcome slots per state, O outcome classes, Qs item sequences of at
+  most L items, C lexeme classes of at most M parser terminals, Q parser states, T
+  parser terminals (`$END` = 0) in Tw = ceil(T / 32) words, Nt nonterminals, R
+  productions, Kb bitmap slots per state, Mb bitmap rows of W = ceil(V / 32) words, N
+  listed tokens per state.
+
+  Attributes:
+    lex_start: The lexer's start state.
+    state_outcomes: int32 [S, K]: outcome class of each slot of a state, -1 padded.
+    outcome_seq: int32 [O]: the item sequence a token of the class completes.
+    outcome_final: int32 [O]: the lexer state it ends in.
+    seq_items: int32 [Qs, L]: lexeme class ids, -1 padded (row 0 is empty).
+    class_members: int32 [C, M]: parser terminal ids of a lexeme class, priority order,
+      -1 padded (members the grammar never uses are left out).
+    state_big_slot: int32 [S, Kb]: slots whose token set is a bitmap row, -1 padded.
+    state_big_row: int32 [S, Kb]: that row of `set_bits`.
+    set_bits: uint32 [Mb, W]: token sets of >= 256 tokens; token t is bit t % 32 of
+      word t // 32.
+    state_small_tokens: int32 [S, N]: the other tokens live in a state, ascending,
+      padded with `vocab_size`.
+    state_small_slot: int32 [S, N]: the slot of each, -1 padded.
+    state_viable: uint32 [S, Tw]: parser terminals a lexeme pending in the state can
+      still become (bit t % 32 of word t // 32).
+    state_free: bool [S]: the state is the start state, or its lexeme can still become
+      an ignored one (it then needs nothing of the parser).
+    state_end_item: int32 [S]: at the end of the text: the lexeme class emitted,
+      `END_NOTHING`, or `END_DEAD`.
+    eos_bits: uint32 [W]: the end-of-sequence tokens.
+    action, goto, rule_lhs, rule_len: the LR tables (`_lr.LrTables` encoding).
+    action_bits: uint32 [Q, Tw]: `action != 0`, packed.
+    vocab_size: Width of the logits.
+    stack_depth: Capacity of the parser stack on the device.
+    lexer, token_table, lr, grammar, vocab: host information (not sent to the device).
+  """
+  lex_start: int
+  state_outcomes: np.ndarray
+  outcome_seq: np.ndarray
+  outcome_final: np.ndarray
+  seq_items: np.ndarray
+  class_members: np.ndarray
+  state_big_slot: np.ndarray
+  state_big_row: np.ndarray
+  set_bits: np.ndarray
+  state_small_tokens: np.ndarray
+  state_small_slot: np.ndarray
+  state_viable: np.ndarray
+  state_free: np.ndarray
+  state_end_item: np.ndarray
+  eos_bits: np.ndarray
+  action: np.ndarray
+  action_bits: np.ndarray
+  goto: np.ndarray
+  rule_lhs: np.ndarray
+  rule_len: np.ndarray
+  vocab_size: int
+  stack_depth: int
+  lexer: _lexer.LexerDfa
+  token_table: _lexer.TokenTable
+  lr: _lr.LrTables
+  grammar: _lr.TerminalGrammar
+  vocab: object
+
+  ARRAY_FIELDS = ("state_outcomes", "outcome_seq", "outcome_final", "seq_items",
+                  "class_members", "state_big_slot", "state_big_row", "set_bits",
+                  "state_small_tokens", "state_small_slot", "state_viable", "state_free",
+                  "state_end_item", "eos_bits", "action", "action_bits", "goto",
+                  "rule_lhs", "rule_len")
+
+  @property
+  def nbytes(self) -> dict:
+    """Bytes of each device array, and their "total"."""
+    out = {f: int(getattr(self, f).nbytes) for f in self.ARRAY_FIELDS}
+    out["total"] = sum(out.values())
+    return out
+
+  @property
+  def shapes(self) -> dict:
+    return {f: tuple(getattr(self, f).shape) for f in self.ARRAY_FIELDS}
+
+
+def _pack_bits(rows: np.ndarray, width: int) -> np.ndarray:
+  """bool [R, n] -> uint32 [R, ceil(width / 32)] (bit i % 32 of word i // 32)."""
+  words = max((width + 31) // 32, 1)
+  padded = np.zeros((rows.shape[0], words * 32), np.uint8)
+  padded[:, :rows.shape[1]] = rows
+  return np.packbits(padded, axis=1, bitorder="little").view(np.uint32).reshape(
+      rows.shape[0], words)
+
+
+def _reachable(trans: np.ndarray) -> np.ndarray:
+  """bool [S, S]: state r is reachable from s (s itself included)."""
+  n = trans.shape[0]
+  adj = np.zeros((n, n), bool)
+  src, _ = np.nonzero(trans >= 0)
+  adj[src, trans[trans >= 0]] = True
+  reach = adj | np.eye(n, dtype=bool)
+  while True:  # Squaring: log(S) boolean products.
+    nxt = reach | ((reach.astype(np.int32) @ reach.astype(np.int32)) > 0)
+    if (nxt == reach).all():
+      return reach
+    reach = nxt
+
+
+def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
+                          stack_depth: int = 64, token_table=None) -> LexedArrays:
+  """Compiles a Lark grammar with a lexer for the vocabulary `vocab`.
+
+  ```python
+  arrays = compile_lexed_grammar('''
+      start: NAME ("," NAME)*
+      NAME: /[a-z]+/
+      %ignore " "
+  ''', vocab)
+  ```
+
+  Args:
+    text: The Lark grammar: rules over terminals, terminal definitions, `%ignore`,
+      `%import common.*`. String literals beat regex terminals that also match them
+      (keywords beat NAME).
+    vocab: A `Vocabulary`.
+    start: The start rule.
+    stack_depth: Capacity of the device parser stack (a row refuses a token that
+      would push past it).
+    token_table: A prebuilt `_lexer.TokenTable` of this grammar's lexer and `vocab`
+      (e.g. from `_lexer.load_or_build_token_table`); built when None.
+
+  Raises:
+    GrammarSyntaxError, UnsupportedGrammarFeatureError: as `_lr.read_lark_rules`.
+    UnsupportedGrammarFeatureError: a terminal the rules use has no pattern
+      (`%declare`d: lexer modes are not built yet).
+    NondeterministicGrammarError: the rules are not LR(1) (as `_lr.build_tables`), or a
+      lexeme class holds two terminals that one parser state both accepts.
+    GrammarError: a terminal matches the empty string or nothing.
+  """
+  if isinstance(stack_depth, bool) or not isinstance(stack_depth, int) or stack_depth < 2:
+    raise ValueError(f"stack_depth {stack_depth!r} is not an int >= 2. Expected the "
+                     "capacity of the parser stack, e.g. 64.")
+  grammar = _lr.read_lark_rules(text, start=start)
+  defs = {d.name: d for d in grammar.terminal_defs}
+  missing = [t for t in grammar.terminals if defs.get(t) is None or defs[t].pattern is None]
+  if missing:
+    raise errors.UnsupportedGrammarFeatureError(
+        f"Lark grammar uses the terminals {missing} without a pattern (%declare). Expected"
+        " every terminal the rules use to be defined by a string or a regex: lexer modes"
+        " (INDENT/DEDENT, inserted semicolons) are not supported yet. Define them.")
+  terms, ignored = _lexer.terminals_from_grammar(grammar)
+  beaten = tuple(t.name for t in terms if not t.literal)
+  try:
+    lexer = _lexer.build_lexer_dfa(terms, ignored=ignored, keyword_beats=beaten)
+  except ValueError as e:
+    raise errors.GrammarError(f"Lark grammar's terminals cannot be lexed: {e}. Expected "
+                              "terminals that match a non-empty string. Change them.") from e
+  lr = _lr.build_tables(grammar, method="lr1")
+  if token_table is None:
+    token_table = _lexer.build_token_table(lexer, _detokenizer.build_trie(vocab),
+                                           vocab.vocab_size)
+  num_t = len(lr.terminals)
+  t_words = (num_t + 31) // 32
+
+  # Lexeme classes -> parser terminals; refuse a class two of whose members one state
+  # accepts (which one the text means would be a guess).
+  members = [[lr.terminal_id(n) for n in cls if n in lr.terminals[1:]]
+             for cls in lexer.classes]
+  width = max([len(m) for m in members] + [1])
+  class_members = np.full((max(len(members), 1), width), -1, np.int32)
+  for c, m in enumerate(members):
+    class_members[c, :len(m)] = m
+    if len(m) > 1:
+      both = (lr.action[:, m] != 0).sum(axis=1) > 1
+      if both.any():
+        q = int(np.argmax(both))
+        names = [lr.terminals[t] for t in m if lr.action[q, t] != 0]
+        raise errors.NondeterministicGrammarError(
+            f"Lark grammar's terminals {names} match the same text and parser state {q}"
+            f" accepts both. Expected at most one terminal of a lexeme class "
+            f"{lexer.classes[c]} to be possible in any parser state. Make the terminals"
+            " distinct (or give one a pattern the other does not match).")
+
+  # Lexer states: what a pending lexeme can still become, and what the end emits.
+  n_states = lexer.num_states
+  reach = _reachable(lexer.transitions)
+  cls_of = lexer.state_class
+  class_terms = np.zeros((max(len(members), 1), max(num_t, 1)), bool)
+  for c, m in enumerate(members):
+    if not lexer.class_ignored[c]:
+      class_terms[c, m] = True
+  reach_cls = np.zeros((n_states, max(len(members), 1)), bool)
+  rs, rt = np.nonzero(reach & (cls_of >= 0)[None, :])
+  reach_cls[rs, cls_of[rt]] = True
+  viable = (reach_cls.astype(np.int32) @ class_terms.astype(np.int32)) > 0
+  state_viable = _pack_bits(viable, num_t)
+  ign = np.asarray(lexer.class_ignored, bool)
+  state_free = (reach_cls[:, :len(ign)] & ign[None, :]).any(axis=1) if len(ign) else (
+      np.zeros(n_states, bool))
+  state_free[lexer.start] = True
+  state_end_item = np.where(cls_of >= 0, lexer.emitted, END_DEAD).astype(np.int32)
+  state_end_item[lexer.start] = END_NOTHING
+
+  # Outcome slots per lexer state, and their tokens.
+  tt = token_table
+  counts = np.diff(tt.class_start)
+  k_max = max(int(counts.max()) if len(counts) else 0, 1)
+  state_outcomes = np.full((n_states, k_max), -1, np.int32)
+  big_slots, small_lists = [], []
+  for s in range(n_states):
+    lo, hi = int(tt.class_start[s]), int(tt.class_start[s + 1])
+    state_outcomes[s, :hi - lo] = np.arange(lo, hi)
+    bigs, toks, slots = [], [], []
+    for slot, k in enumerate(range(lo, hi)):
+      j = int(tt.class_set[k])
+      if j < tt.num_bitmaps:
+        bigs.append((slot, j))
+      else:
+        ids = tt.token_set(j)
+        toks.append(ids)
+        slots.append(np.full(len(ids), slot, np.int32))
+    big_slots.append(bigs)
+    toks = np.concatenate(toks) if toks else np.zeros(0, np.int32)
+    slots = np.concatenate(slots) if slots else np.zeros(0, np.int32)
+    order = np.argsort(toks, kind="stable")
+    small_lists.append((toks[order], slots[order]))
+  kb = max([len(b) for b in big_slots] + [1])
+  state_big_slot = np.full((n_states, kb), -1, np.int32)
+  state_big_row = np.full((n_states, kb), -1, np.int32)
+  for s, bigs in enumerate(big_slots):
+    for i, (slot, row) in enumerate(bigs):
+      state_big_slot[s, i], state_big_row[s, i] = slot, row
+  n_small = max([len(t) for t, _ in small_lists] + [1])
+  state_small_tokens = np.full((n_states, n_small), vocab.vocab_size, np.int32)
+  state_small_slot = np.full((n_states, n_small), -1, np.int32)
+  for s, (toks, slots) in enumerate(small_lists):
+    state_small_tokens[s, :len(toks)] = toks
+    state_small_slot[s, :len(toks)] = slots
+  words = (vocab.vocab_size + 31) // 32
+  set_bits = tt.set_bits if tt.num_bitmaps else np.zeros((1, words), np.uint32)
+
+  n_seq = len(tt.seq_start) - 1
+  lens = np.diff(tt.seq_start)
+  l_max = max(int(lens.max()) if len(lens) else 0, 1)
+  seq_items = np.full((n_seq, l_max), -1, np.int32)
+  for q in range(n_seq):
+    seq_items[q, :lens[q]] = tt.seq_items[tt.seq_start[q]:tt.seq_start[q + 1]]
+
+  eos = np.zeros((1, vocab.vocab_size), bool)
+  eos[0, list(vocab.eos_ids)] = True
+  return LexedArrays(
+      lex_start=int(lexer.start), state_outcomes=state_outcomes,
+      outcome_seq=tt.class_seq.astype(np.int32),
+      outcome_final=tt.class_final.astype(np.int32), seq_items=seq_items,
+      class_members=class_members, state_big_slot=state_big_slot,
+      state_big_row=state_big_row, set_bits=np.asarray(set_bits, np.uint32),
+      state_small_tokens=state_small_tokens, state_small_slot=state_small_slot,
+      state_viable=state_viable, state_free=state_free,
+      state_end_item=state_end_item, eos_bits=_pack_bits(eos, vocab.vocab_size)[0],
+      action=lr.action.astype(np.int32), action_bits=_pack_bits(lr.action != 0, num_t),
+      goto=lr.goto.astype(np.int32), rule_lhs=lr.rule_lhs.astype(np.int32),
+      rule_len=lr.rule_len.astype(np.int32), vocab_size=int(vocab.vocab_size),
+      stack_depth=int(stack_depth), lexer=lexer, token_table=tt, lr=lr,
+      grammar=grammar, vocab=vocab)
+
+
+class LexedReference:
+  """Host reference of the device step: byte walk + `_lr.LrParser`, no token table.
+
+  ```python
+  ref = LexedReference(arrays)
+  row = ref.start()                 # (lexer state, parser stack)
+  ref.allowed(row)                  # bool [V]
+  row = ref.advance(row, token_id)  # None if the token is refused
+  ```
+
+  A token is allowed iff every lexeme it completes is accepted by the parser in turn
+  (the first member of its class the parser can take) and the lexeme left pending can
+  still become an ignored lexeme or a terminal the parser can take next; an
+  end-of-sequence token iff the pending lexeme can end here and the parser then
+  accepts the end. A push past `stack_depth` refuses the token, as on the device.
+  """
+
+  def __init__(self, arrays: LexedArrays):
+    self.arrays = arrays
+    lexer = arrays.lexer
+    self.lexer = lexer
+    self.reach = _reachable(lexer.transitions)
+    self.members = [[int(t) for t in row if t >= 0] for row in arrays.class_members]
+    self.eos = set(arrays.vocab.eos_ids)
+
+  def start(self):
+    return (self.lexer.start, (0,))
+
+  def _feed(self, parser: _lr.LrParser, cls: int) -> bool:
+    for t in self.members[cls] if cls < len(self.members) else ():
+      if parser.viable(t):
+        return parser.feed(t) and len(parser.stack) <= self.arrays.stack_depth
+    return False
+
+  def _pending_ok(self, parser: _lr.LrParser, state: int) -> bool:
+    lexer = self.lexer
+    if state == lexer.start:
+      return True
+    classes = {int(c) for c in lexer.state_class[self.reach[state]] if c >= 0}
+    if any(lexer.class_ignored[c] for c in classes):
+      return True
+    return any(parser.viable(t) for c in classes for t in self.members[c])
+
+  def step(self, row, data: bytes):
+    """(lexer state, stack) after the bytes `data`, or None if they are refused."""
+    lexer = self.lexer
+    state, stack = row
+    parser = _lr.LrParser(self.arrays.lr, stack)
+    for b in data:
+      nxt = lexer.transitions[state, b]
+      if nxt < 0:
+        if state == lexer.start or lexer.state_class[state] < 0:
+          return None
+        e = int(lexer.emitted[state])
+        if e >= 0 and not self._feed(parser, e):
+          return None
+        nxt = lexer.transitions[lexer.start, b]
+        if nxt < 0:
+          return None
+      state = int(nxt)
+    if not self._pending_ok(parser, state):
+      return None
+    return (state, tuple(parser.stack))
+
+  def end_ok(self, row) -> bool:
+    state, stack = row
+    lexer = self.lexer
+    parser = _lr.LrParser(self.arrays.lr, stack)
+    if state != lexer.start:
+      if lexer.state_class[state] < 0:
+        return False
+      e = int(lexer.emitted[state])
+      if e >= 0 and not self._feed(parser, e):
+        return False
+    return parser.accepts_end()
+
+  def advance(self, row, token: int):
+    if token in self.eos:
+      return "done" if self.end_ok(row) else None
+    data = self.arrays.vocab.token_bytes[token]
+    return None if data is None else self.step(row, data)
+
+  def allowed(self, row) -> np.ndarray:
+    out = np.zeros(self.arrays.vocab_size, bool)
+    for t, data in enumerate(self.arrays.vocab.token_bytes):
+      if t in self.eos:
+        out[t] = self.end_ok(row)
+      elif data:
+        out[t] = self.step(row, data) is not None
+    return out

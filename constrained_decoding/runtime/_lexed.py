@@ -1,0 +1,296 @@
+"""Device step of grammars with a lexer: lexer-state x token table + LR parser (issue 18).
+
+Increment 3 of docs/lexer_runtime.md. `LexedTables` holds the arrays that
+`constraints/_lexed_grammar.compile_lexed_grammar` builds on the host; the functions
+here step them inside `jax.jit` (static shapes, `lax.while_loop`, no host callbacks).
+The row state is `runtime.ConstraintState`: `state` is the lexer state, `stack[B, D]`
+the LR parser's states (bottom first, `depth[B]` in use; the bottom is parser state 0),
+`done` and the sticky `error` as in `_runtime.py`.
+
+One step of a row in lexer state s:
+
+* the token's *outcome class* (per lexer state, the tokens with the same completed
+  lexeme sequence and final lexer state) gives the lexemes it completes (at most L) and
+  the lexer state f it leaves;
+* a *lane* runs the parser over those lexemes on a copy of the row's stack: each lexeme
+  is the first terminal of its class the top state has an action for; reductions
+  (pop `rule_len`, push `goto`) until it shifts, all in one `lax.while_loop` of
+  micro-steps (one reduce or shift per lane and iteration) over every lane at once;
+* the lane survives when no lexeme is an error, the stack never passes D, and the
+  lexeme pending in f can still become an ignored lexeme or a terminal the final top
+  state has an action for (canonical LR(1): an action means the terminal can come next);
+* end of sequence is one more lane: the lexeme pending in s (if it is complete), then
+  `$END`.
+
+`allowed_bits` runs one lane per outcome slot of the row's lexer state (K slots, padded)
+plus the end lane, and ORs the surviving slots' token sets: a gather of the few bitmap
+slots' rows (Kb rows of W words) and a scatter-add of the listed tokens (N per state;
+tokens of a state are distinct, so adding bits is OR-ing them). `advance` finds the
+token's slot (a binary search of the state's listed tokens, one bit per bitmap slot),
+runs its lane and the end lane, and takes the token exactly when `allowed_bits` offers
+it (same lane, same tables).
+
+Cost per row and step (the simple exact scheme, not yet the design's lanes per distinct
+sequence or viable sets): `allowed_bits` works on (K + 1) lanes, each with its own copy
+of the stack, for as many iterations as the longest lane's lexemes + reductions, each
+iteration O(D) per lane for the stack write; then Kb x W words of OR and N scattered
+ids. `advance`: log2(N) + Kb gathers, then 2 lanes. K, N and Kb are maxima over lexer
+states (measured sizes: tests/runtime/lexed_test.py; Gemma 3 SQL: module
+`benchmarks/lexed_step.py` if present, else docs/lexer_runtime.md item 3).
+
+Not yet: stacking several grammars in one table set, `rewind`, lexer modes
+(INDENT/DEDENT), stack-aware masks (near the stack bound a row may be left with only
+tokens that would overflow: they are refused, so a walk can dead-end within a few
+tokens of D; pick D above the nesting the text needs).
+
+Public:
+  LexedTables, tables_from_arrays(arrays)   the device tables.
+  init_state(tables, batch_size)            the start state of each row.
+  allowed_bits / allowed_tokens(tables, state)   packed uint32 [B, W] / bool [B, V].
+  advance(tables, state, tokens)            consume one token per row.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jaxtyping import Array, Bool, Int, UInt32
+
+from constrained_decoding.runtime._runtime import ConstraintState
+
+_END = 0  # The parser terminal id of `$END`.
+
+
+@struct.dataclass(kw_only=True)
+class LexedTables:
+  """Two-level tables of a grammar with a lexer, for the device (an immutable pytree).
+
+  ```python
+  arrays = compile_lexed_grammar(grammar_text, vocab)   # host
+  tables = tables_from_arrays(arrays)
+  state = init_state(tables, 4)
+  state = advance(tables, state, tokens)
+  ```
+
+  Fields: as `constraints._lexed_grammar.LexedArrays` (S lexer states, K outcome slots
+  per state, L lexemes per token, Q parser states, T terminals in Tw words, W = ceil(V
+  / 32) words).
+  """
+  lex_start: Int[Array, ""]
+  state_outcomes: Int[Array, "S K"]
+  outcome_seq: Int[Array, "O"]
+  outcome_final: Int[Array, "O"]
+  seq_items: Int[Array, "Qs L"]
+  class_members: Int[Array, "C M"]
+  state_big_slot: Int[Array, "S Kb"]
+  state_big_row: Int[Array, "S Kb"]
+  set_bits: UInt32[Array, "Mb W"]
+  state_small_tokens: Int[Array, "S N"]
+  state_small_slot: Int[Array, "S N"]
+  state_viable: UInt32[Array, "S Tw"]
+  state_free: Bool[Array, "S"]
+  state_end_item: Int[Array, "S"]
+  eos_bits: UInt32[Array, "W"]
+  action: Int[Array, "Q T"]
+  action_bits: UInt32[Array, "Q Tw"]
+  goto: Int[Array, "Q Nt"]
+  rule_lhs: Int[Array, "R"]
+  rule_len: Int[Array, "R"]
+  # Static: they fix shapes (logits width, stack width).
+  vocab_size: int = struct.field(pytree_node=False)
+  stack_depth: int = struct.field(pytree_node=False)
+
+
+def tables_from_arrays(arrays) -> LexedTables:
+  """`LexedTables` (jax arrays) from a host `LexedArrays`."""
+  fields = {f: jnp.asarray(getattr(arrays, f)) for f in arrays.ARRAY_FIELDS}
+  return LexedTables(lex_start=jnp.asarray(arrays.lex_start, jnp.int32),
+                     vocab_size=int(arrays.vocab_size),
+                     stack_depth=int(arrays.stack_depth), **fields)
+
+
+def init_state(tables: LexedTables, batch_size: int) -> ConstraintState:
+  """The start state of `batch_size` rows: lexer start, parser stack [0]."""
+  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
+      batch_size < 1):
+    raise ValueError(f"init_state: batch_size {batch_size!r} is not a positive int. "
+                     "Expected an int >= 1.")
+  b = int(batch_size)
+  return ConstraintState(
+      state=jnp.full((b,), tables.lex_start, jnp.int32),
+      stack=jnp.zeros((b, tables.stack_depth), jnp.int32),
+      depth=jnp.ones((b,), jnp.int32),
+      done=jnp.zeros((b,), bool), error=jnp.zeros((b,), bool))
+
+
+def _run_lanes(tables: LexedTables, stack: Int[Array, "N D"], depth: Int[Array, "N"],
+               items: Int[Array, "N L"], final_bits: UInt32[Array, "N Tw"],
+               free: Bool[Array, "N"]):
+  """Runs the parser over each lane's lexemes; (ok [N], stack [N, D], depth [N]).
+
+  A lane is ok when every lexeme is shifted (no error, no push past D) and then `free`
+  holds or some terminal of `final_bits` has an action in the top state.
+  """
+  n, d = stack.shape
+  length = items.shape[1]
+  count = jnp.sum(items >= 0, axis=1)
+  lanes = jnp.arange(n)
+  # Safety bound on micro-steps (canonical LR(1) tables of a grammar without cycles end
+  # far sooner): per lexeme, at most D reductions that pop, each after a chain of at
+  # most `Nt` that do not.
+  max_steps = (length + 1) * (d + 1) * (tables.goto.shape[1] + 1)
+
+  def cond(carry):
+    i, _, _, err, step = carry
+    # Some lane has lexemes left and no error, within the safety bound.
+    return jnp.any((i < count) & ~err) & (step < max_steps)
+
+  def body(carry):
+    i, stack, depth, err, step = carry
+    active = (i < count) & ~err
+    cls = jnp.take_along_axis(items, jnp.minimum(i, length - 1)[:, None], axis=1)[:, 0]
+    members = tables.class_members[jnp.maximum(cls, 0)]  # [N, M]
+    top = stack[lanes, jnp.clip(depth - 1, 0, d - 1)]
+    acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
+    has = acts != 0
+    a = jnp.take_along_axis(acts, jnp.argmax(has, axis=1)[:, None], axis=1)[:, 0]
+    shift = a > 0
+    reduce = a < -1  # -1 is accept, only on $END, which no lexeme is.
+    p = jnp.maximum(-a - 1, 0)
+    base = depth - jnp.where(reduce, tables.rule_len[p], 0)
+    below = stack[lanes, jnp.clip(base - 1, 0, d - 1)]
+    target = jnp.where(shift, a - 1, tables.goto[below, tables.rule_lhs[p]])
+    bad = active & (~(shift | reduce) | (base + 1 > d) | (target < 0))
+    ok = active & ~bad
+    stack = stack.at[lanes, jnp.where(ok, base, d)].set(target, mode="drop")
+    return (jnp.where(ok & shift, i + 1, i), stack, jnp.where(ok, base + 1, depth),
+            err | bad, step + 1)
+
+  zero = jnp.zeros((n,), jnp.int32)
+  i, stack, depth, err, _ = jax.lax.while_loop(
+      cond, body, (zero, stack, depth, jnp.zeros((n,), bool), jnp.int32(0)))
+  top = stack[lanes, jnp.clip(depth - 1, 0, d - 1)]
+  viable = jnp.any((tables.action_bits[top] & final_bits) != 0, axis=1)
+  return ~err & (i >= count) & (free | viable), stack, depth
+
+
+def _end_lane(tables: LexedTables, lex: Int[Array, "B"]):
+  """(items [B, L], final bits [B, Tw], reachable [B]) of the end-of-sequence lane."""
+  end_item = tables.state_end_item[lex]
+  length = tables.seq_items.shape[1]
+  items = jnp.full((lex.shape[0], length), -1, jnp.int32).at[:, 0].set(
+      jnp.maximum(end_item, -1))
+  bits = jnp.zeros((lex.shape[0], tables.action_bits.shape[1]), jnp.uint32).at[:, 0].set(
+      jnp.uint32(1 << _END))
+  return items, bits, end_item != -2
+
+
+def _outcome_lanes(tables: LexedTables, outcome: Int[Array, "..."]):
+  """(items [..., L], final bits [..., Tw], free [...], final state [...]) per outcome."""
+  o = jnp.maximum(outcome, 0)
+  items = jnp.where((outcome >= 0)[..., None], tables.seq_items[tables.outcome_seq[o]], -1)
+  final = tables.outcome_final[o]
+  return items, tables.state_viable[final], tables.state_free[final], final
+
+
+def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "B W"]:
+  """Each row's allowed tokens, packed: token t is bit t % 32 of word t // 32.
+
+  Rows `done` or in `error` allow only end of sequence (as `_runtime.py`).
+  """
+  b, d = state.stack.shape
+  slots = tables.state_outcomes[state.state]  # [B, K]
+  k = slots.shape[1]
+  items, bits, free, _ = _outcome_lanes(tables, slots)
+  end_items, end_bits, end_reach = _end_lane(tables, state.state)
+  items = jnp.concatenate([items, end_items[:, None]], axis=1)  # [B, K + 1, L]
+  bits = jnp.concatenate([bits, end_bits[:, None]], axis=1)
+  free = jnp.concatenate([free, jnp.zeros((b, 1), bool)], axis=1)
+  lanes = k + 1
+  ok, _, _ = _run_lanes(
+      tables, jnp.broadcast_to(state.stack[:, None], (b, lanes, d)).reshape(-1, d),
+      jnp.repeat(state.depth, lanes), items.reshape(b * lanes, -1),
+      bits.reshape(b * lanes, -1), free.reshape(-1))
+  ok = ok.reshape(b, lanes)
+  slot_ok = ok[:, :k] & (slots >= 0)
+  end_ok = ok[:, k] & end_reach
+  # Bitmap slots: OR of their rows.
+  big = tables.state_big_slot[state.state]  # [B, Kb]
+  big_ok = (big >= 0) & jnp.take_along_axis(slot_ok, jnp.maximum(big, 0), axis=1)
+  rows = tables.set_bits[jnp.maximum(tables.state_big_row[state.state], 0)]  # [B, Kb, W]
+  words = jax.lax.reduce(jnp.where(big_ok[..., None], rows, jnp.uint32(0)), jnp.uint32(0),
+                         jax.lax.bitwise_or, (1,))
+  # Listed tokens: distinct within a state and outside its bitmap slots, so adding their
+  # bits into the words sets them.
+  toks = tables.state_small_tokens[state.state]  # [B, N]
+  small = tables.state_small_slot[state.state]
+  small_ok = (small >= 0) & jnp.take_along_axis(slot_ok, jnp.maximum(small, 0), axis=1)
+  value = jnp.where(small_ok, jnp.uint32(1) << (toks & 31).astype(jnp.uint32),
+                    jnp.uint32(0))
+  row_ids = jnp.broadcast_to(jnp.arange(b)[:, None], toks.shape)
+  words = words.at[row_ids, jnp.where(small_ok, toks >> 5, 0)].add(value)
+  words |= jnp.where(end_ok[:, None], tables.eos_bits[None, :], jnp.uint32(0))
+  stopped = (state.done | state.error)[:, None]
+  return jnp.where(stopped, tables.eos_bits[None, :], words)
+
+
+def allowed_tokens(tables: LexedTables, state: ConstraintState) -> Bool[Array, "B V"]:
+  """Which tokens each row may produce next (`allowed_bits`, unpacked)."""
+  bits = allowed_bits(tables, state)
+  shifts = jnp.arange(32, dtype=jnp.uint32)
+  unpacked = ((bits[:, :, None] >> shifts) & 1).astype(bool)
+  return unpacked.reshape(bits.shape[0], -1)[:, :tables.vocab_size]
+
+
+def _find_slot(tables: LexedTables, lex: Int[Array, "B"], tokens: Int[Array, "B"]):
+  """The outcome slot of each row's token in its lexer state, -1 if dead there."""
+  listed = tables.state_small_tokens[lex]  # [B, N], ascending, padded with V
+  pos = jax.vmap(jnp.searchsorted)(listed, tokens)
+  pos = jnp.minimum(pos, listed.shape[1] - 1)
+  hit = jnp.take_along_axis(listed, pos[:, None], axis=1)[:, 0] == tokens
+  small_slot = jnp.take_along_axis(tables.state_small_slot[lex], pos[:, None], axis=1)[:, 0]
+  rows = tables.state_big_row[lex]  # [B, Kb]
+  word = tables.set_bits[jnp.maximum(rows, 0), (tokens >> 5)[:, None]]
+  in_big = (rows >= 0) & (((word >> (tokens & 31).astype(jnp.uint32)[:, None]) & 1) == 1)
+  big_slot = jnp.take_along_axis(tables.state_big_slot[lex],
+                                 jnp.argmax(in_big, axis=1)[:, None], axis=1)[:, 0]
+  return jnp.where(hit & (small_slot >= 0), small_slot,
+                   jnp.where(in_big.any(axis=1), big_slot, -1))
+
+
+def advance(tables: LexedTables, state: ConstraintState,
+            tokens: Int[Array, "B"]) -> ConstraintState:
+  """Consumes one token per row, exactly when `allowed_bits` offers it.
+
+  An allowed end-of-sequence token sets `done`; any token not allowed (or out of
+  [0, vocab_size)) sets the sticky `error` and leaves the row as it was. Rows already
+  `done` or in `error` ignore their token.
+  """
+  b, d = state.stack.shape
+  tokens = jnp.asarray(tokens, jnp.int32)
+  in_range = (tokens >= 0) & (tokens < tables.vocab_size)
+  safe = jnp.where(in_range, tokens, 0)
+  is_eos = in_range & (((tables.eos_bits[safe >> 5] >> (safe & 31).astype(jnp.uint32))
+                        & 1) == 1)
+  slot = jnp.where(in_range & ~is_eos, _find_slot(tables, state.state, safe), -1)
+  outcome = jnp.where(
+      slot >= 0,
+      jnp.take_along_axis(tables.state_outcomes[state.state], jnp.maximum(slot, 0)[:, None],
+                          axis=1)[:, 0], -1)
+  items, bits, free, final = _outcome_lanes(tables, outcome)
+  end_items, end_bits, end_reach = _end_lane(tables, state.state)
+  ok, stack, depth = _run_lanes(
+      tables, jnp.concatenate([state.stack, state.stack]),
+      jnp.concatenate([state.depth, state.depth]),
+      jnp.concatenate([items, end_items]), jnp.concatenate([bits, end_bits]),
+      jnp.concatenate([free, jnp.zeros((b,), bool)]))
+  moved = ok[:b] & (outcome >= 0)
+  end = is_eos & ok[b:] & end_reach
+  active = ~(state.done | state.error)
+  take = active & moved
+  return state.replace(
+      state=jnp.where(take, final, state.state),
+      stack=jnp.where(take[:, None], stack[:b], state.stack),
+      depth=jnp.where(take, depth[:b], state.depth),
+      done=state.done | (active & end),
+      error=state.error | (active & ~moved & ~end))

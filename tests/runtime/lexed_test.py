@@ -1,0 +1,318 @@
+"""Device step of grammars with a lexer (`runtime/_lexed.py`, issue 18 increment 3).
+
+Oracles: Lark's own LALR parser with its basic lexer (`lexer="basic"`: one lexer for
+every parser state, keywords beating NAME as ours do; Lark's default contextual lexer
+would also read a keyword as a NAME where no keyword fits), and the host reference
+`LexedReference` (byte walk through the lexer DFA + `_lr.LrParser`, no token table).
+Vocabularies: every byte plus random substrings of texts of the grammar (BPE-like),
+sizes derived from the fixture.
+"""
+
+import random
+
+import jax
+import jax.numpy as jnp
+import lark
+import numpy as np
+import pytest
+
+import constrained_decoding as cd
+from constrained_decoding import errors
+from constrained_decoding.constraints import _lexed_grammar
+from constrained_decoding.constraints import _lr
+from constrained_decoding.runtime import _lexed
+
+SQL = r"""
+start: "SELECT" columns "FROM" NAME where? ";"?
+columns: "*" | NAME ("," NAME)*
+where: "WHERE" cond
+cond: cond "OR" conj | conj
+conj: conj "AND" cmp | cmp
+cmp: expr COMPARE expr | "(" cond ")" | "NOT" cmp
+expr: expr ("+" | "-") term | term
+term: NAME | NUMBER | STRING
+COMPARE: /<>|!=|<=|>=|=|<|>/
+NAME: /[A-Za-z_][A-Za-z0-9_]*/
+NUMBER: /[0-9]+/
+STRING: /'[^']*'/
+%import common.WS
+%ignore WS
+"""
+
+ARITH = r"""
+start: expr
+?expr: expr ("+" | "-") term | term
+?term: term ("*" | "/") factor | factor
+?factor: "-" factor | power
+?power: atom "^" factor | atom
+?atom: NUMBER | NAME | "(" expr ")" | NAME "(" [expr ("," expr)*] ")"
+NUMBER: /[0-9]+/
+NAME: /[a-z]+/
+%ignore " "
+"""
+
+# How a random derivation renders a terminal (others: their literal), and the texts
+# between lexemes: none sometimes merges two (`aFROM`), a text the oracle then refuses.
+_RENDER = {
+    "sql": {
+        "NAME": ["a", "b", "tab", "x1", "SELECTED", "FROMt", "OR_", "f"],
+        "NUMBER": ["1", "42", "007"],
+        "STRING": ["'hi'", "''", "'a b'"],
+        "COMPARE": ["=", "<>", "<=", ">", "!="],
+    },
+    "arith": {"NAME": ["a", "b", "tab", "f"], "NUMBER": ["1", "42", "007"]},
+}
+_SEPARATORS = {"sql": ["", " ", " ", " ", "  ", "\n"], "arith": ["", " ", " ", "  "]}
+
+
+def _derive(grammar, rng, depth=5):
+  """A random terminal sequence of the grammar (shortest choices past `depth`)."""
+  by_lhs = {}
+  for p in grammar.productions:
+    by_lhs.setdefault(p.lhs, []).append(p.rhs)
+  size = {}
+  for _ in range(len(by_lhs) + 1):
+    for lhs, alternatives in by_lhs.items():
+      for rhs in alternatives:
+        if all(s not in by_lhs or s in size for s in rhs):
+          n = sum(size.get(s, 1) for s in rhs)
+          size[lhs] = min(size.get(lhs, n), n)
+  out = []
+
+  def walk(symbol, level):
+    if symbol not in by_lhs:
+      out.append(symbol)
+      return
+    alternatives = by_lhs[symbol]
+    rhs = (rng.choice(alternatives) if level < depth else
+           min(alternatives, key=lambda r: sum(size.get(s, 1) for s in r)))
+    for s in rhs:
+      walk(s, level + 1)
+
+  walk(grammar.start, 0)
+  return out
+
+
+def _render(name, grammar, terminals, rng) -> bytes:
+  literals = {d.name: d.literal for d in grammar.terminal_defs}
+  render = _RENDER[name]
+  parts = [rng.choice(render[t]) if t in render else literals[t] for t in terminals]
+  seps = [rng.choice(_SEPARATORS[name]) for _ in parts]
+  return "".join(p + s for p, s in zip(parts, seps)).encode()
+
+
+def _mutate(text: bytes, rng) -> bytes:
+  i = rng.randrange(len(text) + 1)
+  kind = rng.randrange(3)
+  if kind == 0 and text:
+    return text[:i] + text[i + 1:]
+  if kind == 1:
+    return text[:i] + rng.choice([b"(", b",", b"a", b"1", b" ", b"'", b"OR", b"+"]) + text[i:]
+  j = rng.randrange(len(text) + 1)
+  i, j = min(i, j), max(i, j)
+  return text[:i] + text[j:] + text[i:j]
+
+
+class _Setup:
+  """Compiled tables, jitted step functions and the oracles of one grammar."""
+
+  def __init__(self, name: str, seed: int, vocab_size: int = 400):
+    rng = random.Random(seed)
+    source = {"sql": SQL, "arith": ARITH}[name]
+    self.source = source
+    self.grammar = _lr.read_lark_rules(source)
+    self.texts = [_render(name, self.grammar, _derive(self.grammar, rng), rng) for _ in range(60)]
+    toks = {bytes([b]) for b in range(256)}
+    while len(toks) < vocab_size - 1:
+      t = rng.choice(self.texts)
+      if len(t) > 2:
+        i = rng.randrange(len(t) - 1)
+        toks.add(t[i:i + rng.randrange(2, 8)])
+    token_bytes = sorted(toks) + [None]  # the last id is end of sequence
+    self.eos = len(token_bytes) - 1
+    self.vocab = cd.Vocabulary.from_token_bytes(token_bytes, eos_ids=[self.eos])
+    self.by_bytes = {b: i for i, b in enumerate(token_bytes) if b is not None}
+    self.arrays = _lexed_grammar.compile_lexed_grammar(source, self.vocab, stack_depth=48)
+    self.tables = _lexed.tables_from_arrays(self.arrays)
+    self.allowed = jax.jit(_lexed.allowed_tokens)
+    self.advance = jax.jit(_lexed.advance)
+    self.oracle = lark.Lark(source, parser="lalr", lexer="basic")
+    self.reference = _lexed_grammar.LexedReference(self.arrays)
+
+  def lark_accepts(self, text: bytes) -> bool:
+    try:
+      self.oracle.parse(text.decode("utf-8"))
+      return True
+    except (lark.exceptions.LarkError, UnicodeDecodeError):
+      return False
+
+  def tokenize(self, text: bytes, rng) -> list[int]:
+    out, pos = [], 0
+    while pos < len(text):
+      n = rng.choice([n for n in range(1, 9) if text[pos:pos + n] in self.by_bytes])
+      out.append(self.by_bytes[text[pos:pos + n]])
+      pos += n
+    return out
+
+
+_SETUPS = {}
+_BATCH = 8  # One batch size for the tests that share jitted functions: one compile.
+
+
+def _get(name: str) -> _Setup:
+  if name not in _SETUPS:
+    _SETUPS[name] = _Setup(name, seed=len(name))
+  return _SETUPS[name]
+
+
+@pytest.fixture(params=["sql", "arith"])
+def setup(request):
+  return _get(request.param)
+
+
+def _walk(setup, batch, steps, seed, check_reference=0):
+  """Random walks over allowed tokens, `batch` rows in lockstep: finished texts."""
+  rng = np.random.default_rng(seed)
+  state = _lexed.init_state(setup.tables, batch)
+  rows = [setup.reference.start() for _ in range(check_reference)]
+  texts = [b""] * batch
+  finished = []
+  for step in range(steps):
+    allowed = np.asarray(setup.allowed(setup.tables, state))
+    done = np.asarray(state.done)
+    assert not np.asarray(state.error).any()
+    for r in range(min(check_reference, batch)):
+      if not done[r]:
+        want = setup.reference.allowed(rows[r])
+        np.testing.assert_array_equal(allowed[r], want, err_msg=repr(texts[r]))
+    tokens = np.zeros(batch, np.int32)
+    for r in range(batch):
+      if done[r]:
+        tokens[r] = setup.eos
+        continue
+      ids = np.nonzero(allowed[r])[0]
+      assert len(ids), f"dead end after {texts[r]!r}"
+      if allowed[r, setup.eos] and (rng.random() < 0.4 or step == steps - 1):
+        tokens[r] = setup.eos
+        finished.append(texts[r])
+      else:
+        tokens[r] = rng.choice(ids[ids != setup.eos]) if (ids != setup.eos).any() else setup.eos
+        if tokens[r] != setup.eos:
+          texts[r] += setup.vocab.token_bytes[tokens[r]]
+        else:
+          finished.append(texts[r])
+      if r < check_reference:
+        rows[r] = setup.reference.advance(rows[r], int(tokens[r]))
+        assert rows[r] is not None
+        if rows[r] == "done":
+          rows[r] = setup.reference.start()  # no longer compared (row is done)
+    state = setup.advance(setup.tables, state, jnp.asarray(tokens))
+  assert not np.asarray(state.error).any()
+  return finished
+
+
+def test_random_walks_never_fail_and_finished_texts_parse(setup):
+  finished = _walk(setup, batch=_BATCH, steps=30, seed=1)
+  assert len(finished) >= _BATCH // 2
+  for text in finished:
+    assert setup.lark_accepts(text), text
+
+
+def test_device_agrees_with_host_reference(setup):
+  _walk(setup, batch=_BATCH, steps=20, seed=2, check_reference=3)
+
+
+def test_texts_accepted_exactly_when_lark_parses_them(setup):
+  rng = random.Random(3)
+  texts = list(setup.texts[:40])
+  texts += [_mutate(t, rng) for t in setup.texts[:40]]
+  verdicts = [setup.lark_accepts(t) for t in texts]
+  assert 12 <= sum(verdicts) <= len(texts) - 12  # both kinds, many of each
+  tokenized = [setup.tokenize(t, rng) + [setup.eos] for t in texts]
+  width = max(map(len, tokenized))
+  tokens = np.array([t + [setup.eos] * (width - len(t)) for t in tokenized], np.int32)
+  state = _lexed.init_state(setup.tables, len(texts))
+  offered = np.ones(len(texts), bool)
+  for j in range(width):
+    allowed = np.asarray(setup.allowed(setup.tables, state))
+    live = ~np.asarray(state.done | state.error)
+    offered &= ~live | allowed[np.arange(len(texts)), tokens[:, j]]
+    state = setup.advance(setup.tables, state, jnp.asarray(tokens[:, j]))
+    # `advance` takes a token exactly when the mask offers it.
+    np.testing.assert_array_equal(np.asarray(state.error), ~offered)
+  accepted = np.asarray(state.done & ~state.error)
+  for text, want, got in zip(texts, verdicts, accepted):
+    assert got == want, text
+
+
+def test_stopped_rows_and_bad_tokens(setup):
+  state = _lexed.init_state(setup.tables, _BATCH)
+  allowed = np.asarray(setup.allowed(setup.tables, state))
+  refused = int(np.nonzero(~allowed[0])[0][0])
+  assert not allowed[0, setup.eos]  # the empty text is no sentence of these grammars
+  bad = [refused, setup.eos, setup.vocab.vocab_size + 5, -1]
+  state = setup.advance(setup.tables, state, jnp.array(bad * (_BATCH // 4)))
+  assert np.asarray(state.error).all()
+  allowed = np.asarray(setup.allowed(setup.tables, state))
+  assert allowed.sum() == _BATCH and allowed[:, setup.eos].all()  # end of sequence only
+  again = setup.advance(setup.tables, state, jnp.array([0] * _BATCH))
+  np.testing.assert_array_equal(np.asarray(again.state), np.asarray(state.state))
+
+
+def test_eager_and_jitted_agree():
+  # `advance` only: eagerly, every primitive of `allowed_tokens` compiles on its own
+  # (~10 s here); `advance` runs the same lanes.
+  setup = _get("arith")
+  state = _lexed.init_state(setup.tables, _BATCH)
+  lpar, name = setup.by_bytes[b"("], setup.by_bytes[b"f"]
+  # Row 0 reads "(" then "f"; row 1 ends at once (refused); the others "f" then "(".
+  for tokens in ([lpar, setup.eos] + [name] * (_BATCH - 2),
+                 [name, name] + [lpar] * (_BATCH - 2)):
+    with jax.disable_jit():
+      eager = _lexed.advance(setup.tables, state, jnp.asarray(tokens))
+    state = setup.advance(setup.tables, state, jnp.asarray(tokens))
+    for field in ("state", "stack", "depth", "done", "error"):
+      np.testing.assert_array_equal(np.asarray(getattr(eager, field)),
+                                    np.asarray(getattr(state, field)))
+  assert np.asarray(state.error).tolist() == [False, True] + [False] * (_BATCH - 2)
+  # A lexeme reaches the parser when the next byte ends it: "(" in row 0, "f" in the
+  # others (each shifted); "f" and "(" stay pending.
+  assert np.asarray(state.depth).tolist() == [2, 1] + [2] * (_BATCH - 2)
+  assert (np.asarray(state.state)[[0, 2]] != setup.arrays.lex_start).all()
+
+
+def test_keywords_beat_names_only_as_whole_lexemes():
+  s = _get("sql")
+  cases = [(b"SELECT SELECTED FROM FROMt", True), (b"SELECT a FROMt", False),
+           (b"SELECT FROM FROM t", False), (b"SELECTa FROM t", False),
+           (b"SELECT a,b FROM t WHERE NOT(a=1)OR b<>2", True)]
+  rng = random.Random(1)
+  tokens = [s.tokenize(text, rng) for text, _ in cases]
+  width = max(map(len, tokens)) + 1
+  tokens = np.array([t + [s.eos] * (width - len(t)) for t in tokens]
+                    + [[s.eos] * width] * (_BATCH - len(cases)), np.int32)
+  state = _lexed.init_state(s.tables, _BATCH)
+  for j in range(width):
+    state = s.advance(s.tables, state, jnp.asarray(tokens[:, j]))
+  for r, (text, ok) in enumerate(cases):
+    assert bool(state.done[r] & ~state.error[r]) == ok == s.lark_accepts(text), text
+
+
+def _byte_vocab():
+  return cd.Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [None],
+                                        eos_ids=[256])
+
+
+def test_compile_errors():
+  vocab = _byte_vocab()
+  with pytest.raises(errors.UnsupportedGrammarFeatureError, match=r"\['INDENT'\].*%declare"):
+    _lexed_grammar.compile_lexed_grammar(
+        'start: "a" INDENT\n%declare INDENT\n', vocab)
+  with pytest.raises(errors.NondeterministicGrammarError, match="not LR"):
+    _lexed_grammar.compile_lexed_grammar(
+        'start: s\ns: "i" s | "i" s "e" s | "x"\n', vocab)
+  with pytest.raises(errors.NondeterministicGrammarError, match=r"\['A', 'B'\].*state"):
+    _lexed_grammar.compile_lexed_grammar(
+        'start: A | B\nA: /[a-c]/\nB: /[b-d]/\n', vocab)
+  with pytest.raises(ValueError, match="stack_depth"):
+    _lexed_grammar.compile_lexed_grammar('start: "a"\n', vocab, stack_depth=1)
