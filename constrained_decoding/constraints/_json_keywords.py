@@ -55,7 +55,9 @@ _SUPPORTED = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", "$fromNot",
     *_TYPE_OF_KEYWORD,
 })
-# Standard assertion keywords this library does not enforce (yet): refused unless lenient.
+# Standard assertion keywords this library does not enforce: refused unless lenient.
+# `_json_refs._dynamic_ref` turns these into `$ref`s where that is exact (and refuses
+# the rest); only a value that is not a string is left for this refusal.
 _UNSUPPORTED = frozenset({"$dynamicRef", "$recursiveRef"})
 # Rewritten into allOf/anyOf by `_json_negation.rewrite_boolean` before lowering.
 _BOOLEAN = ("not", "if", "dependentSchemas")

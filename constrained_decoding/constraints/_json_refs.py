@@ -12,6 +12,9 @@ Functions on the lowering in progress (`_json_schema._Lowerer`, `lw`):
 
 `$ref` resolution follows RFC 3986 against the `$id`s of the enclosing resources,
 with anchors (`$anchor`, `$dynamicAnchor`, draft-07 `$id: "#name"`); see `_local_ref`.
+`$dynamicRef` (2020-12) and `$recursiveRef` (2019-09) become `$ref`s where their
+target does not depend on the path that reaches them (`_dynamic_ref`), and are refused
+elsewhere. `#/` is the root's member named "" (RFC 6901, as `referencing` reads it).
 
 Other documents (`JsonSchema(resources=...)`, read from `lw.options.resources` as
 (URI, JSON text) pairs) are indexed with the root's resources. Pointers locate
@@ -109,29 +112,188 @@ def _local_ref(lw, schema: dict, pointer: str) -> dict:
   A `$ref` is a URI reference resolved against the base URI of where it sits (the
   `$id`s of the enclosing resources, RFC 3986): a resource of this document, a JSON
   pointer in it, or an anchor of it (`$anchor`, `$dynamicAnchor`, draft-07
-  `$id: "#name"`). `$recursiveRef`/`$dynamicRef` resolve statically when the document
-  embeds no other resource. With a draft-04/06/07 `$schema`, `$ref` overrides its
+  `$id: "#name"`). `$recursiveRef`/`$dynamicRef` resolve statically where that is
+  exact (`_dynamic_ref`). With a draft-04/06/07 `$schema`, `$ref` overrides its
   siblings. A reference to another document is left as is (`resolve` refuses it).
   """
   out = dict(schema)
-  resources, anchors, embedded = _resource_index(lw)
   for key in ("$recursiveRef", "$dynamicRef"):
-    if key in out:
-      where = _pointer(pointer, key)
-      if embedded or "$ref" in out or not pointer.startswith("#"):
-        lw.unsupported(where, (
-            f"{key} at {where} resolves through the dynamic scope of embedded resources"
-            " ($id), which is not supported. Expected a single-resource schema. Use"
-            " $ref, or pass lenient=True to ignore it."))
-        out.pop(key)
-      else:
-        out["$ref"] = out.pop(key)
+    # Strings only: `_rebase` also meets maps of names, such as the metaschemas'
+    # `properties` naming "$ref" and "$dynamicRef" (any other value stays, refused).
+    if isinstance(out.get(key), str):
+      target = _dynamic_ref(lw, key, out.pop(key), isinstance(out.get("$ref"), str),
+                            pointer)
+      if target is not None:
+        out["$ref"], out["$resolved"] = target, True
   if "$ref" not in out or not isinstance(out["$ref"], str) or out.get("$resolved"):
     return out
   out["$ref"], out["$resolved"] = _resolved_ref(lw, out["$ref"], pointer), True
   if lw.legacy_ref:  # Resolved once: `_check` runs again.
     out = {k: v for k, v in out.items() if k in ("$ref", "$resolved", *_DEFINITIONS)}
   return out
+
+
+# The draft that defines each dynamic reference keyword, as `$schema` URIs name it.
+_DYNAMIC_DRAFT = {"$dynamicRef": "2020-12", "$recursiveRef": "2019-09"}
+
+
+def _dynamic_ref(lw, key: str, value: str, beside_ref: bool, pointer: str) -> str | None:
+  """The resolved pointer (as `_resolved_ref` returns it) that `$dynamicRef` or
+  `$recursiveRef` `value` at `pointer` stands for, wherever the schema is reached;
+  None once refused (lenient).
+
+  Draft 2020-12 (`$dynamicRef`): the reference resolves as `$ref` does, to a target T.
+  When its fragment names an anchor that T's resource declares with `$dynamicAnchor`,
+  the target is that anchor in the outermost resource of the dynamic scope (the
+  resources evaluation passed through) declaring it. Draft 2019-09 (`$recursiveRef`,
+  only "#"): T is the root of the enclosing resource; when T has `$recursiveAnchor:
+  true`, the target is the outermost resource of the dynamic scope that has it too
+  (`jsonschema` stops at the first resource without it: both are asked of the root
+  below). Exact without following paths:
+    * static: T, when no other resource of the documents the root refers to
+      (`_scope_facts`) declares the anchor;
+    * the root: when the root resource declares it, has an `$id` (`jsonschema` enters
+      a root without one in no dynamic scope), and no other resource can be entered
+      from the root without a `$ref` (`jsonschema` enters only resources a `$ref`
+      left in the dynamic scope); for `$recursiveRef` also every resource holding a
+      reference has `$recursiveAnchor: true`.
+  Anything else is refused: the target would depend on the path.
+  """
+  where = _pointer(pointer, key)
+  facts = _scope_facts(lw)
+  draft = _DYNAMIC_DRAFT[key]
+  other = sorted(d for d in facts["drafts"] if d != draft)
+  if beside_ref or other:
+    why = ("sits beside $ref in one schema object" if beside_ref else
+           f"is a keyword of draft {draft}, but the documents involved declare"
+           f" $schema {', '.join(other)}")
+    lw.unsupported(where, (
+        f"{key} at {where} {why}, which is not supported. Expected a {key} alone in"
+        f" its schema object, in draft {draft} documents. Use $ref, or pass"
+        " lenient=True to ignore it (the output may then violate it)."))
+    return None
+  base = _base_uri(lw, pointer)
+  if key == "$recursiveRef":
+    if value != "#":
+      raise errors.SchemaError(
+          f"$recursiveRef {value!r} at {where} is not '#'. Expected '#' (draft 2019-09"
+          " defines no other value). Fix the value, or use $ref.")
+    resource, is_dynamic, declaring = base, base in facts["recursive"], facts["recursive"]
+    static, at_root = _resolved_ref(lw, "#", pointer), "#"
+  else:
+    document, _, fragment = _join_uri(base, value).partition("#")
+    static = _resolved_ref(lw, value, pointer)
+    resources = _resource_index(lw)[0]
+    if not fragment or fragment.startswith("/") or document not in resources:
+      return static  # A pointer, or a document not known: as $ref (`resolve` decides).
+    resource = _base_uri(lw, resources[document])
+    declaring = {r for r, name in facts["dynamic"] if name == fragment}
+    is_dynamic = resource in declaring
+    if is_dynamic and (resource, fragment) in facts["plain"]:
+      raise errors.SchemaError(
+          f"$dynamicRef {value!r} at {where} names {fragment!r}, which {resource!r}"
+          " declares both as $anchor and as $dynamicAnchor. Expected one anchor per"
+          " name in a resource. Rename one of them.")
+    at_root = _resource_index(lw)[1].get((_root_uri(lw), fragment))
+  others = sorted(declaring - {resource})
+  if not is_dynamic or not others:
+    return static
+  root = _root_uri(lw)
+  if (root and root in declaring and at_root is not None and not facts["entered"]
+      and (key == "$dynamicRef" and (root, fragment) not in facts["plain"]
+           or key == "$recursiveRef" and facts["lookups"] <= facts["recursive"])):
+    return at_root if pointer.startswith("#") else root + at_root
+  anchor = ("$recursiveAnchor: true" if key == "$recursiveRef"
+            else f"$dynamicAnchor {fragment!r}")
+  lw.unsupported(where, (
+      f"{key} {value!r} at {where} resolves through the dynamic scope: besides its"
+      f" static target {resource or '(the root)'!r}, {', '.join(map(repr, others))}"
+      f" {'declares' if len(others) == 1 else 'declare'} {anchor}, and which of them is outermost depends on the path that"
+      " reaches it, which is not supported. Expected the root resource (with an $id,"
+      " entering embedded resources only through $ref) to declare it, or no other"
+      " resource. Use $ref to the intended target, or pass lenient=True to ignore it"
+      " (the output may then violate it)."))
+  return None
+
+
+# Keywords whose value maps names to subschemas (the names are not keywords).
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas", "dependencies")
+
+
+def _entered_without_ref(schema) -> bool:
+  """Whether a subschema with its own `$id` is reached from `schema` through
+  applicators alone (no `$ref`; definitions are reached only through one)."""
+  todo = [schema]
+  while todo:
+    node = todo.pop()
+    if not isinstance(node, dict):
+      continue
+    if node is not schema and _own_id(node):
+      return True
+    for key, value in node.items():
+      if key in _DEFINITIONS or key in _NOT_SCHEMAS:
+        continue
+      if key in _SCHEMA_MAPS and isinstance(value, dict):
+        todo += value.values()
+      elif isinstance(value, list):
+        todo += value
+      else:
+        todo.append(value)  # Unknown keywords too: over, never under.
+  return False
+
+
+def _scope_facts(lw) -> dict:
+  """What `_dynamic_ref` needs of the documents the root refers to, directly or not
+  (the root document, then each document of `resources` a reference in them names):
+    dynamic:   {(resource URI, name)} declared by `$dynamicAnchor`;
+    plain:     {(resource URI, name)} declared by `$anchor`;
+    recursive: {resource URI} whose root has `$recursiveAnchor: true`;
+    lookups:   {resource URI} holding a `$ref`, `$recursiveRef` or `$dynamicRef`;
+    drafts:    the drafts ("2019-09", "2020-12", or the URI) their `$schema`s name;
+    entered:   whether the root enters a resource without `$ref`.
+  Resource URIs are base URIs ("" for a root without `$id`).
+  """
+  facts = getattr(lw, "_scope", None)
+  if facts is not None:
+    return facts
+  facts = {"dynamic": set(), "plain": set(), "recursive": set(), "lookups": set(),
+           "drafts": set(), "entered": _entered_without_ref(lw.root)}
+  resources = _resource_index(lw)[0]
+  documents = _documents(lw)
+  seen, todo = {""}, [("", lw.root, _root_uri(lw))]
+  while todo:
+    _, document, base = todo.pop()
+    stack = [(document, base, True)]
+    while stack:
+      node, base, top = stack.pop()
+      if isinstance(node, list):
+        stack += [(v, base, False) for v in node]
+        continue
+      if not isinstance(node, dict):
+        continue
+      if _own_id(node) and not top:
+        base = _join_uri(base, _own_id(node)).partition("#")[0]
+      if node.get("$recursiveAnchor") is True:
+        facts["recursive"].add(base)
+      for key, kind in (("$dynamicAnchor", "dynamic"), ("$anchor", "plain")):
+        if isinstance(node.get(key), str):
+          facts[kind].add((base, node[key]))
+      if isinstance(node.get("$schema"), str):
+        uri = node["$schema"]
+        facts["drafts"].add(next((d for d in ("2019-09", "2020-12") if d in uri), uri))
+      for key in ("$ref", "$recursiveRef", "$dynamicRef"):
+        if isinstance(node.get(key), str):
+          facts["lookups"].add(base)
+          target = resources.get(_join_uri(base, node[key]).partition("#")[0])
+          name = target.partition("#")[0] if target is not None else None
+          if name and name not in seen:
+            seen.add(name)
+            todo.append((name, documents[name],
+                         _join_uri(name, _own_id(documents[name]) or "").partition("#")[0]))
+      stack += [(v, base, False) for k, v in node.items()
+                if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS]
+  lw._scope = facts
+  return facts
 
 
 def _resolved_ref(lw, ref: str, pointer: str) -> str:
@@ -332,10 +494,13 @@ def _target(lw, ref, pointer: str):
     elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
       node = node[int(token)]
     else:
+      # `#/` is the member named "" (RFC 6901), as `referencing` reads it: not the root.
+      hint = (" ('#/' names the member \"\" of the root, not the root: that is '#')"
+              if fragment == "/" else "")
       raise errors.SchemaError(
-          f"$ref {ref!r} at {where} does not resolve: no {token!r} there. Expected a"
-          " pointer to a subschema of its document. Fix the pointer or add the"
-          " definition under $defs."
+          f"$ref {ref!r} at {where} does not resolve: no {token!r} there{hint}."
+          " Expected a pointer to a subschema of its document. Fix the pointer or add"
+          " the definition under $defs."
       )
   return node
 

@@ -1,0 +1,191 @@
+"""`$dynamicRef` (2020-12) and `$recursiveRef` (2019-09), checked against `jsonschema`.
+
+Resolved statically where the target does not depend on the path that reaches the
+reference (`_json_refs._dynamic_ref`): only the static target declares the anchor, or
+the root resource (with an `$id`) does; refused otherwise.
+"""
+
+import json
+
+import jsonschema
+import pytest
+import referencing
+import referencing.jsonschema
+
+import constrained_decoding as cd
+from constrained_decoding.testing import TokenIndex
+from constrained_decoding.testing import reference_accepts
+
+D2020 = "https://json-schema.org/draft/2020-12/schema"
+D2019 = "https://json-schema.org/draft/2019-09/schema"
+BASE = "https://example.com/"
+
+# A generic list whose item type its users choose (the bookend anchor accepts anything).
+LIST = {"$id": "list", "type": "array", "items": {"$dynamicRef": "#item"},
+        "$defs": {"any": {"$dynamicAnchor": "item"}}}
+# A tree whose nodes are whatever schema starts the evaluation declares `node`.
+TREE = {"$schema": D2020, "$id": BASE + "tree", "$dynamicAnchor": "node", "type": "object",
+        "properties": {"data": True, "children": {"type": "array",
+                                                  "items": {"$dynamicRef": "#node"}}}}
+TREE_2019 = {"$schema": D2019, "$id": BASE + "tree2019", "$recursiveAnchor": True,
+             "type": "object",
+             "properties": {"data": True, "children": {"type": "array",
+                                                       "items": {"$recursiveRef": "#"}}}}
+
+# (schema, resources, instances): every instance judged by `jsonschema` and by the tables.
+CASES = [
+    # The root resource declares the anchor (in its $defs): every item is a string.
+    ({"$schema": D2020, "$id": BASE + "strings", "$ref": "list",
+      "$defs": {"s": {"$dynamicAnchor": "item", "type": "string"}, "list": LIST}},
+     {}, [["a", "b"], [], [1], ["a", None]]),
+    # The root object itself declares it, in another document: a tree whose nodes all
+    # need `data` (the root's `required` reaches every child).
+    ({"$schema": D2020, "$id": BASE + "strict", "$dynamicAnchor": "node",
+      "$ref": "tree", "required": ["data"]},
+     {BASE + "tree": TREE},
+     [{"data": 1}, {"data": 1, "children": [{"data": 2, "children": []}]},
+      {"data": 1, "children": [{}]}, {"children": []},
+      {"data": 1, "children": [{"data": 2, "children": [{"children": []}]}]}]),
+    # Only the static target declares it dynamically (the root's is an $anchor).
+    ({"$schema": D2020, "$id": BASE + "plain", "$ref": "list",
+      "$defs": {"s": {"$anchor": "item", "type": "string"}, "list": LIST}},
+     {}, [["a"], [1, None], [[]], "a", {}]),
+    # The static target's anchor is an $anchor: a plain $ref.
+    ({"$schema": D2020, "$id": BASE + "anchor", "type": "array",
+      "items": {"$dynamicRef": "#n"},
+      "$defs": {"n": {"$anchor": "n", "type": "integer"},
+                "o": {"$id": "o", "$dynamicAnchor": "n", "type": "string"}}},
+     {}, [[1, 2], ["a"]]),
+    # A JSON pointer fragment: a plain $ref.
+    ({"$schema": D2020, "type": "object",
+      "properties": {"a": {"$dynamicRef": "#/$defs/i"}},
+      "$defs": {"i": {"$dynamicAnchor": "i", "type": "integer"}}},
+     {}, [{"a": 1}, {"a": "1"}]),
+    # 2019-09: the root has $recursiveAnchor, so does every resource with a reference.
+    ({"$schema": D2019, "$id": BASE + "strict2019", "$recursiveAnchor": True,
+      "$ref": "tree2019", "required": ["data"]},
+     {BASE + "tree2019": TREE_2019},
+     [{"data": 1, "children": [{"data": 2}]}, {"data": 1, "children": [{}]},
+      {"data": 1, "children": [{"data": [], "children": [{"children": []}]}]}]),
+    # 2019-09: the enclosing resource has no $recursiveAnchor: "#" of that resource.
+    ({"$schema": D2019, "$id": BASE + "outer", "$recursiveAnchor": True,
+      "type": "object", "properties": {"inner": {"$ref": "inner"}},
+      "$defs": {"inner": {"$id": "inner", "type": "object",
+                          "properties": {"next": {"$recursiveRef": "#"}},
+                          "additionalProperties": False}}},
+     {}, [{"inner": {"next": {}}}, {"inner": {"next": {"next": {}}}},
+          {"inner": {"next": {"other": 1}}}, {"inner": {"next": 1}}]),
+]
+
+
+def _vocab():
+  return cd.Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [None],
+                                        eos_ids=[256])
+
+
+@pytest.fixture(scope="module")
+def compiler(tmp_path_factory):
+  return cd.Compiler(_vocab(), cd.CompileOptions(
+      cache_dir=str(tmp_path_factory.mktemp("dynamic_ref_cache"))))
+
+
+def _validator(schema, resources):
+  registry = referencing.Registry().with_resources(
+      (uri, referencing.Resource.from_contents(document)) for uri, document in
+      resources.items())
+  return jsonschema.validators.validator_for(schema)(schema, registry=registry)
+
+
+@pytest.mark.parametrize("schema, resources, instances", CASES)
+def test_agrees_with_jsonschema(compiler, schema, resources, instances):
+  validator = _validator(schema, resources)
+  tables = compiler.compile(cd.JsonSchema(schema, resources=resources or None))
+  index = TokenIndex(_vocab())
+  verdicts = [validator.is_valid(v) for v in instances]
+  assert any(verdicts) and not all(verdicts)  # Both ways tested.
+  for value, valid in zip(instances, verdicts):
+    text = json.dumps(value, separators=(",", ":"))
+    assert reference_accepts(tables, index.longest_tokenization(text.encode())) == valid, text
+
+
+REFUSED = [
+    # Two paths, two item types (the test suite's "multiple dynamic paths").
+    ({"$schema": D2020, "$id": BASE + "paths",
+      "anyOf": [{"$ref": "numbers"}, {"$ref": "strings"}],
+      "$defs": {"list": LIST,
+                "numbers": {"$id": "numbers", "$ref": "list",
+                            "$defs": {"i": {"$dynamicAnchor": "item", "type": "number"}}},
+                "strings": {"$id": "strings", "$ref": "list",
+                            "$defs": {"i": {"$dynamicAnchor": "item", "type": "string"}}}}},
+     r"\$dynamicRef '#item' at #/\$defs/list/items/\$dynamicRef resolves through the"
+     r" dynamic scope: besides its static target 'https://example.com/list',"
+     r" 'https://example.com/numbers', 'https://example.com/strings' declare"),
+    # The root declares it but has no $id: `jsonschema` then leaves it out of the scope.
+    ({"$schema": D2020, "$ref": BASE + "list",
+      "$defs": {"s": {"$dynamicAnchor": "item", "type": "string"},
+                "list": {**LIST, "$id": BASE + "list"}}},
+     r"\$dynamicRef '#item' .* dynamic scope"),
+    # The root declares it but enters the list without $ref (by `properties`).
+    ({"$schema": D2020, "$id": BASE + "entered", "properties": {"l": LIST},
+      "$defs": {"s": {"$dynamicAnchor": "item", "type": "string"}}},
+     r"\$dynamicRef '#item' .* dynamic scope"),
+    # 2019-09: a resource holding a $ref has no $recursiveAnchor (`jsonschema` stops there).
+    ({"$schema": D2019, "$id": BASE + "gap", "$recursiveAnchor": True, "$ref": "middle",
+      "$defs": {"middle": {"$id": "middle", "$ref": "tree2019"}}},
+     r"\$recursiveRef '#' .* dynamic scope"),
+    # A keyword of another draft than the documents declare.
+    ({"$schema": D2019, "items": {"$dynamicRef": "#/$defs/a"}, "$defs": {"a": {}}},
+     r"\$dynamicRef at #/items/\$dynamicRef is a keyword of draft 2020-12, but the"
+     r" documents involved declare \$schema 2019-09"),
+    ({"$schema": D2020, "$recursiveAnchor": True, "items": {"$recursiveRef": "#"}},
+     r"\$recursiveRef at #/items/\$recursiveRef is a keyword of draft 2019-09"),
+    ({"$schema": D2020, "items": {"$dynamicRef": "#/$defs/a", "$ref": "#/$defs/a"},
+      "$defs": {"a": {}}},
+     r"\$dynamicRef at #/items/\$dynamicRef sits beside \$ref"),
+]
+
+
+@pytest.mark.parametrize("schema, message", REFUSED)
+def test_path_dependent_targets_are_refused(schema, message):
+  spec = cd.JsonSchema(schema, resources={BASE + "tree2019": TREE_2019})
+  with pytest.raises(cd.UnsupportedSchemaError, match=message):
+    spec.pushdown_grammar()
+
+
+def test_lenient_ignores_a_refused_dynamic_ref():
+  schema = REFUSED[0][0]
+  spec = cd.JsonSchema(schema, lenient=True)
+  spec.pushdown_grammar()
+  assert "#/$defs/list/items/$dynamicRef" in spec.ignored_keywords()
+
+
+def test_recursive_ref_other_than_hash_is_a_schema_error():
+  with pytest.raises(cd.SchemaError, match=r"\$recursiveRef 'tree' at #/items/\$recursiveRef"
+                     r" is not '#'"):
+    cd.JsonSchema({"$schema": D2019, "items": {"$recursiveRef": "tree"}}).pushdown_grammar()
+
+
+def test_ref_hash_slash_is_the_empty_member_as_in_jsonschema(compiler):
+  """`#/` names the root's member "" (RFC 6901), not the root, for `referencing` too."""
+  missing = {"type": "array", "items": {"$ref": "#/"}}
+  with pytest.raises(jsonschema.exceptions._WrappedReferencingError):  # pylint: disable=protected-access
+    jsonschema.Draft202012Validator(missing).is_valid([1])
+  with pytest.raises(cd.SchemaError, match=r"\$ref '#/' at #/items/\$ref does not resolve:"
+                     r" no '' there \('#/' names the member \"\" of the root, not the root"):
+    cd.JsonSchema(missing).pushdown_grammar()
+  present = {**missing, "": {"type": "integer"}}
+  validator = jsonschema.Draft202012Validator(present)
+  tables = compiler.compile(cd.JsonSchema(present))
+  for value in ([1, 2], [[]], ["a"]):
+    text = json.dumps(value, separators=(",", ":")).encode()
+    assert reference_accepts(tables, list(text)) == validator.is_valid(value), value
+
+
+@pytest.mark.parametrize("schema, instance", [
+    (REFUSED[1][0], [1]),          # Root without $id: not in `jsonschema`'s scope.
+    (REFUSED[2][0], {"l": [1]}),   # List entered by `properties`: the root neither.
+])
+def test_root_rule_would_be_wrong_where_refused(schema, instance):
+  """Why those two are refused: the root declares a string `item`, yet `jsonschema`
+  accepts a non-string item there (the specification's root rule would reject it)."""
+  assert jsonschema.Draft202012Validator(schema).is_valid(instance)
