@@ -14,7 +14,9 @@ A Lark grammar with terminals, `%ignore` and keywords becomes the arrays that
   "terminal t can come next" is one table bit, `action[top, t] != error`: that makes
   the check of a pending partial lexeme one AND of two small bitsets;
 * the glue: per lexeme class, its parser terminals in priority order (the parser takes
-  the first with an action: a contextual choice, as Lark's contextual lexer makes);
+  the first with an action: a contextual choice, as Lark's contextual lexer makes; a
+  keyword, a word literal, is a class of its own: it beats the regex terminals that
+  also match it, NAME);
   per lexer state, the terminals a lexeme pending there can still become (`viable`), and
   whether it can become an ignored lexeme or is empty (`free`); per lexer state, what
   the end of the text emits there.
@@ -152,6 +154,25 @@ def _reachable(trans: np.ndarray) -> np.ndarray:
     reach = nxt
 
 
+def _beaten_by_keywords(terms, ignored, defs) -> tuple[str, ...]:
+  """The regex terminals that match a word literal (a keyword): NAME for `"select"`.
+
+  A keyword is a whole lexeme of its own (`SELECT` never reads as NAME, `SELECTa` is
+  one NAME), as Lark's basic lexer makes it. Punctuation literals do not beat regexes:
+  `*` is STAR or OPERATOR, whichever the parser can take (a lexeme class).
+  """
+  lexer = _lexer.build_lexer_dfa(terms, ignored=ignored, keyword_beats=())
+  literal = {t.name for t in terms if t.literal}
+  beaten = set()
+  for t in terms:
+    text = defs[t.name].literal if t.name in defs else None
+    if t.literal and text and all(ch.isalnum() or ch == "_" for ch in text):
+      found = _lexer.lex(lexer, text.encode("utf-8"), classes=True, keep_ignored=True)
+      if found and len(found) == 1:
+        beaten.update(n for n in lexer.classes[found[0]] if n not in literal)
+  return tuple(sorted(beaten))
+
+
 def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                           stack_depth: int = 64, token_table=None) -> LexedArrays:
   """Compiles a Lark grammar with a lexer for the vocabulary `vocab`.
@@ -166,8 +187,9 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
 
   Args:
     text: The Lark grammar: rules over terminals, terminal definitions, `%ignore`,
-      `%import common.*`. String literals beat regex terminals that also match them
-      (keywords beat NAME).
+      `%import common.*`. Word literals (keywords) beat the regex terminals that also
+      match them (NAME); other literals share their text with such terminals and the
+      parser picks (`*`: STAR or OPERATOR).
     vocab: A `Vocabulary`.
     start: The start rule.
     stack_depth: Capacity of the device parser stack (a row refuses a token that
@@ -195,9 +217,9 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
         " every terminal the rules use to be defined by a string or a regex: lexer modes"
         " (INDENT/DEDENT, inserted semicolons) are not supported yet. Define them.")
   terms, ignored = _lexer.terminals_from_grammar(grammar)
-  beaten = tuple(t.name for t in terms if not t.literal)
   try:
-    lexer = _lexer.build_lexer_dfa(terms, ignored=ignored, keyword_beats=beaten)
+    lexer = _lexer.build_lexer_dfa(terms, ignored=ignored,
+                                   keyword_beats=_beaten_by_keywords(terms, ignored, defs))
   except ValueError as e:
     raise errors.GrammarError(f"Lark grammar's terminals cannot be lexed: {e}. Expected "
                               "terminals that match a non-empty string. Change them.") from e
