@@ -32,8 +32,10 @@ token edges. Here:
   relative targets are the same for all of them, and `state_terminal_rows` points
   every state at its compressed position's terminal entries.
 
-Counting terminals are not in the mask rows (the device ORs them in, filter applied),
-so states that differ only in how many characters remain share mask rows.
+Mask rows hold each state's counting entries, filters applied (`CountingTerminals.fold`):
+the device gathers one row per step whatever the number of entries. States that differ
+only in how many characters remain get their own rows below the longest token (per slot
+and remaining count); all farther positions share one.
 
 Exact: a token may still cross the chain's end (`abc",`), every tokenization is kept,
 and positions f maps together behave alike for every token. Tables grow with the
@@ -41,8 +43,8 @@ longest token; m only adds states (9 bytes each: group, terminal row, accepting)
 
 Chains inside larger constraints (a string property with `maxLength` inside an object)
 reuse these pieces in `_embedded_chains.py`. Not yet: `maxItems` of non-trivial items.
-Each state of a JSON string chain gathers up to 7 terminal entries (and their filters)
-per step.
+A state of a JSON string chain has up to 7 terminal entries (escapes under way); `advance`
+gathers one bitmap word per entry, and the mask row's word instead of their filters.
 
 Public names:
   Chain, find_chain(node)        the supported shape, recognized in IR.
@@ -508,6 +510,47 @@ class CountingTerminals:
         entries_of[state] = entries
     return True
 
+  def union(self, entries) -> np.ndarray:
+    """uint32 [W]: the tokens of counting `entries` ((terminal, filter) pairs of this
+    object's ids, filter -1 for none), each filter applied."""
+    bits = np.zeros(self.num_words, np.uint32)
+    for terminal, filt in entries:
+      if filt >= 0:
+        bits |= self.bitmaps[terminal] & self.bitmaps[filt]
+      else:
+        bits |= self.bitmaps[terminal]
+    return bits
+
+  def fold(self, mask_bits: np.ndarray, row_of_group: np.ndarray, entries_of_group: list,
+           min_bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mask rows with each group's counting entries ORed in, deduplicated again:
+    (mask_bits [M_pad, W], row of each group int32 [G]).
+
+    `row_of_group[k]` is group k's row of `mask_bits` (its explicit tokens and ordinary
+    terminals), `entries_of_group[k]` its state's counting entries (a tuple of
+    (terminal, filter) pairs, empty for none). One row per distinct union: the rows of
+    states that differ only in how many characters remain differ near the chain's end
+    (one per remaining count below the longest token, per slot), and the device gathers
+    no bitmap but the row.
+    """
+    rows: dict[bytes, int] = {}
+    out: list[np.ndarray] = []
+    row_of: dict[tuple, int] = {}
+    new_row = np.zeros(len(row_of_group), np.int32)
+    for k, (row, entries) in enumerate(zip(np.asarray(row_of_group).tolist(), entries_of_group)):
+      key = (row, entries)
+      r = row_of.get(key)
+      if r is None:
+        bits = mask_bits[row] | self.union(entries) if entries else mask_bits[row]
+        r = row_of[key] = rows.setdefault(bits.tobytes(), len(rows))
+        if r == len(out):
+          out.append(bits)
+      new_row[k] = r
+    folded = np.zeros((_tables.bucket_size(len(out), min_bucket), mask_bits.shape[1]), np.uint32)
+    if out:
+      folded[:len(out)] = out
+    return folded, new_row
+
 
 def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, *,
                         min_bucket: int, max_edges: int, deadline: float,
@@ -585,8 +628,8 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   for state, listed in entries_of.items():
     if live[state]:
       entries[state, :len(listed)] = listed
-  # Masks: the explicit tokens of each group, deduplicated (counting terminals are ORed
-  # in on the device).
+  # Masks: the explicit tokens of each group, deduplicated, then each group's counting
+  # entries ORed in (`CountingTerminals.fold`).
   e_start = np.searchsorted(e_group, np.arange(g + 1))
   rows: dict[bytes, int] = {}
   row_of_group = np.zeros(g, np.int64)
@@ -608,6 +651,9 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
     toks = e_tok[bounds[k]:bounds[k + 1]]
     if len(toks):
       np.bitwise_or.at(mask_bits[row], toks >> 5, np.uint32(1) << (toks & 31).astype(np.uint32))
+  mask_bits, row_of_group = counting.fold(
+      mask_bits, row_of_group, [tuple(entries_of.get(s, ())) for s in live_states.tolist()],
+      min_bucket)
   g_pad = _tables.bucket_size(g, min_bucket)
   e = len(e_tok)
   e_pad = _tables.bucket_size(e, min_bucket)
@@ -625,7 +671,7 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
       terminal_bits=terminal_bits, terminal_counts=terminal_counts,
       token_counts=counts.counts[None, :],
       stats=dict(byte_states=q, token_edges=e, num_terminals=len(bitmaps),
-                 num_masks=len(rows)))
+                 num_masks=int(row_of_group.max(initial=0)) + 1))
 
 
 def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,

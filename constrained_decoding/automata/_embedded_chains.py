@@ -372,13 +372,19 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   start = int(real_abs[0])
   if start < 0:
     return None
+  # Mask rows: each compressed state's counting entries ORed into its row (the device
+  # gathers the row alone).
+  group_mask = np.array(packed.group_mask)
+  mask_bits, group_mask[:c] = counting.fold(np.asarray(packed.mask_bits), group_mask[:c],
+                                            [tuple(x) for x in listed], min_bucket)
   tables = dataclasses.replace(
       packed, start=np.array([start], np.int32), accepting=accepting,
+      mask_bits=mask_bits, group_mask=group_mask,
       state_groups=state_groups, edge_targets=edge_targets, terminal_bits=terminal_bits,
       state_terminals=rows, state_terminal_rows=state_terminal_rows,
       terminal_counts=terminal_counts,
       token_counts=np.stack(counting.class_counts).astype(np.int8))
   stats = dict(byte_states=byte_states, token_states=num_states, token_edges=e,
                num_terminals=total_t,
-               num_masks=int(np.asarray(packed.group_mask)[:c].max(initial=0)) + 1)
+               num_masks=int(group_mask[:c].max(initial=0)) + 1)
   return tables, stats
