@@ -60,6 +60,10 @@ class LexedArrays:
   Attributes:
     lex_start: The lexer's start state.
     state_outcomes: int32 [S, K]: outcome class of each slot of a state, -1 padded.
+    state_seq_lanes: int32 [S, Ks]: the distinct item sequences of a state's outcome
+      classes (the parser runs each once per step), -1 padded.
+    state_slot_lane: int32 [S, K]: the column of `state_seq_lanes` of each slot's
+      sequence, -1 padded.
     outcome_seq: int32 [O]: the item sequence a token of the class completes.
     outcome_final: int32 [O]: the lexer state it ends in.
     seq_items: int32 [Qs, L]: lexeme class ids, -1 padded (row 0 is empty).
@@ -87,6 +91,8 @@ class LexedArrays:
   """
   lex_start: int
   state_outcomes: np.ndarray
+  state_seq_lanes: np.ndarray
+  state_slot_lane: np.ndarray
   outcome_seq: np.ndarray
   outcome_final: np.ndarray
   seq_items: np.ndarray
@@ -113,7 +119,7 @@ class LexedArrays:
   grammar: _lr.TerminalGrammar
   vocab: object
 
-  ARRAY_FIELDS = ("state_outcomes", "outcome_seq", "outcome_final", "seq_items",
+  ARRAY_FIELDS = ("state_outcomes", "state_seq_lanes", "state_slot_lane", "outcome_seq", "outcome_final", "seq_items",
                   "class_members", "state_big_slot", "state_big_row", "set_bits",
                   "state_small_tokens", "state_small_slot", "state_viable", "state_free",
                   "state_end_item", "eos_bits", "action", "action_bits", "goto",
@@ -292,6 +298,16 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
     slots = np.concatenate(slots) if slots else np.zeros(0, np.int32)
     order = np.argsort(toks, kind="stable")
     small_lists.append((toks[order], slots[order]))
+  # Distinct sequences per state: one parser lane each.
+  slot_seq = np.where(state_outcomes >= 0, tt.class_seq[np.maximum(state_outcomes, 0)], -1)
+  lane_lists = [np.unique(row[row >= 0]) for row in slot_seq]
+  ks = max([len(x) for x in lane_lists] + [1])
+  state_seq_lanes = np.full((n_states, ks), -1, np.int32)
+  state_slot_lane = np.full((n_states, k_max), -1, np.int32)
+  for s, lanes in enumerate(lane_lists):
+    state_seq_lanes[s, :len(lanes)] = lanes
+    live = slot_seq[s] >= 0
+    state_slot_lane[s, live] = np.searchsorted(lanes, slot_seq[s, live])
   kb = max([len(b) for b in big_slots] + [1])
   state_big_slot = np.full((n_states, kb), -1, np.int32)
   state_big_row = np.full((n_states, kb), -1, np.int32)
@@ -318,6 +334,7 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   eos[0, list(vocab.eos_ids)] = True
   return LexedArrays(
       lex_start=int(lexer.start), state_outcomes=state_outcomes,
+      state_seq_lanes=state_seq_lanes, state_slot_lane=state_slot_lane,
       outcome_seq=tt.class_seq.astype(np.int32),
       outcome_final=tt.class_final.astype(np.int32), seq_items=seq_items,
       class_members=class_members, state_big_slot=state_big_slot,

@@ -78,6 +78,8 @@ class LexedTables:
   """
   lex_start: Int[Array, ""]
   state_outcomes: Int[Array, "S K"]
+  state_seq_lanes: Int[Array, "S Ks"]
+  state_slot_lane: Int[Array, "S K"]
   outcome_seq: Int[Array, "O"]
   outcome_final: Int[Array, "O"]
   seq_items: Int[Array, "Qs L"]
@@ -124,12 +126,10 @@ def init_state(tables: LexedTables, batch_size: int) -> ConstraintState:
 
 
 def _run_lanes(tables: LexedTables, stack: Int[Array, "N D"], depth: Int[Array, "N"],
-               items: Int[Array, "N L"], final_bits: UInt32[Array, "N Tw"],
-               free: Bool[Array, "N"]):
-  """Runs the parser over each lane's lexemes; (ok [N], stack [N, D], depth [N]).
+               items: Int[Array, "N L"]):
+  """Runs the parser over each lane's lexemes: (ok [N], top [N], stack [N, D], depth [N]).
 
-  A lane is ok when every lexeme is shifted (no error, no push past D) and then `free`
-  holds or some terminal of `final_bits` has an action in the top state.
+  A lane is ok when every lexeme is shifted: no error, no push past D.
   """
   n, d = stack.shape
   length = items.shape[1]
@@ -170,27 +170,34 @@ def _run_lanes(tables: LexedTables, stack: Int[Array, "N D"], depth: Int[Array, 
   i, stack, depth, err, _ = jax.lax.while_loop(
       cond, body, (zero, stack, depth, jnp.zeros((n,), bool), jnp.int32(0)))
   top = stack[lanes, jnp.clip(depth - 1, 0, d - 1)]
-  viable = jnp.any((tables.action_bits[top] & final_bits) != 0, axis=1)
-  return ~err & (i >= count) & (free | viable), stack, depth
+  return ~err & (i >= count), top, stack, depth
+
+
+def _pending_ok(tables: LexedTables, top: Int[Array, "..."], final: Int[Array, "..."]):
+  """Whether the lexeme pending in lexer state `final` can still end well after a lane
+  that left parser state `top`: it can become an ignored lexeme (or is empty), or a
+  terminal `top` has an action for (canonical LR(1): one that can come next)."""
+  bits = tables.action_bits[top] & tables.state_viable[final]
+  return tables.state_free[final] | jnp.any(bits != 0, axis=-1)
+
+
+def _end_ok(tables: LexedTables, top: Int[Array, "..."]):
+  """Whether parser state `top` has an action for `$END` (it accepts the end)."""
+  return ((tables.action_bits[top, _END // 32] >> (_END % 32)) & 1) == 1
 
 
 def _end_lane(tables: LexedTables, lex: Int[Array, "B"]):
-  """(items [B, L], final bits [B, Tw], reachable [B]) of the end-of-sequence lane."""
+  """(items [B, L], reachable [B]) of the end-of-sequence lane: the pending lexeme."""
   end_item = tables.state_end_item[lex]
   length = tables.seq_items.shape[1]
   items = jnp.full((lex.shape[0], length), -1, jnp.int32).at[:, 0].set(
       jnp.maximum(end_item, -1))
-  bits = jnp.zeros((lex.shape[0], tables.action_bits.shape[1]), jnp.uint32).at[:, 0].set(
-      jnp.uint32(1 << _END))
-  return items, bits, end_item != -2
+  return items, end_item != -2
 
 
-def _outcome_lanes(tables: LexedTables, outcome: Int[Array, "..."]):
-  """(items [..., L], final bits [..., Tw], free [...], final state [...]) per outcome."""
-  o = jnp.maximum(outcome, 0)
-  items = jnp.where((outcome >= 0)[..., None], tables.seq_items[tables.outcome_seq[o]], -1)
-  final = tables.outcome_final[o]
-  return items, tables.state_viable[final], tables.state_free[final], final
+def _sequence_items(tables: LexedTables, seq: Int[Array, "..."]):
+  """Items [..., L] of sequence ids (-1: an empty lane)."""
+  return jnp.where((seq >= 0)[..., None], tables.seq_items[jnp.maximum(seq, 0)], -1)
 
 
 def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "B W"]:
@@ -200,20 +207,21 @@ def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "
   """
   b, d = state.stack.shape
   slots = tables.state_outcomes[state.state]  # [B, K]
-  k = slots.shape[1]
-  items, bits, free, _ = _outcome_lanes(tables, slots)
-  end_items, end_bits, end_reach = _end_lane(tables, state.state)
-  items = jnp.concatenate([items, end_items[:, None]], axis=1)  # [B, K + 1, L]
-  bits = jnp.concatenate([bits, end_bits[:, None]], axis=1)
-  free = jnp.concatenate([free, jnp.zeros((b, 1), bool)], axis=1)
-  lanes = k + 1
-  ok, _, _ = _run_lanes(
+  # One lane per distinct sequence of the state, and one for the end of sequence.
+  seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
+  end_items, end_reach = _end_lane(tables, state.state)
+  items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
+  lanes = items.shape[1]
+  ok, top, _, _ = _run_lanes(
       tables, jnp.broadcast_to(state.stack[:, None], (b, lanes, d)).reshape(-1, d),
-      jnp.repeat(state.depth, lanes), items.reshape(b * lanes, -1),
-      bits.reshape(b * lanes, -1), free.reshape(-1))
-  ok = ok.reshape(b, lanes)
-  slot_ok = ok[:, :k] & (slots >= 0)
-  end_ok = ok[:, k] & end_reach
+      jnp.repeat(state.depth, lanes), items.reshape(b * lanes, -1))
+  ok, top = ok.reshape(b, lanes), top.reshape(b, lanes)
+  end_ok = ok[:, -1] & end_reach & _end_ok(tables, top[:, -1])
+  # Each slot: its sequence's lane, then the lexeme left pending in its final state.
+  lane = jnp.maximum(tables.state_slot_lane[state.state], 0)  # [B, K]
+  final = tables.outcome_final[jnp.maximum(slots, 0)]
+  slot_ok = (slots >= 0) & jnp.take_along_axis(ok, lane, axis=1) & _pending_ok(
+      tables, jnp.take_along_axis(top, lane, axis=1), final)
   # Bitmap slots: OR of their rows.
   big = tables.state_big_slot[state.state]  # [B, Kb]
   big_ok = (big >= 0) & jnp.take_along_axis(slot_ok, jnp.maximum(big, 0), axis=1)
@@ -277,15 +285,15 @@ def advance(tables: LexedTables, state: ConstraintState,
       slot >= 0,
       jnp.take_along_axis(tables.state_outcomes[state.state], jnp.maximum(slot, 0)[:, None],
                           axis=1)[:, 0], -1)
-  items, bits, free, final = _outcome_lanes(tables, outcome)
-  end_items, end_bits, end_reach = _end_lane(tables, state.state)
-  ok, stack, depth = _run_lanes(
+  o = jnp.maximum(outcome, 0)
+  items = _sequence_items(tables, jnp.where(outcome >= 0, tables.outcome_seq[o], -1))
+  final = tables.outcome_final[o]
+  end_items, end_reach = _end_lane(tables, state.state)
+  ok, top, stack, depth = _run_lanes(
       tables, jnp.concatenate([state.stack, state.stack]),
-      jnp.concatenate([state.depth, state.depth]),
-      jnp.concatenate([items, end_items]), jnp.concatenate([bits, end_bits]),
-      jnp.concatenate([free, jnp.zeros((b,), bool)]))
-  moved = ok[:b] & (outcome >= 0)
-  end = is_eos & ok[b:] & end_reach
+      jnp.concatenate([state.depth, state.depth]), jnp.concatenate([items, end_items]))
+  moved = ok[:b] & (outcome >= 0) & _pending_ok(tables, top[:b], final)
+  end = is_eos & ok[b:] & end_reach & _end_ok(tables, top[b:])
   active = ~(state.done | state.error)
   take = active & moved
   return state.replace(
