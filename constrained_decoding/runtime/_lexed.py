@@ -173,6 +173,81 @@ def _run_lanes(tables: LexedTables, stack: Int[Array, "N D"], depth: Int[Array, 
   return ~err & (i >= count), top, stack, depth
 
 
+def _run_overlay(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
+  """`_run_lanes` of X lanes per row, each on the row's own stack: (ok [B, X], top [B, X]).
+
+  A lane does not copy its row's stack: it reads the row's `stack[:base]` (`base`
+  shrinks as it pops below what it pushed) and keeps what it pushed in a suffix of
+  P = min(D, 2 L + 8) entries, so a step costs O(P) per lane instead of O(D). A lane
+  whose suffix would pass P (long chains of empty productions) stops; if any does,
+  the rows are run again on full copies (`lax.cond`: only then), so the result is
+  always exact.
+  """
+  b, x, length = items.shape
+  d = state.stack.shape[1]
+  p_width = min(d, 2 * length + 8)
+  n = b * x
+  items = items.reshape(n, length)
+  row = jnp.repeat(jnp.arange(b), x)
+  row_stack, row_depth = state.stack, state.depth
+  count = jnp.sum(items >= 0, axis=1)
+  lanes = jnp.arange(n)
+  max_steps = (length + 1) * (d + 1) * (tables.goto.shape[1] + 1)
+
+  def read(base, suffix, pos):
+    own = jnp.take_along_axis(suffix, jnp.clip(pos - base, 0, p_width - 1)[:, None],
+                              axis=1)[:, 0]
+    return jnp.where(pos < base, row_stack[row, jnp.clip(pos, 0, d - 1)], own)
+
+  def cond(carry):
+    i, _, _, _, err, over, step = carry
+    # Some lane has lexemes left, no error and room, within the safety bound.
+    return jnp.any((i < count) & ~err & ~over) & (step < max_steps)
+
+  def body(carry):
+    i, base, suffix, size, err, over, step = carry
+    active = (i < count) & ~err & ~over
+    depth = base + size
+    cls = jnp.take_along_axis(items, jnp.minimum(i, length - 1)[:, None], axis=1)[:, 0]
+    members = tables.class_members[jnp.maximum(cls, 0)]  # [N, M]
+    top = read(base, suffix, depth - 1)
+    acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
+    has = acts != 0
+    a = jnp.take_along_axis(acts, jnp.argmax(has, axis=1)[:, None], axis=1)[:, 0]
+    shift = a > 0
+    reduce = a < -1
+    rule = jnp.maximum(-a - 1, 0)
+    new = depth - jnp.where(reduce, tables.rule_len[rule], 0)  # where the push goes
+    below = read(base, suffix, new - 1)
+    target = jnp.where(shift, a - 1, tables.goto[below, tables.rule_lhs[rule]])
+    new_base = jnp.minimum(base, new)
+    slot = new - new_base
+    bad = active & (~(shift | reduce) | (new + 1 > d) | (target < 0))
+    no_room = active & ~bad & (slot >= p_width)
+    ok = active & ~bad & ~no_room
+    suffix = suffix.at[lanes, jnp.where(ok, slot, p_width)].set(target, mode="drop")
+    return (jnp.where(ok & shift, i + 1, i), jnp.where(ok, new_base, base), suffix,
+            jnp.where(ok, slot + 1, size), err | bad, over | no_room, step + 1)
+
+  zero = jnp.zeros((n,), jnp.int32)
+  false = jnp.zeros((n,), bool)
+  init = (zero, row_depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false, false,
+          jnp.int32(0))
+  i, base, suffix, size, err, over, _ = jax.lax.while_loop(cond, body, init)
+  top = read(base, suffix, base + size - 1)
+  ok = ~err & ~over & (i >= count)
+
+  def full():
+    ok, top, _, _ = _run_lanes(
+        tables, jnp.broadcast_to(row_stack[:, None], (b, x, d)).reshape(-1, d),
+        jnp.repeat(row_depth, x), items)
+    return ok, top
+
+  # The suffix was too short for some lane: run all lanes again on full stacks.
+  ok, top = jax.lax.cond(jnp.any(over), full, lambda: (ok, top))
+  return ok.reshape(b, x), top.reshape(b, x)
+
+
 def _pending_ok(tables: LexedTables, top: Int[Array, "..."], final: Int[Array, "..."]):
   """Whether the lexeme pending in lexer state `final` can still end well after a lane
   that left parser state `top`: it can become an ignored lexeme (or is empty), or a
@@ -211,11 +286,7 @@ def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "
   seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
   end_items, end_reach = _end_lane(tables, state.state)
   items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
-  lanes = items.shape[1]
-  ok, top, _, _ = _run_lanes(
-      tables, jnp.broadcast_to(state.stack[:, None], (b, lanes, d)).reshape(-1, d),
-      jnp.repeat(state.depth, lanes), items.reshape(b * lanes, -1))
-  ok, top = ok.reshape(b, lanes), top.reshape(b, lanes)
+  ok, top = _run_overlay(tables, state, items)
   end_ok = ok[:, -1] & end_reach & _end_ok(tables, top[:, -1])
   # Each slot: its sequence's lane, then the lexeme left pending in its final state.
   lane = jnp.maximum(tables.state_slot_lane[state.state], 0)  # [B, K]

@@ -411,3 +411,33 @@ def test_sql_with_gemma_vocabulary(gemma_vocab):
   assert len(finished) >= 3
   for text in finished:
     oracle.parse(text.decode("utf-8"))
+
+
+def test_long_chains_of_empty_rules_fall_back_to_full_stacks():
+  # Before "z" the parser reduces 20 empty rules in a row: more than a lane's own
+  # suffix of the stack holds (P = 2 L + 8 = 10 with one-byte tokens), so
+  # `allowed_bits` runs its lanes again on full copies of the stack.
+  letters = "abcdefghijklmnopqrst"
+  source = ("start: " + " ".join(f"e{k}" for k in range(20)) + ' "z"\n'
+            + "".join(f'e{k}: "{c}"?\n' for k, c in enumerate(letters)) + '%ignore " "\n')
+  vocab = _byte_vocab()
+  arrays = _lexed_grammar.compile_lexed_grammar(source, vocab, stack_depth=32)
+  assert arrays.seq_items.shape[1] == 1
+  tables = _lexed.tables_from_arrays(arrays)
+  reference = _lexed_grammar.LexedReference(arrays)
+  allowed_fn, advance_fn = jax.jit(_lexed.allowed_tokens), jax.jit(_lexed.advance)
+  texts = [b"z", b"acz", b"t z", b"abcdefghijklmnopqrstz", b"baz", b"zz", b"a"]
+  state = _lexed.init_state(tables, len(texts) + 1)
+  rows = [reference.start() for _ in texts]
+  for j in range(max(map(len, texts)) + 1):
+    allowed = np.asarray(allowed_fn(tables, state))
+    tokens = []
+    for r, text in enumerate(texts):
+      if rows[r] not in (None, "done"):
+        np.testing.assert_array_equal(allowed[r], reference.allowed(rows[r]))
+      tokens.append(text[j] if j < len(text) else 256)
+      if rows[r] not in (None, "done"):
+        rows[r] = reference.advance(rows[r], tokens[-1])
+    state = advance_fn(tables, state, jnp.asarray(tokens + [256], jnp.int32))
+  accepted = np.asarray(state.done & ~state.error)[:len(texts)].tolist()
+  assert accepted == [True, True, True, True, False, False, False]
