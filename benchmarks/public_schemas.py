@@ -17,6 +17,16 @@ every file by source and name). Sources (relative globs under each root):
 Roots: this interpreter's site-packages, `/usr/share`, and every `--root`. Files with
 equal content are counted once.
 
+Other documents are passed as a user would pass them, `JsonSchema(..., resources=)`
+(nothing is fetched): every scanned file with an absolute `$id`, and the files under
+`RESOURCE_SOURCES` (read as documents only, not measured: the OpenAPI 3.1 base
+vocabulary, `https://spec.openapis.org/oas/3.1/meta/base`), under that `$id`; and, for
+a schema whose `$ref`s name files next to it (cfnlint's `iam/policy_*.json` refer to
+`policy#/...`), those files (`name` or `name.json`, and the files they name in turn)
+under the URIs the `$ref`s resolve to. Such a schema's base URI is its retrieval URI,
+its file's `file:` URI (joined with its own relative `$id`), written as its `$id`. The
+`jsonschema` oracle gets the same schema and documents.
+
 For each schema, with the Gemma 3 vocabulary (`--vocab bytes` for the byte one):
 compiled, refused (typed error, grouped by cause) or crashed (any other exception: a
 defect), with compile time and table bytes. Soundness, for compiled regular schemas:
@@ -39,10 +49,13 @@ import glob
 import hashlib
 import json
 import os
+import pathlib
 import random
 import site
 import sys
 import time
+import urllib.parse
+import urllib.request
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
@@ -71,16 +84,24 @@ SOURCES = (
 )
 
 
+# Documents other schemas refer to by `$id`, read as resources only (same form).
+RESOURCE_SOURCES = (
+    ("openapi vocabularies", "openapi_schema_validator/schemas/*/vocabularies/*"),
+)
+# Keywords whose values are JSON data, not subschemas.
+_DATA_KEYWORDS = ("enum", "const", "default", "examples")
+
+
 def default_roots() -> list[str]:
   roots = [*site.getsitepackages(), site.getusersitepackages(), "/usr/share"]
   return [r for r in dict.fromkeys(roots) if os.path.isdir(r)]
 
 
-def find_schemas(roots: list[str]) -> list[dict]:
+def find_schemas(roots: list[str], sources=SOURCES) -> list[dict]:
   """[{"source", "name", "path", "schema"}], one per distinct content, sorted."""
   found, seen = [], set()
   for root in roots:
-    for source, pattern in SOURCES:
+    for source, pattern in sources:
       for path in sorted(glob.glob(os.path.join(root, pattern), recursive=True)):
         try:
           with open(path, "rb") as f:
@@ -107,6 +128,62 @@ def resources_for(entries: list[dict]) -> dict:
     if isinstance(uri, str) and "://" in uri:
       out.setdefault(uri.split("#")[0], schema)
   return out
+
+
+def _own_id(schema) -> str | None:
+  ident = schema.get("$id", schema.get("id")) if isinstance(schema, dict) else None
+  return ident if isinstance(ident, str) and not ident.startswith("#") else None
+
+
+def document_refs(schema, base: str) -> set[str]:
+  """The documents (absolute URIs, no fragment) that the `$ref`s in `schema` name,
+  resolved against `base` and the `$id`s on the way."""
+  out, todo = set(), [(schema, base, True)]
+  while todo:
+    node, base, top = todo.pop()
+    if isinstance(node, list):
+      todo += [(v, base, False) for v in node]
+      continue
+    if not isinstance(node, dict):
+      continue
+    if _own_id(node) and not top:
+      base = urllib.parse.urljoin(base, _own_id(node))
+    for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+      if isinstance(node.get(key), str):
+        out.add(urllib.parse.urljoin(base, node[key]).partition("#")[0])
+    todo += [(v, base, False) for k, v in node.items() if k not in _DATA_KEYWORDS]
+  return out
+
+
+def with_neighbours(entry: dict, resources: dict) -> tuple[object, dict]:
+  """(schema, resources) for one entry: when its `$ref`s name files next to it, the
+  schema with its base URI (file URI joined with its own `$id`) as `$id`, and those
+  files, and the files they name in turn, added to `resources` under the URIs the
+  `$ref`s resolve to (`name`, else `name.json`). Otherwise as they are."""
+  schema = entry["schema"]
+  if not isinstance(schema, dict):
+    return schema, resources
+  retrieval = pathlib.Path(os.path.abspath(entry["path"])).as_uri()
+  base = urllib.parse.urljoin(retrieval, _own_id(schema) or "").partition("#")[0]
+  found, todo = {}, sorted(document_refs(schema, base))
+  while todo:
+    uri = todo.pop()
+    if uri == base or uri in found or uri in resources or not uri.startswith("file:"):
+      continue
+    path = urllib.request.url2pathname(urllib.parse.urlparse(uri).path)
+    for candidate in (path, path + ".json"):
+      try:
+        with open(candidate, encoding="utf-8") as f:
+          document = json.load(f)
+      except (OSError, ValueError):
+        continue
+      found[uri] = document
+      todo += sorted(document_refs(
+          document, urllib.parse.urljoin(uri, _own_id(document) or "")))
+      break
+  if not found:
+    return schema, resources
+  return {**schema, "$id": base}, {**resources, **found}
 
 
 def cause(error: str) -> str:
@@ -146,7 +223,7 @@ def sample_texts(spec: cd.JsonSchema, count: int, seed: int) -> list[bytes] | No
 
 def run_schema(compiler, speller, entry: dict, *, args, resources: dict) -> dict:
   """Compiles one schema, samples and checks; returns its row."""
-  schema = entry["schema"]
+  schema, resources = with_neighbours(entry, resources)
   row = {"source": entry["source"], "name": entry["name"], "wrong": [], "rejected_given": []}
   lenient = tuple(args.lenient) or False
   result = suite.compile_case(compiler, schema, whitespace="compact",
@@ -256,7 +333,7 @@ def main(argv=None) -> int:
   if not entries:
     print(f"No public schemas found under {roots}; nothing to measure.")
     return 0
-  resources = resources_for(entries)
+  resources = resources_for(entries + find_schemas(roots, RESOURCE_SOURCES))
   vocab, speller = suite.make_speller(args.vocab, 0)
   compiler = cd.Compiler(vocab, cd.CompileOptions(max_seconds=args.time_limit,
                                                   cache_dir=args.cache_dir))
