@@ -205,10 +205,11 @@ def _dynamic_ref(lw, key: str, value: str, beside_ref: bool, pointer: str) -> st
     return at_root if pointer.startswith("#") else root + at_root
   anchor = ("$recursiveAnchor: true" if key == "$recursiveRef"
             else f"$dynamicAnchor {fragment!r}")
+  verb = "declares" if len(others) == 1 else "declare"
   lw.unsupported(where, (
       f"{key} {value!r} at {where} resolves through the dynamic scope: besides its"
       f" static target {resource or '(the root)'!r}, {', '.join(map(repr, others))}"
-      f" {'declares' if len(others) == 1 else 'declare'} {anchor}, and which of them is outermost depends on the path that"
+      f" {verb} {anchor}, and which of them is outermost depends on the path that"
       " reaches it, which is not supported. Expected the root resource (with an $id,"
       " entering embedded resources only through $ref) to declare it, or no other"
       " resource. Use $ref to the intended target, or pass lenient=True to ignore it"

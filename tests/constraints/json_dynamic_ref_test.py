@@ -165,6 +165,15 @@ def test_recursive_ref_other_than_hash_is_a_schema_error():
     cd.JsonSchema({"$schema": D2019, "items": {"$recursiveRef": "tree"}}).pushdown_grammar()
 
 
+def test_one_name_as_anchor_and_dynamic_anchor_is_a_schema_error():
+  schema = {"$schema": D2020, "$id": BASE + "both", "items": {"$dynamicRef": "#n"},
+            "$defs": {"a": {"$anchor": "n"}, "b": {"$dynamicAnchor": "n"}}}
+  with pytest.raises(cd.SchemaError, match=r"\$dynamicRef '#n' at #/items/\$dynamicRef"
+                     r" names 'n', which 'https://example.com/both' declares both as"
+                     r" \$anchor and as \$dynamicAnchor"):
+    cd.JsonSchema(schema).pushdown_grammar()
+
+
 def test_ref_hash_slash_is_the_empty_member_as_in_jsonschema(compiler):
   """`#/` names the root's member "" (RFC 6901), not the root, for `referencing` too."""
   missing = {"type": "array", "items": {"$ref": "#/"}}
