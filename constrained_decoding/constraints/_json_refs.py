@@ -39,6 +39,7 @@ from constrained_decoding.constraints._json_keywords import (
     _ANNOTATIONS,
     _BOOLEAN,
     _DEFINITIONS,
+    _LEGACY_DRAFTS,
     _NEEDS,
     _SUPPORTED,
     _TYPE_OF_KEYWORD,
@@ -157,12 +158,19 @@ def _dynamic_ref(lw, key: str, value: str, beside_ref: bool, pointer: str) -> st
       from the root without a `$ref` (`jsonschema` enters only resources a `$ref`
       left in the dynamic scope); for `$recursiveRef` also every resource holding a
       reference has `$recursiveAnchor: true`.
-  Anything else is refused: the target would depend on the path.
+  Anything else is refused: the target would depend on the path. In documents that
+  all declare other drafts (2019-09 for `$dynamicRef`, 2020-12 for `$recursiveRef`,
+  draft 7 or older for both), the keyword is an unknown one: an annotation.
   """
   where = _pointer(pointer, key)
   facts = _scope_facts(lw)
   draft = _DYNAMIC_DRAFT[key]
   other = sorted(d for d in facts["drafts"] if d != draft)
+  if other and draft not in facts["drafts"] and all(
+      d in _DYNAMIC_DRAFT.values() or "json-schema.org" in d
+      and any(old in d for old in _LEGACY_DRAFTS) for d in other):
+    lw.annotation(where)  # Not a keyword of the drafts declared (as `jsonschema` reads it).
+    return None
   if beside_ref or other:
     why = ("sits beside $ref in one schema object" if beside_ref else
            f"is a keyword of draft {draft}, but the documents involved declare"

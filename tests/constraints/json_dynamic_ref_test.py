@@ -32,6 +32,9 @@ TREE_2019 = {"$schema": D2019, "$id": BASE + "tree2019", "$recursiveAnchor": Tru
              "properties": {"data": True, "children": {"type": "array",
                                                        "items": {"$recursiveRef": "#"}}}}
 
+# A 2019-09 document using the 2020-12 keyword.
+OLD = {"$schema": D2019, "items": {"$dynamicRef": "#/$defs/a"}, "$defs": {"a": {}}}
+
 # (schema, resources, instances): every instance judged by `jsonschema` and by the tables.
 CASES = [
     # The root resource declares the anchor (in its $defs): every item is a string.
@@ -75,6 +78,16 @@ CASES = [
                           "additionalProperties": False}}},
      {}, [{"inner": {"next": {}}}, {"inner": {"next": {"next": {}}}},
           {"inner": {"next": {"other": 1}}}, {"inner": {"next": 1}}]),
+    # The keyword of another draft than every document declares: an unknown keyword.
+    ({"$schema": D2019, "type": "array", "items": {"$dynamicRef": "#/$defs/s"},
+      "$defs": {"s": {"type": "string"}}},
+     {}, [[1], ["a"], "a"]),
+    ({"$schema": D2020, "$recursiveAnchor": True, "type": "array",
+      "items": {"$recursiveRef": "#"}},
+     {}, [[1], [[1]], "a"]),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+      "items": {"$dynamicRef": "#/definitions/s"}, "definitions": {"s": {"type": "string"}}},
+     {}, [[1], "a"]),
 ]
 
 
@@ -133,12 +146,10 @@ REFUSED = [
     ({"$schema": D2019, "$id": BASE + "gap", "$recursiveAnchor": True, "$ref": "middle",
       "$defs": {"middle": {"$id": "middle", "$ref": "tree2019"}}},
      r"\$recursiveRef '#' .* dynamic scope"),
-    # A keyword of another draft than the documents declare.
-    ({"$schema": D2019, "items": {"$dynamicRef": "#/$defs/a"}, "$defs": {"a": {}}},
-     r"\$dynamicRef at #/items/\$dynamicRef is a keyword of draft 2020-12, but the"
-     r" documents involved declare \$schema 2019-09"),
-    ({"$schema": D2020, "$recursiveAnchor": True, "items": {"$recursiveRef": "#"}},
-     r"\$recursiveRef at #/items/\$recursiveRef is a keyword of draft 2019-09"),
+    # Documents of two drafts, one of which has the keyword.
+    ({"$schema": D2020, "$ref": BASE + "old"},
+     r"\$dynamicRef at https://example\.com/old#/items/\$dynamicRef is a keyword of"
+     r" draft 2020-12, but the documents involved declare \$schema 2019-09"),
     ({"$schema": D2020, "items": {"$dynamicRef": "#/$defs/a", "$ref": "#/$defs/a"},
       "$defs": {"a": {}}},
      r"\$dynamicRef at #/items/\$dynamicRef sits beside \$ref"),
@@ -147,7 +158,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("schema, message", REFUSED)
 def test_path_dependent_targets_are_refused(schema, message):
-  spec = cd.JsonSchema(schema, resources={BASE + "tree2019": TREE_2019})
+  spec = cd.JsonSchema(schema, resources={BASE + "tree2019": TREE_2019, BASE + "old": OLD})
   with pytest.raises(cd.UnsupportedSchemaError, match=message):
     spec.pushdown_grammar()
 
@@ -198,3 +209,10 @@ def test_root_rule_would_be_wrong_where_refused(schema, instance):
   """Why those two are refused: the root declares a string `item`, yet `jsonschema`
   accepts a non-string item there (the specification's root rule would reject it)."""
   assert jsonschema.Draft202012Validator(schema).is_valid(instance)
+
+
+def test_keyword_of_another_draft_is_listed_as_ignored():
+  spec = cd.JsonSchema({"$schema": D2019, "items": {"$dynamicRef": "#/$defs/s"},
+                        "$defs": {"s": {"type": "string"}}})
+  spec.pushdown_grammar()
+  assert list(spec.ignored_keywords()) == ["#/items/$dynamicRef"]
