@@ -22,21 +22,40 @@ One step of a row in lexer state s:
 * end of sequence is one more lane: the lexeme pending in s (if it is complete), then
   `$END`.
 
-`allowed_bits` runs one lane per outcome slot of the row's lexer state (K slots, padded)
-plus the end lane, and ORs the surviving slots' token sets: a gather of the few bitmap
-slots' rows (Kb rows of W words) and a scatter-add of the listed tokens (N per state;
-tokens of a state are distinct, so adding bits is OR-ing them). `advance` finds the
-token's slot (a binary search of the state's listed tokens, one bit per bitmap slot),
-runs its lane and the end lane, and takes the token exactly when `allowed_bits` offers
-it (same lane, same tables).
+`allowed_bits` runs one lane per distinct item sequence of the row's lexer state (Ks,
+padded; outcome classes that differ only in their final state share a lane) plus the
+end lane; each of the state's K outcome slots then takes its lane's result and checks
+its pending lexeme against the lane's top state. Lanes do not copy the row's stack:
+they read it and keep only what they push (P = min(D, 2 L + 8) entries); if a lane runs
+out of room (long chains of empty rules), all lanes are rerun on full copies
+(`lax.cond`, exact either way). The mask ORs the surviving slots' token sets: a gather
+of the few bitmap slots' rows (Kb rows of W words) and a scatter-add of the listed
+tokens (N per state; tokens of a state are distinct, so adding bits is OR-ing them).
+`advance` finds the token's slot (a binary search of the state's listed tokens, one bit
+per bitmap slot), runs its lane and the end lane on full stacks, and takes the token
+exactly when `allowed_bits` offers it (same lanes, same tables).
 
-Cost per row and step (the simple exact scheme, not yet the design's lanes per distinct
-sequence or viable sets): `allowed_bits` works on (K + 1) lanes, each with its own copy
-of the stack, for as many iterations as the longest lane's lexemes + reductions, each
-iteration O(D) per lane for the stack write; then Kb x W words of OR and N scattered
-ids. `advance`: log2(N) + Kb gathers, then 2 lanes. K, N and Kb are maxima over lexer
-states (measured sizes: tests/runtime/lexed_test.py; Gemma 3 SQL: module
-`benchmarks/lexed_step.py` if present, else docs/lexer_runtime.md item 3).
+Cost per row and step (exact, simple; the design's viable-set classes and prefix-shared
+lanes are not built): `allowed_bits` works on Ks + 1 lanes for as many iterations as
+the longest surviving lane's lexemes + reductions, O(P) per lane and iteration; then
+Kb x W words of OR and N scattered ids. `advance`: log2(N) + Kb gathers, then 2 lanes
+of O(D). Ks, K, N, Kb, L are maxima over lexer states, so every row pays the worst
+state's widths.
+
+Measured (`.venv/bin/python benchmarks/lexed_step.py`, Gemma 3 vocabulary, 262,144
+tokens; `constraints/grammars/sql_select_lexed.lark`; this 2-core shared CPU, jitted
+`allowed_bits` + `advance`, median / p90 / max over the 87 states of two queries, best
+of 5 rounds): compile 2.1-2.6 s; tables 5.7 MiB (set_bits 60 x 8,192 words 1.9 MiB,
+listed tokens N = 2,058 per state 2 x 1.1 MiB, K = 612 slots, Ks = 214 lanes, L = 16,
+Kb = 2; canonical LR(1) 343 states x 33 terminals, 0.1 MiB). Step: batch 1 0.24 / 0.27
+/ 0.55 ms, batch 8 0.78 / 0.91 / 1.15 ms, batch 64 8.9 / 12.9 / 13.8 ms; the flat JSON
+grammar's step in the same runs 0.26-1.0 ms (batch 1), 0.35-1.1 ms (8), 0.87-1.3 ms
+(64): on par up to batch 8, 7-10x at batch 64, where the lanes are ~3/4 of the step.
+
+Approximation: a pending lexeme counts as fine when it can still become an ignored
+lexeme or a terminal the parser takes next; whether the text after that terminal can
+start without extending it (longest match) is not checked. Grammars whose terminals
+are separated by an `%ignore`d one (whitespace) never meet the difference.
 
 Not yet: stacking several grammars in one table set, `rewind`, lexer modes
 (INDENT/DEDENT), stack-aware masks (near the stack bound a row may be left with only

@@ -1,0 +1,131 @@
+"""Per-step device cost of a grammar with a lexer (issue 18, increment 3), vs JSON.
+
+```sh
+.venv/bin/python benchmarks/lexed_step.py              # prints a table and JSON
+.venv/bin/python benchmarks/lexed_step.py --batch-sizes 1 --rounds 1   # smoke
+```
+
+With the Gemma 3 vocabulary (262,144 tokens):
+
+  sql   `constraints/grammars/sql_select_lexed.lark` compiled by
+        `constraints/_lexed_grammar.compile_lexed_grammar` and stepped by
+        `runtime/_lexed.py` (lexer-state x token outcomes + canonical LR(1) lanes).
+  json  the built-in JSON grammar (`cd.Grammar.builtin("json")`, the flat token-level
+        push-down automaton of `runtime/_runtime.py`), the design's point of comparison.
+
+Each walks valid texts by greedy longest tokens (`regex_bench.walk_tokens`); every
+state of the walks is timed (row r of a batch at state (j + r) mod n), one jitted call
+of `allowed_bits` + `advance` by the text's token, blocked until ready, best of
+`--rounds` interleaved passes; a row reports median / p90 / max over the states (ms).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import constrained_decoding as cd  # noqa: E402
+from constrained_decoding import models  # noqa: E402
+from constrained_decoding.constraints import _lexed_grammar  # noqa: E402
+from constrained_decoding.runtime import _lexed  # noqa: E402
+from benchmarks import regex_bench  # noqa: E402
+
+SQL_TEXTS = [
+    "SELECT name, count(*) AS n FROM users AS u LEFT JOIN orders AS o ON u.id = o.uid"
+    " WHERE u.age >= 18 AND NOT (o.total IS NULL) GROUP BY name ORDER BY n DESC LIMIT 10;",
+    "select distinct a.b, 'it''s', 1.5e3 * price from t where x <> 'y' or z is not null",
+]
+JSON_TEXTS = [
+    '{"name": "Ada", "tags": ["x", "y"], "age": 36, "ok": true, "nested": {"a": [1, 2,'
+    ' {"b": null}]}}',
+]
+
+
+@jax.jit
+def _lexed_step(tables, state, tokens):
+  return _lexed.allowed_bits(tables, state), _lexed.advance(tables, state, tokens)
+
+
+@jax.jit
+def _flat_step(tables, state, tokens):
+  return cd.runtime.allowed_bits(tables, state), cd.runtime.advance(tables, state, tokens)
+
+
+def _states(init, step, tables, walks):
+  """Per state of the walks (single rows): (state, token)."""
+  out = []
+  for tokens in walks:
+    state = init(tables, 1)
+    for t in tokens:
+      out.append((state, t))
+      _, state = step(tables, state, jnp.asarray([t], jnp.int32))
+  return out
+
+
+def _batch(states, j, b):
+  rows = [states[(j + r) % len(states)] for r in range(b)]
+  state = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[s for s, _ in rows])
+  return state, jnp.asarray([t for _, t in rows], jnp.int32)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--batch-sizes", default="1,8,64")
+  parser.add_argument("--rounds", type=int, default=3)
+  args = parser.parse_args(argv)
+  vocab = cd.Vocabulary.from_gguf(models.default_gguf_path())
+  eos = vocab.eos_ids[0]
+  report = {"device": str(jax.devices()[0]), "cases": {}}
+
+  source = open(os.path.join(os.path.dirname(HERE), "constrained_decoding", "constraints",
+                             "grammars", "sql_select_lexed.lark")).read()
+  t0 = time.perf_counter()
+  arrays = _lexed_grammar.compile_lexed_grammar(source, vocab)
+  compile_s = time.perf_counter() - t0
+  sql = _lexed.tables_from_arrays(arrays)
+  report["sql_tables"] = {"compile_s": round(compile_s, 2), "bytes": arrays.nbytes,
+                          "shapes": arrays.shapes}
+  t0 = time.perf_counter()
+  flat = cd.Compiler(vocab).compile(cd.Grammar.builtin("json"))
+  report["json_tables"] = {"compile_s": round(time.perf_counter() - t0, 2)}
+  walks = {
+      "sql": [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in SQL_TEXTS],
+      "json": [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in JSON_TEXTS],
+  }
+  cases = {
+      "sql": (_lexed.init_state, _lexed_step, sql),
+      "json": (lambda t, b: cd.runtime.init_state(t, b), _flat_step, flat),
+  }
+  states = {k: _states(init, step, tables, walks[k])
+            for k, (init, step, tables) in cases.items()}
+  for b in [int(x) for x in args.batch_sizes.split(",")]:
+    best = {k: np.full(len(states[k]), np.inf) for k in cases}
+    batches = {k: [_batch(states[k], j, b) for j in range(len(states[k]))] for k in cases}
+    for k, (_, step, tables) in cases.items():  # compile
+      jax.block_until_ready(step(tables, *batches[k][0]))
+    for _ in range(args.rounds):
+      for k, (_, step, tables) in cases.items():
+        for j, (state, tokens) in enumerate(batches[k]):
+          t0 = time.perf_counter()
+          jax.block_until_ready(step(tables, state, tokens))
+          best[k][j] = min(best[k][j], time.perf_counter() - t0)
+    for k in cases:
+      ms = best[k] * 1e3
+      report["cases"][f"{k}/B={b}"] = {
+          "states": len(ms), "median_ms": round(float(np.median(ms)), 3),
+          "p90_ms": round(float(np.percentile(ms, 90)), 3), "max_ms": round(float(ms.max()), 3)}
+      print(f"{k:5s} B={b:3d}  median {np.median(ms):7.3f} ms  p90 "
+            f"{np.percentile(ms, 90):7.3f}  max {ms.max():7.3f}  ({len(ms)} states)")
+  print(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+  main()
