@@ -204,6 +204,7 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
       (e.g. from `_lexer.load_or_build_token_table`); built when None.
 
   Raises:
+    ConstraintError: `stack_depth` is not an int >= 2.
     GrammarSyntaxError, UnsupportedGrammarFeatureError: as `_lr.read_lark_rules`.
     UnsupportedGrammarFeatureError: a terminal the rules use has no pattern
       (`%declare`d: lexer modes are not built yet).
@@ -212,8 +213,8 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
     GrammarError: a terminal matches the empty string or nothing.
   """
   if isinstance(stack_depth, bool) or not isinstance(stack_depth, int) or stack_depth < 2:
-    raise ValueError(f"stack_depth {stack_depth!r} is not an int >= 2. Expected the "
-                     "capacity of the parser stack, e.g. 64.")
+    raise errors.ConstraintError(f"stack_depth {stack_depth!r} is not an int >= 2. Expected"
+                                 " the capacity of the parser stack, e.g. 64.")
   grammar = _lr.read_lark_rules(text, start=start)
   defs = {d.name: d for d in grammar.terminal_defs}
   missing = [t for t in grammar.terminals if defs.get(t) is None or defs[t].pattern is None]

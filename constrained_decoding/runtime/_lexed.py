@@ -73,9 +73,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Int, UInt32
 
+from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.runtime._runtime import ConstraintState
+from constrained_decoding.runtime._runtime import _check_int_array
 
 _END = 0  # The parser terminal id of `$END`.
 
@@ -134,8 +137,8 @@ def init_state(tables: LexedTables, batch_size: int) -> ConstraintState:
   """The start state of `batch_size` rows: lexer start, parser stack [0]."""
   if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
       batch_size < 1):
-    raise ValueError(f"init_state: batch_size {batch_size!r} is not a positive int. "
-                     "Expected an int >= 1.")
+    raise DecodingArgumentError(f"init_state: batch_size {batch_size!r} is not a positive "
+                                "int. Expected an int >= 1.")
   b = int(batch_size)
   return ConstraintState(
       state=jnp.full((b,), tables.lex_start, jnp.int32),
@@ -294,11 +297,32 @@ def _sequence_items(tables: LexedTables, seq: Int[Array, "..."]):
   return jnp.where((seq >= 0)[..., None], tables.seq_items[jnp.maximum(seq, 0)], -1)
 
 
+def _check_state(fn: str, tables: LexedTables, state) -> int:
+  """The batch size of `state` if it is a `ConstraintState` of these tables (checked at
+  trace time inside jit), else raises `DecodingArgumentError`."""
+  if not isinstance(state, ConstraintState):
+    raise DecodingArgumentError(
+        f"{fn}: state is a {type(state).__name__}. Expected a ConstraintState (from "
+        "_lexed.init_state).")
+  shape = tuple(jnp.shape(state.state))
+  want = shape + (tables.stack_depth,)
+  if len(shape) != 1 or tuple(jnp.shape(state.stack)) != want:
+    raise DecodingArgumentError(
+        f"{fn}: state has rows {shape} and a stack {tuple(jnp.shape(state.stack))}. "
+        f"Expected one batch axis and a stack of {tables.stack_depth} (these tables' "
+        "stack_depth): a state made for other tables?")
+  return shape[0]
+
+
 def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "B W"]:
   """Each row's allowed tokens, packed: token t is bit t % 32 of word t // 32.
 
   Rows `done` or in `error` allow only end of sequence (as `_runtime.py`).
+
+  Raises:
+    DecodingArgumentError: `state` does not fit `tables` (at trace time inside jit).
   """
+  _check_state("allowed_bits", tables, state)
   b, d = state.stack.shape
   slots = tables.state_outcomes[state.state]  # [B, K]
   # One lane per distinct sequence of the state, and one for the end of sequence.
@@ -357,13 +381,21 @@ def _find_slot(tables: LexedTables, lex: Int[Array, "B"], tokens: Int[Array, "B"
 
 
 def advance(tables: LexedTables, state: ConstraintState,
-            tokens: Int[Array, "B"]) -> ConstraintState:
+            tokens: ArrayLike) -> ConstraintState:
   """Consumes one token per row, exactly when `allowed_bits` offers it.
 
-  An allowed end-of-sequence token sets `done`; any token not allowed (or out of
-  [0, vocab_size)) sets the sticky `error` and leaves the row as it was. Rows already
-  `done` or in `error` ignore their token.
+  An allowed end-of-sequence token sets `done`; any token not allowed (or, inside jit,
+  out of [0, vocab_size)) sets the sticky `error` and leaves the row as it was. Rows
+  already `done` or in `error` ignore their token.
+
+  Raises:
+    DecodingArgumentError: `tokens` is not an integer array of shape `[B]`, or (values
+      known, outside jit) holds an id outside [0, vocab_size); `state` does not fit
+      `tables`. As `_runtime.advance`.
   """
+  batch = _check_state("advance", tables, state)
+  tokens = _check_int_array("advance", "tokens", tokens, (batch,), tables.vocab_size,
+                            "token ids")
   b, d = state.stack.shape
   tokens = jnp.asarray(tokens, jnp.int32)
   in_range = (tokens >= 0) & (tokens < tables.vocab_size)

@@ -314,8 +314,40 @@ def test_compile_errors():
   with pytest.raises(errors.NondeterministicGrammarError, match=r"\['A', 'B'\].*state"):
     _lexed_grammar.compile_lexed_grammar(
         'start: A | B\nA: /[a-c]/\nB: /[b-d]/\n', vocab)
-  with pytest.raises(ValueError, match="stack_depth"):
+  with pytest.raises(errors.ConstraintError, match="stack_depth 1 is not an int >= 2"):
     _lexed_grammar.compile_lexed_grammar('start: "a"\n', vocab, stack_depth=1)
+
+
+def test_argument_errors():
+  setup = _get("arith")
+  with pytest.raises(errors.DecodingArgumentError, match="batch_size 0 is not a positive"):
+    _lexed.init_state(setup.tables, 0)
+  state = _lexed.init_state(setup.tables, 2)
+  with pytest.raises(errors.DecodingArgumentError, match=r"tokens\[1\] = 9999 is out of"):
+    _lexed.advance(setup.tables, state, np.array([0, 9999]))
+  with pytest.raises(errors.DecodingArgumentError, match="Expected shape"):
+    _lexed.advance(setup.tables, state, np.array([0]))
+  with pytest.raises(errors.DecodingArgumentError, match="Expected an integer dtype"):
+    _lexed.advance(setup.tables, state, np.array([0.0, 1.0]))
+  narrow = state.replace(stack=state.stack[:, :4])
+  with pytest.raises(errors.DecodingArgumentError, match="stack of 48"):
+    _lexed.allowed_bits(setup.tables, narrow)
+
+
+def test_one_trace_for_every_state():
+  setup = _get("arith")
+  traces = []
+
+  @jax.jit
+  def step(tables, state, tokens):
+    traces.append(1)
+    return _lexed.allowed_bits(tables, state), _lexed.advance(tables, state, tokens)
+
+  state = _lexed.init_state(setup.tables, 2)
+  for text in (b"f(1)", b"a+b"):
+    for t in text:
+      _, state = step(setup.tables, state, jnp.asarray([t, t], jnp.int32))
+  assert len(traces) == 1
 
 
 # -- SQL with the Gemma 3 vocabulary. ---------------------------------------------------
