@@ -44,7 +44,7 @@ longest token; m only adds states (9 bytes each: group, terminal row, accepting)
 Chains inside larger constraints (a string property with `maxLength` inside an object)
 reuse these pieces in `_embedded_chains.py`. Not yet: `maxItems` of non-trivial items.
 A state of a JSON string chain has up to 7 terminal entries (escapes under way); `advance`
-gathers one bitmap word per entry, and the mask row's word instead of their filters.
+gathers one word of each entry's bitmap and of its filter.
 
 Public names:
   Chain, find_chain(node)        the supported shape, recognized in IR.
