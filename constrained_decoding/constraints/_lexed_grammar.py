@@ -29,6 +29,7 @@ beyond the two automata.
 Public:
   LexedArrays                              the numpy arrays (+ host information).
   compile_lexed_grammar(text, vocab, ...)  a Lark grammar + vocabulary -> LexedArrays.
+  stack_lexed_arrays(arrays)               several grammars in one table set.
   LexedReference(arrays)                   host reference: allowed set and advance.
 """
 
@@ -58,7 +59,9 @@ class LexedArrays:
   listed tokens per state.
 
   Attributes:
-    lex_start: The lexer's start state.
+    lex_start: int32 [G]: the lexer's start state of each stacked grammar (one entry
+      unless `stack_lexed_arrays` stacked several).
+    lr_start: int32 [G]: the parser's start state (the stack's bottom) of each.
     state_outcomes: int32 [S, K]: outcome class of each slot of a state, -1 padded.
     state_seq_lanes: int32 [S, Ks]: the distinct item sequences of a state's outcome
       classes (the parser runs each once per step), -1 padded.
@@ -87,9 +90,11 @@ class LexedArrays:
     action_bits: uint32 [Q, Tw]: `action != 0`, packed.
     vocab_size: Width of the logits.
     stack_depth: Capacity of the parser stack on the device.
-    lexer, token_table, lr, grammar, vocab: host information (not sent to the device).
+    lexer, token_table, lr, grammar, vocab: host information (not sent to the device;
+      for stacked arrays, tuples of the grammars' own, `vocab` shared).
   """
-  lex_start: int
+  lex_start: np.ndarray
+  lr_start: np.ndarray
   state_outcomes: np.ndarray
   state_seq_lanes: np.ndarray
   state_slot_lane: np.ndarray
@@ -113,13 +118,13 @@ class LexedArrays:
   rule_len: np.ndarray
   vocab_size: int
   stack_depth: int
-  lexer: _lexer.LexerDfa
-  token_table: _lexer.TokenTable
-  lr: _lr.LrTables
-  grammar: _lr.TerminalGrammar
+  lexer: _lexer.LexerDfa | tuple
+  token_table: _lexer.TokenTable | tuple
+  lr: _lr.LrTables | tuple
+  grammar: _lr.TerminalGrammar | tuple
   vocab: object
 
-  ARRAY_FIELDS = ("state_outcomes", "state_seq_lanes", "state_slot_lane", "outcome_seq", "outcome_final", "seq_items",
+  ARRAY_FIELDS = ("lex_start", "lr_start", "state_outcomes", "state_seq_lanes", "state_slot_lane", "outcome_seq", "outcome_final", "seq_items",
                   "class_members", "state_big_slot", "state_big_row", "set_bits",
                   "state_small_tokens", "state_small_slot", "state_viable", "state_free",
                   "state_end_item", "eos_bits", "action", "action_bits", "goto",
@@ -334,7 +339,8 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   eos = np.zeros((1, vocab.vocab_size), bool)
   eos[0, list(vocab.eos_ids)] = True
   return LexedArrays(
-      lex_start=int(lexer.start), state_outcomes=state_outcomes,
+      lex_start=np.array([lexer.start], np.int32), lr_start=np.zeros(1, np.int32),
+      state_outcomes=state_outcomes,
       state_seq_lanes=state_seq_lanes, state_slot_lane=state_slot_lane,
       outcome_seq=tt.class_seq.astype(np.int32),
       outcome_final=tt.class_final.astype(np.int32), seq_items=seq_items,
@@ -348,6 +354,94 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
       rule_len=lr.rule_len.astype(np.int32), vocab_size=int(vocab.vocab_size),
       stack_depth=int(stack_depth), lexer=lexer, token_table=tt, lr=lr,
       grammar=grammar, vocab=vocab)
+
+
+def _pad(a: np.ndarray, width: int, fill) -> np.ndarray:
+  """`a` [n, w] padded on the right to [n, width] with `fill`."""
+  out = np.full((a.shape[0], width), fill, a.dtype)
+  out[:, :a.shape[1]] = a
+  return out
+
+
+def _shift(a: np.ndarray, offset: int, *, keep_below: int = 0) -> np.ndarray:
+  """`a + offset` where `a >= keep_below` (ids), `a` itself elsewhere (sentinels)."""
+  return np.where(a >= keep_below, a + offset, a).astype(np.int32)
+
+
+def stack_lexed_arrays(parts) -> LexedArrays:
+  """Several compiled grammars of one vocabulary as one table set.
+
+  Row r of a batch then follows grammar `constraint_ids[r]` (`runtime/_lexed.init_state`):
+  every id (lexer state, outcome, sequence, lexeme class, bitmap row, parser state,
+  production) is offset into one range, widths are padded to the widest grammar, so
+  each row steps only its own grammar's part and one compiled step serves them all.
+
+  Raises:
+    VocabularyMismatchError: the grammars were compiled for different vocabularies.
+  """
+  parts = list(parts)
+  if not parts:
+    raise errors.ConstraintError("stack_lexed_arrays got no tables. Expected at least one"
+                                 " LexedArrays.")
+  first = parts[0]
+  for i, p in enumerate(parts):
+    mine, theirs = (getattr(x.vocab, "fingerprint", None) for x in (p, first))
+    if p.vocab_size != first.vocab_size or mine != theirs:
+      raise errors.VocabularyMismatchError(
+          f"stack_lexed_arrays: tables {i} were compiled for another vocabulary than"
+          f" tables 0 ({p.vocab_size} tokens, fingerprint {str(mine)[:12]}, against"
+          f" {first.vocab_size}, {str(theirs)[:12]}). Expected one vocabulary. Compile"
+          " them with the same one.")
+  width = lambda f, axis=1: max(getattr(p, f).shape[axis] for p in parts)
+  out = {f: [] for f in LexedArrays.ARRAY_FIELDS if f != "eos_bits"}
+  off = dict(state=0, outcome=0, seq=0, cls=0, bitmap=0, lr=0, rule=0)
+  for p in parts:
+    out["lex_start"].append(p.lex_start + off["state"])
+    out["lr_start"].append(p.lr_start + off["lr"])
+    out["state_outcomes"].append(_pad(_shift(p.state_outcomes, off["outcome"]),
+                                      width("state_outcomes"), -1))
+    out["state_seq_lanes"].append(_pad(_shift(p.state_seq_lanes, off["seq"]),
+                                       width("state_seq_lanes"), -1))
+    out["state_slot_lane"].append(_pad(p.state_slot_lane, width("state_slot_lane"), -1))
+    out["outcome_seq"].append(p.outcome_seq + off["seq"])
+    out["outcome_final"].append(p.outcome_final + off["state"])
+    out["seq_items"].append(_pad(_shift(p.seq_items, off["cls"]), width("seq_items"), -1))
+    out["class_members"].append(_pad(p.class_members, width("class_members"), -1))
+    out["state_big_slot"].append(_pad(p.state_big_slot, width("state_big_slot"), -1))
+    out["state_big_row"].append(_pad(_shift(p.state_big_row, off["bitmap"]),
+                                     width("state_big_row"), -1))
+    out["set_bits"].append(p.set_bits)
+    out["state_small_tokens"].append(_pad(p.state_small_tokens, width("state_small_tokens"),
+                                          first.vocab_size))
+    out["state_small_slot"].append(_pad(p.state_small_slot, width("state_small_slot"), -1))
+    out["state_viable"].append(_pad(p.state_viable, width("state_viable"), 0))
+    out["state_free"].append(p.state_free)
+    out["state_end_item"].append(_shift(p.state_end_item, off["cls"]))
+    # Shifts move to offset states; reductions name offset productions; -1 (accept)
+    # and 0 (error) stay.
+    action = np.where(p.action > 0, p.action + off["lr"],
+                      np.where(p.action < -1, p.action - off["rule"], p.action))
+    out["action"].append(_pad(action.astype(np.int32), width("action"), 0))
+    out["action_bits"].append(_pad(p.action_bits, width("action_bits"), 0))
+    out["goto"].append(_pad(_shift(p.goto, off["lr"]), width("goto"), -1))
+    out["rule_lhs"].append(p.rule_lhs)
+    out["rule_len"].append(p.rule_len)
+    off["state"] += p.state_free.shape[0]
+    off["outcome"] += p.outcome_seq.shape[0]
+    off["seq"] += p.seq_items.shape[0]
+    off["cls"] += p.class_members.shape[0]
+    off["bitmap"] += p.set_bits.shape[0]
+    off["lr"] += p.action.shape[0]
+    off["rule"] += p.rule_len.shape[0]
+  arrays = {f: np.concatenate(v).astype(getattr(first, f).dtype) for f, v in out.items()}
+  arrays["eos_bits"] = first.eos_bits
+  info = lambda f: tuple(x for p in parts for x in (
+      getattr(p, f) if isinstance(getattr(p, f), tuple) else (getattr(p, f),)))
+  return LexedArrays(
+      **arrays, vocab_size=first.vocab_size,
+      stack_depth=max(p.stack_depth for p in parts), lexer=info("lexer"),
+      token_table=info("token_table"), lr=info("lr"), grammar=info("grammar"),
+      vocab=first.vocab)
 
 
 class LexedReference:

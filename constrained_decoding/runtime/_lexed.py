@@ -4,7 +4,8 @@ Increment 3 of docs/lexer_runtime.md. `LexedTables` holds the arrays that
 `constraints/_lexed_grammar.compile_lexed_grammar` builds on the host; the functions
 here step them inside `jax.jit` (static shapes, `lax.while_loop`, no host callbacks).
 The row state is `runtime.ConstraintState`: `state` is the lexer state, `stack[B, D]`
-the LR parser's states (bottom first, `depth[B]` in use; the bottom is parser state 0),
+the LR parser's states (bottom first, `depth[B]` in use; the bottom is the grammar's
+parser start state),
 `done` and the sticky `error` as in `_runtime.py`.
 
 One step of a row in lexer state s:
@@ -57,14 +58,16 @@ lexeme or a terminal the parser takes next; whether the text after that terminal
 start without extending it (longest match) is not checked. Grammars whose terminals
 are separated by an `%ignore`d one (whitespace) never meet the difference.
 
-Not yet: stacking several grammars in one table set, `rewind`, lexer modes
+Several grammars stack into one table set (`_lexed_grammar.stack_lexed_arrays`, rows
+pick theirs by `init_state(..., constraint_ids=)`); not with `ConstraintTables` of the
+flat runtime. Not yet: `rewind`, lexer modes
 (INDENT/DEDENT), stack-aware masks (near the stack bound a row may be left with only
 tokens that would overflow: they are refused, so a walk can dead-end within a few
 tokens of D; pick D above the nesting the text needs).
 
 Public:
   LexedTables, tables_from_arrays(arrays)   the device tables.
-  init_state(tables, batch_size)            the start state of each row.
+  init_state(tables, batch_size, constraint_ids=)   the start state of each row.
   allowed_bits / allowed_tokens(tables, state)   packed uint32 [B, W] / bool [B, V].
   advance(tables, state, tokens)            consume one token per row.
 """
@@ -98,7 +101,8 @@ class LexedTables:
   per state, L lexemes per token, Q parser states, T terminals in Tw words, W = ceil(V
   / 32) words).
   """
-  lex_start: Int[Array, ""]
+  lex_start: Int[Array, "G"]
+  lr_start: Int[Array, "G"]
   state_outcomes: Int[Array, "S K"]
   state_seq_lanes: Int[Array, "S Ks"]
   state_slot_lane: Int[Array, "S K"]
@@ -126,23 +130,44 @@ class LexedTables:
 
 
 def tables_from_arrays(arrays) -> LexedTables:
-  """`LexedTables` (jax arrays) from a host `LexedArrays`."""
+  """`LexedTables` (jax arrays) from a host `LexedArrays` (one grammar or stacked)."""
   fields = {f: jnp.asarray(getattr(arrays, f)) for f in arrays.ARRAY_FIELDS}
-  return LexedTables(lex_start=jnp.asarray(arrays.lex_start, jnp.int32),
-                     vocab_size=int(arrays.vocab_size),
+  return LexedTables(vocab_size=int(arrays.vocab_size),
                      stack_depth=int(arrays.stack_depth), **fields)
 
 
-def init_state(tables: LexedTables, batch_size: int) -> ConstraintState:
-  """The start state of `batch_size` rows: lexer start, parser stack [0]."""
-  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
-      batch_size < 1):
+def init_state(tables: LexedTables, batch_size: int | None = None, *,
+               constraint_ids: ArrayLike | None = None) -> ConstraintState:
+  """The start state of each row: its grammar's lexer start, parser stack [start].
+
+  Args:
+    tables: Compiled (possibly stacked) tables.
+    batch_size: Number of rows; may be omitted when `constraint_ids` is given.
+    constraint_ids: Which stacked grammar each row follows (default: grammar 0),
+      integers of shape `[B]` in [0, G); inside jit, an id out of range is clamped.
+
+  Raises:
+    DecodingArgumentError: as `_runtime.init_state`.
+  """
+  if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+      batch_size, (int, np.integer)) or batch_size < 1):
     raise DecodingArgumentError(f"init_state: batch_size {batch_size!r} is not a positive "
                                 "int. Expected an int >= 1.")
-  b = int(batch_size)
+  if constraint_ids is None:
+    if batch_size is None:
+      raise DecodingArgumentError(
+          "init_state needs batch_size or constraint_ids. Expected one of them.")
+    ids = jnp.zeros((int(batch_size),), jnp.int32)
+  else:
+    ids = _check_int_array("init_state", "constraint_ids", constraint_ids, (batch_size,),
+                           int(jnp.shape(tables.lex_start)[0]),
+                           "indices of stacked grammars")
+    ids = jnp.clip(jnp.asarray(ids, jnp.int32), 0, jnp.shape(tables.lex_start)[0] - 1)
+  b = ids.shape[0]
   return ConstraintState(
-      state=jnp.full((b,), tables.lex_start, jnp.int32),
-      stack=jnp.zeros((b, tables.stack_depth), jnp.int32),
+      state=jnp.asarray(tables.lex_start)[ids].astype(jnp.int32),
+      stack=jnp.zeros((b, tables.stack_depth), jnp.int32).at[:, 0].set(
+          jnp.asarray(tables.lr_start)[ids]),
       depth=jnp.ones((b,), jnp.int32),
       done=jnp.zeros((b,), bool), error=jnp.zeros((b,), bool))
 

@@ -473,3 +473,26 @@ def test_long_chains_of_empty_rules_fall_back_to_full_stacks():
     state = advance_fn(tables, state, jnp.asarray(tokens + [256], jnp.int32))
   accepted = np.asarray(state.done & ~state.error)[:len(texts)].tolist()
   assert accepted == [True, True, True, True, False, False, False]
+
+
+def test_stacked_grammars_equal_the_individual_ones():
+  sql = _get("sql")
+  arith = _lexed_grammar.compile_lexed_grammar(ARITH, sql.vocab, stack_depth=32)
+  parts = [sql.arrays, arith]
+  stacked = _lexed.tables_from_arrays(_lexed_grammar.stack_lexed_arrays(parts))
+  single = [sql.tables, _lexed.tables_from_arrays(arith)]
+  ids = np.array([0, 1] * (_BATCH // 2), np.int32)
+  state = _lexed.init_state(stacked, constraint_ids=ids)
+  alone = [_lexed.init_state(t, _BATCH) for t in single]
+  rng = np.random.default_rng(4)
+  for _ in range(25):
+    allowed = np.asarray(sql.allowed(stacked, state))
+    expected = [np.asarray(sql.allowed(t, s)) for t, s in zip(single, alone)]
+    for r, g in enumerate(ids):
+      np.testing.assert_array_equal(allowed[r], expected[g][r])
+    tokens = np.array([rng.choice(np.nonzero(row)[0]) for row in allowed], np.int32)
+    state = sql.advance(stacked, state, jnp.asarray(tokens))
+    alone = [sql.advance(t, s, jnp.asarray(tokens)) for t, s in zip(single, alone)]
+    assert not np.asarray(state.error).any()
+  with pytest.raises(errors.VocabularyMismatchError, match="tables 1 were compiled for another vocabulary"):
+    _lexed_grammar.stack_lexed_arrays([sql.arrays, _get("arith").arrays])
