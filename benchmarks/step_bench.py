@@ -9,7 +9,7 @@ With the Gemma 3 vocabulary, one jitted constrained step -- `mask_logits` on flo
 logits [B, V], `argmax` of the masked logits, `advance` -- at batch 1, 8 and 64, for:
 
   a  `[a-z]+`, the baseline: same shape of text, no counting (no counting terminals, so
-     the step skips the counting gathers statically).
+     `advance` skips the character-count lookup statically).
   b  `[a-z]{0,2000}`: a counted chain (`automata/_counting.py`).
   c  `{"type": "string", "maxLength": 200}`.
   d  an object with a `maxLength` 100 string and an integer (`automata/_embedded_chains.py`).
@@ -31,14 +31,13 @@ the machine's drift falls on all alike (garbage collection off, `regex_bench._No
 per state the best of the rounds is kept (the machine is shared) and a row reports
 the median (p90, max) over its states, and the ratio to (a)'s median at the same
 batch size. Table bytes: `CompileInfo.nbytes["total"]`; R: terminal entries per state
-row (padded, static: every state of a table gathers R of them).
+row (padded, static: `advance` gathers one bitmap word for each of them; the mask row
+already holds them, `tables.py`).
 
 `--profile-iters` (0: off) splits the step at the middle timed step of each walk,
 best of `--profile-iters` calls (`decode_bench._best_ms`): `jnp.argmax` alone
-(`decode_bench._greedy_step`), the two-reduction argmax alone, `allowed_bits`
-(the mask row plus, for counted tables, the counting-terminal gathers), the counting
-gathers alone (`_runtime._counting_bits`: two [W] bitmap rows per terminal entry of
-the state's row, R entries, R static per table), mask + argmax, and `advance`.
+(`decode_bench._greedy_step`), the two-reduction argmax alone, `allowed_bits` (one
+mask row per batch row, counting entries included), mask + argmax, and `advance`.
 """
 
 import argparse
@@ -58,7 +57,6 @@ if _REPO not in sys.path:
 
 import constrained_decoding as cd  # pylint: disable=g-import-not-at-top,wrong-import-position
 from constrained_decoding.models import default_gguf_path  # pylint: disable=g-import-not-at-top,wrong-import-position
-from constrained_decoding.runtime import _runtime  # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import decode_bench, regex_bench  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DEFAULT_OUT = os.path.join(_REPO, "benchmarks", "results", "step_counted.json")
@@ -115,11 +113,6 @@ def _constraint_step(tables, state, tokens):
 @jax.jit
 def _allowed_bits(tables, state):
   return cd.runtime.allowed_bits(tables, state)
-
-
-@jax.jit
-def _counting_bits(tables, state):
-  return _runtime._counting_bits(tables, state)  # pylint: disable=protected-access
 
 
 @jax.jit
@@ -200,8 +193,6 @@ def profile(tables, tokens, indices, batch: int, vocab_size: int, iters: int) ->
          "mask_argmax_us": us(_mask_argmax, tables, state, logits),
          "advance_us": us(_advance, tables, state, tok),
          "step_us": us(_step, tables, state, logits, tok)}
-  if tables.token_counts.shape[0]:
-    out["counting_bits_us"] = us(_counting_bits, tables, state)
   return out
 
 
@@ -313,8 +304,8 @@ def markdown(rows) -> str:
 
 
 def profile_markdown(profiles) -> str:
-  cols = ("jnp_argmax_us", "argmax_us", "allowed_bits_us", "counting_bits_us", "mask_argmax_us",
-          "advance_us", "step_us")
+  cols = ("jnp_argmax_us", "argmax_us", "allowed_bits_us", "mask_argmax_us", "advance_us",
+          "step_us")
   lines = ["| case | B | " + " | ".join(c[:-3] for c in cols) + " |",
            "|---|---|" + "---|" * len(cols)]
   for p in profiles:
