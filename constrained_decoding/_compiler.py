@@ -6,6 +6,7 @@ vocabulary trie, Alg. 2) -> `ConstraintTables`.
 
 import collections
 import dataclasses
+import logging
 import time
 from typing import Protocol, runtime_checkable
 
@@ -18,6 +19,7 @@ from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _embedded_chains
 from constrained_decoding.automata import _pda
+from constrained_decoding.automata import _registers
 from constrained_decoding.automata import _splice
 from constrained_decoding.automata import _streamline
 from constrained_decoding.automata import _wide
@@ -25,6 +27,8 @@ from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.errors import EmptyConstraintError
 from constrained_decoding.vocab._vocabulary import Vocabulary
+
+_log = logging.getLogger(__name__)
 
 # Bump when compiled tables for the same spec and vocabulary would change.
 FORMAT_VERSION = 1
@@ -190,6 +194,20 @@ class Compiler:
       EmptyConstraintError: No token sequence of this vocabulary satisfies the spec.
       CompileBudgetError: The automaton exceeds `CompileOptions` budgets.
     """
+    try:
+      return self._compile_with_info(spec)
+    except CompileBudgetError as e:
+      # Objects checked in registers (`automata/_registers.py`) may fail to fold (a
+      # union of objects that start alike) or to determinize: fall back to objects
+      # that keep schema order past the any-order budget.
+      fallback = getattr(spec, "without_registers", lambda: None)()
+      if fallback is None or not _registers.has_markers(_regular_ir(spec)):
+        raise
+      _log.info("%s: register objects failed (%s); compiling with property_order="
+                "'any_bounded' instead.", spec.describe(), e)
+      return self._compile_with_info(fallback)
+
+  def _compile_with_info(self, spec: Spec) -> tuple[_tables.ConstraintTables, CompileInfo]:
     from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
 
     opts = self.options
@@ -208,12 +226,20 @@ class Compiler:
       counted = self._compile_chain(chain, what, t0, t1, deadline)
       if counted is not None:
         return counted
-    if chain is None and opts.wide_states and opts.counted_chains:
+    # Register markers (objects checked on the device) are folded into byte arcs
+    # before composition, which neither splicing nor embedded chains know of.
+    markers = _registers.has_markers(node)
+    if chain is None and opts.wide_states and opts.counted_chains and not markers:
       counted = self._compile_embedded_chains(node, what, t0, t1, deadline)
       if counted is not None:
         return counted
-    self._check_nfa_size(node, opts.wide_states, what)
-    dfa = _fsa.compile_byte_dfa(node, fragments=opts.wide_states)
+    fragments = opts.wide_states and not markers
+    self._check_nfa_size(node, fragments, what)
+    dfa = _fsa.compile_byte_dfa(node, fragments=fragments)
+    contracted = None
+    if len(dfa.marker_arcs):
+      contracted = _registers.contract(dfa)
+      dfa = contracted.dfa
     given = None
     if len(dfa.fragment_arcs):
       automata = [self._fragment(f, deadline, what) for f in dfa.fragments]
@@ -254,6 +280,10 @@ class Compiler:
           f"{what} needs {token_dfa.num_states} token-automaton states. Expected at most "
           f"CompileOptions.max_states={opts.max_states}. Raise the budget or simplify."
       )
+    guards = None
+    if contracted is not None:
+      guards = _registers.attach(token_dfa, token_dfa.byte_state, contracted,
+                                 self.vocab.token_bytes)
     packed_bytes = _tables.estimate_nbytes(token_dfa, self.vocab, min_bucket=opts.min_bucket)
     if packed_bytes > opts.max_table_bytes:
       raise CompileBudgetError(
@@ -263,7 +293,8 @@ class Compiler:
           f"CompileOptions.max_table_bytes={opts.max_table_bytes}. Replace bounded "
           f"repetitions of wide classes such as '[^\"]{{0,200}}' with '*', or raise the "
           f"budget.")
-    tables = _tables.pack_tables(token_dfa, self.vocab, min_bucket=opts.min_bucket)
+    tables = _tables.pack_tables(token_dfa, self.vocab, min_bucket=opts.min_bucket,
+                                 guards=guards)
     t4 = time.perf_counter()
     info = CompileInfo(
         description=what,
@@ -437,6 +468,14 @@ class Compiler:
 
   def _token_text(self, token: int) -> bytes:
     return self.vocab.token_bytes[token] or b""
+
+
+def _regular_ir(spec) -> ir.Node:
+  """`spec.to_ir()`, or the empty language for specs compiled as push-down grammars."""
+  pushdown = getattr(spec, "pushdown_grammar", None)
+  if pushdown is not None and pushdown() is not None:
+    return ir.NOTHING
+  return spec.to_ir()
 
 
 # Compilers shared by callers that only have a vocabulary (`generate(constraint=spec)`),

@@ -35,7 +35,9 @@ from constrained_decoding.errors import TablesVocabularyMismatchError
 from constrained_decoding.errors import VocabularyMismatchError
 from constrained_decoding.vocab._vocabulary import Vocabulary
 
-TABLES_FILE_VERSION = 2  # 2: stack-aware masks (capped_*)
+# 2: stack-aware masks (capped_*); 3: register guards, and counted chains' counting
+# entries folded into the mask rows (the device no longer ORs them in)
+TABLES_FILE_VERSION = 3
 _FORMAT = "constrained_decoding.ConstraintTables"
 _HEADER = "__header__"
 # The dtype of every array field (see the layout in `tables.py`).

@@ -47,15 +47,31 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
                                first such l); 0 (the empty row) in padding
   capped_bits   uint32 [X, W]  tokens removed near the stack bound; row 0 is empty
                                ([0, 0] for regular tables)
+  edge_guards   int32  [E] or [0]  guard of each explicit edge, -1 for none (register
+                               tables only, below)
+  guard_ops     int32  [Gd, O, 3]  each guard's operations (kind, word, operand), kind
+                               -1 padded; `automata/_registers.py` ([0, 0, 3]: none)
+  guarded_slots int32  [G, Gm] or [0, 0]  the edges (slots) with a guard of each group,
+                               -1 padded
+  register_init int32  [NR]    the register words of a row at the start (NR = 0 for
+                               tables without registers; only the shape is read)
+
+Register tables (objects whose keys are checked on the device, `automata/_registers.py`).
+A row also holds NR int32 register words. An explicit edge with a guard is taken only if
+its guard passes on the row's registers, and then applies the guard's operations; such
+edges are left out of the mask rows, and the device ORs in, per row, the tokens of its
+group's `guarded_slots` whose guards pass (one [Gm] gather and a scatter per step).
 
 Relative targets (counted repetitions, `automata/_counting.py`). An explicit edge whose
 target is `RELATIVE - k` (k >= 0, so at most -2) leads from state q to q + k. A counting
 terminal t with (row c, stride s, bias b) leads from q to q + s * token_counts[c, token]
 + b, and the second field of a state's entry (t, f) is a *filter*, not a target: the
 entry holds the tokens of `terminal_bits[t]` that are also in `terminal_bits[f]` (all of
-them when f = -1). Counting terminals are not part of the mask rows: the device ORs a
-state's counting entries into its row (two [W] rows gathered per entry), so states that
-differ only in how many characters remain share mask rows and filters. The states of a
+them when f = -1). Like every terminal entry, counting entries are part of the state's
+mask row, filters applied (`_counting.CountingTerminals.fold`), so the mask costs one row
+gather whatever R is; `advance` reads one word of each entry's bitmap and filter. States
+near a chain's end get a row per slot and remaining count below the longest token (~100
+rows of 32 KiB for JSON strings with Gemma 3). The states of a
 counted chain `X{n,m}` are numbered position by position, so the middle positions of a
 long chain share one edge group (`state_groups` points them at it), one mask row and
 the same terminal entries: tables grow with the longest token, not with m.
@@ -125,12 +141,15 @@ CAP_PAD = np.iinfo(np.int32).max
 # need(q) of a state that cannot finish with any stack (larger than any capacity).
 NO_FINISH = 1 << 24
 DEFAULT_MIN_BUCKET = 8
+# Kinds of guard operations (`guard_ops[..., 0]`; `automata/_registers.py`).
+GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE = 0, 1, 2, 3
 
 _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask",
                  "group_pops", "group_num_pops", "edge_start", "edge_tokens", "edge_targets",
                  "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",
                  "state_terminals", "state_terminal_rows", "terminal_counts",
-                 "token_counts", "capped_limits", "capped_rows", "capped_bits")
+                 "token_counts", "capped_limits", "capped_rows", "capped_bits",
+                 "edge_guards", "guard_ops", "guarded_slots", "register_init")
 # Fields added for push-down tables only: left out of a regular table's `shape_key`.
 _CAPPED_FIELDS = ("capped_limits", "capped_rows", "capped_bits")
 _META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint")
@@ -180,10 +199,20 @@ class ConstraintTables:
   capped_limits: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
   capped_rows: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
   capped_bits: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.uint32))
+  # Register tables (module docstring); empty otherwise.
+  edge_guards: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+  guard_ops: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 3), np.int32))
+  guarded_slots: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
+  register_init: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
 
   @property
   def num_constraints(self) -> int:
     return int(self.start.shape[0])
+
+  @property
+  def has_registers(self) -> bool:
+    """Whether rows keep register words (static: from a shape)."""
+    return bool(np.shape(self.guard_ops)[0])
 
   @property
   def is_pushdown(self) -> bool:
@@ -297,13 +326,15 @@ class _Automaton:
   regular: bool = False
 
 
-def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
+def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET,
+                guards=None) -> ConstraintTables:
   """Packs a `TokenDfa` (start state 0, edges sorted by (source, token)).
 
   Args:
     token_dfa: A trimmed token DFA from `automata.compose_token_dfa`, non-empty.
     vocab: The `Vocabulary` it was built for (end-of-sequence ids and logits width).
     min_bucket: Smallest padded size of S, E and M.
+    guards: The `_registers.Guards` of its explicit edges, or None.
   """
   s = token_dfa.num_states
   e = len(token_dfa.edge_token)
@@ -315,7 +346,34 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> Co
       edge_push=np.zeros(e, np.int32), push_symbols=np.zeros((1, 0), np.int32),
       push_lengths=np.zeros(1, np.int32), terminal_bits=token_dfa.terminal_bits,
       state_terminals=token_dfa.state_terminals, regular=True)
-  return _pack(automaton, vocab, stack_depth=0, min_bucket=min_bucket)
+  if guards is None or not (guards.edge_guard >= 0).any():
+    return _pack(automaton, vocab, stack_depth=0, min_bucket=min_bucket)
+  # Guarded edges are looked up like the others but kept out of the mask rows.
+  unguarded = guards.edge_guard < 0
+  masked = dataclasses.replace(automaton, edge_group=automaton.edge_group[unguarded],
+                               edge_token=automaton.edge_token[unguarded],
+                               edge_target=automaton.edge_target[unguarded],
+                               edge_push=automaton.edge_push[unguarded])
+  tables = _pack(automaton, vocab, stack_depth=0, min_bucket=min_bucket, masked=masked)
+  return _with_guards(tables, guards, token_dfa.edge_source, s)
+
+
+def _with_guards(tables: ConstraintTables, guards, edge_group: np.ndarray,
+                 num_groups: int) -> ConstraintTables:
+  """`tables` with the guard arrays of a token DFA's edges (groups are states)."""
+  e_pad = tables.edge_tokens.shape[0]
+  edge_guards = _padded(guards.edge_guard, e_pad, NO_STATE)
+  slots = np.flatnonzero(guards.edge_guard >= 0)
+  groups = edge_group[slots]
+  per_group = np.bincount(groups, minlength=num_groups)
+  width = int(per_group.max())
+  guarded_slots = np.full((tables.group_mask.shape[0], width), NO_STATE, np.int32)
+  first = np.concatenate([[0], np.cumsum(per_group)[:-1]])
+  guarded_slots[groups, np.arange(len(slots)) - first[groups]] = slots
+  return dataclasses.replace(tables, edge_guards=edge_guards,
+                             guard_ops=np.asarray(guards.ops, np.int32),
+                             guarded_slots=guarded_slots,
+                             register_init=np.zeros(guards.num_words, np.int32))
 
 
 def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
@@ -591,7 +649,9 @@ def _prefix_chains(a: _Automaton, own_row: np.ndarray) -> list[tuple[int, ...]]:
   return chains
 
 
-def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> ConstraintTables:
+def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int,
+          masked: _Automaton | None = None) -> ConstraintTables:
+  """Packs `a`; its mask rows from `masked` (the same groups, fewer edges) when given."""
   s, g, e = a.num_states, len(a.group_state), len(a.edge_token)
   w = num_words(vocab.vocab_size)
   s_pad, g_pad, e_pad = bucket_size(s, min_bucket), bucket_size(g, min_bucket), bucket_size(
@@ -599,7 +659,12 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int) -> Constra
   # Edges are sorted by group: group k's are those before the first of group k + 1.
   edge_start = np.full(g_pad + 1, e, np.int32)
   edge_start[:g + 1] = a.edge_group.searchsorted(np.arange(g + 1, dtype=a.edge_group.dtype))
-  mask_bits, row_of_group = _group_masks(a, w, min_bucket, edge_start[:g + 1])
+  if masked is None:
+    mask_bits, row_of_group = _group_masks(a, w, min_bucket, edge_start[:g + 1])
+  else:
+    mask_bits, row_of_group = _group_masks(
+        masked, w, min_bucket,
+        masked.edge_group.searchsorted(np.arange(g + 1, dtype=masked.edge_group.dtype)))
   state_groups = _state_groups(a, s_pad)
   group_mask = np.zeros(g_pad, np.int32)
   group_mask[:g] = row_of_group

@@ -39,6 +39,10 @@ class ByteDfa:
       `fragments[fragment index]` leads from state to target. Only from
       `_fsa.compile_byte_dfa(..., fragments=True)`, until `_splice.py` replaces them.
     fragments: The `ir.Fragment` of each fragment index.
+    marker_arcs: int32 `[M, 3]`; (state, marker index, target): the register operation
+      `markers[marker index]` (an `ir.Marker`) leads from state to target reading no
+      byte. Only until `_registers.contract` folds them into byte arcs.
+    markers: The `ir.Marker` of each marker index.
   """
 
   transitions: np.ndarray
@@ -48,6 +52,8 @@ class ByteDfa:
   class_edges: np.ndarray | None = None
   fragment_arcs: np.ndarray = dataclasses.field(default_factory=_no_token_arcs)
   fragments: tuple = ()
+  marker_arcs: np.ndarray = dataclasses.field(default_factory=_no_token_arcs)
+  markers: tuple = ()
 
   @property
   def num_states(self) -> int:
@@ -67,11 +73,21 @@ class ByteDfa:
     first = edges[:-1]
     return (np.ascontiguousarray(self.transitions[:, first]), first, np.diff(edges))
 
+  @functools.cached_property
+  def register_walker(self):
+    """The `_registers.ByteWalker` of a DFA with register markers (built once)."""
+    from constrained_decoding.automata import _registers  # pylint: disable=g-import-not-at-top
+
+    return _registers.ByteWalker(self)
+
   def accepts(self, data: bytes) -> bool:
     """Whether the byte string `data` is in the language (a reference, not fast).
 
     Only byte paths count: a language that needs a token-class arc accepts no bytes.
+    With register markers, their operations apply (`_registers.ByteWalker`).
     """
+    if len(self.marker_arcs):
+      return self.register_walker.accepts(data)
     state = self.start
     for b in data:
       if state == NO_STATE:

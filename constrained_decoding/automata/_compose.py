@@ -56,6 +56,8 @@ class TokenDfa:
     terminal_bits: uint32 `[T, W]`; token bitmaps of the terminal edges (distinct).
     state_terminals: int32 `[S, R, 2]` (R >= 1); the (terminal id, target) pairs of
       each state's terminal edges in precedence order, -1 padded.
+    byte_state: int32 `[S]`; the byte-DFA state each state was made from (None where
+      unknown), for `_registers.attach`.
   """
 
   num_states: int
@@ -65,6 +67,7 @@ class TokenDfa:
   edge_target: np.ndarray
   terminal_bits: np.ndarray
   state_terminals: np.ndarray
+  byte_state: np.ndarray | None = None
 
 
 # A frontier of at most this many (node, state) pairs is stepped in plain Python: a
@@ -745,7 +748,8 @@ def compose_token_dfa(
     src, tok, dst = _sorted_edges(src, tok, dst, q, _views(trie).token_span)
     return TokenDfa(num_states=q, accepting=dfa.accepting.astype(bool),
                     edge_source=src, edge_token=tok, edge_target=dst,
-                    terminal_bits=terminal_bits, state_terminals=state_terminals)
+                    terminal_bits=terminal_bits, state_terminals=state_terminals,
+                    byte_state=np.arange(q, dtype=np.int32))
   if live is None:
     live = np.ones(q, bool)
   # Renumber live states, start first, then in byte-DFA order.
@@ -765,6 +769,7 @@ def compose_token_dfa(
       edge_target=dst,
       terminal_bits=terminal_bits,
       state_terminals=state_terminals,
+      byte_state=order.astype(np.int32),
   )
 
 

@@ -9,6 +9,8 @@ minimization treat it like any byte, and the exported `ByteDfa` lists it in
 `ir.Fragment` is its body, or, when the caller asks (`compile_byte_dfa(node,
 fragments=True)`), one more pseudo-byte per distinct fragment, exported as
 `fragment_arcs` for `_splice.py` to replace with a copy of the fragment's automaton.
+An `ir.Marker` (a register operation, `_registers.py`) is one more pseudo-byte in the
+same numbering as fragments, exported as `marker_arcs`.
 
 Public functions:
   utf8_sequences(lo, hi)  the UTF-8 byte-range sequences encoding scalar values lo..hi.
@@ -163,7 +165,7 @@ class _Nfa:
     bounds: Every `lo` and `hi + 1` of a range: the edges of the byte classes.
   """
 
-  __slots__ = ("arcs", "epsilons", "bounds", "fragments")
+  __slots__ = ("arcs", "epsilons", "bounds", "fragments", "pseudo")
 
   def __init__(self, fragments: bool = False):
     self.arcs: list[list[int]] = [[], []]
@@ -171,6 +173,12 @@ class _Nfa:
     self.bounds = {0, 256}
     # The distinct fragments met, in order, when they become pseudo-bytes; else None.
     self.fragments: list[ir.Fragment] | None = [] if fragments else None
+    # Pseudo-byte index of each kept fragment and marker: label _FRAGMENT_BASE + index.
+    self.pseudo: dict = {}
+
+  def pseudo_label(self, node) -> int:
+    """The label of the pseudo-byte standing for `node` (a kept fragment, a marker)."""
+    return _FRAGMENT_BASE + self.pseudo.setdefault(node, len(self.pseudo))
 
   def new_state(self) -> int:
     self.arcs.append([])
@@ -478,9 +486,17 @@ def _add_fragment(nfa: _Nfa, node: ir.Fragment, src: int, dst: int) -> None:
   if nfa.fragments is None:
     _add_node(nfa, node.body, src, dst)
     return
-  if node not in nfa.fragments:
+  if node not in nfa.pseudo:
     nfa.fragments.append(node)
-  label = _FRAGMENT_BASE + nfa.fragments.index(node)
+  label = nfa.pseudo_label(node)
+  nfa.add_range(src, label, label, dst)
+
+
+def _add_marker(nfa: _Nfa, node: ir.Marker, src: int, dst: int) -> None:
+  """Adds the marker's pseudo-byte arc (`marker_arcs` once exported)."""
+  if node.kind not in ir.MARKER_KINDS:
+    raise ValueError(f"Expected a marker kind in {ir.MARKER_KINDS}, got {node.kind!r}.")
+  label = nfa.pseudo_label(node)
   nfa.add_range(src, label, label, dst)
 
 
@@ -509,6 +525,7 @@ _ADDERS = {
     ir.Terminal: _add_terminal,
     ir.Graph: _add_graph,
     ir.Fragment: _add_fragment,
+    ir.Marker: _add_marker,
 }
 
 
@@ -615,8 +632,8 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
     src, labels, dst: The arcs, as int arrays; label k + 1 means byte class k.
     edges: Class k is the bytes `edges[k]..edges[k+1]-1` (`_BYTE_EDGES`: one per byte);
       values from 256 on are token classes (256 + j), exported as `token_arcs`, then
-      fragments (`_FRAGMENT_BASE + k`), exported as `fragment_arcs`.
-    fragments: The `ir.Fragment` of each fragment index.
+      pseudo-bytes (`_FRAGMENT_BASE + k`), exported as `fragment_arcs` or `marker_arcs`.
+    fragments: The `ir.Fragment` or `ir.Marker` of each pseudo-byte index k.
   """
   num_states = len(accepting)
   if num_states == 0:
@@ -638,22 +655,41 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
     table = table.take(np.arange(1, len(edges)).repeat(sizes), axis=1)
   else:
     table = table[:, 1:]
-  token_arcs = fragment_arcs = np.zeros((0, 3), np.int32)
+  token_arcs = fragment_arcs = marker_arcs = np.zeros((0, 3), np.int32)
+  markers = ()
   if table.shape[1] > _TOKEN_CLASS_BASE:
     extra = table[:, _TOKEN_CLASS_BASE:]
     state, klass = np.nonzero(extra != _byte_dfa.NO_STATE)
     arcs = np.stack([state, klass, extra[state, klass]], axis=1).astype(np.int32)
-    is_fragment = klass >= len(ir.TOKEN_CLASSES)
-    token_arcs = arcs[~is_fragment]
-    fragment_arcs = arcs[is_fragment]
-    fragment_arcs[:, 1] -= len(ir.TOKEN_CLASSES)
+    is_pseudo = klass >= len(ir.TOKEN_CLASSES)
+    token_arcs = arcs[~is_pseudo]
+    pseudo_arcs = arcs[is_pseudo]
+    pseudo_arcs[:, 1] -= len(ir.TOKEN_CLASSES)
     table = table[:, :_TOKEN_CLASS_BASE]
+    fragment_arcs, marker_arcs, fragments, markers = _split_pseudo(pseudo_arcs, fragments)
   # Row-major: every later stage reads whole rows or (state, byte) pairs.
   table = np.ascontiguousarray(table)
   byte_edges = np.asarray([e for e in edges if e <= _TOKEN_CLASS_BASE])
   return _byte_dfa.ByteDfa(transitions=table, accepting=accepting, start=0,
                            token_arcs=token_arcs, class_edges=byte_edges,
-                           fragment_arcs=fragment_arcs, fragments=tuple(fragments))
+                           fragment_arcs=fragment_arcs, fragments=tuple(fragments),
+                           marker_arcs=marker_arcs, markers=markers)
+
+
+def _split_pseudo(arcs: np.ndarray, pseudo: tuple):
+  """(fragment arcs, marker arcs, fragments, markers): pseudo-byte arcs `(state, k,
+  target)` split by what `pseudo[k]` is, each renumbered densely in its own list."""
+  is_marker = np.array([isinstance(p, ir.Marker) for p in pseudo] + [False], bool)
+  index = np.zeros(len(pseudo) + 1, np.int32)
+  index[~is_marker] = np.arange(int((~is_marker).sum()))
+  index[is_marker] = np.arange(int(is_marker.sum()))
+  fragment_arcs = arcs[~is_marker[arcs[:, 1]]]
+  marker_arcs = arcs[is_marker[arcs[:, 1]]]
+  fragment_arcs[:, 1] = index[fragment_arcs[:, 1]]
+  marker_arcs[:, 1] = index[marker_arcs[:, 1]]
+  fragments = tuple(p for p in pseudo if not isinstance(p, ir.Marker))
+  markers = tuple(p for p in pseudo if isinstance(p, ir.Marker))
+  return fragment_arcs, marker_arcs, fragments, markers
 
 
 def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES, fragments: tuple = ()
@@ -734,4 +770,4 @@ def compile_byte_dfa(node: ir.Node, *, fragments: bool = False) -> _byte_dfa.Byt
   fst = _minimize(
       pywrapfst.Fst.read_from_string(data), has_epsilons=False, deterministic=deterministic
   )
-  return _export_fast(fst, edges, tuple(nfa.fragments or ()))
+  return _export_fast(fst, edges, tuple(nfa.pseudo))

@@ -20,6 +20,9 @@ Nodes (each denotes a set of byte strings):
   Fragment(name, body)   the language of `body`, marked as a part that many constraints
                          share (schema-free JSON values): the compiler may build its
                          token automaton once per vocabulary and splice in copies.
+  Marker(kind, word, operand)  the empty string, plus an operation on a per-row register
+                         word that the device applies and checks when a token crosses
+                         this point (`automata/_registers.py`: objects in any order).
 
 Walking the IR (every pass that visits sub-nodes goes through these, so that all agree
 on what a node's sub-nodes are):
@@ -150,8 +153,28 @@ class Fragment:
   body: "Node" = dataclasses.field(compare=False, repr=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class Marker:
+  """The empty string, marked with an operation on register word `word` of a row.
+
+  Byte-wise a marker is epsilon; to the automaton it is one more symbol (so determinization
+  keeps the paths it separates apart), which the compiler turns into an operation on the
+  token edges that cross it (`automata/_registers.py`). Kinds (`operand` a bit mask):
+    "clear"  word := 0.
+    "set"    allowed only if the bits are clear in the word; then sets them (a key
+             written at most once).
+    "need"   allowed only if all the bits are set (required keys, before `}`).
+  """
+
+  kind: str
+  word: int
+  operand: int
+
+
+MARKER_KINDS = ("clear", "set", "need")
+
 Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal, Graph,
-                    RuleRef, Fragment]
+                    RuleRef, Fragment, Marker]
 
 # Token classes of `Terminal` nodes, in precedence order: when a token belongs to several
 # classes allowed in one state, the terminal edge of the earlier class is followed
@@ -277,7 +300,7 @@ def children(node: Node) -> tuple[Node, ...]:
       return tuple(label for _, label, _ in node.arcs)
     case Fragment():
       return (node.body,)
-    case Bytes() | CharClass() | ByteClass() | Terminal() | RuleRef():
+    case Bytes() | CharClass() | ByteClass() | Terminal() | RuleRef() | Marker():
       return ()
     case _:
       raise TypeError(f"Expected an IR node, got {node!r} instead.")

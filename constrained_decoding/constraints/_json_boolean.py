@@ -77,12 +77,21 @@ def lower_any_of(lw, schema: dict, key: str, pointer: str) -> ir.Node:
     alternatives = _json_negation.exact_one_of(
         alternatives, lambda ref: lw.resolve(ref, pointer), _pointer(pointer, key))
   nodes = []
-  for i, alternative in enumerate(alternatives):
-    where = _pointer(pointer, key, i)
-    if _constraining(rest):
-      nodes.append(lw.lower_conjunction([(rest, pointer), (alternative, where)], where))
-    else:
-      nodes.append(lw.lower(alternative, where))
+  registers = lw.use_registers
+  # Objects of two alternatives are read in step while their texts agree, and register
+  # markers (`_json_objects.register_object`) of one would fire on the other's bytes:
+  # below a union of objects, large objects keep schema order.
+  if sum("object" in _shape(lw, a, pointer)[0] for a in alternatives) > 1:
+    lw.use_registers = False
+  try:
+    for i, alternative in enumerate(alternatives):
+      where = _pointer(pointer, key, i)
+      if _constraining(rest):
+        nodes.append(lw.lower_conjunction([(rest, pointer), (alternative, where)], where))
+      else:
+        nodes.append(lw.lower(alternative, where))
+  finally:
+    lw.use_registers = registers
   return ir.union(*nodes)
 
 

@@ -7,6 +7,7 @@ Function (`lw` is the lowering in progress, `_json_schema._Lowerer`):
                                       or in schema order (see `_json_schema.py`).
 """
 
+import functools
 import itertools
 
 from constrained_decoding import errors
@@ -103,12 +104,21 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
     extra = ir.concat(keys, colon, value)
   if extra == ir.NOTHING:
     extra = None
-  members = [(key, _member(lw, key, node), is_required) for key, node, is_required
-             in members if is_required or node != ir.NOTHING]
+  keyed = [(key, node, is_required) for key, node, is_required in members
+           if is_required or node != ir.NOTHING]
+  members = [(key, _member(lw, key, node), is_required) for key, node, is_required in keyed]
   counted = "minProperties" in schema or "maxProperties" in schema
   any_order = None
-  if not counted and (lw.options.property_order == "any" or depends):
+  if not counted and (lw.options.property_order != "schema" or depends):
     any_order = _any_order(lw, members, extra, depends, pointer)
+    if (any_order is None and not depends and lw.use_registers
+        and lw.options.property_order == "any"):
+      lw.log.info("JSON Schema: the object at %s checks its %d keys on the device"
+                  " (register markers).", pointer, len(keyed))
+      node, words = _json_objects.register_object(
+          keyed, functools.partial(_member, lw), extra, ws, lw.register_words)
+      lw.register_words += words
+      return node
   if any_order is not None:
     body, can_be_empty = any_order
   elif counted:
@@ -167,7 +177,8 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
     if lw.options.property_order == "schema":
       return None
     return _any_order(lw, members, extra, {}, pointer)
-  if result is None and lw.options.property_order == "any":
+  registers = lw.options.property_order == "any" and lw.use_registers
+  if result is None and lw.options.property_order != "schema" and not registers:
     lw.log.info("JSON Schema: the object at %s keeps schema order (%d members: any order"
               " would exceed %d IR nodes or %d string bodies, or a member is"
               " recursive).", pointer, len(members), MAX_ANY_ORDER_SIZE,
@@ -175,11 +186,12 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
   return result
 
 
-def _member(lw, key: str, value: ir.Node) -> ir.Node:
-  """`"key": value`; a schema-free value as the shared fragment (`_splice.py`)."""
+def _member(lw, key: str, value: ir.Node, marker: ir.Node = ir.EPSILON) -> ir.Node:
+  """`"key": value` (`marker` right after the key); a schema-free value as the shared
+  fragment (`_splice.py`)."""
   if value == lw.any_value:  # Cheap: equal nodes share their parts.
-    return ir.concat(jv.canonical_string(key), lw.extra_colon, lw.extra_value)
-  return ir.concat(jv.canonical_string(key), lw.ws.colon, value)
+    return ir.concat(jv.canonical_string(key), marker, lw.extra_colon, lw.extra_value)
+  return ir.concat(jv.canonical_string(key), marker, lw.ws.colon, value)
 
 
 def _counted_members(lw, members: list, extra: ir.Node | None, schema: dict,

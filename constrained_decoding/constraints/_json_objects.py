@@ -124,6 +124,52 @@ def any_order_members(
   return ir.Graph(num_states=len(state_of), arcs=tuple(arcs), finals=finals), can_be_empty
 
 
+# Keys per register word: 31, so that every operand is a positive int32.
+KEYS_PER_WORD = 31
+
+
+def register_object(keyed: Sequence[tuple[str, ir.Node, bool]], member,
+                    extra: ir.Node | None, ws: jv.Whitespace, first_word: int
+                    ) -> tuple[ir.Node, int]:
+  """The object with its declared keys in any order, each at most once, checked by
+  register markers (`automata/_registers.py`, `docs/any_order_objects.md`): linear in
+  the schema, where `any_order_members` is exponential in the number of keys.
+
+  `{` (whitespace) `clear` · member (`,` member)* · (whitespace) `need` `}`, a member
+  being a declared key with `set` of its bit right after its closing quote, or an
+  additional one (anywhere, any number of times; two may share a key, as in
+  `any_order_members`). `{}` when no key is required.
+
+  Args:
+    keyed: (key, value IR, is_required) of each declared key that may be written.
+    member: `member(key, value, marker)` -> the IR of `"key" marker: value`.
+    extra: IR of one additional member, or None when none are allowed.
+    ws: Whitespace policy.
+    first_word: The first register word this object may use.
+
+  Returns:
+    (the object's IR, the number of register words it uses).
+  """
+  num_words = max(1, -(-len(keyed) // KEYS_PER_WORD))
+  required = [0] * num_words
+  members = []
+  for i, (key, value, is_required) in enumerate(keyed):
+    word, bit = first_word + i // KEYS_PER_WORD, 1 << i % KEYS_PER_WORD
+    if is_required:
+      required[word - first_word] |= bit
+    members.append(member(key, value, ir.Marker("set", word, bit)))
+  if extra is not None:
+    members.append(extra)
+  one = ir.union(*members)
+  clear = [ir.Marker("clear", first_word + w, 0) for w in range(num_words)]
+  need = [ir.Marker("need", first_word + w, bits) for w, bits in enumerate(required) if bits]
+  body = ir.concat(ws.open(b"{"), *clear, one, ir.repeat(ir.concat(ws.comma, one), 0, None),
+                   ws.gap, *need, ir.Bytes(b"}"))
+  if any(is_required for _, _, is_required in keyed):
+    return body, num_words
+  return ir.union(ws.empty(b"{}"), body), num_words
+
+
 def schema_order_members(members: list, extra: ir.Node | None, ws: jv.Whitespace):
   """Comma-separated object members in order, optional ones skippable, then extras.
 

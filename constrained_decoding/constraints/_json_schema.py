@@ -79,9 +79,14 @@ not generated):
   ones (`_json_objects.py`: an automaton over the set of declared keys written). It
   writes each value about 2^(n-1) times for n members, so an object whose copies would
   exceed `MAX_ANY_ORDER_SIZE` IR nodes or `MAX_ANY_ORDER_WIDE` (12) string bodies and
-  schema-free values (3 string members fit, 4 do not), one with
-  `minProperties`/`maxProperties`, or one with a recursive member keeps schema order
-  (logged; `dependentRequired` there raises).
+  schema-free values (3 string members fit, 4 do not) is written once, linearly, with
+  register markers: the device checks its keys in a few int32 words per row
+  (`_json_objects.register_object`, `automata/_registers.py`), additional properties
+  anywhere among the declared ones. Inside a recursive schema, or where the compiler
+  cannot fold the markers (a union of objects that starts alike), the object keeps
+  schema order instead (`"any_bounded"`, the compiler's fallback), as does one with
+  `minProperties`/`maxProperties` or a recursive member (logged; `dependentRequired`
+  there raises).
   `"schema"`: declared properties in schema order, optional ones skippable,
   additional properties only after them (linear size). Additional properties have keys
   that are any string except the declared keys; two additional properties may share a
@@ -237,8 +242,10 @@ class SchemaOptions:
     max_ref_depth: None: recursive `$ref`s become grammar rules (unbounded nesting).
       N: most expansions of one recursive `$ref` along a path (a regular language).
     free_form_depth: Nesting limit of free-form values.
-    property_order: "any" (declared keys in any order, each at most once) or
-      "schema" (in the order `properties` lists them).
+    property_order: "any" (declared keys in any order, each at most once; large
+      objects check their keys in registers), "any_bounded" (the same, schema order
+      past the any-order budget instead of registers) or "schema" (in the order
+      `properties` lists them).
     implied_types: A schema without `type` takes the types its keywords apply to;
       False: every other type too, as the specification says.
     resources: (absolute URI, canonical JSON text) pairs: the other documents a `$ref`
@@ -282,10 +289,14 @@ def lower_json_schema(
         " hundred levels of nested subschemas. Flatten it with $defs and $ref.") from e
 
 
-def _lower(schema, options: SchemaOptions):
-  lowerer = _Lowerer(schema, options)
+def _lower(schema, options: SchemaOptions, use_registers: bool = True):
+  lowerer = _Lowerer(schema, options, use_registers)
   if options.max_ref_depth is None and isinstance(schema, dict):
     node = lowerer.lower_root(schema)
+    if lowerer.rules and lowerer.register_words:
+      # Registers are per object, and a recursive object may be open at several
+      # depths at once: lower again with subset or schema-order objects only.
+      return _lower(schema, options, use_registers=False)
     if lowerer.rules:
       return _grammar_passes.recursive_grammar(schema, node, lowerer.rules), tuple(lowerer.ignored)
   else:
@@ -315,8 +326,12 @@ class _Lowerer:
   `rules` (name: the JSON pointer of its first `$ref`) and returns the `RuleRef` too.
   """
 
-  def __init__(self, root, options: SchemaOptions):
+  def __init__(self, root, options: SchemaOptions, use_registers: bool = True):
     self.root = root
+    # Large any-order objects check their keys in register words on the device
+    # (`_json_objects.register_object`); words handed out so far.
+    self.use_registers = use_registers
+    self.register_words = 0
     self.legacy_ref = _legacy_draft(root)
     self._anchors: tuple | None = None  # See `_json_refs._resource_index`.
     self.options = options

@@ -351,6 +351,9 @@ def _canonical_lenient(lenient) -> bool | tuple[str, ...]:
   return tuple(sorted(set(lenient))) or False
 
 
+PROPERTY_ORDERS = ("any", "any_bounded", "schema")
+
+
 @dataclasses.dataclass(frozen=True)
 class JsonSchema:
   """The output must be a JSON text that a JSON Schema accepts.
@@ -414,11 +417,15 @@ class JsonSchema:
       additional property values).
     max_whitespace: Longest whitespace run under `flexible`.
     property_order: `any` (default): declared properties in any order, each at most
-      once, additional ones before or after them; about 2^(n-1) copies of each of the
-      n members' values, so a large object (more than 3 string members, say) or one
-      with a recursive member keeps schema order (see `_json_schema.py`). `schema`: in
-      the order `properties` lists them, additional ones last: linear in the schema,
-      shorter tables, deterministic order.
+      once, additional ones anywhere among them. A small object is an automaton over
+      the sets of keys written (about 2^(n-1) copies of each of the n members' values);
+      a larger one is linear and checks its keys on the device, in a few register words
+      per row (`automata/_registers.py`); one with a recursive member, or inside a
+      recursive schema, keeps schema order (see `_json_schema.py`). `any_bounded`: the
+      automaton only, schema order past its budget (no registers: every object is a
+      plain automaton, the step does no guard work). `schema`: in the order
+      `properties` lists them, additional ones last: linear in the schema, shorter
+      tables, deterministic order.
     implied_types: True (default): a schema without `type` takes the types its
       keywords apply to (`{"properties": ...}` generates objects only), which is what
       generation usually wants. False: as the specification says, it accepts every
@@ -462,9 +469,9 @@ class JsonSchema:
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
     object.__setattr__(self, "resources", _canonical_resources(self.resources))
     object.__setattr__(self, "lenient", _canonical_lenient(self.lenient))
-    if self.property_order not in ("any", "schema"):
+    if self.property_order not in PROPERTY_ORDERS:
       raise ValueError(f"JsonSchema property_order is {self.property_order!r}. Expected"
-                       " 'any' or 'schema'.")
+                       f" one of {PROPERTY_ORDERS}.")
     _json_values.whitespace_policy(self.whitespace, self.max_whitespace)
     if self.max_ref_depth is not None:
       _check_spec_int("JsonSchema", "max_ref_depth", self.max_ref_depth, 1)
@@ -474,6 +481,13 @@ class JsonSchema:
   def schema_value(self):
     """The schema as Python values (a fresh copy)."""
     return json.loads(self.schema)
+
+  def without_registers(self) -> "JsonSchema | None":
+    """This spec with `property_order="any_bounded"` if it is `"any"`, else None: what
+    the compiler falls back to when register objects cannot be compiled."""
+    if self.property_order != "any":
+      return None
+    return dataclasses.replace(self, property_order="any_bounded")
 
   def options(self) -> "_json_schema.SchemaOptions":
     return _json_schema.SchemaOptions(

@@ -50,6 +50,10 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.tables import GUARD_CLEAR as _CLEAR
+from constrained_decoding.tables import GUARD_LIVE as _LIVE
+from constrained_decoding.tables import GUARD_NEED as _NEED
+from constrained_decoding.tables import GUARD_SET as _SET
 from constrained_decoding.tables import RELATIVE
 from constrained_decoding.tables import ConstraintTables
 
@@ -80,6 +84,9 @@ class ConstraintState:
       from now on and ignores further tokens (`[B]`).
     error: A token the constraint forbids was fed, or the stack overflowed (sticky).
       The row's state is left where it was, and only end of sequence is allowed (`[B]`).
+    registers: Register words of each row (`[B, NR]`, NR = `tables.register_init`'s
+      length, 0 unless the tables check object keys on the device; `tables.py`,
+      "Register tables"). None stands for `[B, 0]`.
   """
 
   state: Int[Array, "*batch B"]
@@ -87,6 +94,7 @@ class ConstraintState:
   depth: Int[Array, "*batch B"]
   done: Bool[Array, "*batch B"]
   error: Bool[Array, "*batch B"]
+  registers: Int[Array, "*batch B R"] | None = None
 
 
 def _traced(x) -> bool:
@@ -148,9 +156,13 @@ def _check_state(fn: str, tables: ConstraintTables, state) -> int:
         f"{fn}: state has rows of shape {shape}. Expected one batch axis (B,); vmap over "
         f"any extra axis.")
   expected = dict(state=shape, depth=shape, done=shape, error=shape,
-                  stack=shape + (tables.stack_depth,))
+                  stack=shape + (tables.stack_depth,),
+                  registers=shape + tuple(jnp.shape(tables.register_init)))
   for field, want in expected.items():
-    got = tuple(jnp.shape(getattr(state, field)))
+    value = getattr(state, field)
+    if value is None and field == "registers" and not tables.has_registers:
+      continue
+    got = tuple(jnp.shape(value)) if value is not None else None
     if got != want:
       raise DecodingArgumentError(
           f"{fn}: state.{field} has shape {got}. Expected {want} for these tables "
@@ -205,7 +217,9 @@ def init_state(
   return ConstraintState(
       state=start.astype(jnp.int32),
       stack=jnp.zeros(start.shape + (tables.stack_depth,), jnp.int32),
-      depth=jnp.zeros(start.shape, jnp.int32), done=false, error=false)
+      depth=jnp.zeros(start.shape, jnp.int32), done=false, error=false,
+      registers=jnp.broadcast_to(jnp.asarray(tables.register_init, jnp.int32),
+                                 start.shape + tables.register_init.shape))
 
 
 def _matching_groups(tables: ConstraintTables, state: ConstraintState) -> tuple[Array, Array]:
@@ -247,21 +261,6 @@ def _terminal_rows(tables: ConstraintTables, state: ConstraintState) -> Array:
   if tables.state_terminal_rows.shape[0]:  # Static.
     return tables.state_terminal_rows[state.state]
   return state.state
-
-
-def _counting_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
-  """The union of each row's counting terminal entries (not in the mask rows; see
-  `tables.py`): two [W] rows gathered per entry (its bitmap and its filter)."""
-  entries = tables.state_terminals[_terminal_rows(tables, state)]  # [B, R, 2]
-  terminal = entries[..., 0]
-  ids = jnp.maximum(terminal, 0)
-  counting = (terminal >= 0) & (tables.terminal_counts[ids, 0] >= 0)
-  filters = entries[..., 1]
-  bits = tables.terminal_bits[ids] & jnp.where(
-      (filters >= 0)[..., None], tables.terminal_bits[jnp.maximum(filters, 0)],
-      jnp.uint32(0xFFFFFFFF))  # [B, R, W]
-  bits = jnp.where(counting[..., None], bits, jnp.uint32(0))
-  return jax.lax.reduce(bits, jnp.uint32(0), jax.lax.bitwise_or, (1,))
 
 
 def _deepest_group(tables: ConstraintTables, groups: Array, match: Array) -> tuple[Array, Array]:
@@ -314,12 +313,71 @@ def _allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Ar
                    jnp.uint32(0))
   if _capped(tables, state):  # Static: push-down only.
     bits &= ~tables.capped_bits[_capped_row(tables, state, deepest)]
-  if tables.token_counts.shape[0]:  # Static: only tables with counted chains.
-    bits |= _counting_bits(tables, state)
+  if tables.has_registers:  # Static: objects whose keys the device checks.
+    bits |= _guarded_bits(tables, state, deepest, any_match)
   bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
                     jnp.uint32(0))
   stopped = (state.done | state.error)[:, None]
   return jnp.where(stopped, tables.eos_bits[None, :], bits)
+
+
+def _registers(tables: ConstraintTables, state: ConstraintState) -> Int[Array, "B R"]:
+  """The row's register words (`[B, NR]`; a state made without them has none)."""
+  if state.registers is None:
+    return jnp.zeros(state.state.shape + tables.register_init.shape, jnp.int32)
+  return state.registers
+
+
+def _run_guards(tables: ConstraintTables, registers: Array, guard: Array
+                ) -> tuple[Array, list]:
+  """Evaluates guards (`automata/_registers.py`) on each row's registers.
+
+  `registers` is `[B, NR]`, `guard` `[B, *N]` guard ids (-1: none, passes). Returns
+  (passes `[B, *N]`, per operation i of the guards the (word, value after it) pairs,
+  `[B, *N]` each, word NR for no write). O operations per guard, O^2 small compares.
+  """
+  ops = tables.guard_ops[jnp.maximum(guard, 0)]  # [B, *N, O, 3]
+  kind, word, operand = ops[..., 0], jnp.maximum(ops[..., 1], 0), ops[..., 2]
+  kind = jnp.where((guard >= 0)[..., None], kind, -1)
+  batch = registers.shape[0]
+  flat = word.reshape(batch, -1)
+  current = jnp.take_along_axis(registers, jnp.minimum(flat, registers.shape[1] - 1),
+                                axis=1).reshape(word.shape)  # [B, *N, O]
+  ok = jnp.ones(guard.shape, bool)
+  has_live = jnp.zeros(guard.shape, bool)
+  some_live = jnp.zeros(guard.shape, bool)
+  writes = []
+  for i in range(ops.shape[-2]):  # Static and small: the longest guard.
+    value = current[..., i]
+    for j in range(i):  # Earlier operations on the same word come first.
+      same = word[..., j] == word[..., i]
+      value = jnp.where(same & (kind[..., j] == _CLEAR), 0, value)
+      value = jnp.where(same & (kind[..., j] == _SET), value | operand[..., j], value)
+    k, o = kind[..., i], operand[..., i]
+    ok &= ~((k == _SET) & ((value & o) != 0))
+    ok &= ~((k == _NEED) & ((value & o) != o))
+    has_live |= k == _LIVE
+    some_live |= (k == _LIVE) & ((~value & o) != 0)
+    after = jnp.where(k == _CLEAR, 0, jnp.where(k == _SET, value | o, value))
+    writes.append((jnp.where((k == _CLEAR) | (k == _SET), word[..., i], registers.shape[1]),
+                   after))
+  return ok & (~has_live | some_live), writes
+
+
+def _guarded_bits(tables: ConstraintTables, state: ConstraintState, deepest: Array,
+                  any_match: Array) -> UInt32[Array, "B W"]:
+  """The tokens of each row's guarded edges whose guards pass (not in the mask rows)."""
+  slots = tables.guarded_slots[deepest]  # [B, Gm]
+  safe = jnp.maximum(slots, 0)
+  tokens = tables.edge_tokens[safe]
+  passes, _ = _run_guards(tables, _registers(tables, state), tables.edge_guards[safe])
+  passes &= (slots >= 0) & any_match[:, None]
+  rows = jnp.broadcast_to(jnp.arange(slots.shape[0])[:, None], slots.shape)
+  words = jnp.where(passes, tokens >> 5, tables.mask_bits.shape[1])  # Out of range: dropped.
+  bits = jnp.uint32(1) << (tokens & 31).astype(jnp.uint32)
+  # A group's guarded tokens are distinct, so adding their bits ORs them.
+  return jnp.zeros((slots.shape[0], tables.mask_bits.shape[1]), jnp.uint32).at[
+      rows, words].add(bits, mode="drop")
 
 
 def allowed_tokens(tables: ConstraintTables, state: ConstraintState) -> Bool[Array, "B V"]:
@@ -467,6 +525,15 @@ def advance(
   k = jnp.argmax(hit, axis=1)[:, None]
   slot = jnp.take_along_axis(slot, k, axis=1)[:, 0]
   group = jnp.take_along_axis(groups, k, axis=1)[:, 0]
+  registers = _registers(tables, state)
+  if tables.has_registers:  # Static. A guarded edge is taken only if its guard passes.
+    guard = jnp.where(found, tables.edge_guards[slot], -1)
+    passes, writes = _run_guards(tables, registers, guard)
+    found &= passes
+    rows = jnp.arange(guard.shape[0])
+    for word, value in writes:  # In order: a later write to a word holds the earlier.
+      word = jnp.where(found & ~(state.done | state.error), word, registers.shape[1])
+      registers = registers.at[rows, word].set(value, mode="drop")
   target = tables.edge_targets[slot]
   # Targets <= RELATIVE (-2) are relative (counted chains, `tables.py`): q + RELATIVE - t.
   target = jnp.where(target >= 0, target, state.state + RELATIVE - target)
@@ -501,15 +568,15 @@ def advance(
     deepest, _ = _deepest_group(tables, groups, match)
     word = tables.capped_bits[_capped_row(tables, state, deepest), safe >> 5]
     refused = ((word >> (safe & 31).astype(jnp.uint32)) & 1) == 1
-    if tables.token_counts.shape[0]:  # The mask ORs counting terminals back in.
-      counting = hit & (tables.terminal_counts[term_ids, 0] >= 0)
-      refused &= ~counting.any(axis=1)
     found &= ~refused
   end = is_eos & _end_allowed(tables, state)
   active = ~(state.done | state.error)
   stack, depth, overflow = _apply_stack(tables, state, active & found, num_pops, push)
   moved = active & found & ~overflow
+  if tables.has_registers:  # Static. A row that did not move keeps its registers.
+    registers = jnp.where(moved[:, None], registers, _registers(tables, state))
   return state.replace(
       state=jnp.where(moved, target, state.state), stack=stack, depth=depth,
+      registers=registers,
       done=state.done | (active & end),
       error=state.error | (active & ~found & ~end) | overflow)

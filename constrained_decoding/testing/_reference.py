@@ -8,13 +8,48 @@ Public functions:
   reference_walk(tables, tokens, start)   (states, accepted) following tokens with numpy.
   reference_accepts(tables, tokens)       whether the tokens end where end is allowed.
   TokenIndex(vocab)                       bytes -> token ids, for random tokenizations.
+
+Register tables (objects whose keys the device checks, `tables.py`): `reference_allowed`
+and `reference_step_stack` take the row's register words (`registers=`, zeros when
+omitted; `reference_step_stack` then also returns them), and `reference_walk` /
+`reference_accepts` thread them. Guards are evaluated here from their definition in
+`automata/_registers.py`, independently of the device code.
 """
 
 import random
 
 import numpy as np
 
-from constrained_decoding.tables import PAD_TOKEN, RELATIVE, ConstraintTables
+from constrained_decoding.tables import (GUARD_CLEAR, GUARD_LIVE, GUARD_NEED, GUARD_SET,
+                                         PAD_TOKEN, RELATIVE, ConstraintTables)
+
+
+def _zero_registers(tables: ConstraintTables) -> tuple[int, ...]:
+  return (0,) * int(np.shape(tables.register_init)[0])
+
+
+def _after_guard(tables: ConstraintTables, slot, registers: tuple[int, ...]):
+  """The registers after explicit edge `slot`'s guard, or None when the guard fails."""
+  guards = np.asarray(tables.edge_guards)
+  if not len(guards) or guards[slot] < 0:
+    return registers
+  out = list(registers)
+  live = []
+  for kind, word, operand in np.asarray(tables.guard_ops)[guards[slot]].tolist():
+    if kind == GUARD_CLEAR:
+      out[word] = 0
+    elif kind == GUARD_SET:
+      if out[word] & operand:
+        return None
+      out[word] |= operand
+    elif kind == GUARD_NEED:
+      if out[word] & operand != operand:
+        return None
+    elif kind == GUARD_LIVE:
+      live.append((word, operand))
+  if live and not any(~out[word] & operand for word, operand in live):
+    return None
+  return tuple(out)
 
 
 def _matching_groups(tables: ConstraintTables, state: int, stack: tuple[int, ...]):
@@ -43,7 +78,7 @@ def reference_end_allowed(tables: ConstraintTables, state: int, stack: tuple[int
 
 
 def reference_allowed(tables: ConstraintTables, state: int,
-                      stack: tuple[int, ...] = ()) -> np.ndarray:
+                      stack: tuple[int, ...] = (), registers=None) -> np.ndarray:
   """The allowed-token set of `state` with `stack`, unpacked to bool `[V]`.
 
   Built from the edges, not from `mask_bits`: the explicit tokens of the matching groups,
@@ -68,9 +103,14 @@ def reference_allowed(tables: ConstraintTables, state: int,
   edge_tokens = np.asarray(tables.edge_tokens)
   capped = np.asarray(tables.capped_limits).shape[-1] > 0 and tables.stack_depth > 0
   too_deep = []
+  registers = _zero_registers(tables) if registers is None else tuple(registers)
   for group in _matching_groups(tables, state, stack):
     lo, hi = edge_start[group:group + 2]
     tokens = edge_tokens[lo:hi]
+    if len(np.asarray(tables.edge_guards)):  # Register tables: guards decide.
+      passing = np.array([_after_guard(tables, slot, registers) is not None
+                          for slot in range(lo, hi)], bool)
+      tokens = tokens[passing] if len(tokens) else tokens
     allowed[tokens[tokens < tables.vocab_size]] = True
     if capped:
       base = len(stack) - int(np.asarray(tables.group_num_pops)[group])
@@ -163,9 +203,20 @@ def _edge_heights(tables: ConstraintTables, edges: np.ndarray,
 
 
 def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int, ...],
-                         token: int) -> tuple[int, tuple[int, ...]] | None:
+                         token: int, registers=None):
   """(state, stack) after `token`: a linear scan of the matching groups' explicit edges,
-  then of the terminal edges; None if the token is not allowed (end of sequence aside)."""
+  then of the terminal edges; None if the token is not allowed (end of sequence aside).
+  With `registers` given: (state, stack, registers)."""
+  with_registers = registers is not None
+  registers = _zero_registers(tables) if registers is None else tuple(registers)
+  step = _step(tables, state, stack, token, registers)
+  if step is None or with_registers:
+    return step
+  return step[:2]
+
+
+def _step(tables: ConstraintTables, state: int, stack: tuple[int, ...], token: int,
+          registers: tuple[int, ...]):
   edge_start = np.asarray(tables.edge_start)
   edge_tokens = np.asarray(tables.edge_tokens)
   for group in _matching_groups(tables, state, stack):
@@ -173,6 +224,10 @@ def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int,
     hit = np.nonzero(edge_tokens[lo:hi] == token)[0]
     if len(hit) and token != PAD_TOKEN:
       slot = lo + hit[0]
+      after = _after_guard(tables, slot, registers)
+      if after is None:
+        break  # A failing guard: the token may still be a terminal's.
+      registers = after
       n = int(np.asarray(tables.group_num_pops)[group])
       push = int(np.asarray(tables.edge_pushes)[slot])
       length = int(np.asarray(tables.push_lengths)[push])
@@ -180,7 +235,7 @@ def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int,
       target = int(np.asarray(tables.edge_targets)[slot])
       if target <= RELATIVE:  # Relative: the state plus RELATIVE - target.
         target = state + RELATIVE - target
-      return target, stack[:len(stack) - n] + pushed
+      return target, stack[:len(stack) - n] + pushed, registers
   for terminal, target in _terminals(tables, state):
     if terminal >= 0 and 0 <= token < tables.vocab_size:
       word = int(np.asarray(tables.terminal_bits)[terminal, token // 32])
@@ -190,8 +245,8 @@ def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int,
       if (word >> (token % 32)) & 1:
         if row >= 0:  # Counting terminal: the state + stride * characters + bias.
           count = int(np.asarray(tables.token_counts)[row, token])
-          return state + stride * count + bias, stack
-        return int(target), stack
+          return state + stride * count + bias, stack, registers
+        return int(target), stack, registers
   return None
 
 
@@ -212,12 +267,13 @@ def reference_walk(tables: ConstraintTables, tokens, start: int | None = None,
   """
   state = int(np.asarray(tables.start)[0]) if start is None else start
   stack: tuple[int, ...] = ()
+  registers = _zero_registers(tables)
   states = []
   for t in tokens:
-    nxt = reference_step_stack(tables, state, stack, int(t))
+    nxt = reference_step_stack(tables, state, stack, int(t), registers)
     if nxt is None:
       return states, False
-    state, stack = nxt
+    state, stack, registers = nxt
     states.append((state, stack) if with_stacks else state)
   return states, True
 

@@ -38,6 +38,8 @@ def random_accepted_bytes(dfa, rng: random.Random, *, stop: float = 0.25,
   letters. In accepting states the walk stops with probability `stop`; past
   `soft_limit` bytes it only takes moves that get closer to acceptance, so it ends.
   """
+  if len(getattr(dfa, "marker_arcs", ())):
+    return _random_register_bytes(dfa, rng, stop=stop, soft_limit=soft_limit)
   distance = distances_to_accept(dfa)
   state, out = dfa.start, bytearray()
   while True:
@@ -51,3 +53,41 @@ def random_accepted_bytes(dfa, rng: random.Random, *, stop: float = 0.25,
     target = rng.choice(targets)
     out.append(rng.choice(np.nonzero(row == target)[0].tolist()))
     state = target
+
+
+def _random_register_bytes(dfa, rng: random.Random, *, stop: float, soft_limit: int) -> bytes:
+  """`random_accepted_bytes` for a DFA with register markers (`automata/_registers.py`):
+  only moves whose operations pass and that leave a live position; past `soft_limit`
+  the shortest completion (a breadth-first search over (state, registers), since a
+  failing `need` may send the shortest byte path away from acceptance)."""
+  walker = dfa.register_walker
+  position, out = walker.start(), bytearray()
+  while True:
+    moves = walker.moves(position)
+    if walker.accepting(position) and (rng.random() < stop or len(out) >= soft_limit
+                                       or not moves):
+      return bytes(out)
+    if len(out) >= soft_limit:
+      return bytes(out) + _shortest_completion(walker, position)
+    target = rng.choice(sorted({nxt for _, nxt in moves}))
+    out.append(rng.choice([b for b, nxt in moves if nxt == target]))
+    position = target
+
+
+def _shortest_completion(walker, position) -> bytes:
+  """The fewest bytes that take `position` to acceptance under the registers."""
+  parent = {position: None}
+  queue = collections.deque([position])
+  while queue:
+    here = queue.popleft()
+    if walker.accepting(here):
+      path = bytearray()
+      while parent[here] is not None:
+        here, byte = parent[here]
+        path.append(byte)
+      return bytes(reversed(path))
+    for byte, nxt in walker.moves(here):
+      if nxt not in parent:
+        parent[nxt] = (here, byte)
+        queue.append(nxt)
+  raise AssertionError("A live position with no way to acceptance.")

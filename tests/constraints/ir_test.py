@@ -15,6 +15,7 @@ NODES = [
     (ir.byte_class([(0, 9)]), ()),
     (ir.Terminal("TEXT_TOKEN"), ()),
     (ir.RuleRef("value"), ()),
+    (ir.Marker("set", 0, 1), ()),
     (ir.Concat((_A, _B)), (_A, _B)),
     (ir.Union((_A, _B)), (_A, _B)),
     (ir.Repeat(_A, 2, None), (_A,)),

@@ -437,9 +437,12 @@ def test_rpg_examples_by_hand():
   assert all(dfa.accepts(t.encode()) for t in good)
   assert not any(dfa.accepts(t.encode()) for t in bad)
   # The items are small objects: any order. The top level's five members, one a nested
-  # array, would exceed the any-order budget: it keeps schema order.
+  # array, would exceed the any-order budget: its keys are checked in registers.
   assert dfa.accepts(b'{"equipment":[{"quality":"Magic","name":"Axe"}]}')
-  assert not dfa.accepts(b'{"life":1,"name":"x"}')
+  assert dfa.accepts(b'{"life":1,"name":"x"}')
+  assert not dfa.accepts(b'{"life":1,"name":"x","life":2}')
+  assert not _dfa(cd.JsonSchema(RPG, strict_properties=True, property_order="any_bounded")
+                  ).accepts(b'{"life":1,"name":"x"}')
   assert not _dfa(cd.JsonSchema(RPG, strict_properties=True, property_order="schema")).accepts(
       b'{"equipment":[{"quality":"Magic","name":"Axe"}]}')
   loose = _dfa(cd.JsonSchema(RPG))
@@ -1461,11 +1464,21 @@ def test_any_order_never_repeats_a_declared_key():
   assert not dfa.accepts(b'{"a":1,"b":2,"a":3}') and not dfa.accepts(b'{"b":1,"b":2}')
 
 
-def test_large_objects_keep_schema_order(caplog):
+def test_large_objects_check_keys_in_registers_or_keep_schema_order(caplog):
   properties = {f"p{i}": {"type": "integer"} for i in range(20)}
   spec = cd.JsonSchema({"type": "object", "properties": properties})
   with caplog.at_level("INFO"):
     dfa = compile_byte_dfa(spec.to_ir())
+  assert "checks its 20 keys on the device" in caplog.text
+  # Any order, each key at most once, additional members anywhere.
+  assert dfa.accepts(b'{"p0":1,"p19":2}') and dfa.accepts(b'{"p19":2,"p0":1}')
+  assert dfa.accepts(b'{"p19":2,"x":0,"p0":1}')
+  assert not dfa.accepts(b'{"p19":2,"p0":1,"p19":3}')
+  bounded = cd.JsonSchema({"type": "object", "properties": properties},
+                          property_order="any_bounded")
+  with caplog.at_level("INFO"):
+    dfa = compile_byte_dfa(bounded.to_ir())
+  assert not len(dfa.marker_arcs)
   assert dfa.accepts(b'{"p0":1,"p19":2}') and not dfa.accepts(b'{"p19":2,"p0":1}')
   assert "keeps schema order" in caplog.text
   with pytest.raises(cd.UnsupportedSchemaError, match=r"dependentRequired at #/dependentRequired"):

@@ -194,7 +194,7 @@ def _random_state(rng, batch, depth):
   base = cd.ConstraintState(
       state=jnp.zeros(batch, jnp.int32), stack=jnp.zeros((batch, depth), jnp.int32),
       depth=jnp.zeros(batch, jnp.int32), done=jnp.zeros(batch, bool),
-      error=jnp.zeros(batch, bool))
+      error=jnp.zeros(batch, bool), registers=jnp.zeros((batch, 2), jnp.int32))
 
   def fill(leaf):
     if leaf.dtype == jnp.bool_:

@@ -1,0 +1,366 @@
+"""Register operations on token edges: objects whose keys are checked on the device.
+
+A JSON object that may list n declared keys in any order, each at most once, needs 2^n
+automaton states if the automaton alone remembers the keys written (`_json_objects`).
+Past a budget the front end instead writes a linear automaton with `ir.Marker`s:
+`{` then `clear`, each declared key's closing quote then `set` of its bit, and before `}`
+a `need` of the required keys' bits (`docs/any_order_objects.md`). The row keeps the
+bits in a few int32 register words; this module turns the markers into guards and
+operations on the token edges that cross them.
+
+1. `contract(dfa)`: the byte DFA with its marker arcs folded into the byte arcs that
+   follow them. A marker arc q --m--> q' gives q the byte arcs of q' (and of what q'
+   reaches by more markers), each tagged with the markers crossed; the bytes must not
+   collide with q's own (then the object keeps the subset or schema-order automaton,
+   `RegisterError`). The result is a plain byte DFA for composition, plus the tags.
+2. Liveness. A state whose every continuation crosses a `set` (inside a key of an object
+   without additional properties: `"na` before `name` and `names`) is a dead end once
+   those keys are written. `live_sets` finds, per state, whether some continuation
+   crosses no `set` first (always live) or else which (word, bits) it could set.
+3. `attach(token_dfa, ...)`: for every explicit token edge, the operations its bytes
+   cross (walked in the contracted DFA from the edge's byte state), plus a liveness
+   check of its target: a *guard*. Edges with guards are kept out of the mask rows; the
+   device evaluates a state's guarded edges against the row's registers
+   (`runtime/_runtime.py`) and applies the operations of the edge it takes.
+
+A guard is a sequence of primitive operations (`kind`, word, operand), applied in order
+to a copy of the row's registers:
+  CLEAR   word := 0.
+  SET     fails if any operand bit is set in word; word |= operand.
+  NEED    fails unless every operand bit is set in word.
+  LIVE    (after the others) the guard fails unless at least one LIVE op of the guard
+          finds an operand bit clear in its word; a guard without LIVE ops needs none.
+Exact: a token is allowed iff its bytes are in the object language given the keys
+written so far and it leaves the row where some continuation is still possible (under
+the front end's construction, which never lets a `need` fail where keys may still be
+added, see `live_sets`).
+"""
+
+import dataclasses
+
+import numpy as np
+
+from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.errors import CompileBudgetError
+from constrained_decoding.tables import GUARD_CLEAR, GUARD_LIVE, GUARD_NEED, GUARD_SET
+
+CLEAR, SET, NEED, LIVE = GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE
+_KIND = {"clear": CLEAR, "set": SET, "need": NEED}
+# Most primitive operations one guard may hold (its crossed markers plus LIVE words).
+MAX_GUARD_OPS = 64
+
+
+class RegisterError(CompileBudgetError):
+  """The markers of an automaton cannot be folded into its byte arcs (see `contract`)."""
+
+  def __init__(self, why: str):
+    super().__init__(
+        f"An object whose keys are checked on the device (too many keys for an automaton"
+        f" over the sets of keys written) cannot be compiled: {why} Pass"
+        f" property_order='schema' to write its keys in schema order instead.")
+
+
+def has_markers(node: ir.Node) -> bool:
+  """Whether the IR holds an `ir.Marker` (memoized by node identity, linear)."""
+  return ir.fold(node, lambda n, children: isinstance(n, ir.Marker) or any(children))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Contracted:
+  """A byte DFA without marker arcs, and the operations its byte arcs carry.
+
+  Attributes:
+    dfa: The byte DFA (marker arcs folded into byte arcs).
+    arc_ops: (state, byte) -> tuple of primitive ops `(kind, word, operand)` applied
+      before reading the byte.
+    num_words: Register words the operations use (1 + the largest word).
+  """
+
+  dfa: ByteDfa
+  arc_ops: dict
+  num_words: int
+
+
+def _primitive(marker: ir.Marker) -> tuple[int, int, int]:
+  return (_KIND[marker.kind], marker.word, marker.operand)
+
+
+def contract(dfa: ByteDfa) -> Contracted:
+  """Folds `dfa.marker_arcs` into byte arcs (module doc, step 1).
+
+  Raises:
+    RegisterError: A marker leads to an accepting state, a token-class or fragment arc,
+      or to bytes its source state reads itself.
+  """
+  trans = dfa.transitions.copy()
+  marker_out: dict[int, list] = {}
+  for state, index, target in dfa.marker_arcs.tolist():
+    marker_out.setdefault(state, []).append((_primitive(dfa.markers[index]), target))
+  special = set(dfa.token_arcs[:, 0].tolist()) | set(dfa.fragment_arcs[:, 0].tolist())
+
+  def reached(state: int, ops: tuple, seen: frozenset):
+    """(byte, ops, target) of the byte arcs after the markers from `state`."""
+    out = []
+    for op, target in marker_out.get(state, ()):
+      if target in seen:
+        raise RegisterError("A cycle of register markers reads no byte.")
+      if dfa.accepting[target] or target in special:
+        raise RegisterError(
+            "A register marker is followed by the end of the text or a token class.")
+      row = dfa.transitions[target]
+      for byte in np.flatnonzero(row != NO_STATE).tolist():
+        out.append((byte, ops + (op,), int(row[byte])))
+      out += reached(target, ops + (op,), seen | {target})
+    return out
+
+  arc_ops = {}
+  for state in marker_out:
+    for byte, ops, target in reached(state, (), frozenset({state})):
+      if trans[state, byte] != NO_STATE:
+        raise RegisterError(
+            f"After a register marker the byte {bytes([byte])!r} is also read without it.")
+      trans[state, byte] = target
+      arc_ops[(state, byte)] = ops
+  words = [word for ops in arc_ops.values() for _, word, _ in ops]
+  plain = dataclasses.replace(dfa, transitions=trans, marker_arcs=np.zeros((0, 3), np.int32),
+                              markers=())
+  return Contracted(plain, arc_ops, 1 + max(words, default=-1))
+
+
+def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int], ...]]:
+  """The states that may be dead ends, each with the (word, bits) whose `set` it needs.
+
+  A state is *free* when it is accepting, has a token-class or fragment arc, has an arc
+  whose first operation is not a `set`, or reaches a free state by untagged arcs. Every
+  other state (inside a key of an object without additional properties) can only go on
+  through a `set`: it is live iff one of the (word, bit) it reaches by untagged arcs and
+  then a `set` arc is still clear. Free states count as live: the front end's objects
+  can always be finished from them (a `need` before `}` fails only while a required key
+  is missing, and that key is clear, so it may still be written).
+
+  Returns:
+    state -> ((word, bits), ...) for the states that are not free, words ascending.
+  """
+  dfa = contracted.dfa
+  q = dfa.num_states
+  free = dfa.accepting.astype(bool).copy()
+  free[dfa.token_arcs[:, 0]] = True
+  free[dfa.fragment_arcs[:, 0]] = True
+  sets: dict[int, list] = {}
+  for (state, _), ops in contracted.arc_ops.items():
+    kind, word, operand = ops[0]
+    if kind == SET:
+      sets.setdefault(state, []).append((word, operand))
+    else:
+      free[state] = True
+  tagged = np.zeros((q, 256), bool)
+  if contracted.arc_ops:
+    keys = np.array(list(contracted.arc_ops), np.int64)
+    tagged[keys[:, 0], keys[:, 1]] = True
+  src, byte = np.nonzero((dfa.transitions != NO_STATE) & ~tagged)
+  dst = dfa.transitions[src, byte]
+  pairs = np.unique(np.stack([src, dst], axis=1), axis=0) if len(src) else np.zeros((0, 2), int)
+  src, dst = pairs[:, 0], pairs[:, 1]
+  while True:  # Free propagates backwards along untagged arcs.
+    grown = free.copy()
+    grown[src[free[dst]]] = True
+    if (grown == free).all():
+      break
+    free = grown
+  successors: dict[int, list] = {}
+  for a, b in zip(src.tolist(), dst.tolist()):
+    if not free[a]:
+      successors.setdefault(a, []).append(b)
+  memo: dict[int, dict] = {}
+
+  def needed(state: int) -> dict:
+    if state not in memo:
+      memo[state] = {}  # A cycle of non-free states adds nothing new.
+      words: dict[int, int] = {}
+      for word, bits in sets.get(state, ()):
+        words[word] = words.get(word, 0) | bits
+      for nxt in successors.get(state, ()):
+        for word, bits in needed(nxt).items():
+          words[word] = words.get(word, 0) | bits
+      memo[state] = words
+    return memo[state]
+
+  return {state: tuple(sorted(needed(state).items()))
+          for state in np.flatnonzero(~free).tolist()}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Guards:
+  """The guards of a token DFA's explicit edges.
+
+  Attributes:
+    edge_guard: int32 `[E]`; each explicit edge's guard id, -1 for none.
+    ops: int32 `[G, O, 3]`; each guard's primitive ops (kind, word, operand) in order,
+      padded with kind -1.
+    num_words: Register words per row.
+  """
+
+  edge_guard: np.ndarray
+  ops: np.ndarray
+  num_words: int
+
+
+def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
+           token_bytes) -> Guards:
+  """The guard of every explicit edge of `token_dfa` (module doc, step 3).
+
+  Args:
+    token_dfa: The composition of `contracted.dfa` with the vocabulary.
+    byte_state: int `[S]`; the byte-DFA state of each token-DFA state.
+    contracted: What `contract` returned.
+    token_bytes: The bytes of each token id.
+
+  Raises:
+    RegisterError: A terminal edge (a token bitmap) leaves a state whose tokens may
+      cross an operation or lead to a dead end, or a guard needs more than
+      `MAX_GUARD_OPS` operations.
+  """
+  dfa = contracted.dfa
+  live = live_sets(contracted)
+  tagged_states = {state for state, _ in contracted.arc_ops}
+  _check_terminals(token_dfa, byte_state, tagged_states, live)
+  tagged_bytes = np.zeros(256, bool)
+  for _, byte in contracted.arc_ops:
+    tagged_bytes[byte] = True
+  # Only tokens holding a byte some operation is read with can cross one: walk those.
+  crossing = _tokens_with(token_bytes, tagged_bytes)[token_dfa.edge_token]
+  live_needs = list(live.values())
+  live_index = np.full(dfa.num_states, -1, np.int64)
+  live_index[list(live)] = np.arange(len(live))
+  needs_live = live_index[byte_state[token_dfa.edge_target]]
+  guard_ids: dict[tuple, int] = {}
+  edge_guard = np.full(len(token_dfa.edge_token), -1, np.int32)
+  trans = dfa.transitions
+  arc_ops = contracted.arc_ops
+  for i in np.flatnonzero(crossing | (needs_live >= 0)).tolist():
+    ops = ()
+    if crossing[i]:
+      state = int(byte_state[token_dfa.edge_source[i]])
+      for b in token_bytes[token_dfa.edge_token[i]]:
+        ops += arc_ops.get((state, b), ())
+        state = int(trans[state, b])
+    if needs_live[i] >= 0:
+      ops += tuple((LIVE, word, bits) for word, bits in live_needs[needs_live[i]])
+    if ops:
+      if len(ops) > MAX_GUARD_OPS:
+        raise RegisterError(
+            f"A token crosses {len(ops)} register operations. Expected at most"
+            f" {MAX_GUARD_OPS}.")
+      edge_guard[i] = guard_ids.setdefault(ops, len(guard_ids))
+  width = max(map(len, guard_ids), default=1)
+  table = np.full((max(len(guard_ids), 1), width, 3), -1, np.int32)
+  for ops, gid in guard_ids.items():
+    table[gid, :len(ops)] = ops
+  table[..., 1:] = np.where(table[..., :1] < 0, 0, table[..., 1:])
+  return Guards(edge_guard, table, contracted.num_words)
+
+
+def _tokens_with(token_bytes, wanted: np.ndarray) -> np.ndarray:
+  """bool `[V]`: whether each token's bytes hold a byte of `wanted` (bool `[256]`)."""
+  data, starts, ends = _joined(token_bytes)
+  hits = np.concatenate([[0], np.cumsum(wanted[data], dtype=np.int64)])
+  return hits[ends] - hits[starts] > 0
+
+
+_JOINED: dict[int, tuple] = {}  # id(token_bytes) -> (token_bytes, joined arrays).
+
+
+def _joined(token_bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(all token bytes concatenated, start and end of each token's): kept for the last
+  few vocabularies (the object itself is kept too, so its id stays its own)."""
+  cached = _JOINED.get(id(token_bytes))
+  if cached is None or cached[0] is not token_bytes:
+    lengths = np.array([len(b or b"") for b in token_bytes], np.int64)
+    ends = np.cumsum(lengths)
+    data = np.frombuffer(b"".join(b or b"" for b in token_bytes), np.uint8)
+    if len(_JOINED) >= 4:
+      _JOINED.pop(next(iter(_JOINED)))
+    cached = _JOINED[id(token_bytes)] = (token_bytes, (data, ends - lengths, ends))
+  return cached[1]
+
+
+def _check_terminals(token_dfa, byte_state, tagged_states: set, live: dict) -> None:
+  """Terminal edges (bitmaps) carry no guard: their sources must cross no operation and
+  their targets be free."""
+  for state in np.flatnonzero((token_dfa.state_terminals[..., 0] >= 0).any(axis=1)).tolist():
+    targets = token_dfa.state_terminals[state][:, 1]
+    if int(byte_state[state]) in tagged_states or any(
+        int(byte_state[t]) in live for t in targets[targets >= 0].tolist()):
+      raise RegisterError(
+          "A token bitmap (a string body or a token class) borders a register operation.")
+
+
+class ByteWalker:
+  """Register-aware stepping of a byte DFA with markers: the byte language's reference.
+
+  `start()` is (state, registers); `step(position, byte)` the next position or None when
+  the byte is not allowed (its arc's operations fail, or it leads to a dead end given
+  the registers, see `live_sets`); `accepting(position)`; `moves(position)` the allowed
+  (byte, next position) pairs.
+  """
+
+  def __init__(self, dfa: ByteDfa):
+    self.contracted = contract(dfa)
+    self.dfa = self.contracted.dfa
+    self.live = live_sets(self.contracted)
+
+  def start(self) -> tuple[int, tuple[int, ...]]:
+    return self.dfa.start, (0,) * self.contracted.num_words
+
+  def step(self, position, byte: int):
+    state, registers = position
+    target = int(self.dfa.transitions[state, byte])
+    if target == NO_STATE:
+      return None
+    ops = self.contracted.arc_ops.get((state, byte), ())
+    need = self.live.get(target)
+    if need is not None:
+      ops += tuple((LIVE, word, bits) for word, bits in need)
+    after = apply_guard(ops, list(registers)) if ops else registers
+    return None if after is None else (target, tuple(after))
+
+  def accepting(self, position) -> bool:
+    return bool(self.dfa.accepting[position[0]])
+
+  def moves(self, position) -> list:
+    row = self.dfa.transitions[position[0]]
+    out = []
+    for byte in np.flatnonzero(row != NO_STATE).tolist():
+      nxt = self.step(position, byte)
+      if nxt is not None:
+        out.append((byte, nxt))
+    return out
+
+  def accepts(self, data: bytes) -> bool:
+    position = self.start()
+    for byte in data:
+      position = self.step(position, byte)
+      if position is None:
+        return False
+    return self.accepting(position)
+
+
+def apply_guard(ops, registers: list[int]) -> list[int] | None:
+  """The registers after `ops` (one guard, a host reference of the device's), or None
+  when the guard fails. `registers` is not modified."""
+  out = list(registers)
+  live_ops = [op for op in ops if op[0] == LIVE]
+  for kind, word, operand in ops:
+    if kind == CLEAR:
+      out[word] = 0
+    elif kind == SET:
+      if out[word] & operand:
+        return None
+      out[word] |= operand
+    elif kind == NEED:
+      if out[word] & operand != operand:
+        return None
+  if live_ops and not any(~out[word] & operand for _, word, operand in live_ops):
+    return None
+  return out
