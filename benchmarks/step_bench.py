@@ -14,6 +14,10 @@ logits [B, V], `argmax` of the masked logits, `advance` -- at batch 1, 8 and 64,
   c  `{"type": "string", "maxLength": 200}`.
   d  an object with a `maxLength` 100 string and an integer (`automata/_embedded_chains.py`).
   e  `{"type": "string", "format": "email"}` (counted labels).
+  f  an object of 20 integer and 6 string properties, any order: past the subset
+     automaton's budget, so its keys are checked in register words on the device
+     (`automata/_registers.py`: guarded tokens gathered and scattered per step).
+  g  the same object with `property_order="schema"` (no registers), on the same text.
 
 Each constraint walks a valid text (`regex_bench.walk_tokens`: greedy longest tokens),
 chosen so that almost every state of the walk is inside the counted chain, up to its
@@ -74,6 +78,12 @@ def _text(source: str, n: int) -> str:
 NAME_100 = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 100},
                                              "id": {"type": "integer"}},
             "required": ["name", "id"]}
+WIDE_OBJECT = {"type": "object", "required": ["field_0", "text_0"], "properties": {
+    **{f"field_{i}": {"type": "integer"} for i in range(20)},
+    **{f"text_{i}": {"type": "string"} for i in range(6)}}}
+_WIDE_TEXT = json.dumps({**{f"field_{i}": 1000 + i for i in range(20)},
+                         **{f"text_{i}": _text(_WORDS, 30) for i in range(6)}},
+                        separators=(",", ":"))
 # (key, label, spec, text walked).
 CASES = (
     ("a", "[a-z]+ (baseline)", cd.Regex("[a-z]+"), _text(_LETTERS, 1990)),
@@ -85,6 +95,9 @@ CASES = (
     ("e", '{"type":"string","format":"email"}',
      cd.JsonSchema({"type": "string", "format": "email"}),
      '"firstname.lastname.engineering-department@mail.subdomain.example-company.co.uk"'),
+    ("f", "object of 26 keys, any order (registers)", cd.JsonSchema(WIDE_OBJECT), _WIDE_TEXT),
+    ("g", "object of 26 keys, schema order", cd.JsonSchema(WIDE_OBJECT, property_order="schema"),
+     _WIDE_TEXT),
 )
 
 
@@ -227,7 +240,8 @@ def main(argv=None) -> None:
                            "edges": info.token_edges,
                            "counted": bool(tables.token_counts.shape[0]),
                            "terminal_entries_per_state": int(tables.state_terminals.shape[1]),
-                           "terminal_bitmaps": int(tables.terminal_bits.shape[0])}))
+                           "terminal_bitmaps": int(tables.terminal_bits.shape[0]),
+                           "guarded_tokens_per_state": int(tables.guarded_slots.shape[-1])}))
     print(f"{key}: {label}: {len(tokens)} tokens, {info.nbytes['total'] / 2**20:.2f} MiB, "
           f"R={tables.state_terminals.shape[1]}", flush=True)
   rows = []

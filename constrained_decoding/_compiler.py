@@ -208,8 +208,6 @@ class Compiler:
       return self._compile_with_info(fallback)
 
   def _compile_with_info(self, spec: Spec) -> tuple[_tables.ConstraintTables, CompileInfo]:
-    from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
-
     opts = self.options
     what = spec.describe()
     t0 = time.perf_counter()
@@ -227,28 +225,26 @@ class Compiler:
       if counted is not None:
         return counted
     # Register markers (objects checked on the device) are folded into byte arcs
-    # before composition, which neither splicing nor embedded chains know of.
+    # before splicing and composition; embedded chains do not know of them.
     markers = _registers.has_markers(node)
     if chain is None and opts.wide_states and opts.counted_chains and not markers:
       counted = self._compile_embedded_chains(node, what, t0, t1, deadline)
       if counted is not None:
         return counted
-    fragments = opts.wide_states and not markers
-    self._check_nfa_size(node, fragments, what)
-    dfa = _fsa.compile_byte_dfa(node, fragments=fragments)
-    contracted = None
-    if len(dfa.marker_arcs):
-      contracted = _registers.contract(dfa)
-      dfa = contracted.dfa
+    self._check_nfa_size(node, opts.wide_states, what)
+    dfa, contracted = self._byte_dfa(node, opts.wide_states)
     given = None
     if len(dfa.fragment_arcs):
       automata = [self._fragment(f, deadline, what) for f in dfa.fragments]
-      spliced = _splice.splice(dfa, automata)
+      spliced = _splice.splice(dfa, automata,
+                               arc_ops=None if contracted is None else contracted.arc_ops)
       if spliced is None:
         self._check_nfa_size(node, False, what)
-        dfa = _fsa.compile_byte_dfa(node)
+        dfa, contracted = self._byte_dfa(node, False)
       else:
         dfa, given = spliced
+        if contracted is not None:
+          contracted = dataclasses.replace(contracted, dfa=dfa, arc_ops=given.arc_ops)
     t2 = time.perf_counter()
     if dfa.num_states > opts.max_states:
       raise CompileBudgetError(
@@ -308,6 +304,17 @@ class Compiler:
                  "pack": t4 - t3, "total": t4 - t0},
     )
     return tables, info
+
+  @staticmethod
+  def _byte_dfa(node, fragments: bool):
+    """(byte DFA, `_registers.Contracted` or None): register markers folded in."""
+    from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+
+    dfa = _fsa.compile_byte_dfa(node, fragments=fragments)
+    if not len(dfa.marker_arcs):
+      return dfa, None
+    contracted = _registers.contract(dfa)
+    return contracted.dfa, contracted
 
   def _check_nfa_size(self, node, fragments: bool, what: str) -> None:
     """Refuses, in milliseconds, an IR whose byte NFA alone would exceed the state budget

@@ -182,15 +182,15 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
     t_off += n_t
     c_off += t.token_counts.shape[0]
   out.update(_stacked_capped_masks(tables, used, g_pad, w, min_bucket))
-  out.update(_stacked_guards(tables, used, g_pad, e_pad))
+  out.update(_stacked_guards(tables, used, g_pad))
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
                           eos_bits=first.eos_bits, vocab_size=first.vocab_size,
                           stack_depth=max(t.stack_depth for t in tables),
                           vocab_fingerprint=known, **out)
 
 
-def _stacked_guards(tables: Sequence[ConstraintTables], used: list, g_pad: int,
-                    e_pad: int) -> dict[str, np.ndarray]:
+def _stacked_guards(tables: Sequence[ConstraintTables], used: list,
+                    g_pad: int) -> dict[str, np.ndarray]:
   """The register arrays of stacked tables: guard ids and edge slots offset, guards
   padded to the longest; a row follows one constraint, so the parts share register
   words (as many as the widest part needs). Empty when no part has registers."""
@@ -198,17 +198,23 @@ def _stacked_guards(tables: Sequence[ConstraintTables], used: list, g_pad: int,
     return {}
   o_pad = max(t.guard_ops.shape[1] for t in tables if t.has_registers)
   m_pad = max(t.guarded_slots.shape[1] for t in tables if t.has_registers)
-  edge_guards = np.full(e_pad, NO_STATE, np.int32)
-  guarded_slots = np.full((g_pad, m_pad), NO_STATE, np.int32)
+  group_guarded = np.zeros(g_pad, np.int32)
+  rows = 1 + sum(t.guarded_slots.shape[0] - 1 for t in tables if t.has_registers)
+  guarded_slots = np.full((rows, m_pad), NO_STATE, np.int32)
+  guarded_ids = np.full((rows, m_pad), NO_STATE, np.int32)
   ops = []
   g_off = e_off = d_off = 0
+  x_off = 1  # Row 0 stays the empty row.
   for t, (_, g, e, _, _) in zip(tables, used):
     if t.has_registers:
-      guards = np.asarray(t.edge_guards)[:e]
-      edge_guards[e_off:e_off + e] = np.where(guards >= 0, guards + d_off, NO_STATE)
-      slots = np.asarray(t.guarded_slots)[:g]
-      guarded_slots[g_off:g_off + g, :slots.shape[1]] = np.where(slots >= 0, slots + e_off,
-                                                                 NO_STATE)
+      own = np.asarray(t.group_guarded)[:g]
+      group_guarded[g_off:g_off + g] = np.where(own > 0, own + x_off - 1, 0)
+      slots = np.asarray(t.guarded_slots)[1:]
+      n, width = slots.shape
+      guarded_slots[x_off:x_off + n, :width] = np.where(slots >= 0, slots + e_off, NO_STATE)
+      ids = np.asarray(t.guarded_ids)[1:]
+      guarded_ids[x_off:x_off + n, :width] = np.where(ids >= 0, ids + d_off, NO_STATE)
+      x_off += n
       part = np.full((t.guard_ops.shape[0], o_pad, 3), NO_STATE, np.int32)
       part[..., 1:] = 0
       part[:, :t.guard_ops.shape[1]] = t.guard_ops
@@ -217,8 +223,9 @@ def _stacked_guards(tables: Sequence[ConstraintTables], used: list, g_pad: int,
     g_off += g
     e_off += e
   words = max(t.register_init.shape[0] for t in tables)
-  return dict(edge_guards=edge_guards, guard_ops=np.concatenate(ops),
-              guarded_slots=guarded_slots, register_init=np.zeros(words, np.int32))
+  return dict(guard_ops=np.concatenate(ops), group_guarded=group_guarded,
+              guarded_slots=guarded_slots, guarded_ids=guarded_ids,
+              register_init=np.zeros(words, np.int32))
 
 
 def _stacked_capped_masks(tables: Sequence[ConstraintTables], used: list, g_pad: int,

@@ -47,12 +47,13 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
                                first such l); 0 (the empty row) in padding
   capped_bits   uint32 [X, W]  tokens removed near the stack bound; row 0 is empty
                                ([0, 0] for regular tables)
-  edge_guards   int32  [E] or [0]  guard of each explicit edge, -1 for none (register
-                               tables only, below)
   guard_ops     int32  [Gd, O, 3]  each guard's operations (kind, word, operand), kind
                                -1 padded; `automata/_registers.py` ([0, 0, 3]: none)
-  guarded_slots int32  [G, Gm] or [0, 0]  the edges (slots) with a guard of each group,
-                               -1 padded
+  group_guarded int32  [G] or [0]  row of `guarded_slots` of each group (0: the empty row)
+  guarded_slots int32  [Gg, Gm] or [0, 0]  the edges (slots) with a guard of the groups
+                               that have some, -1 padded (few: an [E] column would cost
+                               4 bytes an edge, a [G, Gm] matrix a row per group)
+  guarded_ids   int32  [Gg, Gm] or [0, 0]  the guard of each of those edges
   register_init int32  [NR]    the register words of a row at the start (NR = 0 for
                                tables without registers; only the shape is read)
 
@@ -60,7 +61,8 @@ Register tables (objects whose keys are checked on the device, `automata/_regist
 A row also holds NR int32 register words. An explicit edge with a guard is taken only if
 its guard passes on the row's registers, and then applies the guard's operations; such
 edges are left out of the mask rows, and the device ORs in, per row, the tokens of its
-group's `guarded_slots` whose guards pass (one [Gm] gather and a scatter per step).
+group's guarded slots whose guards pass (one [Gm] gather and a scatter per step);
+`advance` finds its edge's slot among them (Gm compares).
 
 Relative targets (counted repetitions, `automata/_counting.py`). An explicit edge whose
 target is `RELATIVE - k` (k >= 0, so at most -2) leads from state q to q + k. A counting
@@ -149,7 +151,8 @@ _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask"
                  "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",
                  "state_terminals", "state_terminal_rows", "terminal_counts",
                  "token_counts", "capped_limits", "capped_rows", "capped_bits",
-                 "edge_guards", "guard_ops", "guarded_slots", "register_init")
+                 "guard_ops", "group_guarded", "guarded_slots", "guarded_ids",
+                 "register_init")
 # Fields added for push-down tables only: left out of a regular table's `shape_key`.
 _CAPPED_FIELDS = ("capped_limits", "capped_rows", "capped_bits")
 _META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint")
@@ -200,9 +203,10 @@ class ConstraintTables:
   capped_rows: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
   capped_bits: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.uint32))
   # Register tables (module docstring); empty otherwise.
-  edge_guards: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
   guard_ops: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 3), np.int32))
+  group_guarded: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
   guarded_slots: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
+  guarded_ids: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
   register_init: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
 
   @property
@@ -361,18 +365,22 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET,
 def _with_guards(tables: ConstraintTables, guards, edge_group: np.ndarray,
                  num_groups: int) -> ConstraintTables:
   """`tables` with the guard arrays of a token DFA's edges (groups are states)."""
-  e_pad = tables.edge_tokens.shape[0]
-  edge_guards = _padded(guards.edge_guard, e_pad, NO_STATE)
   slots = np.flatnonzero(guards.edge_guard >= 0)
   groups = edge_group[slots]
   per_group = np.bincount(groups, minlength=num_groups)
   width = int(per_group.max())
-  guarded_slots = np.full((tables.group_mask.shape[0], width), NO_STATE, np.int32)
+  group_guarded = np.zeros(tables.group_mask.shape[0], np.int32)
+  with_guards = np.flatnonzero(per_group)
+  group_guarded[with_guards] = np.arange(1, len(with_guards) + 1)  # Row 0: none.
+  guarded_slots = np.full((len(with_guards) + 1, width), NO_STATE, np.int32)
+  guarded_ids = np.full_like(guarded_slots, NO_STATE)
   first = np.concatenate([[0], np.cumsum(per_group)[:-1]])
-  guarded_slots[groups, np.arange(len(slots)) - first[groups]] = slots
-  return dataclasses.replace(tables, edge_guards=edge_guards,
-                             guard_ops=np.asarray(guards.ops, np.int32),
-                             guarded_slots=guarded_slots,
+  column = np.arange(len(slots)) - first[groups]
+  guarded_slots[group_guarded[groups], column] = slots
+  guarded_ids[group_guarded[groups], column] = guards.edge_guard[slots]
+  return dataclasses.replace(tables, guard_ops=np.asarray(guards.ops, np.int32),
+                             group_guarded=group_guarded, guarded_slots=guarded_slots,
+                             guarded_ids=guarded_ids,
                              register_init=np.zeros(guards.num_words, np.int32))
 
 

@@ -623,12 +623,16 @@ class GivenEdges:
     terminals: {state: [(bitmap, target), ...]} their terminal edges, in precedence order.
     frontier: (full-trie node, state, origin) int32 arrays: walks still to do from
       them (tokens that leave a copy; walked with every other state's).
+    arc_ops: The register operations of the spliced DFA's byte arcs, (state, byte) ->
+      ops (`_registers.Contracted.arc_ops`, renumbered, and copied to the copies'
+      accepting states that continue like a tagged state), when `splice` was given some.
   """
 
   states: np.ndarray
   edges: tuple[np.ndarray, np.ndarray, np.ndarray]
   terminals: dict
   frontier: tuple[np.ndarray, np.ndarray, np.ndarray]
+  arc_ops: dict | None = None
 
 
 def token_edges(dfa: ByteDfa, trie: VocabTrie, *, wide: dict,

@@ -162,12 +162,16 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int], ...]]:
   dst = dfa.transitions[src, byte]
   pairs = np.unique(np.stack([src, dst], axis=1), axis=0) if len(src) else np.zeros((0, 2), int)
   src, dst = pairs[:, 0], pairs[:, 1]
-  while True:  # Free propagates backwards along untagged arcs.
-    grown = free.copy()
-    grown[src[free[dst]]] = True
-    if (grown == free).all():
-      break
-    free = grown
+  # Free propagates backwards along untagged arcs: a breadth-first search over
+  # predecessor lists (arcs sorted by target).
+  order = np.argsort(dst, kind="stable")
+  pred_src, pred_start = src[order], np.searchsorted(dst[order], np.arange(q + 1))
+  frontier = np.flatnonzero(free)
+  while len(frontier):
+    lo, hi = pred_start[frontier], pred_start[frontier + 1]
+    preds = pred_src[np.repeat(lo, hi - lo) + _ranges(hi - lo)]
+    frontier = np.unique(preds[~free[preds]])
+    free[frontier] = True
   successors: dict[int, list] = {}
   for a, b in zip(src.tolist(), dst.tolist()):
     if not free[a]:
@@ -234,17 +238,12 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
   live_index = np.full(dfa.num_states, -1, np.int64)
   live_index[list(live)] = np.arange(len(live))
   needs_live = live_index[byte_state[token_dfa.edge_target]]
+  crossed = _crossed_ops(contracted, byte_state[token_dfa.edge_source], token_dfa.edge_token,
+                         np.flatnonzero(crossing), token_bytes)
   guard_ids: dict[tuple, int] = {}
   edge_guard = np.full(len(token_dfa.edge_token), -1, np.int32)
-  trans = dfa.transitions
-  arc_ops = contracted.arc_ops
-  for i in np.flatnonzero(crossing | (needs_live >= 0)).tolist():
-    ops = ()
-    if crossing[i]:
-      state = int(byte_state[token_dfa.edge_source[i]])
-      for b in token_bytes[token_dfa.edge_token[i]]:
-        ops += arc_ops.get((state, b), ())
-        state = int(trans[state, b])
+  for i in sorted(set(crossed) | set(np.flatnonzero(needs_live >= 0).tolist())):
+    ops = crossed.get(i, ())
     if needs_live[i] >= 0:
       ops += tuple((LIVE, word, bits) for word, bits in live_needs[needs_live[i]])
     if ops:
@@ -259,6 +258,40 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
     table[gid, :len(ops)] = ops
   table[..., 1:] = np.where(table[..., :1] < 0, 0, table[..., 1:])
   return Guards(edge_guard, table, contracted.num_words)
+
+
+def _ranges(lengths: np.ndarray) -> np.ndarray:
+  """Concatenated `arange(n)` for each n of `lengths`."""
+  ends = np.cumsum(lengths)
+  return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths, lengths)
+
+
+def _crossed_ops(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray,
+                 edges: np.ndarray, token_bytes) -> dict[int, tuple]:
+  """edge -> the operations its token's bytes cross from its source byte state, for the
+  `edges` given (a lockstep numpy walk, one byte position at a time); edges crossing
+  none are left out."""
+  if not len(edges) or not contracted.arc_ops:
+    return {}
+  data, starts, ends = _joined(token_bytes)
+  keys = np.array(sorted(state * 256 + byte for state, byte in contracted.arc_ops), np.int64)
+  ops_of = [contracted.arc_ops[(int(k) >> 8, int(k) & 255)] for k in keys]
+  trans = contracted.dfa.transitions
+  state = sources[edges].astype(np.int64)
+  first, length = starts[tokens[edges]], (ends - starts)[tokens[edges]]
+  hits = []  # (position, edge index, op list index)
+  for position in range(int(length.max())):
+    alive = np.flatnonzero(length > position)
+    byte = data[first[alive] + position].astype(np.int64)
+    key = state[alive] * 256 + byte
+    at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+    found = keys[at] == key
+    hits += [(position, i, j) for i, j in zip(alive[found].tolist(), at[found].tolist())]
+    state[alive] = trans[state[alive], byte]
+  out: dict[int, tuple] = {}
+  for _, i, j in sorted(hits, key=lambda h: (h[1], h[0])):
+    out[int(edges[i])] = out.get(int(edges[i]), ()) + ops_of[j]
+  return out
 
 
 def _tokens_with(token_bytes, wanted: np.ndarray) -> np.ndarray:

@@ -195,7 +195,8 @@ def _exits(stopped: list, trie: VocabTrie) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
-           drop_unreached: bool = True) -> tuple[ByteDfa, _compose.GivenEdges] | None:
+           drop_unreached: bool = True,
+           arc_ops: dict | None = None) -> tuple[ByteDfa, _compose.GivenEdges] | None:
   """`dfa` with each fragment arc replaced by a copy of its fragment, and the copies'
   edges for `_compose.compose_token_dfa(..., given=...)`; None when some arc cannot
   be spliced (see the module doc), or some fragment could not be built: then inline
@@ -204,6 +205,10 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
   `automata[k]` is the composed `dfa.fragments[k]`. With `drop_unreached=False` the
   states of `dfa` keep their numbers (continuations no longer reached stay, for the
   caller to trim), as `_embedded_chains` needs.
+
+  `arc_ops` (register operations on `dfa`'s byte arcs, `_registers.contract`) come back
+  in `GivenEdges.arc_ops` for the spliced DFA: a copy's accepting states read the
+  continuation's bytes, so they take its operations too.
   """
   if any(automaton is None for automaton in automata):
     return None
@@ -245,6 +250,10 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
     phis.append(phi)
   # Accepting copy states also continue like c (whose row is final now: c is no copy).
   edge_parts, frontier_parts, terminals = [], [], {}
+  ops = None if arc_ops is None else dict(arc_ops)
+  ops_of: dict[int, list] = {}
+  for (state, byte), crossed in (arc_ops or {}).items():
+    ops_of.setdefault(state, []).append((byte, crossed))
   for (_, k, c), phi in zip(arcs.tolist(), phis):
     automaton = automata[k]
     finals = phi[automaton.dfa.accepting]
@@ -253,6 +262,9 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
       return None
     new_trans[np.ix_(finals, np.flatnonzero(follow))] = new_trans[c, follow]
     accepting[finals] = dfa.accepting[c]
+    for byte, crossed in ops_of.get(c, ()):
+      for f in finals.tolist():
+        ops[(f, byte)] = crossed
     src, tok, dst = automaton.edges
     edge_parts.append((phi[src], tok, phi[dst]))
     for state, edges in automaton.terminals.items():
@@ -275,7 +287,8 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
   if keep.all():
     return (ByteDfa(transitions=new_trans, accepting=accepting, start=dfa.start,
                     token_arcs=dfa.token_arcs, class_edges=class_edges),
-            _compose.GivenEdges(copies, (src, tok, dst), terminals, (node, state, origin)))
+            _compose.GivenEdges(copies, (src, tok, dst), terminals, (node, state, origin),
+                                ops))
   new_id = np.cumsum(keep, dtype=np.int32) - 1
   new_id = np.append(np.where(keep, new_id, NO_STATE), NO_STATE).astype(np.int32)  # [-1]: -1.
   token_arcs = dfa.token_arcs.copy()
@@ -287,7 +300,9 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
       copies[keep], (new_id[src], tok, new_id[dst]),
       {int(new_id[s]): [(bits, int(new_id[t])) for bits, t in edges]
        for s, edges in terminals.items()},
-      (node, new_id[state], new_id[origin]))
+      (node, new_id[state], new_id[origin]),
+      None if ops is None else {(int(new_id[s]), b): crossed for (s, b), crossed in ops.items()
+                                if new_id[s] >= 0})
   return spliced, given
 
 

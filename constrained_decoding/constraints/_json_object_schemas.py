@@ -8,7 +8,6 @@ Function (`lw` is the lowering in progress, `_json_schema._Lowerer`):
 """
 
 import functools
-import itertools
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _grammar_passes
@@ -34,8 +33,10 @@ MAX_ANY_ORDER_SIZE = 10_000
 MAX_ANY_ORDER_WIDE = 12
 # Most properties one object may declare (`properties` and `required`).
 MAX_PROPERTIES = 5_000
-# Most `patternProperties` patterns (their key regions are the 2^N - 1 non-empty sets).
-MAX_PATTERN_PROPERTIES = 4
+# Most `patternProperties` patterns, and most key regions (the keys matching exactly one
+# set of patterns; only the non-empty ones are kept, so disjoint patterns make N).
+MAX_PATTERN_PROPERTIES = 64
+MAX_PATTERN_REGIONS = 64
 
 
 def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
@@ -111,13 +112,19 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
   any_order = None
   if not counted and (lw.options.property_order != "schema" or depends):
     any_order = _any_order(lw, members, extra, depends, pointer)
-    if (any_order is None and not depends and lw.use_registers
+    if (any_order is None and keyed and not depends and lw.use_registers
         and lw.options.property_order == "any"):
       lw.log.info("JSON Schema: the object at %s checks its %d keys on the device"
                   " (register markers).", pointer, len(keyed))
+      # Equal objects share their words (and so their automaton after minimization:
+      # a $ref used in many places stays one copy); they never nest in one another
+      # without recursion, which does not reach here.
+      key = (tuple(keyed), extra)
+      first = lw.register_blocks.setdefault(key, lw.register_words)
       node, words = _json_objects.register_object(
-          keyed, functools.partial(_member, lw), extra, ws, lw.register_words)
-      lw.register_words += words
+          keyed, functools.partial(_member, lw), extra, ws, first)
+      if first == lw.register_words:
+        lw.register_words += words
       return node
   if any_order is not None:
     body, can_be_empty = any_order
@@ -258,37 +265,64 @@ def _pattern_properties(lw, schema: dict, pointer: str) -> list:
     lw.unsupported(where, (
         f"patternProperties at {where} has {len(patterns)} patterns. Expected at most"
         f" {MAX_PATTERN_PROPERTIES} (keys matching several patterns need every matching"
-        " schema: one region per subset of patterns). Merge some, or pass lenient=True"
-        " to ignore the keyword."))
+        " schema: one region per set of patterns a key matches). Merge some, or pass"
+        " lenient=True to ignore the keyword."))
     return []
-  return [(_json_scalar_schemas.pattern_text(p, _pointer(where, p)), subschema, _pointer(where, p))
-          for p, subschema in patterns.items()]
+  entries = [(_json_scalar_schemas.pattern_text(p, _pointer(where, p)), subschema,
+              _pointer(where, p)) for p, subschema in patterns.items()]
+  if len(entries) > 1 and _key_regions([text for text, _, _ in entries], [], where) is None:
+    lw.unsupported(where, (
+        f"patternProperties at {where}: keys match more than {MAX_PATTERN_REGIONS}"
+        " distinct sets of its patterns (each set needs all of its schemas). Expected"
+        " patterns that overlap less. Merge some, or pass lenient=True to ignore the"
+        " keyword."))
+    return []
+  return entries
+
+
+def _key_regions(patterns: list, base: list, where: str) -> list | None:
+  """[(keys, indices of the patterns they match)]: the keys of `base` (decoded-text
+  languages intersected; any key when empty) split by which `patterns` they match,
+  empty parts dropped; None past `MAX_PATTERN_REGIONS`. Disjoint patterns give one
+  region each, not 2^N - 1."""
+  regions = [(_json_scalar_schemas.intersect_texts(base, where) if base
+              else jv.text_except([]), ())]
+  for j, pattern in enumerate(patterns):
+    complement = _intersect.complement_text(pattern)
+    split = []
+    for text, chosen in regions:
+      for part, sets in ((pattern, chosen + (j,)), (complement, chosen)):
+        inside = _json_scalar_schemas.intersect_texts([text, part], where)
+        if inside != ir.NOTHING:
+          split.append((inside, sets))
+    if len(split) > MAX_PATTERN_REGIONS:
+      return None
+    regions = split
+  return regions
 
 
 def _pattern_members(lw, patterns: list, declared: list, names, pointer: str):
-  """The undeclared members whose keys match some pattern: for each non-empty set of
-  patterns, the keys matching exactly those (the others' complements) with a value
-  that satisfies all of their schemas; None if no key can."""
+  """The undeclared members whose keys match some pattern: for each set of patterns
+  that some key matches exactly, those keys with a value that satisfies all of the set's
+  schemas; None if no key can.
+
+  The regions (`_key_regions`) split the undeclared keys (within `propertyNames`) by
+  the patterns they match; `_pattern_properties` checked there are not too many.
+  """
   ws = lw.ws
+  where = _pointer(pointer, "patternProperties")
+  base = [jv.text_except(declared)] + ([names] if names is not None else [])
+  regions = _key_regions([text for text, _, _ in patterns], base, where)
+  if regions is None:  # Not more than without `declared` and `names` (checked).
+    raise AssertionError(f"patternProperties at {where}: more regions than checked.")
   parts = []
-  complements = {}
-  for size in range(1, len(patterns) + 1):
-    for chosen in itertools.combinations(range(len(patterns)), size):
-      keys = [patterns[i][0] for i in chosen] + [jv.text_except(declared)]
-      if names is not None:
-        keys.append(names)
-      for j in range(len(patterns)):
-        if j not in chosen:
-          if j not in complements:
-            complements[j] = _intersect.complement_text(patterns[j][0])
-          keys.append(complements[j])
-      text = _json_scalar_schemas.intersect_texts(keys, _pointer(pointer, "patternProperties"))
-      if text == ir.NOTHING:
-        continue
-      schema = True
-      for i in chosen:
-        schema = _lazy_all_of(schema, patterns[i][1])
-      value = lw.lower(schema, patterns[chosen[0]][2])
-      if value != ir.NOTHING:
-        parts.append(ir.concat(_json_scalar_schemas.quoted(jv.encode_text(text)), ws.colon, value))
+  for text, chosen in regions:
+    if not chosen:
+      continue  # Keys matching no pattern: not generated (module doc).
+    schema = True
+    for i in chosen:
+      schema = _lazy_all_of(schema, patterns[i][1])
+    value = lw.lower(schema, patterns[chosen[0]][2])
+    if value != ir.NOTHING:
+      parts.append(ir.concat(_json_scalar_schemas.quoted(jv.encode_text(text)), ws.colon, value))
   return ir.union(*parts) if parts else None

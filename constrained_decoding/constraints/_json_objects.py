@@ -156,6 +156,8 @@ def register_object(keyed: Sequence[tuple[str, ir.Node, bool]], member,
   for i, (key, value, is_required) in enumerate(keyed):
     word, bit = first_word + i // KEYS_PER_WORD, 1 << i % KEYS_PER_WORD
     if is_required:
+      if value == ir.NOTHING:  # A required key no value satisfies: no object does.
+        return ir.NOTHING, 0
       required[word - first_word] |= bit
     members.append(member(key, value, ir.Marker("set", word, bit)))
   if extra is not None:

@@ -332,6 +332,7 @@ class _Lowerer:
     # (`_json_objects.register_object`); words handed out so far.
     self.use_registers = use_registers
     self.register_words = 0
+    self.register_blocks: dict = {}  # (members, extra) -> first word of its block.
     self.legacy_ref = _legacy_draft(root)
     self._anchors: tuple | None = None  # See `_json_refs._resource_index`.
     self.options = options

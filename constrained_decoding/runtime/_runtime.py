@@ -367,10 +367,11 @@ def _run_guards(tables: ConstraintTables, registers: Array, guard: Array
 def _guarded_bits(tables: ConstraintTables, state: ConstraintState, deepest: Array,
                   any_match: Array) -> UInt32[Array, "B W"]:
   """The tokens of each row's guarded edges whose guards pass (not in the mask rows)."""
-  slots = tables.guarded_slots[deepest]  # [B, Gm]
+  row = tables.group_guarded[deepest]
+  slots = tables.guarded_slots[row]  # [B, Gm]
   safe = jnp.maximum(slots, 0)
   tokens = tables.edge_tokens[safe]
-  passes, _ = _run_guards(tables, _registers(tables, state), tables.edge_guards[safe])
+  passes, _ = _run_guards(tables, _registers(tables, state), tables.guarded_ids[row])
   passes &= (slots >= 0) & any_match[:, None]
   rows = jnp.broadcast_to(jnp.arange(slots.shape[0])[:, None], slots.shape)
   words = jnp.where(passes, tokens >> 5, tables.mask_bits.shape[1])  # Out of range: dropped.
@@ -527,7 +528,10 @@ def advance(
   group = jnp.take_along_axis(groups, k, axis=1)[:, 0]
   registers = _registers(tables, state)
   if tables.has_registers:  # Static. A guarded edge is taken only if its guard passes.
-    guard = jnp.where(found, tables.edge_guards[slot], -1)
+    row = tables.group_guarded[group]
+    listed = tables.guarded_slots[row] == slot[:, None]  # [B, Gm]
+    guard = jnp.where(found & listed.any(axis=1), jnp.take_along_axis(
+        tables.guarded_ids[row], jnp.argmax(listed, axis=1)[:, None], axis=1)[:, 0], -1)
     passes, writes = _run_guards(tables, registers, guard)
     found &= passes
     rows = jnp.arange(guard.shape[0])

@@ -52,24 +52,24 @@ def accepted_sequences(tables: ConstraintTables, *, max_length: int = 16,
   eos = set(_eos_ids(tables).tolist())
   out: list[tuple[int, ...]] = []
 
-  def walk(state: int, stack: tuple[int, ...], prefix: tuple[int, ...]):
+  def walk(state: int, stack: tuple[int, ...], registers, prefix: tuple[int, ...]):
     if _reference.reference_end_allowed(tables, state, stack):
       out.append(prefix)
       if len(out) > limit:
         raise ValueError(f"The constraint accepts more than {limit} token sequences. "
                          f"Expected a small finite language (raise `limit`).")
-    tokens = [t for t in np.nonzero(_reference.reference_allowed(tables, state, stack))[0]
-              if int(t) not in eos]
+    tokens = [t for t in np.nonzero(_reference.reference_allowed(
+        tables, state, stack, registers=registers))[0] if int(t) not in eos]
     if tokens and len(prefix) >= max_length:
       raise ValueError(f"The constraint accepts sequences longer than {max_length} tokens "
                        f"(after {list(prefix)!r:.80}). Expected a finite language whose "
                        f"sequences fit in max_length.")
     for t in tokens:
-      step = _reference.reference_step_stack(tables, state, stack, int(t))
+      step = _reference.reference_step_stack(tables, state, stack, int(t), registers)
       assert step is not None, (state, stack, t)
-      walk(step[0], step[1], prefix + (int(t),))
+      walk(*step, prefix + (int(t),))
 
-  walk(int(np.asarray(tables.start)[0]), (), ())
+  walk(int(np.asarray(tables.start)[0]), (), _reference.zero_registers(tables), ())
   return sorted(out)
 
 
@@ -196,12 +196,12 @@ def exact_distribution(model, prompt: str | Sequence[int], tables: ConstraintTab
   for w in sequences:
     walk, ok = _reference.reference_walk(tables, w, with_stacks=True)
     assert ok, w
-    start = (int(np.asarray(tables.start)[0]), ())
-    keys = [start, *walk]
+    start = (int(np.asarray(tables.start)[0]), (), _reference.zero_registers(tables))
+    keys = [start[:3 if start[2] else 2], *walk]  # Registers only in register tables.
     for key in keys:
       if key not in rows:
         rows[key] = len(masks)
-        masks.append(_reference.reference_allowed(tables, key[0], key[1]))
+        masks.append(_reference.reference_allowed(tables, *key))
     seq_rows.append([rows[k] for k in keys])
   allowed = jnp.asarray(np.stack(masks))
   eos_mask = np.zeros(tables.vocab_size, bool)

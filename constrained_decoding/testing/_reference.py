@@ -24,18 +24,27 @@ from constrained_decoding.tables import (GUARD_CLEAR, GUARD_LIVE, GUARD_NEED, GU
                                          PAD_TOKEN, RELATIVE, ConstraintTables)
 
 
-def _zero_registers(tables: ConstraintTables) -> tuple[int, ...]:
+def zero_registers(tables: ConstraintTables) -> tuple[int, ...]:
+  """A row's register words at the start (empty for tables without registers)."""
   return (0,) * int(np.shape(tables.register_init)[0])
 
 
-def _after_guard(tables: ConstraintTables, slot, registers: tuple[int, ...]):
-  """The registers after explicit edge `slot`'s guard, or None when the guard fails."""
-  guards = np.asarray(tables.edge_guards)
-  if not len(guards) or guards[slot] < 0:
+def _guard_of(tables: ConstraintTables, group: int, slot) -> int:
+  """The guard id of explicit edge `slot` of `group`, -1 for none."""
+  if not tables.has_registers:
+    return -1
+  row = int(np.asarray(tables.group_guarded)[group])
+  listed = np.flatnonzero(np.asarray(tables.guarded_slots)[row] == slot)
+  return int(np.asarray(tables.guarded_ids)[row, listed[0]]) if len(listed) else -1
+
+
+def _after_guard(tables: ConstraintTables, guard: int, registers: tuple[int, ...]):
+  """The registers after guard `guard` (-1: none), or None when the guard fails."""
+  if guard < 0:
     return registers
   out = list(registers)
   live = []
-  for kind, word, operand in np.asarray(tables.guard_ops)[guards[slot]].tolist():
+  for kind, word, operand in np.asarray(tables.guard_ops)[guard].tolist():
     if kind == GUARD_CLEAR:
       out[word] = 0
     elif kind == GUARD_SET:
@@ -103,12 +112,15 @@ def reference_allowed(tables: ConstraintTables, state: int,
   edge_tokens = np.asarray(tables.edge_tokens)
   capped = np.asarray(tables.capped_limits).shape[-1] > 0 and tables.stack_depth > 0
   too_deep = []
-  registers = _zero_registers(tables) if registers is None else tuple(registers)
+  registers = zero_registers(tables) if registers is None else tuple(registers)
   for group in _matching_groups(tables, state, stack):
     lo, hi = edge_start[group:group + 2]
     tokens = edge_tokens[lo:hi]
-    if len(np.asarray(tables.edge_guards)):  # Register tables: guards decide.
-      passing = np.array([_after_guard(tables, slot, registers) is not None
+    if tables.has_registers:  # Register tables: guards decide.
+      row = int(np.asarray(tables.group_guarded)[group])
+      listed = dict(zip(np.asarray(tables.guarded_slots)[row].tolist(),
+                        np.asarray(tables.guarded_ids)[row].tolist()))
+      passing = np.array([_after_guard(tables, listed.get(slot, -1), registers) is not None
                           for slot in range(lo, hi)], bool)
       tokens = tokens[passing] if len(tokens) else tokens
     allowed[tokens[tokens < tables.vocab_size]] = True
@@ -208,7 +220,7 @@ def reference_step_stack(tables: ConstraintTables, state: int, stack: tuple[int,
   then of the terminal edges; None if the token is not allowed (end of sequence aside).
   With `registers` given: (state, stack, registers)."""
   with_registers = registers is not None
-  registers = _zero_registers(tables) if registers is None else tuple(registers)
+  registers = zero_registers(tables) if registers is None else tuple(registers)
   step = _step(tables, state, stack, token, registers)
   if step is None or with_registers:
     return step
@@ -224,7 +236,7 @@ def _step(tables: ConstraintTables, state: int, stack: tuple[int, ...], token: i
     hit = np.nonzero(edge_tokens[lo:hi] == token)[0]
     if len(hit) and token != PAD_TOKEN:
       slot = lo + hit[0]
-      after = _after_guard(tables, slot, registers)
+      after = _after_guard(tables, _guard_of(tables, group, slot), registers)
       if after is None:
         break  # A failing guard: the token may still be a terminal's.
       registers = after
@@ -262,19 +274,23 @@ def reference_walk(tables: ConstraintTables, tokens, start: int | None = None,
 
   Returns:
     (states, ok): the state after each consumed token (with `with_stacks`, a
-    (state, stack) pair), and False if a token was forbidden (the walk stops there).
+    (state, stack) pair, or (state, stack, registers) for register tables), and False
+    if a token was forbidden (the walk stops there).
     End-of-sequence tokens are not handled here.
   """
   state = int(np.asarray(tables.start)[0]) if start is None else start
   stack: tuple[int, ...] = ()
-  registers = _zero_registers(tables)
+  registers = zero_registers(tables)
   states = []
   for t in tokens:
     nxt = reference_step_stack(tables, state, stack, int(t), registers)
     if nxt is None:
       return states, False
     state, stack, registers = nxt
-    states.append((state, stack) if with_stacks else state)
+    if not with_stacks:
+      states.append(state)
+    else:
+      states.append((state, stack, registers) if registers else (state, stack))
   return states, True
 
 
@@ -284,7 +300,7 @@ def reference_accepts(tables: ConstraintTables, tokens, start: int | None = None
   if not ok:
     return False
   first = int(np.asarray(tables.start)[0]) if start is None else start
-  state, stack = states[-1] if states else (first, ())
+  state, stack = states[-1][:2] if states else (first, ())
   return reference_end_allowed(tables, state, stack)
 
 

@@ -218,7 +218,7 @@ def test_stacked_and_saved_tables_keep_their_registers(compiled, tmp_path):
   path = tmp_path / "closed.npz"
   tables.save(path, vocab=VOCAB)
   loaded = cd.load_tables(path, vocab=VOCAB)
-  for name in ("edge_guards", "guard_ops", "guarded_slots", "register_init"):
+  for name in ("guard_ops", "group_guarded", "guarded_slots", "guarded_ids", "register_init"):
     np.testing.assert_array_equal(getattr(loaded, name), getattr(tables, name))
   state = cd.init_state(stacked, 2, constraint_ids=[0, 1])
   advance = jax.jit(cd.advance)
@@ -233,3 +233,9 @@ def test_every_permutation_of_three_required_keys_is_accepted(compiled):
     text = ("{" + ",".join(f'"{k}":' + ('"x"' if k == "s" else "1") for k in order)
             + "}").encode()
     assert reference_accepts(tables, INDEX.longest_tokenization(text)), text
+
+
+def test_a_required_key_without_a_valid_value_makes_the_object_unsatisfiable():
+  schema = {**CLOSED, "properties": {**CLOSED["properties"], "name": False}}
+  with pytest.raises(cd.SchemaError):
+    cd.JsonSchema(schema).to_ir()
