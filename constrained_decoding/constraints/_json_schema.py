@@ -59,7 +59,8 @@ annotations, as the specification says: ignored, logged, and listed by
 `JsonSchema.ignored_keywords()` as JSON pointers (e.g. `#/properties/c/x-kind`). `then`
 and `else` without `if`, `if` alone, and `minContains`/`maxContains` without `contains`
 have no effect and are dropped. The standard assertion keywords that are not enforced
-(`$dynamicRef`, `$recursiveRef`, and the cases listed under "Boolean structure") raise
+(`$dynamicRef`/`$recursiveRef` whose target depends on the path, `_json_refs.py`, and the
+cases listed under "Boolean structure") raise
 `UnsupportedSchemaError` naming the keyword and its JSON pointer (e.g.
 `#/properties/tags/contains`), unless `lenient=True`: then they are ignored and listed
 by `ignored_keywords()` too; ignoring an assertion may *widen* the language, so lenient
