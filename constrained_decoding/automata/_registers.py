@@ -177,21 +177,23 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int], ...]]:
     if not free[a]:
       successors.setdefault(a, []).append(b)
   memo: dict[int, dict] = {}
-
-  def needed(state: int) -> dict:
-    if state not in memo:
-      memo[state] = {}  # A cycle of non-free states adds nothing new.
-      words: dict[int, int] = {}
-      for word, bits in sets.get(state, ()):
-        words[word] = words.get(word, 0) | bits
-      for nxt in successors.get(state, ()):
-        for word, bits in needed(nxt).items():
+  for root in np.flatnonzero(~free).tolist():  # Post-order, iteratively (long keys).
+    stack = [(root, False)]
+    while stack:
+      state, expanded = stack.pop()
+      if expanded:
+        words: dict[int, int] = {}
+        for word, bits in sets.get(state, ()):
           words[word] = words.get(word, 0) | bits
-      memo[state] = words
-    return memo[state]
-
-  return {state: tuple(sorted(needed(state).items()))
-          for state in np.flatnonzero(~free).tolist()}
+        for nxt in successors.get(state, ()):
+          for word, bits in memo.get(nxt, {}).items():  # {} on a cycle: nothing new.
+            words[word] = words.get(word, 0) | bits
+        memo[state] = words
+      elif state not in memo:
+        memo[state] = {}  # Entered; its successors come first.
+        stack.append((state, True))
+        stack.extend((nxt, False) for nxt in successors.get(state, ()) if nxt not in memo)
+  return {state: tuple(sorted(memo[state].items())) for state in np.flatnonzero(~free).tolist()}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

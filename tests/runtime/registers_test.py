@@ -239,3 +239,11 @@ def test_a_required_key_without_a_valid_value_makes_the_object_unsatisfiable():
   schema = {**CLOSED, "properties": {**CLOSED["properties"], "name": False}}
   with pytest.raises(cd.SchemaError):
     cd.JsonSchema(schema).to_ir()
+
+
+def test_a_very_long_key_compiles_without_deep_recursion():
+  keys = {f"k{i}": {"type": "integer"} for i in range(13)} | {"x" * 3000: {"type": "integer"}}
+  schema = {"type": "object", "additionalProperties": False, "properties": keys}
+  dfa = compile_byte_dfa(cd.JsonSchema(schema).to_ir())
+  assert dfa.accepts(('{"' + "x" * 3000 + '":1,"k0":2}').encode())
+  assert not dfa.accepts(('{"' + "x" * 3000 + '":1,"' + "x" * 3000 + '":2}').encode())
