@@ -138,24 +138,21 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
   starts = []
   s_off = g_off = e_off = m_off = u_off = t_off = c_off = r_off = 0
 
-  def shift(values, offset):
-    return np.where(values >= 0, values + offset, NO_STATE)
-
   for t, (s, g, e, m, u), n_t in zip(tables, used, t_used):
     starts.append(t.start + s_off)
     out["accepting"][s_off:s_off + s] = t.accepting[:s]
     out["mask_bits"][m_off:m_off + m] = t.mask_bits[:m]
-    out["state_groups"][s_off:s_off + s] = _pad_columns(shift(t.state_groups[:s], g_off),
+    out["state_groups"][s_off:s_off + s] = _pad_columns(_shift(t.state_groups[:s], g_off),
                                                          k_pad)
     out["group_mask"][g_off:g_off + g] = t.group_mask[:g] + m_off
-    out["group_pops"][g_off:g_off + g] = _pad_columns(shift(t.group_pops[:g], s_off), p_pad)
+    out["group_pops"][g_off:g_off + g] = _pad_columns(_shift(t.group_pops[:g], s_off), p_pad)
     out["group_num_pops"][g_off:g_off + g] = t.group_num_pops[:g]
     out["edge_start"][g_off:g_off + g + 1] = t.edge_start[:g + 1] + e_off
     out["edge_tokens"][e_off:e_off + e] = t.edge_tokens[:e]
     targets = t.edge_targets[:e]  # Relative targets (<= RELATIVE) need no offset.
     out["edge_targets"][e_off:e_off + e] = np.where(targets >= 0, targets + s_off, targets)
     out["edge_pushes"][e_off:e_off + e] = t.edge_pushes[:e] + u_off
-    out["push_symbols"][u_off:u_off + u] = _pad_columns(shift(t.push_symbols[:u], s_off),
+    out["push_symbols"][u_off:u_off + u] = _pad_columns(_shift(t.push_symbols[:u], s_off),
                                                         q_pad)
     out["push_lengths"][u_off:u_off + u] = t.push_lengths[:u]
     out["terminal_bits"][t_off:t_off + n_t] = t.terminal_bits[:n_t]
@@ -189,6 +186,11 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
                           vocab_fingerprint=known, **out)
 
 
+def _shift(values: np.ndarray, offset: int) -> np.ndarray:
+  """Ids offset by `offset`, padding (-1) kept."""
+  return np.where(values >= 0, values + offset, NO_STATE)
+
+
 def _stacked_guards(tables: Sequence[ConstraintTables], used: list,
                     g_pad: int) -> dict[str, np.ndarray]:
   """The register arrays of stacked tables: guard ids and edge slots offset, guards
@@ -211,9 +213,8 @@ def _stacked_guards(tables: Sequence[ConstraintTables], used: list,
       group_guarded[g_off:g_off + g] = np.where(own > 0, own + x_off - 1, 0)
       slots = np.asarray(t.guarded_slots)[1:]
       n, width = slots.shape
-      guarded_slots[x_off:x_off + n, :width] = np.where(slots >= 0, slots + e_off, NO_STATE)
-      ids = np.asarray(t.guarded_ids)[1:]
-      guarded_ids[x_off:x_off + n, :width] = np.where(ids >= 0, ids + d_off, NO_STATE)
+      guarded_slots[x_off:x_off + n, :width] = _shift(slots, e_off)
+      guarded_ids[x_off:x_off + n, :width] = _shift(np.asarray(t.guarded_ids)[1:], d_off)
       x_off += n
       part = np.full((t.guard_ops.shape[0], o_pad, 3), NO_STATE, np.int32)
       part[..., 1:] = 0

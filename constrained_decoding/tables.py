@@ -146,6 +146,30 @@ DEFAULT_MIN_BUCKET = 8
 # Kinds of guard operations (`guard_ops[..., 0]`; `automata/_registers.py`).
 GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE = 0, 1, 2, 3
 
+
+def apply_guard(ops, registers) -> tuple[int, ...] | None:
+  """The registers after the guard `ops` ((kind, word, operand) triples in order; kinds
+  below 0 are padding), or None when it fails: the host's definition of what the device
+  computes (`runtime._run_guards`), for the references (`_registers.ByteWalker`,
+  `testing._reference`)."""
+  out = list(registers)
+  live = []
+  for kind, word, operand in ops:
+    if kind == GUARD_CLEAR:
+      out[word] = 0
+    elif kind == GUARD_SET:
+      if out[word] & operand:
+        return None
+      out[word] |= operand
+    elif kind == GUARD_NEED:
+      if out[word] & operand != operand:
+        return None
+    elif kind == GUARD_LIVE:
+      live.append((word, operand))
+  if live and not any(~out[word] & operand for word, operand in live):
+    return None
+  return tuple(out)
+
 _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask",
                  "group_pops", "group_num_pops", "edge_start", "edge_tokens", "edge_targets",
                  "edge_pushes", "push_symbols", "push_lengths", "eos_bits", "terminal_bits",

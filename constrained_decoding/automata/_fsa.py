@@ -165,14 +165,14 @@ class _Nfa:
     bounds: Every `lo` and `hi + 1` of a range: the edges of the byte classes.
   """
 
-  __slots__ = ("arcs", "epsilons", "bounds", "fragments", "pseudo")
+  __slots__ = ("arcs", "epsilons", "bounds", "keep_fragments", "pseudo")
 
   def __init__(self, fragments: bool = False):
     self.arcs: list[list[int]] = [[], []]
     self.epsilons: dict[int, list[int]] = {}
     self.bounds = {0, 256}
-    # The distinct fragments met, in order, when they become pseudo-bytes; else None.
-    self.fragments: list[ir.Fragment] | None = [] if fragments else None
+    # Whether fragments become pseudo-bytes (else their bodies are inlined).
+    self.keep_fragments = fragments
     # Pseudo-byte index of each kept fragment and marker: label _FRAGMENT_BASE + index.
     self.pseudo: dict = {}
 
@@ -483,11 +483,9 @@ def _add_terminal(nfa: _Nfa, node: ir.Terminal, src: int, dst: int) -> None:
 
 def _add_fragment(nfa: _Nfa, node: ir.Fragment, src: int, dst: int) -> None:
   """Adds the fragment's body, or its pseudo-byte arc when the NFA keeps fragments."""
-  if nfa.fragments is None:
+  if not nfa.keep_fragments:
     _add_node(nfa, node.body, src, dst)
     return
-  if node not in nfa.pseudo:
-    nfa.fragments.append(node)
   label = nfa.pseudo_label(node)
   nfa.add_range(src, label, label, dst)
 

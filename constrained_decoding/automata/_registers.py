@@ -43,7 +43,8 @@ import numpy as np
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
-from constrained_decoding.tables import GUARD_CLEAR, GUARD_LIVE, GUARD_NEED, GUARD_SET
+from constrained_decoding.tables import (GUARD_CLEAR, GUARD_LIVE, GUARD_NEED, GUARD_SET,
+                                         apply_guard)
 
 CLEAR, SET, NEED, LIVE = GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE
 _KIND = {"clear": CLEAR, "set": SET, "need": NEED}
@@ -128,8 +129,9 @@ def contract(dfa: ByteDfa) -> Contracted:
   return Contracted(plain, arc_ops, 1 + max(words, default=-1))
 
 
-def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int], ...]]:
-  """The states that may be dead ends, each with the (word, bits) whose `set` it needs.
+def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int, int], ...]]:
+  """The states that may be dead ends, each with the `LIVE` operations (one per word of
+  the bits whose `set` it needs) that a token ending there must pass.
 
   A state is *free* when it is accepting, has a token-class or fragment arc, has an arc
   whose first operation is not a `set`, or reaches a free state by untagged arcs. Every
@@ -140,7 +142,7 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int], ...]]:
   is missing, and that key is clear, so it may still be written).
 
   Returns:
-    state -> ((word, bits), ...) for the states that are not free, words ascending.
+    state -> ((LIVE, word, bits), ...) for the states that are not free, words ascending.
   """
   dfa = contracted.dfa
   q = dfa.num_states
@@ -193,7 +195,8 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int], ...]]:
         memo[state] = {}  # Entered; its successors come first.
         stack.append((state, True))
         stack.extend((nxt, False) for nxt in successors.get(state, ()) if nxt not in memo)
-  return {state: tuple(sorted(memo[state].items())) for state in np.flatnonzero(~free).tolist()}
+  return {state: tuple((LIVE, word, bits) for word, bits in sorted(memo[state].items()))
+          for state in np.flatnonzero(~free).tolist()}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -247,7 +250,7 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
   for i in sorted(set(crossed) | set(np.flatnonzero(needs_live >= 0).tolist())):
     ops = crossed.get(i, ())
     if needs_live[i] >= 0:
-      ops += tuple((LIVE, word, bits) for word, bits in live_needs[needs_live[i]])
+      ops += live_needs[needs_live[i]]
     if ops:
       if len(ops) > MAX_GUARD_OPS:
         raise RegisterError(
@@ -353,12 +356,9 @@ class ByteWalker:
     target = int(self.dfa.transitions[state, byte])
     if target == NO_STATE:
       return None
-    ops = self.contracted.arc_ops.get((state, byte), ())
-    need = self.live.get(target)
-    if need is not None:
-      ops += tuple((LIVE, word, bits) for word, bits in need)
-    after = apply_guard(ops, list(registers)) if ops else registers
-    return None if after is None else (target, tuple(after))
+    ops = self.contracted.arc_ops.get((state, byte), ()) + self.live.get(target, ())
+    after = apply_guard(ops, registers) if ops else registers
+    return None if after is None else (target, after)
 
   def accepting(self, position) -> bool:
     return bool(self.dfa.accepting[position[0]])
@@ -379,23 +379,3 @@ class ByteWalker:
       if position is None:
         return False
     return self.accepting(position)
-
-
-def apply_guard(ops, registers: list[int]) -> list[int] | None:
-  """The registers after `ops` (one guard, a host reference of the device's), or None
-  when the guard fails. `registers` is not modified."""
-  out = list(registers)
-  live_ops = [op for op in ops if op[0] == LIVE]
-  for kind, word, operand in ops:
-    if kind == CLEAR:
-      out[word] = 0
-    elif kind == SET:
-      if out[word] & operand:
-        return None
-      out[word] |= operand
-    elif kind == NEED:
-      if out[word] & operand != operand:
-        return None
-  if live_ops and not any(~out[word] & operand for _, word, operand in live_ops):
-    return None
-  return out

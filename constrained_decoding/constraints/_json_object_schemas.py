@@ -68,7 +68,7 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
         f"The object at {pointer} declares {len(properties) + len(required)} properties;"
         f" expected at most {MAX_PROPERTIES} (each is a branch of the automaton). Split"
         " it, or describe the keys with patternProperties or propertyNames.")
-  patterns = _pattern_properties(lw, schema, pointer)
+  patterns, regions = _pattern_properties(lw, schema, pointer)
   depends = _dependent_required(lw, schema, pointer)
   members = []
   dependent_keys = [k for key, targets in depends.items() for k in (key, *targets)]
@@ -91,7 +91,7 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
   declared = [k for k, _, _ in members]
   extra = None
   if patterns:  # Keys matching some pattern; no others (module doc).
-    extra = _pattern_members(lw, patterns, declared, names, pointer)
+    extra = _pattern_members(lw, patterns, regions, declared, names, pointer)
   elif extra_schema is not None:
     colon, value = lw.extra_colon, lw.extra_value
     if extra_schema is not True:
@@ -253,8 +253,10 @@ def _counted_members(lw, members: list, extra: ir.Node | None, schema: dict,
   return graph, can_be_empty
 
 
-def _pattern_properties(lw, schema: dict, pointer: str) -> list:
-  """[(decoded-text IR, schema, pointer)] of the `patternProperties` entries."""
+def _pattern_properties(lw, schema: dict, pointer: str) -> tuple[list, list]:
+  """([(decoded-text IR, schema, pointer)] of the `patternProperties` entries, their key
+  regions over all keys (`_key_regions`)); ([], []) when there are none or they are
+  ignored."""
   patterns = schema.get("patternProperties", {})
   where = _pointer(pointer, "patternProperties")
   if not isinstance(patterns, dict):
@@ -267,26 +269,25 @@ def _pattern_properties(lw, schema: dict, pointer: str) -> list:
         f" {MAX_PATTERN_PROPERTIES} (keys matching several patterns need every matching"
         " schema: one region per set of patterns a key matches). Merge some, or pass"
         " lenient=True to ignore the keyword."))
-    return []
+    return [], []
   entries = [(_json_scalar_schemas.pattern_text(p, _pointer(where, p)), subschema,
               _pointer(where, p)) for p, subschema in patterns.items()]
-  if len(entries) > 1 and _key_regions([text for text, _, _ in entries], [], where) is None:
+  regions = _key_regions([text for text, _, _ in entries], where)
+  if regions is None:
     lw.unsupported(where, (
         f"patternProperties at {where}: keys match more than {MAX_PATTERN_REGIONS}"
         " distinct sets of its patterns (each set needs all of its schemas). Expected"
         " patterns that overlap less. Merge some, or pass lenient=True to ignore the"
         " keyword."))
-    return []
-  return entries
+    return [], []
+  return entries, regions
 
 
-def _key_regions(patterns: list, base: list, where: str) -> list | None:
-  """[(keys, indices of the patterns they match)]: the keys of `base` (decoded-text
-  languages intersected; any key when empty) split by which `patterns` they match,
-  empty parts dropped; None past `MAX_PATTERN_REGIONS`. Disjoint patterns give one
-  region each, not 2^N - 1."""
-  regions = [(_json_scalar_schemas.intersect_texts(base, where) if base
-              else jv.text_except([]), ())]
+def _key_regions(patterns: list, where: str) -> list | None:
+  """[(keys, indices of the patterns they match)]: all keys split by which `patterns`
+  they match, empty parts dropped; None past `MAX_PATTERN_REGIONS`. Disjoint patterns
+  give one region each, not 2^N - 1."""
+  regions = [(jv.text_except([]), ())]
   for j, pattern in enumerate(patterns):
     complement = _intersect.complement_text(pattern)
     split = []
@@ -301,24 +302,25 @@ def _key_regions(patterns: list, base: list, where: str) -> list | None:
   return regions
 
 
-def _pattern_members(lw, patterns: list, declared: list, names, pointer: str):
+def _pattern_members(lw, patterns: list, regions: list, declared: list, names,
+                     pointer: str):
   """The undeclared members whose keys match some pattern: for each set of patterns
   that some key matches exactly, those keys with a value that satisfies all of the set's
   schemas; None if no key can.
 
-  The regions (`_key_regions`) split the undeclared keys (within `propertyNames`) by
-  the patterns they match; `_pattern_properties` checked there are not too many.
+  `regions` (`_key_regions`) split all keys by the patterns they match; here each is
+  narrowed to the undeclared keys within `propertyNames`.
   """
   ws = lw.ws
   where = _pointer(pointer, "patternProperties")
   base = [jv.text_except(declared)] + ([names] if names is not None else [])
-  regions = _key_regions([text for text, _, _ in patterns], base, where)
-  if regions is None:  # Not more than without `declared` and `names` (checked).
-    raise AssertionError(f"patternProperties at {where}: more regions than checked.")
   parts = []
   for text, chosen in regions:
     if not chosen:
       continue  # Keys matching no pattern: not generated (module doc).
+    text = _json_scalar_schemas.intersect_texts([text, *base], where)
+    if text == ir.NOTHING:
+      continue
     schema = True
     for i in chosen:
       schema = _lazy_all_of(schema, patterns[i][1])

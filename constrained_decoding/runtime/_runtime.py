@@ -526,7 +526,7 @@ def advance(
   k = jnp.argmax(hit, axis=1)[:, None]
   slot = jnp.take_along_axis(slot, k, axis=1)[:, 0]
   group = jnp.take_along_axis(groups, k, axis=1)[:, 0]
-  registers = _registers(tables, state)
+  registers = written = _registers(tables, state)
   if tables.has_registers:  # Static. A guarded edge is taken only if its guard passes.
     row = tables.group_guarded[group]
     listed = tables.guarded_slots[row] == slot[:, None]  # [B, Gm]
@@ -536,8 +536,9 @@ def advance(
     found &= passes
     rows = jnp.arange(guard.shape[0])
     for word, value in writes:  # In order: a later write to a word holds the earlier.
-      word = jnp.where(found & ~(state.done | state.error), word, registers.shape[1])
-      registers = registers.at[rows, word].set(value, mode="drop")
+      # Only the explicit edge taken writes (not one whose guard failed, nor a terminal's).
+      word = jnp.where(found, word, registers.shape[1])
+      written = written.at[rows, word].set(value, mode="drop")
   target = tables.edge_targets[slot]
   # Targets <= RELATIVE (-2) are relative (counted chains, `tables.py`): q + RELATIVE - t.
   target = jnp.where(target >= 0, target, state.state + RELATIVE - target)
@@ -578,7 +579,7 @@ def advance(
   stack, depth, overflow = _apply_stack(tables, state, active & found, num_pops, push)
   moved = active & found & ~overflow
   if tables.has_registers:  # Static. A row that did not move keeps its registers.
-    registers = jnp.where(moved[:, None], registers, _registers(tables, state))
+    registers = jnp.where(moved[:, None], written, registers)
   return state.replace(
       state=jnp.where(moved, target, state.state), stack=stack, depth=depth,
       registers=registers,

@@ -12,16 +12,15 @@ Public functions:
 Register tables (objects whose keys the device checks, `tables.py`): `reference_allowed`
 and `reference_step_stack` take the row's register words (`registers=`, zeros when
 omitted; `reference_step_stack` then also returns them), and `reference_walk` /
-`reference_accepts` thread them. Guards are evaluated here from their definition in
-`automata/_registers.py`, independently of the device code.
+`reference_accepts` thread them. Guards are evaluated by `tables.apply_guard`, the host
+definition, independently of the device code.
 """
 
 import random
 
 import numpy as np
 
-from constrained_decoding.tables import (GUARD_CLEAR, GUARD_LIVE, GUARD_NEED, GUARD_SET,
-                                         PAD_TOKEN, RELATIVE, ConstraintTables)
+from constrained_decoding.tables import PAD_TOKEN, RELATIVE, ConstraintTables, apply_guard
 
 
 def zero_registers(tables: ConstraintTables) -> tuple[int, ...]:
@@ -42,23 +41,7 @@ def _after_guard(tables: ConstraintTables, guard: int, registers: tuple[int, ...
   """The registers after guard `guard` (-1: none), or None when the guard fails."""
   if guard < 0:
     return registers
-  out = list(registers)
-  live = []
-  for kind, word, operand in np.asarray(tables.guard_ops)[guard].tolist():
-    if kind == GUARD_CLEAR:
-      out[word] = 0
-    elif kind == GUARD_SET:
-      if out[word] & operand:
-        return None
-      out[word] |= operand
-    elif kind == GUARD_NEED:
-      if out[word] & operand != operand:
-        return None
-    elif kind == GUARD_LIVE:
-      live.append((word, operand))
-  if live and not any(~out[word] & operand for word, operand in live):
-    return None
-  return tuple(out)
+  return apply_guard(np.asarray(tables.guard_ops)[guard].tolist(), registers)
 
 
 def _matching_groups(tables: ConstraintTables, state: int, stack: tuple[int, ...]):
