@@ -67,6 +67,7 @@ import glob
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import sys
@@ -382,9 +383,34 @@ def nesting_depth(value) -> int:
   return 0
 
 
+class _EcmaPatterns:
+  """`re` for `jsonschema`'s `pattern`/`patternProperties`, except that a pattern with an
+  ECMAScript property escape (`\\p{Letter}`, which `re` cannot read) is searched with the
+  `regex` package when it is installed (an oracle independent of ours)."""
+
+  def search(self, pattern, text):
+    if "\\p{" in pattern or "\\P{" in pattern:
+      try:
+        import regex  # pylint: disable=g-import-not-at-top
+      except ImportError:
+        pass
+      else:
+        return regex.search(pattern, text)
+    return re.search(pattern, text)
+
+  def __getattr__(self, name):
+    return getattr(re, name)
+
+
 def _validator(draft: str):
-  """The `jsonschema` validator class of `draft4`, `draft7` or (else) draft 2020-12."""
+  """The `jsonschema` validator class of `draft4`, `draft7` or (else) draft 2020-12
+  (patterns searched as `_EcmaPatterns` does)."""
   import jsonschema  # pylint: disable=g-import-not-at-top
+  import jsonschema._keywords  # pylint: disable=g-import-not-at-top
+  import jsonschema._utils  # pylint: disable=g-import-not-at-top
+  for module in (jsonschema._keywords, jsonschema._utils):  # pylint: disable=protected-access
+    if getattr(module, "re", None) is re:
+      module.re = _EcmaPatterns()
   return {"draft4": jsonschema.Draft4Validator,
           "draft7": jsonschema.Draft7Validator}.get(draft, jsonschema.Draft202012Validator)
 

@@ -177,7 +177,10 @@ def pattern_ir(pattern: str) -> ir.Node:
   Each top-level alternative `a` becomes `(?s:.*)(?:a)(?s:.*)`, without the prefix when
   `a` starts with `^` or `\\A` and without the suffix when it ends with `$` or `\\Z`; the
   wrapped text is parsed by the regex front end, which then rejects anchors anywhere
-  else. Leading global flags (`(?i)`) apply to the whole pattern (`(?x)` is refused).
+  else. ECMAScript Unicode property escapes (`\\p{L}`, `\\p{Letter}`, `\\P{Nd}`,
+  `\\p{gc=Lu}`, `Any`, `ASCII`, `Assigned`) are classes of the code points `unicodedata`
+  gives that General_Category (`_regex.expand_property_escapes`); scripts are refused.
+  Leading global flags (`(?i)`) apply to the whole pattern (`(?x)` is refused).
 
   Lookaheads right after the start anchor of an alternative are exact (several in a
   row too, as in `^(?=.*[a-z])(?!.*--)[a-z-]+$`): `^(?!X)R` is the wrapped `^R`
@@ -196,6 +199,7 @@ def pattern_ir(pattern: str) -> ir.Node:
     CompileBudgetError: An alternative or lookahead alone is too large (`parse_regex`).
   """
   full = pattern
+  pattern = _regex.expand_property_escapes(pattern)  # ECMAScript `\\p{L}`: a class.
   flags = ""
   match = _GLOBAL_FLAGS.match(pattern)
   if match:
@@ -207,7 +211,7 @@ def pattern_ir(pattern: str) -> ir.Node:
           " comments and the flag."
       )
   if _first_lookaround(pattern) is not None:
-    _check_syntax(full)
+    _check_syntax(flags + pattern)
   alternatives = [(len(flags) + o, a) for o, a in _split_alternatives(pattern)]
   return _Lowering(full, flags).union(alternatives, at_start=False)
 

@@ -1308,3 +1308,151 @@ def class_end(text: str, i: int) -> int:
   while i < len(text) and text[i] != "]":
     i += 2 if text[i] == "\\" else 1
   return i + 1
+
+
+# --- ECMAScript Unicode property escapes (`\p{...}`, `\P{...}`; JSON Schema patterns) ---
+
+# General_Category values: long name -> short name (ECMAScript / UAX #44 aliases).
+_GC_ALIASES = {
+    "Letter": "L", "Cased_Letter": "LC", "Uppercase_Letter": "Lu",
+    "Lowercase_Letter": "Ll", "Titlecase_Letter": "Lt", "Modifier_Letter": "Lm",
+    "Other_Letter": "Lo", "Mark": "M", "Combining_Mark": "M", "Nonspacing_Mark": "Mn",
+    "Spacing_Mark": "Mc", "Enclosing_Mark": "Me", "Number": "N", "Decimal_Number": "Nd",
+    "digit": "Nd", "Letter_Number": "Nl", "Other_Number": "No", "Punctuation": "P",
+    "punct": "P", "Connector_Punctuation": "Pc", "Dash_Punctuation": "Pd",
+    "Open_Punctuation": "Ps", "Close_Punctuation": "Pe", "Initial_Punctuation": "Pi",
+    "Final_Punctuation": "Pf", "Other_Punctuation": "Po", "Symbol": "S",
+    "Math_Symbol": "Sm", "Currency_Symbol": "Sc", "Modifier_Symbol": "Sk",
+    "Other_Symbol": "So", "Separator": "Z", "Space_Separator": "Zs",
+    "Line_Separator": "Zl", "Paragraph_Separator": "Zp", "Other": "C", "Control": "Cc",
+    "cntrl": "Cc", "Format": "Cf", "Surrogate": "Cs", "Private_Use": "Co",
+    "Unassigned": "Cn",
+}
+_GC_GROUPS = {"L": ("Lu", "Ll", "Lt", "Lm", "Lo"), "LC": ("Lu", "Ll", "Lt"),
+              "M": ("Mn", "Mc", "Me"), "N": ("Nd", "Nl", "No"),
+              "P": ("Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po"), "S": ("Sm", "Sc", "Sk", "So"),
+              "Z": ("Zs", "Zl", "Zp"), "C": ("Cc", "Cf", "Cs", "Co", "Cn")}
+_GC_VALUES = frozenset(c for group in _GC_GROUPS.values() for c in group)
+_PROPERTY_ESCAPE = re.compile(r"\\([pP])\{([^}]*)\}")
+
+
+@functools.cache
+def _general_categories() -> dict[str, tuple[tuple[int, int], ...]]:
+  """{two-letter General_Category: its code point ranges}, from `unicodedata` (the
+  Unicode version of this Python), computed once."""
+  import unicodedata  # pylint: disable=g-import-not-at-top
+
+  names = sorted(_GC_VALUES)
+  index = {name: i for i, name in enumerate(names)}
+  codes = np.fromiter((index[unicodedata.category(c)] for c in _all_code_points()),
+                      dtype=np.int8, count=ir.MAX_CODE_POINT + 1)
+  return {name: _mask_ranges(codes == index[name]) for name in names}
+
+
+@functools.cache
+def property_ranges(name: str) -> tuple[tuple[int, int], ...]:
+  """The scalar values of the ECMAScript property `\\p{name}`: a General_Category value
+  (short or long name, or `General_Category=`/`gc=` it), or `Any`, `ASCII`, `Assigned`.
+
+  Raises:
+    RegexSyntaxError: `name` is no Unicode property.
+    UnsupportedRegexError: a property this library has no data for (`Script=`,
+      `Script_Extensions=`, binary properties such as `Alphabetic`).
+  """
+  key, _, value = name.partition("=")
+  if value and key in ("General_Category", "gc"):
+    name = value
+  elif value:
+    if key in ("Script", "sc", "Script_Extensions", "scx"):
+      raise errors.UnsupportedRegexError(
+          f"\\p{{{name}}}: Unicode scripts are not supported (Python's `unicodedata` has"
+          " no script data). Expected a General_Category such as \\p{L} or \\p{Nd}. List"
+          " the script's ranges in a class instead.")
+    raise errors.RegexSyntaxError(
+        f"\\p{{{name}}} names no Unicode property. Expected General_Category=, gc=,"
+        " Script= or Script_Extensions=.")
+  if name == "Any":
+    return _ALL_SCALARS
+  if name == "ASCII":
+    return ((0, 0x7F),)
+  if name == "Assigned":
+    return ir.complement_ranges(property_ranges("Cn"))
+  short = _GC_ALIASES.get(name, name)
+  if short in _GC_GROUPS:
+    table = _general_categories()
+    return ir.normalize_ranges([r for c in _GC_GROUPS[short] for r in table[c]])
+  if short in _GC_VALUES:
+    return ir.normalize_ranges(_general_categories()[short])
+  raise errors.UnsupportedRegexError(
+      f"\\p{{{name}}} is not a supported Unicode property. Expected a General_Category"
+      " (L, Lu, Letter, Nd, ...), Any, ASCII or Assigned; binary properties and scripts"
+      " are not supported. List the characters in a class instead.")
+
+
+def _class_text(ranges) -> str:
+  """`ranges` as the inside of a class, every bound an `\\U` escape."""
+  return "".join(f"\\U{lo:08x}" if lo == hi else f"\\U{lo:08x}-\\U{hi:08x}"
+                 for lo, hi in ranges)
+
+
+def _nonempty(ranges, escape: str):
+  if not ranges:
+    raise errors.UnsupportedRegexError(
+        f"{escape} matches no character of UTF-8 text (surrogates never occur in it)."
+        " Expected a property with some scalar value. Remove it.")
+  return ranges
+
+
+def expand_property_escapes(pattern: str) -> str:
+  """`pattern` with each ECMAScript `\\p{...}` / `\\P{...}` (Unicode mode) written as an
+  explicit class of its code points (`property_ranges`; `\\P` the complement), outside
+  classes as `[...]` / `[^...]`, inside a class as its ranges; unchanged without one.
+
+  Raises:
+    RegexSyntaxError: an unknown property name.
+    UnsupportedRegexError: an unsupported property, or one under `(?i)`.
+  """
+  if "\\p{" not in pattern and "\\P{" not in pattern:
+    return pattern
+  out, i, n = [], 0, len(pattern)
+  found = False
+  while i < n:
+    c = pattern[i]
+    if c == "[":
+      end = class_end(pattern, i)
+      body, j = [], i
+      while j < end:
+        match = _PROPERTY_ESCAPE.match(pattern, j)
+        if pattern[j] == "\\" and match:
+          ranges = property_ranges(match.group(2))
+          if match.group(1) == "P":
+            ranges = ir.complement_ranges(ranges)
+          body.append(_class_text(_nonempty(ranges, match.group(0))))
+          found = True
+          j = match.end()
+        else:
+          step = 2 if pattern[j] == "\\" else 1
+          body.append(pattern[j:j + step])
+          j += step
+      out.append("".join(body))
+      i = end
+      continue
+    if c == "\\":
+      match = _PROPERTY_ESCAPE.match(pattern, i)
+      if match:
+        negate = "^" if match.group(1) == "P" else ""
+        ranges = _nonempty(property_ranges(match.group(2)), match.group(0))
+        out.append(f"[{negate}{_class_text(ranges)}]")
+        found = True
+        i = match.end()
+        continue
+      out.append(pattern[i:i + 2])
+      i += 2
+      continue
+    out.append(c)
+    i += 1
+  if found and re.search(r"\(\?[a-zA-Z]*i", pattern):
+    raise errors.UnsupportedRegexError(
+        f"Regex {_shown(pattern)} uses \\p{{...}} with case-insensitive matching (?i),"
+        " which is not supported. Expected a case-sensitive pattern. List both cases.")
+  return "".join(out)
