@@ -144,7 +144,7 @@ CAP_PAD = np.iinfo(np.int32).max
 NO_FINISH = 1 << 24
 DEFAULT_MIN_BUCKET = 8
 # Kinds of guard operations (`guard_ops[..., 0]`; `automata/_registers.py`).
-GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE = 0, 1, 2, 3
+GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE, GUARD_COUNT, GUARD_ATLEAST = 0, 1, 2, 3, 4, 5
 
 
 def apply_guard(ops, registers) -> tuple[int, ...] | None:
@@ -166,6 +166,13 @@ def apply_guard(ops, registers) -> tuple[int, ...] | None:
         return None
     elif kind == GUARD_LIVE:
       live.append((word, operand))
+    elif kind == GUARD_COUNT:
+      if out[word] >= operand:
+        return None
+      out[word] += 1
+    elif kind == GUARD_ATLEAST:
+      if out[word] < operand:
+        return None
   if live and not any(~out[word] & operand for word, operand in live):
     return None
   return tuple(out)

@@ -30,6 +30,11 @@ to a copy of the row's registers:
   NEED    fails unless every operand bit is set in word.
   LIVE    (after the others) the guard fails unless at least one LIVE op of the guard
           finds an operand bit clear in its word; a guard without LIVE ops needs none.
+  COUNT   fails unless word < operand; word += 1 (arrays whose items are counted in a
+          register: `,` before another item, `_json_array_schemas.counted_array`).
+  ATLEAST fails unless word >= operand (`]` of such an array).
+The front end places a COUNT only where an ATLEAST or untagged way on exists beside it
+(`,` next to `]`, with minItems <= maxItems), so a full count is never a dead end.
 Exact: a token is allowed iff its bytes are in the object language given the keys
 written so far and it leaves the row where some continuation is still possible (under
 the front end's construction, which never lets a `need` fail where keys may still be
@@ -43,11 +48,12 @@ import numpy as np
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
-from constrained_decoding.tables import (GUARD_CLEAR, GUARD_LIVE, GUARD_NEED, GUARD_SET,
-                                         apply_guard)
+from constrained_decoding.tables import (GUARD_ATLEAST, GUARD_CLEAR, GUARD_COUNT, GUARD_LIVE,
+                                         GUARD_NEED, GUARD_SET, apply_guard)
 
 CLEAR, SET, NEED, LIVE = GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE
-_KIND = {"clear": CLEAR, "set": SET, "need": NEED}
+COUNT, ATLEAST = GUARD_COUNT, GUARD_ATLEAST
+_KIND = {"clear": CLEAR, "set": SET, "need": NEED, "count": COUNT, "atleast": ATLEAST}
 # Most primitive operations one guard may hold (its crossed markers plus LIVE words).
 MAX_GUARD_OPS = 64
 

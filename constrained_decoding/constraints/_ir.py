@@ -164,6 +164,9 @@ class Marker:
     "set"    allowed only if the bits are clear in the word; then sets them (a key
              written at most once).
     "need"   allowed only if all the bits are set (required keys, before `}`).
+  and, with `operand` a number (arrays whose items are counted, `maxItems`):
+    "count"  allowed only if the word is below `operand`; then adds 1 to it.
+    "atleast"  allowed only if the word is at least `operand`.
   """
 
   kind: str
@@ -171,7 +174,7 @@ class Marker:
   operand: int
 
 
-MARKER_KINDS = ("clear", "set", "need")
+MARKER_KINDS = ("clear", "set", "need", "count", "atleast")
 
 Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal, Graph,
                     RuleRef, Fragment, Marker]

@@ -3,6 +3,11 @@
 
 Function (`lw` is the lowering in progress, `_json_schema._Lowerer`):
   lower_array(lw, schema, pointer)   the JSON texts of the arrays `schema` accepts.
+
+`minItems`/`maxItems` write the item once per position it may take (`[a, a?, a?]`),
+which is fine for small items; when those copies would exceed `MAX_COPIED_ITEMS` IR
+nodes (an array of at most 50 objects) and registers are on, the item is written once
+and a register word counts the commas (`counted_array`).
 """
 
 import json
@@ -11,6 +16,7 @@ from constrained_decoding import errors
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints import _json_negation
+from constrained_decoding.constraints import _json_objects
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints._json_keywords import (
     _items,
@@ -22,6 +28,11 @@ from constrained_decoding.constraints._json_keywords import (
 MAX_UNIQUE_VALUES = 8
 # Most states of a `contains` automaton over (items written, matching items written).
 MAX_CONTAINS_STATES = 4_096
+# Most IR nodes of the item copies `minItems`/`maxItems` may write before the items are
+# counted in a register instead (`counted_array`).
+MAX_COPIED_ITEMS = 2_000
+# The `count` bound of an array without `maxItems` (the largest int32 register value).
+_UNBOUNDED = 2**31 - 1
 
 
 def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
@@ -178,6 +189,16 @@ def lower_array(lw, schema: dict, pointer: str) -> ir.Node:
   if max_items is not None and max_items < min_items:
     return ir.NOTHING
   if not prefix:
+    copies = max(min_items, max_items or 0) - 1
+    if (copies > 0 and lw.use_registers and lw.options.property_order == "any"
+        and _json_objects.ir_size(rest) * copies > MAX_COPIED_ITEMS):
+      key = ("array", rest, min_items, max_items)
+      word = lw.register_blocks.setdefault(key, lw.register_words)
+      if word == lw.register_words:
+        lw.register_words += 1
+      lw.log.info("JSON Schema: the array at %s counts its items on the device (a register).",
+                  pointer)
+      return counted_array(rest, ws, min_items, max_items, word)
     return jv.delimited(b"[", b"]", rest, ws, min_items, max_items)
   k = len(prefix)
   more_min = max(0, min_items - k)
@@ -192,6 +213,29 @@ def lower_array(lw, schema: dict, pointer: str) -> ir.Node:
   parts = [ws.empty(b"[]")] if min_items == 0 else []
   parts.append(ir.concat(ws.open(b"["), prefix[0], tail, ws.close(b"]")))
   return ir.union(*parts)
+
+
+def counted_array(item: ir.Node, ws: jv.Whitespace, min_items: int, max_items: int | None,
+                  word: int) -> ir.Node:
+  """Arrays of `min_items..max_items` items with the item written once: register `word`
+  counts the commas (`automata/_registers.py`).
+
+  `clear [` (gap) item (gap `count` `,` (gap) item)* (gap) `atleast` `]`, and `[]` when
+  no item is needed. `count` (fails when `max_items - 1` commas are written, never
+  without `maxItems`: it only counts for `atleast`) sits right
+  before `,` and `atleast` (fails below `min_items - 1`) right before `]`, so a row whose
+  count is full still has `]`, and one below the minimum still has `,`: never a dead
+  end. `clear` goes before `[`, where no other path reads the same bytes.
+  """
+  bound = _UNBOUNDED if max_items is None else max_items - 1
+  count = [ir.Marker("count", word, bound)] if bound or min_items > 1 else []
+  atleast = [ir.Marker("atleast", word, min_items - 1)] if min_items > 1 else []
+  comma = (ir.concat(*count, ir.Bytes(b", ")) if ws.name == "single"
+           else ir.concat(ws.gap, *count, ir.Bytes(b","), ws.gap))
+  body = jv.separated(ws.open(b"["), item, comma, ir.concat(ws.gap, *atleast, ir.Bytes(b"]")))
+  if min_items == 0:
+    body = ir.union(ws.empty(b"[]"), body)
+  return ir.concat(ir.Marker("clear", word, 0), body)
 
 
 def _distinct_values(node: ir.Node) -> list[ir.Node] | None:

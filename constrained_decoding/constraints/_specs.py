@@ -421,9 +421,11 @@ class JsonSchema:
       the sets of keys written (about 2^(n-1) copies of each of the n members' values);
       a larger one is linear and checks its keys on the device, in a few register words
       per row (`automata/_registers.py`); one with a recursive member, or inside a
-      recursive schema, keeps schema order (see `_json_schema.py`). `any_bounded`: the
-      automaton only, schema order past its budget (no registers: every object is a
-      plain automaton, the step does no guard work). `schema`: in the order
+      recursive schema, keeps schema order (see `_json_schema.py`). Arrays whose
+      `minItems`/`maxItems` would copy a large item many times count their items in a
+      register word too (`_json_array_schemas.counted_array`). `any_bounded`: the
+      automaton only, schema order past its budget (no registers: every object and
+      array is a plain automaton, the step does no guard work). `schema`: in the order
       `properties` lists them, additional ones last: linear in the schema, shorter
       tables, deterministic order.
     implied_types: True (default): a schema without `type` takes the types its

@@ -50,7 +50,9 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.tables import GUARD_ATLEAST as _ATLEAST
 from constrained_decoding.tables import GUARD_CLEAR as _CLEAR
+from constrained_decoding.tables import GUARD_COUNT as _COUNT
 from constrained_decoding.tables import GUARD_LIVE as _LIVE
 from constrained_decoding.tables import GUARD_NEED as _NEED
 from constrained_decoding.tables import GUARD_SET as _SET
@@ -353,14 +355,18 @@ def _run_guards(tables: ConstraintTables, registers: Array, guard: Array
       same = word[..., j] == word[..., i]
       value = jnp.where(same & (kind[..., j] == _CLEAR), 0, value)
       value = jnp.where(same & (kind[..., j] == _SET), value | operand[..., j], value)
+      value = jnp.where(same & (kind[..., j] == _COUNT), value + 1, value)
     k, o = kind[..., i], operand[..., i]
     ok &= ~((k == _SET) & ((value & o) != 0))
     ok &= ~((k == _NEED) & ((value & o) != o))
+    ok &= ~((k == _COUNT) & (value >= o))
+    ok &= ~((k == _ATLEAST) & (value < o))
     has_live |= k == _LIVE
     some_live |= (k == _LIVE) & ((~value & o) != 0)
-    after = jnp.where(k == _CLEAR, 0, jnp.where(k == _SET, value | o, value))
-    writes.append((jnp.where((k == _CLEAR) | (k == _SET), word[..., i], registers.shape[1]),
-                   after))
+    after = jnp.where(k == _CLEAR, 0, jnp.where(k == _SET, value | o,
+                                                jnp.where(k == _COUNT, value + 1, value)))
+    writes.append((jnp.where((k == _CLEAR) | (k == _SET) | (k == _COUNT), word[..., i],
+                             registers.shape[1]), after))
   return ok & (~has_live | some_live), writes
 
 
