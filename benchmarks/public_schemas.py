@@ -315,6 +315,9 @@ def parse_args(argv=None):
                       help="compile with JsonSchema(lenient=(KEYWORD, ...)): ignore this"
                       " unsupported keyword (repeatable). Sampled texts may then violate"
                       " it: pass --samples 0")
+  parser.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
+                      help="measure only the files whose name contains it (repeatable;"
+                      " all files are still read as resources)")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir)
   parser.add_argument("--out", default=None,
                       help="default: benchmarks/results/public_schemas[_bytes].json")
@@ -334,6 +337,8 @@ def main(argv=None) -> int:
     print(f"No public schemas found under {roots}; nothing to measure.")
     return 0
   resources = resources_for(entries + find_schemas(roots, RESOURCE_SOURCES))
+  if args.only:
+    entries = [e for e in entries if any(o in e["name"] for o in args.only)]
   vocab, speller = suite.make_speller(args.vocab, 0)
   compiler = cd.Compiler(vocab, cd.CompileOptions(max_seconds=args.time_limit,
                                                   cache_dir=args.cache_dir))

@@ -50,6 +50,7 @@ _TYPE_OF_KEYWORD = {
     "unevaluatedItems": "array", "$unevaluatedItems": "array",
     "minItems": "array", "maxItems": "array", "uniqueItems": "array",
     "minProperties": "object", "maxProperties": "object",
+    "$someUndeclared": "object",  # Internal: `not` of additionalProperties.
 }
 _SUPPORTED = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", "$fromNot",
@@ -389,7 +390,8 @@ def merge(a: dict, b: dict, pointer: str):
       merged[key] = [_lazy_all_of(x, y) for x in va for y in vb]
     elif key == "uniqueItems" and isinstance(va, bool) and isinstance(vb, bool):
       merged[key] = va or vb
-    elif key in ("pattern", "format", "$notPattern", "$notFormat"):  # Tuple: all apply.
+    elif key in ("pattern", "format", "$notPattern", "$notFormat",
+                 "$someUndeclared"):  # Tuple: all apply.
       values = []
       for value in (*_merged_values(merged, key), *_merged_values(b, key)):
         if not any(_same_value(value, v) for v in values):

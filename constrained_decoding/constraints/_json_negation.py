@@ -24,9 +24,11 @@ values of their type). Internal keywords express what no standard keyword can: `
 of these scalars), `$notMultipleOf` (a number that is not a multiple of the step),
 `$notPattern` and `$notFormat` (a string outside the language: the complement of its
 character automaton, `_intersect.complement_text`); `_json_scalar_schemas.py` lowers
-them exactly. Keywords whose violations are not expressible here (`uniqueItems`,
-`propertyNames`, `patternProperties`, `additionalProperties` next to `properties`, ...)
-raise `UnsupportedSchemaError` naming the keyword.
+them exactly; `$someUndeclared` (an object with a key that `properties` and
+`patternProperties` do not declare whose value violates `additionalProperties`),
+lowered by `_json_object_schemas.py`. Keywords whose violations are not expressible
+here (`uniqueItems`, `propertyNames`, `patternProperties`, ...) raise
+`UnsupportedSchemaError` naming the keyword.
 """
 
 import json
@@ -46,6 +48,7 @@ _ANNOTATIONS_AND_DEFS = frozenset({
 # Assertions whose violations `negate` cannot express (any other unknown keyword is an
 # annotation, which nothing violates).
 _REFUSED = frozenset({"propertyNames", "patternProperties", "unevaluatedProperties",
+                      "$someUndeclared",
                       "unevaluatedItems", "$dynamicRef", "$recursiveRef",
                       "$unevaluatedProperties", "$unevaluatedItems"})
 _MAX_ONE_OF = 8  # Most `oneOf` alternatives made exact (n * (n - 1) negations).
@@ -166,8 +169,15 @@ def _violations(key: str, value, schema: dict, resolve: Resolve, where: str,
     case "additionalProperties":
       if value is True or value == {}:
         return []
-      raise _unsupported("not", where, "additionalProperties is violated by a key the"
-                         " other keywords do not declare")
+      negated = sub(value)
+      if negated is False:
+        return []
+      properties = schema.get("properties", {})
+      patterns = schema.get("patternProperties", {})
+      return [_typed("object", **{"$someUndeclared": {
+          "declared": list(properties) if isinstance(properties, dict) else [],
+          "patterns": list(patterns) if isinstance(patterns, dict) else [],
+          "schema": negated, "at": where}})]
     case "items":
       if isinstance(value, list):  # Draft-07 array form: positions.
         return _prefix_violations(value, sub, where)

@@ -41,6 +41,8 @@ MAX_PATTERN_REGIONS = 64
 
 def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
   """The JSON objects `schema` accepts (see the module doc)."""
+  if "$someUndeclared" in schema:
+    return _some_undeclared(lw, schema, pointer)
   ws = lw.ws
   properties = schema.get("properties", {})
   if not isinstance(properties, dict):
@@ -138,6 +140,108 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
   if body != ir.NOTHING:
     parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
   return ir.union(*parts) if parts else ir.NOTHING
+
+
+# Object keywords after which `$someUndeclared` alone is lowered directly (the object
+# says nothing else about its members).
+_MEMBER_KEYWORDS = ("properties", "required", "patternProperties", "additionalProperties",
+                    "propertyNames", "minProperties", "maxProperties", "dependentRequired",
+                    "$unevaluatedProperties", "unevaluatedProperties", "$someUndeclared")
+
+
+def _some_undeclared(lw, schema: dict, pointer: str) -> ir.Node:
+  """The objects of `schema` that also have a key outside `declared` and `patterns` whose
+  value satisfies `schema` of a `$someUndeclared` (`_json_negation`: the violations of
+  `additionalProperties`), one such requirement at a time.
+
+  The key is one the object names (`properties`, `required`, `dependentRequired`):
+  `schema` with that key required and its value also in the violating schema, one
+  alternative per such key (with an always-violating value and a required such key:
+  `schema` itself). Or it is a key the object does not name, allowed by its
+  `additionalProperties`/`patternProperties`: lowered here when the object has no other
+  member keywords, as `{(any member ,)* witness (, declared member)*}` (members after
+  the witness have declared keys, so none can repeat its key and override it: a parser
+  keeps the last; the witness is the last undeclared member, a documented order);
+  refused by name otherwise.
+  """
+  values = _json_keywords._merged_values(schema, "$someUndeclared")  # pylint: disable=protected-access
+  first, later = values[0], values[1:]
+  rest = {k: v for k, v in schema.items() if k != "$someUndeclared"}
+  if later:
+    rest["$someUndeclared"] = later if len(later) > 1 else later[0]
+  where = first.get("at", pointer)
+  violating = first["schema"]
+  declared = set(first["declared"])
+  texts = [_json_scalar_schemas.pattern_text(p, where) for p in first["patterns"]]
+
+  def undeclared(key: str) -> bool:
+    return key not in declared and not any(
+        _json_scalar_schemas.has_text(t, key) for t in texts)
+
+  properties = rest.get("properties", {})
+  required = rest.get("required", [])
+  if not isinstance(properties, dict) or not isinstance(required, list):
+    return lower_object(lw, rest, pointer)  # Malformed: reported there.
+  depends = rest.get("dependentRequired", {})
+  named = list(dict.fromkeys([*properties, *required, *(
+      [k for key, targets in depends.items() for k in (key, *targets)]
+      if isinstance(depends, dict) else [])]))
+  witnesses = [k for k in named if undeclared(k)]
+  if violating is True and any(k in required for k in witnesses):
+    return lower_object(lw, rest, pointer)  # Every instance has a violating member.
+  additional = rest.get("additionalProperties", rest.get("$unevaluatedProperties", True))
+  own_patterns = rest.get("patternProperties", {})
+  own_texts = ([_json_scalar_schemas.pattern_text(p, pointer) for p in own_patterns]
+               if isinstance(own_patterns, dict) else [])
+  parts = []
+  for key in witnesses:
+    if key in properties:
+      base = properties[key]
+    elif any(_json_scalar_schemas.has_text(t, key) for t in own_texts):
+      base = True  # Its patterns' schemas apply as to any declared key.
+    else:
+      base = additional
+    value = _lazy_all_of(base, violating)
+    if value is False:
+      continue
+    parts.append(lower_object(lw, {**rest, "required": list(dict.fromkeys([*required, key])),
+                                   "properties": {**properties, key: value}}, pointer))
+  if additional is not False or own_texts:  # Keys the object does not name.
+    if any(k in rest for k in _MEMBER_KEYWORDS):
+      lw.unsupported(where, (
+          f"not at {where} cannot be enforced exactly: additionalProperties is violated"
+          " by a key the other keywords do not declare, and the object it applies to"
+          f" (at {pointer}) allows such keys and constrains its members. Expected"
+          " additionalProperties: false, or no other member keywords, on that object."
+          " Simplify the subschema, or pass lenient=True to ignore the keyword."))
+    else:
+      parts.append(_witnessed_object(lw, first, texts, violating, where))
+  return ir.union(*parts)
+
+
+def _witnessed_object(lw, spec: dict, texts: list, violating, where: str) -> ir.Node:
+  """`{(any member ,)* witness (, declared member)*}`: the witness's key declared by
+  neither `spec["declared"]` nor the pattern `texts`, its value in `violating`."""
+  ws = lw.ws
+  value = lw.lower(violating, where)
+  if value == ir.NOTHING:
+    return ir.NOTHING
+  keys = jv.text_except(spec["declared"])
+  if texts:
+    keys = _json_scalar_schemas.intersect_texts(
+        [keys, _intersect.complement_text(ir.union(*texts))], where)
+  if keys == ir.NOTHING:
+    return ir.NOTHING
+  witness = ir.concat(_json_scalar_schemas.quoted(jv.encode_text(keys)), ws.colon, value)
+  anything = ir.concat(jv.string_except([]), lw.extra_colon, lw.extra_value)
+  known = ir.union(*(ir.Bytes(k.encode()) for k in spec["declared"]), *texts)
+  arcs = [(0, ir.concat(anything, ws.comma), 0), (0, witness, 1)]
+  if known != ir.NOTHING:
+    after = ir.concat(_json_scalar_schemas.quoted(jv.encode_text(known)), lw.extra_colon,
+                      lw.extra_value)
+    arcs.append((1, ir.concat(ws.comma, after), 1))
+  body = ir.Graph(num_states=2, arcs=tuple(arcs), finals=(1,))
+  return ir.concat(ws.open(b"{"), body, ws.close(b"}"))
 
 
 def _dependent_required(lw, schema: dict, pointer: str) -> dict:

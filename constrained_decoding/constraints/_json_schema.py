@@ -418,6 +418,9 @@ class _Lowerer:
     checks = {}  # Keywords that filter the values, by the JSON type they apply to.
     excluded = schema.get("$notIn", [])
     values = [v for v in values if not any(_same_value(v, w) for w in excluded)]
+    if "type" in schema:
+      types = _json_keywords.type_names(schema["type"], pointer)
+      values = [v for v in values if _has_type(v, types)]
     for key in schema:
       if key in _NO_CONSTRAINT or key in ("enum", "const", "type", "$notIn", "$fromNot"):
         continue
@@ -425,15 +428,14 @@ class _Lowerer:
       if kind in ("string", "number"):
         checks[kind] = True
         continue
+      if kind in ("object", "array") and not any(_has_type(v, [kind]) for v in values):
+        continue  # It applies to values of its type only, and no value has it.
       where = _pointer(pointer, key)
       self.unsupported(where, (
           f"JSON Schema keyword {key!r} at {where} is combined with enum/const, which is"
           " not supported. Expected type, string or number keywords next to enum or"
           " const. Filter the enum values yourself, or pass lenient=True to ignore the"
           " keyword."))
-    if "type" in schema:
-      types = _json_keywords.type_names(schema["type"], pointer)
-      values = [v for v in values if _has_type(v, types)]
     if "string" in checks:  # Keywords apply to values of their type only.
       values = [v for v in values
                 if not isinstance(v, str)
