@@ -224,10 +224,9 @@ class Compiler:
       counted = self._compile_chain(chain, what, t0, t1, deadline)
       if counted is not None:
         return counted
-    # Register markers (objects checked on the device) are folded into byte arcs
-    # before splicing and composition; embedded chains do not know of them.
-    markers = _registers.has_markers(node)
-    if chain is None and opts.wide_states and opts.counted_chains and not markers:
+    # Register markers (objects and arrays checked on the device) are folded into byte
+    # arcs before splicing and composition.
+    if chain is None and opts.wide_states and opts.counted_chains:
       counted = self._compile_embedded_chains(node, what, t0, t1, deadline)
       if counted is not None:
         return counted
@@ -349,28 +348,33 @@ class Compiler:
   def _compile_embedded_chains(self, node, what: str, t0: float, t1: float, deadline: float):
     """Counted chains inside a larger constraint (`automata/_embedded_chains.py`) ->
     tables, or None when `node` has none or they cannot be spliced."""
-    from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
-
     opts = self.options
     span = int(self.trie.node_depth.max(initial=0)) + 2
     marked, chains = _embedded_chains.extract(node, span)
     if not chains:
       return None
     self._check_nfa_size(marked, True, what)
-    dfa = _fsa.compile_byte_dfa(marked, fragments=True)
+    try:
+      dfa, contracted = self._byte_dfa(marked, True)
+    except _registers.RegisterError:
+      return None  # A marker next to a chain: the chains stay inline (plain composition).
     if dfa.num_states == 0:
       return None
-    spliced = _embedded_chains.splice_chains(dfa, chains)
+    spliced = _embedded_chains.splice_chains(
+        dfa, chains, None if contracted is None else contracted.arc_ops)
     if spliced is None:
       return None
-    dfa, copies = spliced
+    dfa, copies, arc_ops = spliced
     given = None
     if len(dfa.fragment_arcs):
       automata = [self._fragment(f, deadline, what) for f in dfa.fragments]
-      done = _splice.splice(dfa, automata, drop_unreached=False)
+      done = _splice.splice(dfa, automata, drop_unreached=False, arc_ops=arc_ops)
       if done is None:
         return None
       dfa, given = done
+      arc_ops = given.arc_ops
+    if contracted is not None:
+      contracted = dataclasses.replace(contracted, dfa=dfa, arc_ops=arc_ops)
     if dfa.num_states > opts.max_states:
       raise CompileBudgetError(
           f"{what} needs {dfa.num_states} byte-automaton states. Expected at most "
@@ -387,7 +391,7 @@ class Compiler:
         dfa, copies, given, wide, self.trie, self.vocab,
         token_class_bits=self.wide_states.token_class_bits, min_bucket=opts.min_bucket,
         max_edges=opts.max_edges, max_table_bytes=opts.max_table_bytes, deadline=deadline,
-        what=what, cache_dir=opts.cache_dir)
+        what=what, cache_dir=opts.cache_dir, contracted=contracted)
     if built is None:
       return None
     tables, stats = built

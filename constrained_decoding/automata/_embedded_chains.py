@@ -43,6 +43,7 @@ from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _registers
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -138,13 +139,15 @@ class _Copy:
   cell: np.ndarray
 
 
-def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain]
-                  ) -> tuple[ByteDfa, list[_Copy]] | None:
+def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain], arc_ops: dict | None = None
+                  ) -> tuple[ByteDfa, list[_Copy], dict | None] | None:
   """`dfa` with every chain fragment arc replaced by a copy of its chain (see the module
-  doc), the other fragment arcs kept; None when some arc cannot be spliced.
+  doc), the other fragment arcs kept, and `arc_ops` (register operations of `dfa`'s byte
+  arcs, `_registers.contract`) for the spliced DFA; None when some arc cannot be spliced.
 
   State numbers of `dfa` are kept (copies are appended); a continuation c that only the
-  arc led to stays, unreachable (composition trims it).
+  arc led to stays, unreachable (composition trims it). A copy's accepting states read
+  c's bytes with c's operations.
   """
   fragments = list(dfa.fragments)
   is_chain = np.array([f.name in chains for f in fragments] + [False], bool)
@@ -166,6 +169,10 @@ def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain]
   accepting[:q] = dfa.accepting
   copies = []
   offset = q
+  ops = None if arc_ops is None else dict(arc_ops)
+  ops_of: dict[int, list] = {}
+  for (state, byte), crossed in (arc_ops or {}).items():
+    ops_of.setdefault(state, []).append((byte, crossed))
   for (s, k, c), size in zip(chain_arcs.tolist(), sizes):
     embedded = chains[fragments[k].name]
     cdfa = embedded.dfa
@@ -187,6 +194,9 @@ def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain]
       return None
     new_trans[np.ix_(finals, follow)] = trans[c, follow]
     accepting[finals] |= dfa.accepting[c]
+    for byte, crossed in ops_of.get(c, ()):
+      for f in finals.tolist():
+        ops[(f, byte)] = crossed
     copies.append(_Copy(embedded, np.where(embedded.cell >= 0, phi[embedded.cell], -1)))
   class_edges = [np.arange(257) if d.class_edges is None else d.class_edges
                  for d in [dfa] + [chains[f.name].dfa for f in fragments if f.name in chains]]
@@ -199,19 +209,23 @@ def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain]
   spliced = ByteDfa(transitions=new_trans, accepting=accepting, start=dfa.start,
                     token_arcs=dfa.token_arcs, class_edges=np.unique(np.concatenate(class_edges)),
                     fragment_arcs=other_arcs, fragments=tuple(fragments[k] for k in keep))
-  return spliced, copies
+  return spliced, copies, ops
 
 
 def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges | None,
                    wide: dict, trie, vocab, *, token_class_bits, min_bucket: int,
                    max_edges: int, max_table_bytes: int, deadline: float, what: str,
-                   cache_dir: str | None = None):
+                   cache_dir: str | None = None, contracted=None):
   """Tables for the spliced `dfa` whose chain `copies` count (see the module doc), or None
   when plain composition must do it. Returns (tables, stats) with `CompileInfo`'s sizes.
 
   `given`: the spliced schema-free fragments' edges (`_splice.splice`), or None; `wide`:
   the wide states found with chain and fragment states skipped; `cache_dir`: where the
-  per-class token counts are kept (None: in memory only).
+  per-class token counts are kept (None: in memory only); `contracted`: the
+  `_registers.Contracted` of `dfa` when it has register operations (objects whose keys,
+  arrays whose items, the device checks), or None. Guards go on the compressed token
+  DFA's explicit edges, so every real state sharing a compressed one shares them (a
+  chain's positions only count characters of its class: no operation inside).
 
   Raises:
     CompileBudgetError: Explicit edges beyond `max_edges`, time past `deadline`, or the
@@ -282,7 +296,10 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   token_dfa = _compose.TokenDfa(num_states=c, accepting=dfa.accepting[order].astype(bool),
                                 edge_source=e_src, edge_token=e_tok, edge_target=e_dst,
                                 terminal_bits=terminal_bits, state_terminals=state_terminals)
-  packed = _tables.pack_tables(token_dfa, vocab, min_bucket=min_bucket)
+  guards = None
+  if contracted is not None:
+    guards = _registers.attach(token_dfa, order, contracted, vocab.token_bytes)
+  packed = _tables.pack_tables(token_dfa, vocab, min_bucket=min_bucket, guards=guards)
   return _expand(packed, token_dfa, copies, order, new_id, copy_of, pos, slot, counting,
                  entries_of, vocab, min_bucket=min_bucket, max_table_bytes=max_table_bytes,
                  what=what, byte_states=q)

@@ -29,7 +29,13 @@ CLOSED = {"type": "object", "additionalProperties": False, "required": ["k3", "n
           "properties": {**{k: {"type": "integer"} for k in KEYS}, "s": {"type": "string"}}}
 OPEN = {"type": "object", "required": ["k0"],
         "properties": {k: {"type": "boolean"} for k in KEYS}}
-SCHEMAS = {"closed": CLOSED, "open": OPEN}
+# Counted strings (`maxLength`: embedded chains, `automata/_embedded_chains.py`) inside
+# an object whose keys are checked in registers.
+COUNTED = {"type": "object", "additionalProperties": False, "required": ["k1"],
+           "properties": {**{k: {"type": "integer"} for k in KEYS[:12]},
+                          "s": {"type": "string", "maxLength": 30},
+                          "t": {"type": "string", "minLength": 2, "maxLength": 24}}}
+SCHEMAS = {"closed": CLOSED, "open": OPEN, "counted": COUNTED}
 
 
 def _vocab(seed: int = 0) -> cd.Vocabulary:
@@ -85,17 +91,20 @@ def _texts(schema, rng: random.Random, n: int) -> list[bytes]:
       keys.insert(rng.randint(0, len(keys)), "extra")
     if keys and rng.random() < 0.2:
       keys.append(rng.choice(keys))
-    value = {"integer": "7", "boolean": "true", "string": '"x"'}
+    value = {"integer": "7", "boolean": "true",
+             "string": '"' + "x" * rng.choice([0, 1, 2, 23, 24, 25, 29, 30, 31]) + '"'}
     members = [f'"{k}":{value[schema["properties"].get(k, {"type": "integer"})["type"]]}'
                for k in keys]
     out.append(("{" + ",".join(members) + "}").encode())
   return out
 
 
-def test_large_objects_lower_to_register_markers():
+def test_large_objects_lower_to_register_markers(compiled):
   for schema in SCHEMAS.values():
     dfa = compile_byte_dfa(cd.JsonSchema(schema).to_ir())
     assert len(dfa.marker_arcs) and {m.kind for m in dfa.markers} == {"clear", "set", "need"}
+  # The counted strings are counting terminals, not 30 states of explicit edges each.
+  assert compiled["counted"].has_registers and len(compiled["counted"].token_counts)
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
