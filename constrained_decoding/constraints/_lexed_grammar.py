@@ -47,6 +47,73 @@ from constrained_decoding.constraints import _lr
 END_NOTHING = -1
 END_DEAD = -2
 
+# Values of `class_width`: an ordinary lexeme; a newline lexeme that no indentation
+# check can accept (a tab in the indentation, wider than `max_width`, or ending in a
+# comment: dropped inside brackets, an error outside); the end-of-text newline.
+WIDTH_NONE = -1
+WIDTH_BAD = -2
+WIDTH_EOF = -3
+# Parser terminal ids of the newline, INDENT and DEDENT when `indentation` is given.
+NEWLINE_ID, INDENT_ID, DEDENT_ID = 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Indentation:
+  """Python-style indentation, as Lark's `PythonIndenter` post-lexer makes it.
+
+  ```python
+  arrays = compile_lexed_grammar(python_text, vocab, start="file_input",
+                                 indentation=Indentation(max_depth=16))
+  ```
+
+  The newline lexeme is built here, not from the grammar's definition of `newline`:
+  one or more line breaks (`\r?\n`), each line's blanks and comments, then the next
+  line's indentation of spaces. Its width w is part of the lexeme's class (one class per
+  w in [0, max_width]), so the lexer-state x token table knows it. On the device, at
+  bracket depth 0 the lexeme feeds `newline`, then `indent` when w is above the top of
+  the row's indentation stack (pushed), nothing when equal, and one `dedent` per
+  popped width until it is equal (else an error: "unindent does not match"); inside
+  brackets (`open` / `close` terminals) it feeds nothing. Blank and comment-only lines
+  are part of the lexeme, so they never reach the parser. The text starts at a line
+  start (an initial newline lexeme, hence `newline` first: the grammar must allow it)
+  and its end adds a `newline` where the parser takes one, then dedents to width 0.
+  A tab in the indentation, or indentation past `max_width`, is refused outside
+  brackets (CPython's tab rules are not modelled); an indentation past `max_depth`
+  levels is masked (the row's stack is full), and the mask never leaves a row without
+  a token: a block opener (`:` then a newline) is refused when no level is left.
+
+  Attributes:
+    newline, indent, dedent: Terminal names of the grammar (`%declare` the last two).
+    open, close: Terminal names of the brackets that suppress newlines.
+    max_depth: Capacity of the indentation stack, levels including width 0.
+    max_width: Widest indentation, in columns.
+  """
+  newline: str = "_NEWLINE"
+  indent: str = "_INDENT"
+  dedent: str = "_DEDENT"
+  open: tuple[str, ...] = ("LPAR", "LSQB", "LBRACE")
+  close: tuple[str, ...] = ("RPAR", "RSQB", "RBRACE")
+  max_depth: int = 16
+  max_width: int = 64
+
+  def check(self) -> None:
+    for name in ("max_depth", "max_width"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise errors.ConstraintError(
+            f"Indentation.{name} {value!r} is not an int >= 2. Expected a capacity, e.g."
+            f" {Indentation.__dataclass_fields__[name].default}.")
+
+  def newline_terminals(self) -> list:
+    """The newline lexemes: `(name@w, regex)` per width, and `name@x` (refused)."""
+    comment = r"#[^\r\n\x00]*"
+    lines = rf"({comment})?(\r?\n[ \t]*({comment})?)*\r?\n"
+    out = [(f"{self.newline}@{w}", lines + (f" {{{w}}}" if w else ""))
+           for w in range(self.max_width + 1)]
+    out.append((f"{self.newline}@x", lines + rf"([ \t]*\t[ \t]*| {{{self.max_width + 1},}}"
+                                              rf"[ \t]*|[ \t]*{comment})"))
+    return out
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LexedArrays:
@@ -85,11 +152,23 @@ class LexedArrays:
       an ignored one (it then needs nothing of the parser).
     state_end_item: int32 [S]: at the end of the text: the lexeme class emitted,
       `END_NOTHING`, or `END_DEAD`.
+    state_end_tail: int32 [S]: the class fed after it at the end (the end newline of
+      an indentation grammar, `WIDTH_EOF`), or -1.
+    state_nl_any, state_nl_width: bool [S]: a pending lexeme can still become a
+      newline lexeme (any; one with a width the parser can take).
+    class_width: int32 [C + 1]: per lexeme class, the indentation a newline lexeme
+      carries, `WIDTH_BAD`, `WIDTH_EOF` (the last, extra class), or `WIDTH_NONE`.
+    class_paren: int32 [C + 1]: +1 for a lexeme class that opens a bracket, -1 for
+      one that closes it, else 0.
+    nl_needs_indent: bool [Q]: a newline shifted in parser state q must be followed
+      by INDENT (`_newline_needs_indent`).
+    max_width: int32 []: the widest indentation the lexer reads (0: no indentation).
     eos_bits: uint32 [W]: the end-of-sequence tokens.
     action, goto, rule_lhs, rule_len: the LR tables (`_lr.LrTables` encoding).
     action_bits: uint32 [Q, Tw]: `action != 0`, packed.
     vocab_size: Width of the logits.
     stack_depth: Capacity of the parser stack on the device.
+    indent_depth: Capacity of the indentation stack (1: no indentation).
     lexer, token_table, lr, grammar, vocab: host information (not sent to the device;
       for stacked arrays, tuples of the grammars' own, `vocab` shared).
   """
@@ -110,6 +189,13 @@ class LexedArrays:
   state_viable: np.ndarray
   state_free: np.ndarray
   state_end_item: np.ndarray
+  state_end_tail: np.ndarray
+  state_nl_any: np.ndarray
+  state_nl_width: np.ndarray
+  class_width: np.ndarray
+  class_paren: np.ndarray
+  nl_needs_indent: np.ndarray
+  max_width: np.ndarray
   eos_bits: np.ndarray
   action: np.ndarray
   action_bits: np.ndarray
@@ -118,17 +204,20 @@ class LexedArrays:
   rule_len: np.ndarray
   vocab_size: int
   stack_depth: int
+  indent_depth: int
   lexer: _lexer.LexerDfa | tuple
   token_table: _lexer.TokenTable | tuple
   lr: _lr.LrTables | tuple
   grammar: _lr.TerminalGrammar | tuple
   vocab: object
+  indentation: Indentation | None | tuple = None
 
   ARRAY_FIELDS = ("lex_start", "lr_start", "state_outcomes", "state_seq_lanes", "state_slot_lane", "outcome_seq", "outcome_final", "seq_items",
                   "class_members", "state_big_slot", "state_big_row", "set_bits",
                   "state_small_tokens", "state_small_slot", "state_viable", "state_free",
-                  "state_end_item", "eos_bits", "action", "action_bits", "goto",
-                  "rule_lhs", "rule_len")
+                  "state_end_item", "state_end_tail", "state_nl_any", "state_nl_width",
+                  "class_width", "class_paren", "nl_needs_indent", "max_width",
+                  "eos_bits", "action", "action_bits", "goto", "rule_lhs", "rule_len")
 
   @property
   def nbytes(self) -> dict:
@@ -185,7 +274,8 @@ def _beaten_by_keywords(terms, ignored, defs) -> tuple[str, ...]:
 
 
 def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
-                          stack_depth: int = 64, token_table=None) -> LexedArrays:
+                          stack_depth: int = 64, token_table=None,
+                          indentation: Indentation | None = None) -> LexedArrays:
   """Compiles a Lark grammar with a lexer for the vocabulary `vocab`.
 
   ```python
@@ -207,12 +297,14 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
       would push past it).
     token_table: A prebuilt `_lexer.TokenTable` of this grammar's lexer and `vocab`
       (e.g. from `_lexer.load_or_build_token_table`); built when None.
+    indentation: Python-style INDENT/DEDENT (`Indentation`), or None.
 
   Raises:
     ConstraintError: `stack_depth` is not an int >= 2.
     GrammarSyntaxError, UnsupportedGrammarFeatureError: as `_lr.read_lark_rules`.
     UnsupportedGrammarFeatureError: a terminal the rules use has no pattern
-      (`%declare`d: lexer modes are not built yet).
+      (`%declare`d), other than `indentation`'s; with `indentation`, its terminals
+      are missing, or a newline could need an INDENT that a reduction decides.
     NondeterministicGrammarError: the rules are not LR(1) (as `_lr.build_tables`), or a
       lexeme class holds two terminals that one parser state both accepts.
     GrammarError: a terminal matches the empty string or nothing.
@@ -222,16 +314,34 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                                  " the capacity of the parser stack, e.g. 64.")
   grammar = _lr.read_lark_rules(text, start=start)
   defs = {d.name: d for d in grammar.terminal_defs}
-  missing = [t for t in grammar.terminals if defs.get(t) is None or defs[t].pattern is None]
+  built = ()
+  if indentation is not None:
+    indentation.check()
+    built = (indentation.newline, indentation.indent, indentation.dedent)
+    absent = [t for t in built if t not in grammar.terminals]
+    if absent:
+      raise errors.UnsupportedGrammarFeatureError(
+          f"Lark grammar does not use the indentation terminals {absent}. Expected rules"
+          f" over {list(built)} (the newline defined, the other two %declare'd), as for"
+          " Lark's PythonIndenter. Use them, or name yours in Indentation(...).")
+    # Their ids are fixed (1, 2, 3) so that the device step knows them in any stack.
+    grammar = dataclasses.replace(
+        grammar, terminals=built + tuple(t for t in grammar.terminals if t not in built),
+        terminal_defs=tuple(d for d in grammar.terminal_defs if d.name not in built))
+    defs = {d.name: d for d in grammar.terminal_defs}
+  missing = [t for t in grammar.terminals
+             if t not in built and (defs.get(t) is None or defs[t].pattern is None)]
   if missing:
     raise errors.UnsupportedGrammarFeatureError(
         f"Lark grammar uses the terminals {missing} without a pattern (%declare). Expected"
         " every terminal the rules use to be defined by a string or a regex: lexer modes"
         " (INDENT/DEDENT, inserted semicolons) are not supported yet. Define them.")
   terms, ignored = _lexer.terminals_from_grammar(grammar)
+  beaten = _beaten_by_keywords(terms, ignored, defs)
+  if indentation is not None:
+    terms = terms + [_lexer.Terminal(n, rx) for n, rx in indentation.newline_terminals()]
   try:
-    lexer = _lexer.build_lexer_dfa(terms, ignored=ignored,
-                                   keyword_beats=_beaten_by_keywords(terms, ignored, defs))
+    lexer = _lexer.build_lexer_dfa(terms, ignored=ignored, keyword_beats=beaten)
   except ValueError as e:
     raise errors.GrammarError(f"Lark grammar's terminals cannot be lexed: {e}. Expected "
                               "terminals that match a non-empty string. Change them.") from e
@@ -246,6 +356,24 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   # accepts (which one the text means would be a guess).
   members = [[lr.terminal_id(n) for n in cls if n in lr.terminals[1:]]
              for cls in lexer.classes]
+  # Newline lexemes: their width (or WIDTH_BAD) per class; one more class, the end of
+  # the text's newline (WIDTH_EOF); bracket terminals.
+  class_width = np.full(len(members) + 1, WIDTH_NONE, np.int32)
+  class_paren = np.zeros(len(members) + 1, np.int32)
+  if indentation is not None:
+    prefix = indentation.newline + "@"
+    for c, cls in enumerate(lexer.classes):
+      if cls[0].startswith(prefix):
+        tail = cls[0][len(prefix):]
+        class_width[c] = WIDTH_BAD if tail == "x" else int(tail)
+        members[c] = [NEWLINE_ID]
+    class_width[-1] = WIDTH_EOF
+    for c, cls in enumerate(lexer.classes):
+      for names, sign in ((indentation.open, 1), (indentation.close, -1)):
+        if cls[0] in names:
+          class_paren[c] = sign
+  members.append([])
+  nl_needs_indent = _newline_needs_indent(lr, indentation)
   width = max([len(m) for m in members] + [1])
   class_members = np.full((max(len(members), 1), width), -1, np.int32)
   for c, m in enumerate(members):
@@ -266,20 +394,34 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   reach = _reachable(lexer.transitions)
   cls_of = lexer.state_class
   class_terms = np.zeros((max(len(members), 1), max(num_t, 1)), bool)
-  for c, m in enumerate(members):
-    if not lexer.class_ignored[c]:
+  for c, m in enumerate(members[:-1]):
+    if not lexer.class_ignored[c] and class_width[c] == WIDTH_NONE:
       class_terms[c, m] = True
   reach_cls = np.zeros((n_states, max(len(members), 1)), bool)
   rs, rt = np.nonzero(reach & (cls_of >= 0)[None, :])
   reach_cls[rs, cls_of[rt]] = True
   viable = (reach_cls.astype(np.int32) @ class_terms.astype(np.int32)) > 0
   state_viable = _pack_bits(viable, num_t)
+  # Newline lexemes a pending lexeme can become: any (fine inside brackets), one with
+  # a width (the parser then decides).
+  state_nl_any = (reach_cls & (class_width != WIDTH_NONE)[None, :]).any(axis=1)
+  state_nl_width = (reach_cls & (class_width >= 0)[None, :]).any(axis=1)
   ign = np.asarray(lexer.class_ignored, bool)
   state_free = (reach_cls[:, :len(ign)] & ign[None, :]).any(axis=1) if len(ign) else (
       np.zeros(n_states, bool))
   state_free[lexer.start] = True
   state_end_item = np.where(cls_of >= 0, lexer.emitted, END_DEAD).astype(np.int32)
   state_end_item[lexer.start] = END_NOTHING
+  state_end_tail = np.full(n_states, -1, np.int32)
+  lex_start = lexer.start
+  if indentation is not None:
+    # A newline pending at the end is trailing blank text: the end newline replaces it.
+    pending_nl = (state_end_item >= 0) & (class_width[np.maximum(state_end_item, 0)]
+                                          != WIDTH_NONE)
+    state_end_item[pending_nl] = END_NOTHING
+    state_end_tail[:] = len(members) - 1
+    # The text starts at a line start: inside a newline lexeme.
+    lex_start = int(lexer.transitions[lexer.start, ord("\n")])
 
   # Outcome slots per lexer state, and their tokens.
   tt = token_table
@@ -339,7 +481,7 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   eos = np.zeros((1, vocab.vocab_size), bool)
   eos[0, list(vocab.eos_ids)] = True
   return LexedArrays(
-      lex_start=np.array([lexer.start], np.int32), lr_start=np.zeros(1, np.int32),
+      lex_start=np.array([lex_start], np.int32), lr_start=np.zeros(1, np.int32),
       state_outcomes=state_outcomes,
       state_seq_lanes=state_seq_lanes, state_slot_lane=state_slot_lane,
       outcome_seq=tt.class_seq.astype(np.int32),
@@ -348,12 +490,54 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
       state_big_row=state_big_row, set_bits=np.asarray(set_bits, np.uint32),
       state_small_tokens=state_small_tokens, state_small_slot=state_small_slot,
       state_viable=state_viable, state_free=state_free,
-      state_end_item=state_end_item, eos_bits=_pack_bits(eos, vocab.vocab_size)[0],
+      state_end_item=state_end_item, state_end_tail=state_end_tail,
+      state_nl_any=state_nl_any, state_nl_width=state_nl_width, class_width=class_width,
+      class_paren=class_paren, nl_needs_indent=nl_needs_indent,
+      max_width=np.array(indentation.max_width if indentation else 0, np.int32),
+      eos_bits=_pack_bits(eos, vocab.vocab_size)[0],
       action=lr.action.astype(np.int32), action_bits=_pack_bits(lr.action != 0, num_t),
       goto=lr.goto.astype(np.int32), rule_lhs=lr.rule_lhs.astype(np.int32),
       rule_len=lr.rule_len.astype(np.int32), vocab_size=int(vocab.vocab_size),
-      stack_depth=int(stack_depth), lexer=lexer, token_table=tt, lr=lr,
-      grammar=grammar, vocab=vocab)
+      stack_depth=int(stack_depth),
+      indent_depth=indentation.max_depth if indentation else 1, lexer=lexer,
+      token_table=tt, lr=lr, grammar=grammar, vocab=vocab, indentation=indentation)
+
+
+def _newline_needs_indent(lr: _lr.LrTables, indentation) -> np.ndarray:
+  """bool [Q]: a newline shifted in state q leaves a state whose only action is INDENT.
+
+  That is the only case where a newline needs room on the indentation stack (checked
+  in the mask before the newline is taken, so no row is left without a token).
+
+  Raises:
+    UnsupportedGrammarFeatureError: some state entered by a reduction (a goto target)
+      shifts a newline into such a state, or a newline leaves a state that needs
+      neither INDENT nor any lexeme (the mask could not see it one lexeme ahead).
+  """
+  q = lr.action.shape[0]
+  out = np.zeros(q, bool)
+  if indentation is None:
+    return out
+  a = lr.action[:, NEWLINE_ID]
+  shifts = a > 0
+  after = np.maximum(a - 1, 0)
+  live = lr.action[after] != 0  # [Q, T]
+  only_indent = live[:, INDENT_ID] & (live.sum(axis=1) == 1)
+  out = shifts & only_indent
+  lexemes = live.copy()
+  lexemes[:, [0, INDENT_ID, DEDENT_ID]] = False
+  stuck = shifts & ~only_indent & ~lexemes.any(axis=1)
+  targets = np.zeros(q, bool)
+  targets[lr.goto[lr.goto >= 0]] = True
+  bad = np.nonzero((out & targets) | stuck)[0]
+  if len(bad):
+    raise errors.UnsupportedGrammarFeatureError(
+        f"Lark grammar's newline in parser state {int(bad[0])} is followed by neither a"
+        " lexeme nor INDENT alone, or that state is entered by a reduction. Expected"
+        f" `{indentation.newline} {indentation.indent}` right after the terminal that"
+        " opens a block (as `suite: _NEWLINE _INDENT stmt+ _DEDENT` after `:`). Write"
+        " the block rule so.")
+  return out
 
 
 def _pad(a: np.ndarray, width: int, fill) -> np.ndarray:
@@ -393,7 +577,7 @@ def stack_lexed_arrays(parts) -> LexedArrays:
           f" {first.vocab_size}, {str(theirs)[:12]}). Expected one vocabulary. Compile"
           " them with the same one.")
   width = lambda f, axis=1: max(getattr(p, f).shape[axis] for p in parts)
-  out = {f: [] for f in LexedArrays.ARRAY_FIELDS if f != "eos_bits"}
+  out = {f: [] for f in LexedArrays.ARRAY_FIELDS if f not in ("eos_bits", "max_width")}
   off = dict(state=0, outcome=0, seq=0, cls=0, bitmap=0, lr=0, rule=0)
   for p in parts:
     out["lex_start"].append(p.lex_start + off["state"])
@@ -417,6 +601,12 @@ def stack_lexed_arrays(parts) -> LexedArrays:
     out["state_viable"].append(_pad(p.state_viable, width("state_viable"), 0))
     out["state_free"].append(p.state_free)
     out["state_end_item"].append(_shift(p.state_end_item, off["cls"]))
+    out["state_end_tail"].append(_shift(p.state_end_tail, off["cls"]))
+    out["state_nl_any"].append(p.state_nl_any)
+    out["state_nl_width"].append(p.state_nl_width)
+    out["class_width"].append(p.class_width)
+    out["class_paren"].append(p.class_paren)
+    out["nl_needs_indent"].append(p.nl_needs_indent)
     # Shifts move to offset states; reductions name offset productions; -1 (accept)
     # and 0 (error) stay.
     action = np.where(p.action > 0, p.action + off["lr"],
@@ -429,19 +619,21 @@ def stack_lexed_arrays(parts) -> LexedArrays:
     off["state"] += p.state_free.shape[0]
     off["outcome"] += p.outcome_seq.shape[0]
     off["seq"] += p.seq_items.shape[0]
-    off["cls"] += p.class_members.shape[0]
+    off["cls"] += p.class_width.shape[0]
     off["bitmap"] += p.set_bits.shape[0]
     off["lr"] += p.action.shape[0]
     off["rule"] += p.rule_len.shape[0]
   arrays = {f: np.concatenate(v).astype(getattr(first, f).dtype) for f, v in out.items()}
   arrays["eos_bits"] = first.eos_bits
+  arrays["max_width"] = np.array(max(int(p.max_width) for p in parts), np.int32)
   info = lambda f: tuple(x for p in parts for x in (
       getattr(p, f) if isinstance(getattr(p, f), tuple) else (getattr(p, f),)))
   return LexedArrays(
       **arrays, vocab_size=first.vocab_size,
-      stack_depth=max(p.stack_depth for p in parts), lexer=info("lexer"),
+      stack_depth=max(p.stack_depth for p in parts),
+      indent_depth=max(p.indent_depth for p in parts), lexer=info("lexer"),
       token_table=info("token_table"), lr=info("lr"), grammar=info("grammar"),
-      vocab=first.vocab)
+      vocab=first.vocab, indentation=tuple(p.indentation for p in parts))
 
 
 class LexedReference:
@@ -449,16 +641,19 @@ class LexedReference:
 
   ```python
   ref = LexedReference(arrays)
-  row = ref.start()                 # (lexer state, parser stack)
+  row = ref.start()                 # (lexer state, parser stack, widths, brackets)
   ref.allowed(row)                  # bool [V]
   row = ref.advance(row, token_id)  # None if the token is refused
   ```
 
   A token is allowed iff every lexeme it completes is accepted by the parser in turn
-  (the first member of its class the parser can take) and the lexeme left pending can
-  still become an ignored lexeme or a terminal the parser can take next; an
-  end-of-sequence token iff the pending lexeme can end here and the parser then
-  accepts the end. A push past `stack_depth` refuses the token, as on the device.
+  (the first member of its class the parser can take; a newline lexeme as
+  `Indentation` says, with the indentation stack a list of widths) and the lexeme left
+  pending can still become an ignored lexeme or a terminal the parser can take next
+  (a newline: dropped inside brackets, else one the parser takes and after which some
+  lexeme, or INDENT with room, can come); an end-of-sequence token iff the pending
+  lexeme can end here and the parser then accepts the end (after the end's newline
+  and dedents). A push past `stack_depth` refuses the token, as on the device.
   """
 
   def __init__(self, arrays: LexedArrays):
@@ -467,30 +662,78 @@ class LexedReference:
     self.lexer = lexer
     self.reach = _reachable(lexer.transitions)
     self.members = [[int(t) for t in row if t >= 0] for row in arrays.class_members]
+    self.width = [int(w) for w in arrays.class_width]
+    self.paren = [int(p) for p in arrays.class_paren]
     self.eos = set(arrays.vocab.eos_ids)
+    self.indentation = arrays.indentation
+    num_t = len(arrays.lr.terminals)
+    self.lexeme_terms = [t for t in range(1, num_t) if self.indentation is None
+                         or t not in (INDENT_ID, DEDENT_ID)]
 
   def start(self):
-    return (self.lexer.start, (0,))
+    return (int(self.arrays.lex_start[0]), (0,), (0,), 0)
 
-  def _feed(self, parser: _lr.LrParser, cls: int) -> bool:
-    for t in self.members[cls] if cls < len(self.members) else ():
-      if parser.viable(t):
-        return parser.feed(t) and len(parser.stack) <= self.arrays.stack_depth
-    return False
+  def _feed(self, parser: _lr.LrParser, cls: int, ctx: list) -> bool:
+    """Feeds lexeme class `cls`; ctx = [widths (list), bracket depth], updated."""
+    depth = self.arrays.stack_depth
+    width = self.width[cls] if cls < len(self.width) else WIDTH_NONE
+    if width == WIDTH_NONE:
+      for t in self.members[cls] if cls < len(self.members) else ():
+        if parser.viable(t):
+          ctx[1] += self.paren[cls]
+          return parser.feed(t) and len(parser.stack) <= depth
+      return False
+    if ctx[1] > 0:
+      return True  # inside brackets
+    if width == WIDTH_BAD:
+      return False
+    if width == WIDTH_EOF:
+      if parser.viable(NEWLINE_ID) and not parser.feed(NEWLINE_ID):
+        return False
+      width = 0
+    elif not parser.feed(NEWLINE_ID):
+      return False
+    widths = ctx[0]
+    if len(parser.stack) > depth:
+      return False
+    if width > widths[-1]:
+      if len(widths) >= self.indentation.max_depth or not parser.feed(INDENT_ID):
+        return False
+      widths.append(width)
+    while width < widths[-1]:
+      if not parser.feed(DEDENT_ID) or len(parser.stack) > depth:
+        return False
+      widths.pop()
+    return width == widths[-1] and len(parser.stack) <= depth
 
-  def _pending_ok(self, parser: _lr.LrParser, state: int) -> bool:
+  def _pending_ok(self, parser: _lr.LrParser, state: int, ctx) -> bool:
     lexer = self.lexer
     if state == lexer.start:
       return True
     classes = {int(c) for c in lexer.state_class[self.reach[state]] if c >= 0}
     if any(lexer.class_ignored[c] for c in classes):
       return True
-    return any(parser.viable(t) for c in classes for t in self.members[c])
+    if any(parser.viable(t) for c in classes if self.width[c] == WIDTH_NONE
+           for t in self.members[c]):
+      return True
+    newlines = [self.width[c] for c in classes if self.width[c] != WIDTH_NONE]
+    if newlines and ctx[1] > 0:
+      return True
+    if any(w >= 0 for w in newlines) and parser.viable(NEWLINE_ID):
+      after = parser.copy()
+      after.feed(NEWLINE_ID)
+      widths = ctx[0]
+      room = (len(widths) < self.indentation.max_depth
+              and widths[-1] < self.indentation.max_width)
+      return (any(after.viable(t) for t in self.lexeme_terms)
+              or (room and after.viable(INDENT_ID)))
+    return False
 
   def step(self, row, data: bytes):
-    """(lexer state, stack) after the bytes `data`, or None if they are refused."""
+    """The row after the bytes `data`, or None if they are refused."""
     lexer = self.lexer
-    state, stack = row
+    state, stack, widths, paren = row
+    ctx = [list(widths), paren]
     parser = _lr.LrParser(self.arrays.lr, stack)
     for b in data:
       nxt = lexer.transitions[state, b]
@@ -498,26 +741,30 @@ class LexedReference:
         if state == lexer.start or lexer.state_class[state] < 0:
           return None
         e = int(lexer.emitted[state])
-        if e >= 0 and not self._feed(parser, e):
+        if e >= 0 and not self._feed(parser, e, ctx):
           return None
         nxt = lexer.transitions[lexer.start, b]
         if nxt < 0:
           return None
       state = int(nxt)
-    if not self._pending_ok(parser, state):
+    if not self._pending_ok(parser, state, ctx):
       return None
-    return (state, tuple(parser.stack))
+    return (state, tuple(parser.stack), tuple(ctx[0]), ctx[1])
 
   def end_ok(self, row) -> bool:
-    state, stack = row
+    state, stack, widths, paren = row
+    ctx = [list(widths), paren]
     lexer = self.lexer
     parser = _lr.LrParser(self.arrays.lr, stack)
     if state != lexer.start:
       if lexer.state_class[state] < 0:
         return False
       e = int(lexer.emitted[state])
-      if e >= 0 and not self._feed(parser, e):
+      # A pending newline lexeme is trailing blank text: the end's newline replaces it.
+      if e >= 0 and self.width[e] == WIDTH_NONE and not self._feed(parser, e, ctx):
         return False
+    if self.indentation is not None and not self._feed(parser, len(self.width) - 1, ctx):
+      return False
     return parser.accepts_end()
 
   def advance(self, row, token: int):

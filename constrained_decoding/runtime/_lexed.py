@@ -84,6 +84,10 @@ from constrained_decoding.runtime._runtime import ConstraintState
 from constrained_decoding.runtime._runtime import _check_int_array
 
 _END = 0  # The parser terminal id of `$END`.
+# Parser terminal ids of the newline, INDENT, DEDENT in an indentation grammar, and the
+# `class_width` codes (as `constraints/_lexed_grammar.py`, a host module).
+_NEWLINE, _INDENT, _DEDENT = 1, 2, 3
+_WIDTH_NONE, _WIDTH_BAD, _WIDTH_EOF = -1, -2, -3
 
 
 @struct.dataclass(kw_only=True)
@@ -118,22 +122,31 @@ class LexedTables:
   state_viable: UInt32[Array, "S Tw"]
   state_free: Bool[Array, "S"]
   state_end_item: Int[Array, "S"]
+  state_end_tail: Int[Array, "S"]
+  state_nl_any: Bool[Array, "S"]
+  state_nl_width: Bool[Array, "S"]
+  class_width: Int[Array, "C"]
+  class_paren: Int[Array, "C"]
+  nl_needs_indent: Bool[Array, "Q"]
+  max_width: Int[Array, ""]
   eos_bits: UInt32[Array, "W"]
   action: Int[Array, "Q T"]
   action_bits: UInt32[Array, "Q Tw"]
   goto: Int[Array, "Q Nt"]
   rule_lhs: Int[Array, "R"]
   rule_len: Int[Array, "R"]
-  # Static: they fix shapes (logits width, stack width).
+  # Static: they fix shapes (logits width, stack widths).
   vocab_size: int = struct.field(pytree_node=False)
   stack_depth: int = struct.field(pytree_node=False)
+  indent_depth: int = struct.field(pytree_node=False)
 
 
 def tables_from_arrays(arrays) -> LexedTables:
   """`LexedTables` (jax arrays) from a host `LexedArrays` (one grammar or stacked)."""
   fields = {f: jnp.asarray(getattr(arrays, f)) for f in arrays.ARRAY_FIELDS}
   return LexedTables(vocab_size=int(arrays.vocab_size),
-                     stack_depth=int(arrays.stack_depth), **fields)
+                     stack_depth=int(arrays.stack_depth),
+                     indent_depth=int(arrays.indent_depth), **fields)
 
 
 def init_state(tables: LexedTables, batch_size: int | None = None, *,
@@ -169,138 +182,191 @@ def init_state(tables: LexedTables, batch_size: int | None = None, *,
       stack=jnp.zeros((b, tables.stack_depth), jnp.int32).at[:, 0].set(
           jnp.asarray(tables.lr_start)[ids]),
       depth=jnp.ones((b,), jnp.int32),
-      done=jnp.zeros((b,), bool), error=jnp.zeros((b,), bool))
+      done=jnp.zeros((b,), bool), error=jnp.zeros((b,), bool),
+      # [bracket depth, indentation levels, widths]: one level, width 0.
+      registers=jnp.zeros((b, 2 + tables.indent_depth), jnp.int32).at[:, 1].set(1))
 
 
-def _run_lanes(tables: LexedTables, stack: Int[Array, "N D"], depth: Int[Array, "N"],
-               items: Int[Array, "N L"]):
-  """Runs the parser over each lane's lexemes: (ok [N], top [N], stack [N, D], depth [N]).
+def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]:
+  """The row's indentation registers: [bracket depth, levels, widths (Di)]."""
+  return state.registers
 
-  A lane is ok when every lexeme is shifted: no error, no push past D.
+
+def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
+           p_width: int):
+  """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
+
+  A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
+  shrinks as it pops below what it pushed) and keeps what it pushes in a suffix of
+  `p_width` entries (the same for the indentation stack, whose suffix holds at most one
+  push per lexeme). A lane whose parser suffix would pass `p_width` stops (`over`);
+  with `p_width == D` that never happens.
+
+  A newline lexeme (`class_width` >= 0) is dropped inside brackets; outside, it feeds
+  the newline terminal (phase 0 -> 1), then compares its width w with the top of the
+  indentation stack: above: INDENT and a push (only from phase 1: after a DEDENT it is
+  "unindent does not match", an error), equal: done, below: DEDENT and a pop (phase 2).
+  The end-of-text class feeds the newline only where the parser takes one, then
+  dedents to width 0. A lexeme of any other class shifts the first member the top
+  state has an action for and moves the bracket depth. One micro-step per iteration:
+  one reduce, shift or indentation decision per lane.
+
+  Returns:
+    A dict of [B * X] arrays: ok (every lexeme taken), over, top (parser state),
+    paren (bracket depth), room (the indentation stack can take one more level), and
+    base, suffix, size, ibase, isuf, isize (the stacks, for `_materialize`).
   """
-  n, d = stack.shape
-  length = items.shape[1]
+  b, x, length = items.shape
+  d = state.stack.shape[1]
+  regs = _registers(tables, state)
+  di = regs.shape[1] - 2
+  pi = max(min(di, length), 1)
+  n = b * x
+  items = items.reshape(n, length)
+  row = jnp.repeat(jnp.arange(b), x)
+  row_stack, row_widths = state.stack, regs[:, 2:]
   count = jnp.sum(items >= 0, axis=1)
   lanes = jnp.arange(n)
   # Safety bound on micro-steps (canonical LR(1) tables of a grammar without cycles end
   # far sooner): per lexeme, at most D reductions that pop, each after a chain of at
-  # most `Nt` that do not.
-  max_steps = (length + 1) * (d + 1) * (tables.goto.shape[1] + 1)
-
-  def cond(carry):
-    i, _, _, err, step = carry
-    # Some lane has lexemes left and no error, within the safety bound.
-    return jnp.any((i < count) & ~err) & (step < max_steps)
-
-  def body(carry):
-    i, stack, depth, err, step = carry
-    active = (i < count) & ~err
-    cls = jnp.take_along_axis(items, jnp.minimum(i, length - 1)[:, None], axis=1)[:, 0]
-    members = tables.class_members[jnp.maximum(cls, 0)]  # [N, M]
-    top = stack[lanes, jnp.clip(depth - 1, 0, d - 1)]
-    acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
-    has = acts != 0
-    a = jnp.take_along_axis(acts, jnp.argmax(has, axis=1)[:, None], axis=1)[:, 0]
-    shift = a > 0
-    reduce = a < -1  # -1 is accept, only on $END, which no lexeme is.
-    p = jnp.maximum(-a - 1, 0)
-    base = depth - jnp.where(reduce, tables.rule_len[p], 0)
-    below = stack[lanes, jnp.clip(base - 1, 0, d - 1)]
-    target = jnp.where(shift, a - 1, tables.goto[below, tables.rule_lhs[p]])
-    bad = active & (~(shift | reduce) | (base + 1 > d) | (target < 0))
-    ok = active & ~bad
-    stack = stack.at[lanes, jnp.where(ok, base, d)].set(target, mode="drop")
-    return (jnp.where(ok & shift, i + 1, i), stack, jnp.where(ok, base + 1, depth),
-            err | bad, step + 1)
-
-  zero = jnp.zeros((n,), jnp.int32)
-  i, stack, depth, err, _ = jax.lax.while_loop(
-      cond, body, (zero, stack, depth, jnp.zeros((n,), bool), jnp.int32(0)))
-  top = stack[lanes, jnp.clip(depth - 1, 0, d - 1)]
-  return ~err & (i >= count), top, stack, depth
-
-
-def _run_overlay(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
-  """`_run_lanes` of X lanes per row, each on the row's own stack: (ok [B, X], top [B, X]).
-
-  A lane does not copy its row's stack: it reads the row's `stack[:base]` (`base`
-  shrinks as it pops below what it pushed) and keeps what it pushed in a suffix of
-  P = min(D, 2 L + 8) entries, so a step costs O(P) per lane instead of O(D). A lane
-  whose suffix would pass P (long chains of empty productions) stops; if any does,
-  the rows are run again on full copies (`lax.cond`: only then), so the result is
-  always exact.
-  """
-  b, x, length = items.shape
-  d = state.stack.shape[1]
-  p_width = min(d, 2 * length + 8)
-  n = b * x
-  items = items.reshape(n, length)
-  row = jnp.repeat(jnp.arange(b), x)
-  row_stack, row_depth = state.stack, state.depth
-  count = jnp.sum(items >= 0, axis=1)
-  lanes = jnp.arange(n)
-  max_steps = (length + 1) * (d + 1) * (tables.goto.shape[1] + 1)
+  # most `Nt` that do not, and the indentation steps.
+  max_steps = (length + 1) * (d + di + 3) * (tables.goto.shape[1] + 1)
 
   def read(base, suffix, pos):
     own = jnp.take_along_axis(suffix, jnp.clip(pos - base, 0, p_width - 1)[:, None],
                               axis=1)[:, 0]
     return jnp.where(pos < base, row_stack[row, jnp.clip(pos, 0, d - 1)], own)
 
+  def itop_of(ibase, isuf, isize):
+    own = jnp.take_along_axis(isuf, jnp.clip(isize - 1, 0, pi - 1)[:, None], axis=1)[:, 0]
+    return jnp.where(isize > 0, own, row_widths[row, jnp.clip(ibase - 1, 0, di - 1)])
+
   def cond(carry):
-    i, _, _, _, err, over, step = carry
+    i, _, _, _, err, over = carry[:6]
+    step = carry[-1]
     # Some lane has lexemes left, no error and room, within the safety bound.
     return jnp.any((i < count) & ~err & ~over) & (step < max_steps)
 
   def body(carry):
-    i, base, suffix, size, err, over, step = carry
+    i, base, suffix, size, err, over, paren, ibase, isuf, isize, phase, step = carry
     active = (i < count) & ~err & ~over
     depth = base + size
     cls = jnp.take_along_axis(items, jnp.minimum(i, length - 1)[:, None], axis=1)[:, 0]
-    members = tables.class_members[jnp.maximum(cls, 0)]  # [N, M]
+    c = jnp.maximum(cls, 0)
+    width = tables.class_width[c]
     top = read(base, suffix, depth - 1)
+    # An ordinary lexeme: the first member of its class the top state takes.
+    members = tables.class_members[c]  # [N, M]
     acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
     has = acts != 0
-    a = jnp.take_along_axis(acts, jnp.argmax(has, axis=1)[:, None], axis=1)[:, 0]
-    shift = a > 0
-    reduce = a < -1
+    a_lexeme = jnp.take_along_axis(acts, jnp.argmax(has, axis=1)[:, None], axis=1)[:, 0]
+    # A newline lexeme.
+    is_nl = width != _WIDTH_NONE
+    outside = is_nl & (paren <= 0)
+    skip = is_nl & (paren > 0)  # inside brackets: dropped
+    w = jnp.maximum(width, 0)
+    itop = itop_of(ibase, isuf, isize)
+    a_nl = tables.action[top, _NEWLINE]
+    feeding = outside & (phase == 0)
+    eof_no_nl = feeding & (width == _WIDTH_EOF) & (a_nl == 0)
+    resolving = outside & (phase > 0)
+    want_indent = resolving & (w > itop)
+    equal = resolving & (w == itop)
+    a = jnp.where(~is_nl, a_lexeme,
+                  jnp.where(~resolving, a_nl,
+                            jnp.where(want_indent, tables.action[top, _INDENT],
+                                      tables.action[top, _DEDENT])))
+    nomove = skip | equal | eof_no_nl
+    shift = (a > 0) & ~nomove
+    reduce = (a < -1) & ~nomove  # -1 is accept, only on $END, which no lexeme is.
     rule = jnp.maximum(-a - 1, 0)
     new = depth - jnp.where(reduce, tables.rule_len[rule], 0)  # where the push goes
     below = read(base, suffix, new - 1)
     target = jnp.where(shift, a - 1, tables.goto[below, tables.rule_lhs[rule]])
     new_base = jnp.minimum(base, new)
     slot = new - new_base
-    bad = active & (~(shift | reduce) | (new + 1 > d) | (target < 0))
-    no_room = active & ~bad & (slot >= p_width)
+    moves = shift | reduce
+    bad = active & ((~moves & ~nomove) | (moves & ((new + 1 > d) | (target < 0)))
+                    | (feeding & (width == _WIDTH_BAD))
+                    | (want_indent & ((phase == 2) | (ibase + isize >= di))))
+    no_room = active & ~bad & moves & (slot >= p_width)
     ok = active & ~bad & ~no_room
-    suffix = suffix.at[lanes, jnp.where(ok, slot, p_width)].set(target, mode="drop")
-    return (jnp.where(ok & shift, i + 1, i), jnp.where(ok, new_base, base), suffix,
-            jnp.where(ok, slot + 1, size), err | bad, over | no_room, step + 1)
+    moved = ok & moves
+    suffix = suffix.at[lanes, jnp.where(moved, slot, p_width)].set(target, mode="drop")
+    shifted = ok & shift
+    # Indentation: push on INDENT, pop on DEDENT.
+    push = shifted & want_indent
+    pop = shifted & resolving & ~want_indent
+    isuf = isuf.at[lanes, jnp.where(push, isize, pi)].set(w, mode="drop")
+    own_pop = pop & (isize > 0)
+    isize = jnp.where(push, isize + 1, jnp.where(own_pop, isize - 1, isize))
+    ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
+    # Next lexeme after: an ordinary shift, INDENT, dropped or equal newlines.
+    done_item = ok & ((shift & ~is_nl) | push | skip | equal)
+    phase = jnp.where(ok & feeding & (shift | eof_no_nl), 1,
+                      jnp.where(pop, 2, jnp.where(done_item, 0, phase)))
+    paren = paren + jnp.where(shifted & ~is_nl, tables.class_paren[c], 0)
+    return (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base), suffix,
+            jnp.where(moved, slot + 1, size), err | bad, over | no_room, paren, ibase,
+            isuf, isize, phase, step + 1)
 
   zero = jnp.zeros((n,), jnp.int32)
   false = jnp.zeros((n,), bool)
-  init = (zero, row_depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false, false,
+  init = (zero, state.depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false, false,
+          regs[row, 0], regs[row, 1], jnp.zeros((n, pi), jnp.int32), zero, zero,
           jnp.int32(0))
-  i, base, suffix, size, err, over, _ = jax.lax.while_loop(cond, body, init)
+  i, base, suffix, size, err, over, paren, ibase, isuf, isize, _, _ = jax.lax.while_loop(
+      cond, body, init)
   top = read(base, suffix, base + size - 1)
-  ok = ~err & ~over & (i >= count)
+  room = (ibase + isize < di) & (itop_of(ibase, isuf, isize) < tables.max_width)
+  return dict(ok=~err & ~over & (i >= count), over=over, top=top, paren=paren, room=room,
+              base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize)
 
-  def full():
-    ok, top, _, _ = _run_lanes(
-        tables, jnp.broadcast_to(row_stack[:, None], (b, x, d)).reshape(-1, d),
-        jnp.repeat(row_depth, x), items)
-    return ok, top
 
+def _run_overlay(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
+  """`_lanes` with a short suffix (P = min(D, 2 L + 8)), rerun on full stacks (P = D,
+  `lax.cond`: only then) if some lane ran out of it, so the result is always exact:
+  (ok, top, paren, room), each [B, X]."""
+  b, x, length = items.shape
+  d = state.stack.shape[1]
+  keys = ("ok", "top", "paren", "room")
+  short = _lanes(tables, state, items, min(d, 2 * length + 8))
   # The suffix was too short for some lane: run all lanes again on full stacks.
-  ok, top = jax.lax.cond(jnp.any(over), full, lambda: (ok, top))
-  return ok.reshape(b, x), top.reshape(b, x)
+  out = jax.lax.cond(jnp.any(short["over"]),
+                     lambda: tuple(_lanes(tables, state, items, d)[k] for k in keys),
+                     lambda: tuple(short[k] for k in keys))
+  return tuple(v.reshape(b, x) for v in out)
 
 
-def _pending_ok(tables: LexedTables, top: Int[Array, "..."], final: Int[Array, "..."]):
+def _materialize(state: ConstraintState, lanes: dict, row):
+  """The parser stack [N, D] and indentation widths [N, Di] each lane leaves."""
+  d = state.stack.shape[1]
+  di = state.registers.shape[1] - 2
+  pos = jnp.arange(d)[None, :]
+  base = lanes["base"][:, None]
+  own = jnp.take_along_axis(lanes["suffix"], jnp.clip(pos - base, 0, d - 1), axis=1)
+  stack = jnp.where(pos < base, state.stack[row], own)
+  ipos = jnp.arange(di)[None, :]
+  ibase = lanes["ibase"][:, None]
+  pi = lanes["isuf"].shape[1]
+  iown = jnp.take_along_axis(lanes["isuf"], jnp.clip(ipos - ibase, 0, pi - 1), axis=1)
+  widths = jnp.where(ipos < ibase, state.registers[row, 2:], iown)
+  widths = jnp.where(ipos < ibase + lanes["isize"][:, None], widths, 0)
+  return stack, widths
+
+
+def _pending_ok(tables: LexedTables, top, final, paren, room):
   """Whether the lexeme pending in lexer state `final` can still end well after a lane
-  that left parser state `top`: it can become an ignored lexeme (or is empty), or a
-  terminal `top` has an action for (canonical LR(1): one that can come next)."""
+  that left parser state `top`, bracket depth `paren` and indentation `room`: it can
+  become an ignored lexeme (or is empty), or a terminal `top` has an action for
+  (canonical LR(1): one that can come next), or a newline lexeme: dropped inside
+  brackets; outside, one `top` takes, with room for the INDENT it may need."""
   bits = tables.action_bits[top] & tables.state_viable[final]
-  return tables.state_free[final] | jnp.any(bits != 0, axis=-1)
+  nl = ((tables.action_bits[top, _NEWLINE // 32] >> (_NEWLINE % 32)) & 1) == 1
+  newline = jnp.where(paren > 0, tables.state_nl_any[final],
+                      tables.state_nl_width[final] & nl
+                      & (~tables.nl_needs_indent[top] | room))
+  return tables.state_free[final] | jnp.any(bits != 0, axis=-1) | newline
 
 
 def _end_ok(tables: LexedTables, top: Int[Array, "..."]):
@@ -308,18 +374,28 @@ def _end_ok(tables: LexedTables, top: Int[Array, "..."]):
   return ((tables.action_bits[top, _END // 32] >> (_END % 32)) & 1) == 1
 
 
-def _end_lane(tables: LexedTables, lex: Int[Array, "B"]):
-  """(items [B, L], reachable [B]) of the end-of-sequence lane: the pending lexeme."""
-  end_item = tables.state_end_item[lex]
-  length = tables.seq_items.shape[1]
-  items = jnp.full((lex.shape[0], length), -1, jnp.int32).at[:, 0].set(
-      jnp.maximum(end_item, -1))
-  return items, end_item != -2
+def _end_lane(tables: LexedTables, lex: Int[Array, "B"], length: int):
+  """(items [B, length], reachable [B]) of the end-of-sequence lane: the pending
+  lexeme, then the end's newline of an indentation grammar."""
+  end_item = jnp.maximum(tables.state_end_item[lex], -1)
+  tail = tables.state_end_tail[lex]
+  first = jnp.where(end_item >= 0, end_item, tail)
+  second = jnp.where(end_item >= 0, tail, -1)
+  items = jnp.full((lex.shape[0], length), -1, jnp.int32).at[:, 0].set(first).at[:, 1].set(
+      second)
+  return items, tables.state_end_item[lex] != -2
+
+
+def _lane_width(tables: LexedTables) -> int:
+  """Items per lane: the longest sequence, and 2 for the end lane."""
+  return max(tables.seq_items.shape[1], 2)
 
 
 def _sequence_items(tables: LexedTables, seq: Int[Array, "..."]):
-  """Items [..., L] of sequence ids (-1: an empty lane)."""
-  return jnp.where((seq >= 0)[..., None], tables.seq_items[jnp.maximum(seq, 0)], -1)
+  """Items [..., L'] of sequence ids (-1: an empty lane), L' = `_lane_width`."""
+  items = jnp.where((seq >= 0)[..., None], tables.seq_items[jnp.maximum(seq, 0)], -1)
+  pad = _lane_width(tables) - items.shape[-1]
+  return jnp.pad(items, [(0, 0)] * (items.ndim - 1) + [(0, pad)], constant_values=-1)
 
 
 def _check_state(fn: str, tables: LexedTables, state) -> int:
@@ -331,7 +407,9 @@ def _check_state(fn: str, tables: LexedTables, state) -> int:
         "_lexed.init_state).")
   shape = tuple(jnp.shape(state.state))
   want = shape + (tables.stack_depth,)
-  if len(shape) != 1 or tuple(jnp.shape(state.stack)) != want:
+  regs = None if state.registers is None else tuple(jnp.shape(state.registers))
+  if (len(shape) != 1 or tuple(jnp.shape(state.stack)) != want
+      or regs != shape + (2 + tables.indent_depth,)):
     raise DecodingArgumentError(
         f"{fn}: state has rows {shape} and a stack {tuple(jnp.shape(state.stack))}. "
         f"Expected one batch axis and a stack of {tables.stack_depth} (these tables' "
@@ -352,15 +430,16 @@ def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "
   slots = tables.state_outcomes[state.state]  # [B, K]
   # One lane per distinct sequence of the state, and one for the end of sequence.
   seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
-  end_items, end_reach = _end_lane(tables, state.state)
+  end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
   items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
-  ok, top = _run_overlay(tables, state, items)
+  ok, top, paren, room = _run_overlay(tables, state, items)
   end_ok = ok[:, -1] & end_reach & _end_ok(tables, top[:, -1])
   # Each slot: its sequence's lane, then the lexeme left pending in its final state.
   lane = jnp.maximum(tables.state_slot_lane[state.state], 0)  # [B, K]
   final = tables.outcome_final[jnp.maximum(slots, 0)]
-  slot_ok = (slots >= 0) & jnp.take_along_axis(ok, lane, axis=1) & _pending_ok(
-      tables, jnp.take_along_axis(top, lane, axis=1), final)
+  pick = lambda v: jnp.take_along_axis(v, lane, axis=1)
+  slot_ok = (slots >= 0) & pick(ok) & _pending_ok(tables, pick(top), final, pick(paren),
+                                                   pick(room))
   # Bitmap slots: OR of their rows.
   big = tables.state_big_slot[state.state]  # [B, Kb]
   big_ok = (big >= 0) & jnp.take_along_axis(slot_ok, jnp.maximum(big, 0), axis=1)
@@ -435,17 +514,26 @@ def advance(tables: LexedTables, state: ConstraintState,
   o = jnp.maximum(outcome, 0)
   items = _sequence_items(tables, jnp.where(outcome >= 0, tables.outcome_seq[o], -1))
   final = tables.outcome_final[o]
-  end_items, end_reach = _end_lane(tables, state.state)
-  ok, top, stack, depth = _run_lanes(
-      tables, jnp.concatenate([state.stack, state.stack]),
-      jnp.concatenate([state.depth, state.depth]), jnp.concatenate([items, end_items]))
-  moved = ok[:b] & (outcome >= 0) & _pending_ok(tables, top[:b], final)
-  end = is_eos & ok[b:] & end_reach & _end_ok(tables, top[b:])
+  end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
+  # Two lanes per row on full stacks: the token's lexemes, and the end of sequence.
+  lanes = _lanes(tables, state, jnp.stack([items, end_items], axis=1), d)
+  ok = lanes["ok"].reshape(b, 2)
+  top = lanes["top"].reshape(b, 2)
+  moved = ok[:, 0] & (outcome >= 0) & _pending_ok(
+      tables, top[:, 0], final, lanes["paren"].reshape(b, 2)[:, 0],
+      lanes["room"].reshape(b, 2)[:, 0])
+  end = is_eos & ok[:, 1] & end_reach & _end_ok(tables, top[:, 1])
   active = ~(state.done | state.error)
   take = active & moved
+  first = jnp.arange(b) * 2
+  pick = {k: v[first] for k, v in lanes.items()}
+  stack, widths = _materialize(state, pick, jnp.arange(b))
+  registers = jnp.concatenate(
+      [pick["paren"][:, None], (pick["ibase"] + pick["isize"])[:, None], widths], axis=1)
   return state.replace(
       state=jnp.where(take, final, state.state),
-      stack=jnp.where(take[:, None], stack[:b], state.stack),
-      depth=jnp.where(take, depth[:b], state.depth),
+      stack=jnp.where(take[:, None], stack, state.stack),
+      depth=jnp.where(take, pick["base"] + pick["size"], state.depth),
+      registers=jnp.where(take[:, None], registers, state.registers),
       done=state.done | (active & end),
       error=state.error | (active & ~moved & ~end))

@@ -1,0 +1,324 @@
+"""Python with INDENT/DEDENT on the two-level runtime (issue 18, `python_lexed.lark`).
+
+Oracles: CPython's own parser (`ast.parse`: every text the tables accept, walked or
+written, must parse), Lark's LALR parser with its `PythonIndenter` on the same grammar
+file (accepts exactly the texts we accept, where both read the text the same way), and
+the host reference `LexedReference` (byte walk + `_lr.LrParser` + a list of widths).
+Vocabulary: every byte plus substrings of the snippets (multi-byte tokens that cross
+lexeme, line and indentation boundaries, as BPE tokens do), sizes derived from it.
+One compiled table set and one batch size for the whole module (one jit compile).
+"""
+
+import ast
+import random
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import lark
+import lark.indenter
+import numpy as np
+import pytest
+
+import constrained_decoding as cd
+from constrained_decoding import errors
+from constrained_decoding.constraints import _lexed_grammar
+from constrained_decoding.constraints import _lr
+from constrained_decoding.runtime import _lexed
+
+_PATH = _lr.__file__.replace("_lr.py", "grammars/python_lexed.lark")
+_BATCH = 16
+_INDENT = _lexed_grammar.Indentation(max_depth=6, max_width=24)
+
+SNIPPETS = [
+    "def add(a: int, b: int = 0) -> int:\n    return a + b\n",
+    "x = 1\ny = x * 2 + 3 ** -4 // 5 % 6\n",
+    "def f(xs):\n    total = 0\n    for i, x in enumerate(xs):\n        if x > 0 and not i:\n"
+    "            total += x\n        elif x < 0 or x is None:\n            continue\n"
+    "        else:\n            break\n    return total\n",
+    "while True:\n    n -= 1\n    if n <= 0:\n        break\nelse:\n    pass\n",
+    "result = [x * x for x in range(10) if x % 2 == 0]\n"
+    "pairs = {k: v for k, v in items.items()}\nunique = {a for a in b}\n",
+    "data = {'a': [1, 2.5, 3e-2], \"b\": (None, True, False), 'c': {}}\nempty = ()\n",
+    "def g(self, *args, key=None, **kwargs):\n    '''Docstring.\n\n    More text.\n    '''\n"
+    "    return self.h(*args, key=key, **kwargs)[0].value\n",
+    "try:\n    v = int(s)\nexcept ValueError as e:\n    v = -1\nfinally:\n    done = 1\n",
+    "with open(path) as fh, lock:\n    lines = fh.read().splitlines()\n",
+    "square = lambda x, y=2: x ** y\nfirst = xs[0] if xs else None\nxs[1:3] = ys[::2]\n",
+    "@decorator\n@other.deco(1)\nclass A(Base, metaclass=Meta):\n    x: int = 0\n\n"
+    "    def m(self):\n        return self.x\n",
+    "# A comment line\ndef f(a,\n      b):  # trailing comment\n    return (a +\n"
+    "            b)\n\n\n",
+    "import os\nfrom collections import defaultdict as dd, OrderedDict\n",
+    "def gen(n):\n    yield n\n    x = yield\n    yield from range(n)\n",
+    "assert a == b, 'message'\nraise ValueError('bad') from None\ndel a[0], b.c\n",
+    "if (n := len(a)) > 10:\n    print(f\"long {{n}}\", n, sep='')\n",
+    "value = 0x1F + 0o17 + 0b1010 + 1_000 + 3.14j + .5\npattern = r'\\d+'\n"
+    "raw = b'raw' b\"\\n\"\n",
+    "def outer():\n    def inner():\n        nonlocal count\n        global total\n"
+    "        count += 1\n    return inner\n",
+    "a, b = b, a\n(c, d), [e] = f\nx = y = z = 0\nmatrix[i][j] @= other\n",
+    "class Empty:\n    pass\n",
+]
+
+# Texts with one syntax error each; "@" marks the byte where the tables must refuse the
+# text, "$" that only the end of sequence is refused.
+BROKEN = [
+    "def f(x)@\n    return x\n",               # `def` without a colon
+    "if x:\n    y = 1\n  @z = 2\n",             # dedent to a width never used
+    "x = (1,\n     2$",                          # unclosed bracket
+    "  @x = 1\n",                               # indented first line
+    "if x:\n@y = 1\n",                          # block without indentation
+    "def f():\n    return 1\n        @x\n",    # unexpected indent
+    "f() =@ 1\n",                               # call as a target
+    "x + 1 =@ 2\n",                             # operator as a target
+    "f(a=1, b@)\n",                             # positional after keyword
+    "def f(a=1, b@):\n    pass\n",              # parameter without default after one with
+    "x = 1@abc\n",                              # number glued to a name
+    "a, b +@= 1\n",                             # tuple in an augmented assignment
+    "x = [1, 2\n@y = 3\n",                      # unclosed list: the newline is dropped
+    "return 1 @2\n",
+    "x = 'abc@\n",                              # string across a line break
+    "if x:\n\t@y\n",                            # tabs: valid, but not in the subset
+]
+
+
+def _parses(text: str) -> bool:
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    try:
+      ast.parse(text)
+      return True
+    except (SyntaxError, ValueError):
+      return False
+
+
+class _Setup:
+  """The vocabulary, tables, jitted step functions and oracles, built once."""
+
+  def __init__(self):
+    rng = random.Random(0)
+    source = open(_PATH, encoding="utf-8").read()
+    toks = {bytes([b]) for b in range(256)}
+    texts = [s.encode() for s in SNIPPETS]
+    while len(toks) < 900:
+      t = rng.choice(texts)
+      i = rng.randrange(len(t) - 1)
+      toks.add(t[i:i + rng.randrange(2, 12)])
+    token_bytes = sorted(toks) + [None]
+    self.eos = len(token_bytes) - 1
+    self.vocab = cd.Vocabulary.from_token_bytes(token_bytes, eos_ids=[self.eos])
+    self.by_bytes = {b: i for i, b in enumerate(token_bytes) if b is not None}
+    self.arrays = _lexed_grammar.compile_lexed_grammar(
+        source, self.vocab, start="file_input", stack_depth=96, indentation=_INDENT)
+    self.tables = _lexed.tables_from_arrays(self.arrays)
+    self.allowed = jax.jit(_lexed.allowed_tokens)
+    self.advance = jax.jit(_lexed.advance)
+    self.reference = _lexed_grammar.LexedReference(self.arrays)
+    # Lark's basic lexer takes the first terminal that matches, not the longest: rank
+    # triple-quoted strings first and the bad-number catch-all last (Lark then reads
+    # `1if` as `1 if`, which CPython also does, with a warning; texts with a digit
+    # glued to a letter are not compared).
+    ranked = source
+    for name, rank in (("LONG_STRING", 2), ("BAD_NUMBER", -1), ("HEX_NUMBER", 3),
+                       ("OCT_NUMBER", 3), ("BIN_NUMBER", 3), ("IMAG_NUMBER", 3),
+                       ("FLOAT_NUMBER", 2)):
+      ranked = ranked.replace(f"\n{name}:", f"\n{name}.{rank}:")
+    self.lark = lark.Lark(ranked, parser="lalr", lexer="basic", start="file_input",
+                          postlex=lark.indenter.PythonIndenter())
+
+  def lark_accepts(self, text: str) -> bool:
+    try:
+      self.lark.parse(text)
+      return True
+    except lark.exceptions.LarkError:
+      return False
+
+  def tokenize(self, text: bytes, rng) -> list[int]:
+    out, pos = [], 0
+    while pos < len(text):
+      n = rng.choice([n for n in range(1, 12) if text[pos:pos + n] in self.by_bytes])
+      out.append(self.by_bytes[text[pos:pos + n]])
+      pos += n
+    return out
+
+  def run(self, rows: list[list[int]], check_mask: bool = False):
+    """Feeds token rows (then end of sequence), _BATCH at a time: (accepted [R],
+    index of the first refused token or -1 [R]); with `check_mask`, also checks that
+    `advance` refuses a token exactly when the mask does not offer it."""
+    accepted, first_bad = [], []
+    for lo in range(0, len(rows), _BATCH):
+      chunk = [r + [self.eos] for r in rows[lo:lo + _BATCH]]
+      chunk += [[self.eos]] * (_BATCH - len(chunk))
+      width = max(map(len, chunk))
+      tokens = np.array([r + [self.eos] * (width - len(r)) for r in chunk], np.int32)
+      state = _lexed.init_state(self.tables, _BATCH)
+      bad = np.full(_BATCH, -1)
+      for j in range(width):
+        live = ~np.asarray(state.done | state.error)
+        if check_mask:
+          allowed = np.asarray(self.allowed(self.tables, state))
+          offered = allowed[np.arange(_BATCH), tokens[:, j]]
+        state = self.advance(self.tables, state, jnp.asarray(tokens[:, j]))
+        refused = live & np.asarray(state.error)
+        if check_mask:  # `advance` takes a token exactly when the mask offers it.
+          np.testing.assert_array_equal(refused, live & ~offered)
+        bad = np.where(refused & (bad < 0), j, bad)
+      n = min(_BATCH, len(rows) - lo)
+      accepted += np.asarray(state.done & ~state.error)[:n].tolist()
+      first_bad += bad[:n].tolist()
+    return accepted, first_bad
+
+
+@pytest.fixture(scope="module")
+def setup():
+  return _Setup()
+
+
+def test_snippets_are_python_and_accepted_under_random_tokenizations(setup):
+  rng = random.Random(1)
+  for text in SNIPPETS:
+    assert _parses(text), text
+    assert setup.lark_accepts(text), text
+  rows = [setup.tokenize(t.encode(), rng) for t in SNIPPETS for _ in range(2)]
+  accepted, first_bad = setup.run(rows)
+  for k, ok in enumerate(accepted):
+    text = SNIPPETS[k // 2]
+    assert ok, (text, first_bad[k], [setup.vocab.token_bytes[t] for t in rows[k]])
+
+
+def test_syntax_errors_are_refused_at_the_right_byte(setup):
+  rows, where = [], []
+  for marked in BROKEN:
+    text = marked.replace("@", "").replace("$", "")
+    assert not _parses(text) or "\t" in text, text
+    rows.append([setup.by_bytes[bytes([b])] for b in text.encode()])  # a byte a token
+    where.append(marked.index("@") if "@" in marked else len(text))
+  accepted, first_bad = setup.run(rows, check_mask=True)
+  wrong = [(marked, bad, want) for marked, ok, bad, want
+           in zip(BROKEN, accepted, first_bad, where) if ok or bad != want]
+  assert not wrong
+
+
+def _walk(setup, steps, seed, check_reference=0):
+  """Random walks over allowed tokens, winding down in the last half (tokens that close
+  brackets, lines and blocks favoured): the texts that ended."""
+  rng = np.random.default_rng(seed)
+  closers = np.array([setup.by_bytes[b] for b in (b")", b"]", b"}", b"\n", b"0", b"x",
+                                                  b" ", b"'", b":", b"pass", b"\n ")
+                      if b in setup.by_bytes])
+  state = _lexed.init_state(setup.tables, _BATCH)
+  rows = [setup.reference.start() for _ in range(check_reference)]
+  texts = [b""] * _BATCH
+  finished = []
+  for step in range(steps):
+    allowed = np.asarray(setup.allowed(setup.tables, state))
+    done = np.asarray(state.done)
+    for r in range(check_reference):
+      if not done[r]:
+        want = setup.reference.allowed(rows[r])
+        np.testing.assert_array_equal(allowed[r], want, err_msg=repr(texts[r]))
+    tokens = np.full(_BATCH, setup.eos, np.int32)
+    for r in range(_BATCH):
+      if done[r]:
+        continue
+      ids = np.nonzero(allowed[r])[0]
+      assert len(ids), f"dead end after {texts[r]!r}"
+      late = step > steps // 2
+      if allowed[r, setup.eos] and (rng.random() < (0.5 if late else 0.05)):
+        finished.append(texts[r])
+        continue
+      good = closers[allowed[r, closers]]
+      pool = good if late and len(good) and rng.random() < 0.8 else ids[ids != setup.eos]
+      if len(pool):
+        tokens[r] = rng.choice(pool)
+        texts[r] += setup.vocab.token_bytes[tokens[r]]
+      else:
+        finished.append(texts[r])
+      if r < check_reference:
+        rows[r] = setup.reference.advance(rows[r], int(tokens[r]))
+        assert rows[r] is not None, texts[r]
+    state = setup.advance(setup.tables, state, jnp.asarray(tokens))
+    assert not np.asarray(state.error).any()
+  return finished
+
+
+def test_random_walks_never_dead_end_and_finished_texts_parse(setup):
+  finished = []
+  for seed in range(3):
+    finished += _walk(setup, steps=70, seed=seed)
+  assert len(finished) >= _BATCH
+  for text in finished:
+    assert _parses(text.decode("utf-8")), text
+
+
+def test_device_agrees_with_host_reference(setup):
+  _walk(setup, steps=25, seed=7, check_reference=2)
+
+
+def _mutate(text: str, rng) -> str:
+  i = rng.randrange(len(text) + 1)
+  kind = rng.randrange(3)
+  if kind == 0 and text:
+    return text[:i] + text[i + 1:]
+  if kind == 1:
+    return text[:i] + rng.choice(["(", ")", ",", ":", "\n", "    ", " ", "x", "=", "if ",
+                                  "'", "[", "1"]) + text[i:]
+  j = rng.randrange(len(text) + 1)
+  i, j = min(i, j), max(i, j)
+  return text[:i] + text[j:] + text[i:j]
+
+
+def test_texts_accepted_exactly_when_lark_parses_them(setup):
+  rng = random.Random(3)
+  texts = [_mutate(t, rng) for t in SNIPPETS for _ in range(3)]
+  # Where Lark's PythonIndenter and CPython part ways, we follow CPython: a text is
+  # compared only when it ends with one newline (Lark needs it) and has no trailing
+  # blank text (Lark would indent it).
+  texts = [t.rstrip() + "\n" for t in texts if not re.search(r"[0-9][A-Za-z_]", t)]
+  verdicts = [setup.lark_accepts(t) for t in texts]
+  assert 8 <= sum(verdicts) <= len(texts) - 8  # both kinds, many of each
+  accepted, _ = setup.run([setup.tokenize(t.encode(), rng) for t in texts])
+  for text, want, got in zip(texts, verdicts, accepted):
+    assert got == want, text
+    assert not got or _parses(text), text
+
+
+def test_indentation_overflow_is_masked_without_dead_ends(setup):
+  # _INDENT holds 6 levels (widths 0, 1, ..., 5): a 6th block opener may only take a
+  # simple suite on its own line; a 25-column line (past max_width) is refused.
+  deep = "".join(" " * k + f"if a{k}:\n" for k in range(5))
+  ids = lambda s: [setup.by_bytes[bytes([b])] for b in s.encode()]
+  state = _lexed.init_state(setup.tables, _BATCH)
+  for t in ids(deep + " " * 5 + "if b:"):
+    state = setup.advance(setup.tables, state, jnp.full(_BATCH, t, jnp.int32))
+  allowed = np.asarray(setup.allowed(setup.tables, state))[0]
+  assert not np.asarray(state.error).any()
+  assert not allowed[setup.by_bytes[b"\n"]]  # would need a 7th level
+  assert allowed[setup.by_bytes[b" "]] and allowed[setup.by_bytes[b"p"]]
+  accepted, first_bad = setup.run([ids(deep + " " * 5 + "if b: pass\n"),
+                                   ids(deep + " " * 5 + "if b:\n      pass\n"),
+                                   ids("if a:\n" + " " * 25 + "x\n")])
+  assert accepted == [True, False, False]
+  assert first_bad[1:] == [len(deep) + 10, 6 + 25]
+  assert _parses(deep + " " * 5 + "if b: pass\n")
+
+
+def test_indentation_errors():
+  source = open(_PATH, encoding="utf-8").read()
+  vocab = cd.Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [None],
+                                         eos_ids=[256])
+  with pytest.raises(errors.ConstraintError, match="Indentation.max_depth 1 is not an int"):
+    _lexed_grammar.compile_lexed_grammar(source, vocab, start="file_input",
+                                         indentation=_lexed_grammar.Indentation(max_depth=1))
+  with pytest.raises(errors.UnsupportedGrammarFeatureError,
+                     match=r"does not use the indentation terminals \['_TAB'\]"):
+    _lexed_grammar.compile_lexed_grammar(
+        source, vocab, start="file_input",
+        indentation=_lexed_grammar.Indentation(indent="_TAB"))
+  # INDENT after a newline that a reduction decides: the mask could not see it.
+  bad = ('start: (item _NEWLINE)* \nitem: "a" | head _NEWLINE _INDENT "b" _DEDENT\n'
+         'head: "h"\n_NEWLINE: /\\n[ ]*/\n%declare _INDENT _DEDENT\n')
+  with pytest.raises(errors.UnsupportedGrammarFeatureError, match="opens a block"):
+    _lexed_grammar.compile_lexed_grammar(bad, vocab, indentation=_INDENT)
