@@ -31,8 +31,6 @@ MAX_CONTAINS_STATES = 4_096
 # Most IR nodes of the item copies `minItems`/`maxItems` may write before the items are
 # counted in a register instead (`counted_array`).
 MAX_COPIED_ITEMS = 2_000
-# The `count` bound of an array without `maxItems` (the largest int32 register value).
-_UNBOUNDED = 2**31 - 1
 
 
 def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
@@ -227,11 +225,9 @@ def counted_array(item: ir.Node, ws: jv.Whitespace, min_items: int, max_items: i
   count is full still has `]`, and one below the minimum still has `,`: never a dead
   end. `clear` goes before `[`, where no other path reads the same bytes.
   """
-  bound = _UNBOUNDED if max_items is None else max_items - 1
-  count = [ir.Marker("count", word, bound)] if bound or min_items > 1 else []
+  bound = jv.UNBOUNDED_COUNT if max_items is None else max_items - 1
+  comma = jv.counted_comma(ws, ir.Marker("count", word, bound))
   atleast = [ir.Marker("atleast", word, min_items - 1)] if min_items > 1 else []
-  comma = (ir.concat(*count, ir.Bytes(b", ")) if ws.name == "single"
-           else ir.concat(ws.gap, *count, ir.Bytes(b","), ws.gap))
   body = jv.separated(ws.open(b"["), item, comma, ir.concat(ws.gap, *atleast, ir.Bytes(b"]")))
   if min_items == 0:
     body = ir.union(ws.empty(b"[]"), body)

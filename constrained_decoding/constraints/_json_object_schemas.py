@@ -31,6 +31,9 @@ MAX_ANY_ORDER_SIZE = 10_000
 # (`_json_objects.wide_parts`): each costs ~10 ms and ~200 KiB once composed with
 # Gemma 3's vocabulary. `dependentRequired` is exempt (the alternative is refusing it).
 MAX_ANY_ORDER_WIDE = 12
+# Most IR nodes of the member copies `minProperties`/`maxProperties` may write before
+# the members are counted in a register instead (`_counts_in_register`).
+MAX_COUNTED_MEMBERS_SIZE = 2_000
 # Most properties one object may declare (`properties` and `required`).
 MAX_PROPERTIES = 5_000
 # Most `patternProperties` patterns, and most key regions (the keys matching exactly one
@@ -128,6 +131,19 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
       if first == lw.register_words:
         lw.register_words += words
       return node
+  if any_order is None and counted and _counts_in_register(lw, keyed, extra, depends, schema,
+                                                          pointer):
+    low = _json_keywords.count(schema, "minProperties", pointer) or 0
+    high = _json_keywords.count(schema, "maxProperties", pointer)
+    lw.log.info("JSON Schema: the object at %s counts its members on the device (a"
+                " register).", pointer)
+    key = ("counted", tuple(keyed), extra, low, high)
+    first = lw.register_blocks.setdefault(key, lw.register_words)
+    node, words = _json_objects.register_object(
+        keyed, functools.partial(_member, lw), extra, ws, first, counted=(low, high))
+    if first == lw.register_words:
+      lw.register_words += words
+    return node
   if any_order is not None:
     body, can_be_empty = any_order
   elif counted:
@@ -140,6 +156,28 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
   if body != ir.NOTHING:
     parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
   return ir.union(*parts) if parts else ir.NOTHING
+
+
+def _counts_in_register(lw, keyed: list, extra: ir.Node | None, depends: dict, schema: dict,
+                        pointer: str) -> bool:
+  """Whether `minProperties`/`maxProperties` are counted in a register word
+  (`_json_objects.register_object`) rather than by copies of the members
+  (`_counted_members`, one copy per count: `maxProperties` 200 of an additional member
+  is 200 copies of its value). Only where the copies would be large, registers are on,
+  no key is required (a full count must leave `}` open) and no additional key may count
+  twice towards a minimum above 1."""
+  if not (lw.use_registers and lw.options.property_order == "any") or depends:
+    return False
+  if any(is_required for _, _, is_required in keyed):
+    return False
+  low = _json_keywords.count(schema, "minProperties", pointer) or 0
+  high = _json_keywords.count(schema, "maxProperties", pointer)
+  if extra is not None and low > 1 or (high is not None and high < low):
+    return False
+  copies = max(low, high or 0)
+  size = sum(_json_objects.ir_size(node) for _, node, _ in keyed)
+  size += 0 if extra is None else _json_objects.ir_size(extra)
+  return size * copies > MAX_COUNTED_MEMBERS_SIZE
 
 
 # Object keywords after which `$someUndeclared` alone is lowered directly (the object

@@ -129,8 +129,8 @@ KEYS_PER_WORD = 31
 
 
 def register_object(keyed: Sequence[tuple[str, ir.Node, bool]], member,
-                    extra: ir.Node | None, ws: jv.Whitespace, first_word: int
-                    ) -> tuple[ir.Node, int]:
+                    extra: ir.Node | None, ws: jv.Whitespace, first_word: int,
+                    counted: tuple[int, int | None] | None = None) -> tuple[ir.Node, int]:
   """The object with its declared keys in any order, each at most once, checked by
   register markers (`automata/_registers.py`, `docs/any_order_objects.md`): linear in
   the schema, where `any_order_members` is exponential in the number of keys.
@@ -146,11 +146,17 @@ def register_object(keyed: Sequence[tuple[str, ir.Node, bool]], member,
     extra: IR of one additional member, or None when none are allowed.
     ws: Whitespace policy.
     first_word: The first register word this object may use.
+    counted: (minProperties, maxProperties) counted in one more word (`count` before
+      each `,`, `atleast` before `}`), or None. Only for objects without required keys
+      (a full count must leave `}` open) whose members cannot repeat a key towards the
+      minimum (no additional members, or a minimum of at most 1).
 
   Returns:
     (the object's IR, the number of register words it uses).
   """
-  num_words = max(1, -(-len(keyed) // KEYS_PER_WORD))
+  num_words = -(-len(keyed) // KEYS_PER_WORD)  # Key bits; a counted object may have none.
+  if counted is None:
+    num_words = max(1, num_words)
   required = [0] * num_words
   members = []
   for i, (key, value, is_required) in enumerate(keyed):
@@ -165,9 +171,18 @@ def register_object(keyed: Sequence[tuple[str, ir.Node, bool]], member,
   one = ir.union(*members)
   clear = [ir.Marker("clear", first_word + w, 0) for w in range(num_words)]
   need = [ir.Marker("need", first_word + w, bits) for w, bits in enumerate(required) if bits]
-  body = ir.concat(ws.open(b"{"), *clear, one, ir.repeat(ir.concat(ws.comma, one), 0, None),
-                   ws.gap, *need, ir.Bytes(b"}"))
-  if any(is_required for _, _, is_required in keyed):
+  comma, least = ws.comma, []
+  if counted:
+    low, high = counted
+    counter = first_word + num_words
+    clear.append(ir.Marker("clear", counter, 0))
+    comma = jv.counted_comma(ws, ir.Marker("count", counter,
+                                           jv.UNBOUNDED_COUNT if high is None else high - 1))
+    least = [ir.Marker("atleast", counter, low - 1)] if low > 1 else []
+    num_words += 1
+  body = ir.concat(ws.open(b"{"), *clear, one, ir.repeat(ir.concat(comma, one), 0, None),
+                   ws.gap, *need, *least, ir.Bytes(b"}"))
+  if any(is_required for _, _, is_required in keyed) or counted and counted[0] > 0:
     return body, num_words
   return ir.union(ws.empty(b"{}"), body), num_words
 

@@ -661,6 +661,18 @@ def delimited(open_bracket: bytes, close_bracket: bytes, item: ir.Node, ws: Whit
   return ir.union(*parts) if parts else ir.NOTHING
 
 
+# The `count` bound of a register counter without an upper bound (the largest int32).
+UNBOUNDED_COUNT = 2**31 - 1
+
+
+def counted_comma(ws: Whitespace, count: ir.Marker) -> ir.Node:
+  """`ws.comma` with the register marker `count` right before the `,` byte (where `]` or
+  `}` is the other way on, so a full count is never a dead end)."""
+  if ws.name == "single":
+    return ir.concat(count, ir.Bytes(b", "))
+  return ir.concat(ws.gap, count, ir.Bytes(b","), ws.gap)
+
+
 def separated(head: ir.Node, item: ir.Node, separator: ir.Node, tail: ir.Node,
               min_count: int = 1) -> ir.Node:
   """`head item (separator item)* tail` with at least `min_count` >= 1 items.
