@@ -119,7 +119,7 @@ def time_decode(model, prompts, tables, tokens: int) -> tuple[float, float, int]
   """
   args = decode_args(model, prompts, tables, tokens)
   t0, c0 = time.perf_counter(), time.process_time()
-  out = _generate._decode(*args, config=model.config,  # pylint: disable=protected-access
+  out = _generate._decode(*args, network=model.network,  # pylint: disable=protected-access
                           sampling=GREEDY.static_part())
   jax.block_until_ready(out)
   return time.perf_counter() - t0, time.process_time() - c0, int(out.step)
@@ -290,7 +290,7 @@ def detector_self_check() -> dict:
 def loop_evidence(model, prompts, tables) -> dict:
   """jaxpr / StableHLO / compiled-HLO facts of `_decode` for one constraint."""
   args = decode_args(model, prompts, tables, 4)
-  static = {"config": model.config, "sampling": GREEDY.static_part()}
+  static = {"network": model.network, "sampling": GREEDY.static_part()}
   fn = lambda *a: _generate._decode(*a, **static)  # pylint: disable=protected-access
   lowered = _generate._decode.lower(*args, **static)  # pylint: disable=protected-access
   return _lowering_facts(fn, args, lowered)

@@ -7,6 +7,8 @@ Public names:
   forward(...)            logits for a chunk of tokens (prefill, L > 1, or decode, L = 1).
   random_params(...)      random weights for any config, for tests.
   param_shapes(config)    the expected shape of every parameter.
+  Gemma3Network(config)   `init_cache` and `forward` as a `models.Network` (the protocol
+                          the decode loops take).
 
 Params layout (every matrix is (out, in), like a torch `Linear` weight and like the
 GGUF tensors after dequantization, so `y = x @ W.T`):
@@ -31,6 +33,7 @@ per-layer caches that XLA updates in place, the loop decodes about 2.5x faster a
 8 on CPU (see shared/notes/gemma3-gguf.md, section 4), at the price of longer compiles.
 """
 
+import dataclasses
 import math
 from typing import Any
 
@@ -153,6 +156,43 @@ def forward(
     x = jnp.take_along_axis(x, logit_indices[..., None], axis=1)
   logits = _dense(x, params["embedding"])
   return logits, KVCache(keys=tuple(keys), values=tuple(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemma3Network:
+  """Gemma 3 as a `models.Network`: `forward` and `init_cache` bound to a config.
+
+  ```python
+  network = Gemma3Network(config)
+  cache = network.init_cache(batch_size=1, cache_len=64)
+  logits, cache = network.apply(params, tokens, positions, cache)
+  ```
+
+  Hashed and compared by its config (a frozen dataclass), exactly as the config alone
+  was: a static argument of jit that holds no weights, so two models with the same
+  architecture share compiled programs.
+
+  Attributes:
+    config: The hyper-parameters.
+  """
+
+  config: _config.Gemma3Config
+
+  @property
+  def logits_width(self) -> int:
+    """Width of the logits: the embedding table's rows (the output head is tied)."""
+    return self.config.vocab_size
+
+  def init_cache(self, *, batch_size: int, cache_len: int) -> KVCache:
+    """An all-zero `KVCache` (float32)."""
+    return init_cache(self.config, batch_size=batch_size, cache_len=cache_len)
+
+  def apply(self, params: Params, tokens: Int[Array, "B L"], positions: Int[Array, "B L"],
+            cache: KVCache, *, logit_indices: Int[Array, "B N"] | None = None,
+            ) -> tuple[Float[Array, "B _ V"], KVCache]:
+    """`forward(params, self.config, ...)`."""
+    return forward(params, self.config, tokens, positions, cache,
+                   logit_indices=logit_indices)
 
 
 def _block(layer: Params, config: _config.Gemma3Config, is_global: bool, x: jax.Array,

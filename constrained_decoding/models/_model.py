@@ -1,7 +1,8 @@
 """`Gemma3`: weights, config, tokenizer and vocabulary of one model, bundled.
 
-A convenience for `generate` and the CLI; the functional API (`forward`, `init_cache`)
-stays the way to use the model inside your own jitted code.
+It implements the `models.LanguageModel` protocol (`network`, `params`, `vocab`,
+`encode`) that `generate`, `evaluate` and the other decode loops take; the functional
+API (`forward`, `init_cache`) stays the way to use the model inside your own jitted code.
 """
 
 import dataclasses
@@ -24,7 +25,7 @@ _CHAT_TEMPLATE = "<start_of_turn>user\n{message}<end_of_turn>\n<start_of_turn>mo
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Gemma3:
-  """A Gemma 3 model ready for `generate`.
+  """A Gemma 3 model ready for `generate` (a `models.LanguageModel`).
 
   ```python
   model = Gemma3.from_gguf()                   # the default Gemma 3 270M
@@ -66,6 +67,11 @@ class Gemma3:
     """Random weights of the given architecture (for tests), with a real tokenizer."""
     return cls(config=config, params=_gemma3.random_params(config, seed), tokenizer=tokenizer,
                vocab=vocab, bos_id=bos_id)
+
+  @property
+  def network(self) -> _gemma3.Gemma3Network:
+    """The model's pure functions (static under jit; compared by `config`)."""
+    return _gemma3.Gemma3Network(self.config)
 
   def encode(self, text: str) -> list[int]:
     """Token ids of a prompt, with BOS prepended."""

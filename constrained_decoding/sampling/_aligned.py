@@ -77,7 +77,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from constrained_decoding import runtime
 from constrained_decoding.errors import DecodingArgumentError, StoreMismatchError
-from constrained_decoding.models import _gemma3
+from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits
 from constrained_decoding._stacking import stack_tables
@@ -282,7 +282,7 @@ def _children(store: StoreArrays, node: Int[Array, "B"], width: int):
 
 
 def _aligned_step(params, tables, store: StoreArrays, s: _LoopState, *, eos_ids,
-                  temperature, top_p, config, sampling) -> _LoopState:
+                  temperature, top_p, network, sampling) -> _LoopState:
   """One token per row from P · c̃ (Eq. 5), masked; records log P(token) and R."""
   d = s.decode
   batch = d.logits.shape[0]
@@ -318,7 +318,7 @@ def _aligned_step(params, tables, store: StoreArrays, s: _LoopState, *, eos_ids,
   constraint = runtime.advance(tables, d.constraint, token)
   done = d.done | ends | constraint.error
   positions = (d.prompt_lengths + d.step)[:, None]
-  next_logits, cache = _gemma3.forward(params, config, token[:, None], positions, d.cache)
+  next_logits, cache = network.apply(params, token[:, None], positions, d.cache)
   decode = d.replace(
       step=d.step + 1, lengths=d.lengths + running.astype(jnp.int32), calls=d.calls + 1,
       tokens=d.tokens.at[:, d.step].set(token), logits=next_logits[:, 0], cache=cache,
@@ -406,9 +406,9 @@ def _backward(store: StoreArrays, path: Int[Array, "B N"], lengths: Int[Array, "
   return store
 
 
-@functools.partial(jax.jit, static_argnames=("config", "sampling"))
+@functools.partial(jax.jit, static_argnames=("network", "sampling"))
 def _round(params, tables, init: _generate.DecodeState, store: StoreArrays, limit, eos_ids,
-           temperature, top_p, num_rows, rng, constraint_ids=None, *, config, sampling):
+           temperature, top_p, num_rows, rng, constraint_ids=None, *, network, sampling):
   """One round: decode `num_rows` rows with the store, then update it (Eq. 3).
 
   `constraint_ids` [B] (None: all 0): the stacked constraint each row follows; row b
@@ -435,7 +435,7 @@ def _round(params, tables, init: _generate.DecodeState, store: StoreArrays, limi
     return (s.decode.step < limit) & ~s.decode.done.all()
 
   body_fn = functools.partial(_aligned_step, params, tables, store, eos_ids=eos_ids,
-                              temperature=temperature, top_p=top_p, config=config,
+                              temperature=temperature, top_p=top_p, network=network,
                               sampling=sampling)
   s = jax.lax.while_loop(cond_fn, body_fn, start)
   store, path = _insert(store, s, root, eos_ids)
@@ -625,7 +625,7 @@ def generate_aligned(
         model.params, tables, init, arrays, jnp.int32(max_new_tokens), eos_ids,
         jnp.float32(sampling.temperature), jnp.float32(sampling.top_p), jnp.int32(rows),
         jax.random.fold_in(base, first_round + r), jnp.asarray(row_ids),
-        config=model.config, sampling=sampling.static_part())
+        network=_protocol.decode_network(model), sampling=sampling.static_part())
     row_specs = [specs[k] for k in row_ids]
     samples += _generate._completions(model, state, max_new_tokens, row_specs)[:rows]  # pylint: disable=protected-access
   return samples, AlignedStore(arrays=arrays, key=key)

@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling._generate import Completion
 from constrained_decoding.sampling._methods import SamplingConfig
@@ -99,19 +100,19 @@ class Evaluation:
     }
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "config", "sampling", "buffer",
+@functools.partial(jax.jit, static_argnames=("mesh", "network", "sampling", "buffer",
                                              "cache_len"))
 def _run_sharded(params, tables, prompt_tokens, prompt_lengths, constraint_ids, keys, limit,
-                 eos_ids, temperature, top_p, *, mesh, config, sampling, buffer, cache_len):
+                 eos_ids, temperature, top_p, *, mesh, network, sampling, buffer, cache_len):
   """Prefill and decode, each device on its rows; returns per-row results, gathered."""
 
   def shard(params, tables, prompt_tokens, prompt_lengths, constraint_ids, keys, limit,
             eos_ids, temperature, top_p):
     state = _generate._prefill(params, tables, prompt_tokens, prompt_lengths,  # pylint: disable=protected-access
-                               constraint_ids, keys, config=config, max_new_tokens=buffer,
+                               constraint_ids, keys, network=network, max_new_tokens=buffer,
                                cache_len=cache_len)
     state = _generate._decode(params, tables, state, limit, eos_ids, temperature, top_p,  # pylint: disable=protected-access
-                              config=config, sampling=sampling)
+                              network=network, sampling=sampling)
     return (state.tokens, state.constraint.done, state.constraint.error, state.calls[None])
 
   rows, whole = PartitionSpec(_AXIS), PartitionSpec()
@@ -301,7 +302,8 @@ def evaluate(
     ValueError, TypeError: On mismatched counts or other bad arguments (before any
       decoding).
   """
-  prompts = _generate.check_prompts(prompts, model.config.vocab_size)
+  _protocol.check_model(model)
+  prompts = _generate.check_prompts(prompts, model.network.logits_width)
   n = len(prompts)
   max_new_tokens = _generate.check_max_new_tokens(max_new_tokens)
   _generate.check_sampling(sampling)
@@ -335,7 +337,8 @@ def evaluate(
   eos_ids = jnp.asarray(model.vocab.eos_ids, jnp.int32)
   base_key = jax.random.PRNGKey(seed)
   keys = np.asarray(jax.vmap(lambda i: jax.random.fold_in(base_key, i))(jnp.asarray(row_ids)))
-  static = dict(mesh=mesh, config=model.config, sampling=sampling.static_part(),
+  static = dict(mesh=mesh, network=_protocol.decode_network(model),
+                sampling=sampling.static_part(),
                 buffer=buffer, cache_len=width + buffer)
 
   results: list[EvaluationRow] = []

@@ -28,7 +28,7 @@ from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from constrained_decoding import runtime
 from constrained_decoding.runtime import _runtime as runtime_impl
-from constrained_decoding.models import _gemma3
+from constrained_decoding.models import _protocol
 from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.errors import VocabularyMismatchError
 from constrained_decoding.sampling._methods import SamplingConfig, sample_tokens
@@ -111,8 +111,8 @@ def _no_constraint(batch: int) -> runtime.ConstraintState:
                                  error=jnp.zeros(batch, bool))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "cache_len"))
-def _prefill_model(params, prompt_tokens, prompt_lengths, rng, *, config,
+@functools.partial(jax.jit, static_argnames=("network", "max_new_tokens", "cache_len"))
+def _prefill_model(params, prompt_tokens, prompt_lengths, rng, *, network,
                    max_new_tokens: int, cache_len: int) -> DecodeState:
   """Runs left-padded prompts through the model; returns the loop's initial carry with
   an unconstrained `constraint`.
@@ -123,10 +123,9 @@ def _prefill_model(params, prompt_tokens, prompt_lengths, rng, *, config,
   batch, width = prompt_tokens.shape
   positions = jnp.arange(width)[None, :] - (width - prompt_lengths)[:, None]
   positions = jnp.where(positions < 0, -1, positions).astype(jnp.int32)  # -1 marks padding
-  cache = _gemma3.init_cache(config, batch_size=batch, cache_len=cache_len)
+  cache = network.init_cache(batch_size=batch, cache_len=cache_len)
   last = jnp.full((batch, 1), width - 1, jnp.int32)
-  logits, cache = _gemma3.forward(params, config, prompt_tokens, positions, cache,
-                                  logit_indices=last)
+  logits, cache = network.apply(params, prompt_tokens, positions, cache, logit_indices=last)
   return DecodeState(
       step=jnp.zeros((), jnp.int32),
       lengths=jnp.zeros(batch, jnp.int32),
@@ -148,23 +147,23 @@ def _init_constraint(tables, constraint_ids) -> runtime.ConstraintState:
 
 
 def _prefill(params, tables, prompt_tokens, prompt_lengths, constraint_ids, rng, *,
-             config, max_new_tokens: int, cache_len: int) -> DecodeState:
+             network, max_new_tokens: int, cache_len: int) -> DecodeState:
   """The loop's initial carry: the model's prefill, then each row's constraint state.
 
   Two jitted functions, so that a new table shape compiles only the small
   `_init_constraint`, never the model (`_prefill_model`). Traceable: `evaluate` calls it
   inside its own jit.
   """
-  state = _prefill_model(params, prompt_tokens, prompt_lengths, rng, config=config,
+  state = _prefill_model(params, prompt_tokens, prompt_lengths, rng, network=network,
                          max_new_tokens=max_new_tokens, cache_len=cache_len)
   if tables is None:
     return state
   return state.replace(constraint=_init_constraint(tables, constraint_ids))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "sampling"), donate_argnames=("state",))
+@functools.partial(jax.jit, static_argnames=("network", "sampling"), donate_argnames=("state",))
 def _decode(params, tables, state: DecodeState, limit, eos_ids, temperature, top_p, *,
-            config, sampling: SamplingConfig) -> DecodeState:
+            network, sampling: SamplingConfig) -> DecodeState:
   """Decodes until `limit` tokens are generated or every row is done: one while_loop.
 
   With `sampling.jump_forward` (and a constraint) each iteration is `_jump_step`, which
@@ -177,11 +176,11 @@ def _decode(params, tables, state: DecodeState, limit, eos_ids, temperature, top
 
   if sampling.jump_forward and tables is not None:
     body_fn = functools.partial(_jump_step, params, tables, limit=limit, eos_ids=eos_ids,
-                                temperature=temperature, top_p=top_p, config=config,
+                                temperature=temperature, top_p=top_p, network=network,
                                 sampling=sampling)
   else:
     body_fn = functools.partial(_step, params, tables, eos_ids=eos_ids,
-                                temperature=temperature, top_p=top_p, config=config,
+                                temperature=temperature, top_p=top_p, network=network,
                                 sampling=sampling)
   return jax.lax.while_loop(cond_fn, body_fn, state)
 
@@ -201,7 +200,7 @@ def _sample(logits, rng, sampling, temperature, top_p):
   return jax.vmap(draw)(logits, keys[:, 1]), keys[:, 0]
 
 
-def _step(params, tables, s: DecodeState, *, eos_ids, temperature, top_p, config,
+def _step(params, tables, s: DecodeState, *, eos_ids, temperature, top_p, network,
           sampling) -> DecodeState:
   """One token per row: mask, sample, advance the constraint, run the model on it."""
   pad = eos_ids[0]
@@ -217,7 +216,7 @@ def _step(params, tables, s: DecodeState, *, eos_ids, temperature, top_p, config
     constraint = runtime.advance(tables, constraint, token)
   done = s.done | _is_eos(token, eos_ids) | constraint.error
   positions = (s.prompt_lengths + s.step)[:, None]
-  next_logits, cache = _gemma3.forward(params, config, token[:, None], positions, s.cache)
+  next_logits, cache = network.apply(params, token[:, None], positions, s.cache)
   return s.replace(
       step=s.step + 1,
       lengths=s.lengths + (~s.done).astype(jnp.int32),
@@ -292,7 +291,7 @@ def _where_rows(rows: Bool[Array, "B"], new, old):
 
 
 def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, top_p,
-               config, sampling) -> DecodeState:
+               network, sampling) -> DecodeState:
   """Jump-forward: sample one token per row, then feed the tokens the constraint forces
   after it (up to `sampling.jump_forward`) to the model in one more call.
 
@@ -315,7 +314,7 @@ def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, t
   constraint = _where_rows(live, runtime.advance(tables, s.constraint, token), s.constraint)
   done = s.done | (live & (_is_eos(token, eos_ids) | constraint.error))
   positions = jnp.where(live, s.prompt_lengths + s.lengths, -1)[:, None]  # -1: not written
-  sampled_logits, cache = _gemma3.forward(params, config, token[:, None], positions, s.cache)
+  sampled_logits, cache = network.apply(params, token[:, None], positions, s.cache)
   count = live.astype(jnp.int32)  # tokens this row takes in this iteration
 
   def forced(constraint, done, count):
@@ -353,8 +352,8 @@ def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, t
 
   def feed_tail(c):
     _, _, cache = c
-    out, cache = _gemma3.forward(params, config, tail, tail_positions, cache,
-                                 logit_indices=jnp.maximum(fed - 1, 0)[:, None])
+    out, cache = network.apply(params, tail, tail_positions, cache,
+                               logit_indices=jnp.maximum(fed - 1, 0)[:, None])
     return jnp.bool_(False), out[:, 0], cache
 
   _, tail_logits, cache = jax.lax.while_loop(
@@ -439,10 +438,11 @@ def check_logits_width(tables: ConstraintTables, model, where: str = "The constr
         f"{where} was compiled for the vocabulary with fingerprint "
         f"{tables.vocab_fingerprint}, but the model's vocabulary has {fingerprint}. "
         f"Expected tables compiled for this model's vocabulary (cd.Compiler(model.vocab)).")
-  if tables.vocab_size > model.config.vocab_size:
+  width = model.network.logits_width
+  if tables.vocab_size > width:
     raise VocabularyMismatchError(
         f"{where} was compiled for a vocabulary of {tables.vocab_size} tokens but the "
-        f"model has {model.config.vocab_size} logits. Expected tables compiled for this "
+        f"model has {width} logits. Expected tables compiled for this "
         f"model's vocabulary (cd.Compiler(model.vocab)), whose width is at most the "
         f"logits'.")
 
@@ -477,7 +477,7 @@ def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed,
              table_bucket: int | None = None):
   """Host side: tokenize, left-pad to a bucket, stack per-row constraints (padded to
   `table_bucket` when given; see `generate`)."""
-  prompts = check_prompts(prompts, model.config.vocab_size)
+  prompts = check_prompts(prompts, model.network.logits_width)
   encoded = [p if not isinstance(p, str) else model.encode(p) for p in prompts]
   encoded = [[int(t) for t in ids] for ids in encoded]
   width = bucket_size(max(map(len, encoded)), _MIN_PROMPT_BUCKET)
@@ -513,7 +513,8 @@ def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed,
   cache_len = width + buffer
   eos_ids = jnp.asarray(model.vocab.eos_ids, jnp.int32)
   state = _prefill(model.params, constraint, jnp.asarray(tokens), jnp.asarray(lengths), ids,
-                   jax.random.PRNGKey(seed), config=model.config, max_new_tokens=buffer,
+                   jax.random.PRNGKey(seed), network=_protocol.decode_network(model),
+                   max_new_tokens=buffer,
                    cache_len=cache_len)
   return constraint, state, eos_ids
 
@@ -523,7 +524,7 @@ def _decode_until(model, tables, state: DecodeState, limit: int, eos_ids,
   """Runs the jitted loop until `limit` tokens exist (values as arrays: no recompiles)."""
   return _decode(model.params, tables, state, jnp.int32(limit), eos_ids,
                  jnp.float32(sampling.temperature), jnp.float32(sampling.top_p),
-                 config=model.config, sampling=sampling.static_part())
+                 network=_protocol.decode_network(model), sampling=sampling.static_part())
 
 
 def _is_spec(constraint) -> bool:
@@ -604,7 +605,8 @@ def _completions(model, state: DecodeState, count: int,
 
 def _check_request(model, prompts, max_new_tokens, sampling) -> int:
   """The host-boundary checks shared by every entry point; returns max_new_tokens."""
-  check_prompts(prompts, model.config.vocab_size)
+  _protocol.check_model(model)
+  check_prompts(prompts, model.network.logits_width)
   check_sampling(sampling)
   return check_max_new_tokens(max_new_tokens)
 

@@ -47,8 +47,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from constrained_decoding import runtime
-from constrained_decoding.models import _gemma3
-from constrained_decoding.models._config import Gemma3Config
+from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits, sample_tokens
 from constrained_decoding.tables import bucket_size
@@ -241,7 +240,7 @@ def _ngram_lookup(context: Int[Array, "B C"], end: Int[Array, "B"],
   return jnp.where(found, candidate[rows, best], fallback).astype(jnp.int32)
 
 
-def _draft_with_model(draft_params, draft_config: Gemma3Config, tables, s: SpecState, keys,
+def _draft_with_model(draft_params, draft_network, tables, s: SpecState, keys,
                       sampling, temperature, top_p, constrain: bool):
   """k draft tokens from the draft model.
 
@@ -257,10 +256,9 @@ def _draft_with_model(draft_params, draft_config: Gemma3Config, tables, s: SpecS
     # Each call feeds the token before too: in the first step that is `prev`, which the
     # draft's cache lacks when the previous round accepted every draft token; elsewhere
     # it rewrites an entry with the same value. One call shape, traced once.
-    logits, cache = _gemma3.forward(draft_params, draft_config,
-                                    jnp.stack([before, token], axis=1),
-                                    jnp.stack([p - 1, p], axis=1), cache,
-                                    logit_indices=jnp.ones((p.shape[0], 1), jnp.int32))
+    logits, cache = draft_network.apply(draft_params, jnp.stack([before, token], axis=1),
+                                        jnp.stack([p - 1, p], axis=1), cache,
+                                        logit_indices=jnp.ones((p.shape[0], 1), jnp.int32))
     logits = logits[:, 0]
     if constrain:
       logits = _mask(tables, cstate, logits)
@@ -330,13 +328,13 @@ def _accept(target_logits, q_logits, drafts, key, sampling, temperature, top_p):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("target_config", "drafter", "sampling", "num_draft",
+    jax.jit, static_argnames=("target_network", "drafter", "sampling", "num_draft",
                               "constrain_draft"), donate_argnames=("state",))
 def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos_ids,
-               temperature, top_p, *, target_config: Gemma3Config, drafter,
+               temperature, top_p, *, target_network, drafter,
                sampling: SamplingConfig, num_draft: int, constrain_draft: bool) -> SpecState:
   """Speculative rounds until every row is done: one while_loop, no host callbacks."""
-  width = target_config.vocab_size
+  width = target_network.logits_width
 
   def cond_fn(s: SpecState):
     # Continue while some row still generates (rows stop at end of sequence or budget).
@@ -356,8 +354,8 @@ def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos
     pos = s.prompt_lengths + s.num_generated - 1
     chunk = jnp.concatenate([s.last[:, None], drafts], axis=1)
     positions = pos[:, None] + jnp.arange(num_draft + 1)[None, :]
-    logits, target_cache = _gemma3.forward(target_params, target_config, chunk, positions,
-                                           s.target_cache)
+    logits, target_cache = target_network.apply(target_params, chunk, positions,
+                                                s.target_cache)
     if tables is not None:
       # The history's slots 0..k hold s_0..s_k in order (one init, k records, no wrap):
       # position j of the target is masked with the state the draft reached there.
@@ -420,10 +418,10 @@ def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos
   return jax.lax.while_loop(cond_fn, body_fn, state)
 
 
-@functools.partial(jax.jit, static_argnames=("draft_config", "sampling", "context_len",
+@functools.partial(jax.jit, static_argnames=("draft_network", "sampling", "context_len",
                                              "buffer"))
 def _start(draft_params, tables, first: _generate.DecodeState, prompt_tokens, eos_ids, limit,
-           temperature, top_p, *, draft_config: Gemma3Config | None,
+           temperature, top_p, *, draft_network,
            sampling: SamplingConfig, context_len: int, buffer: int) -> SpecState:
   """The loop's initial carry: the first token (a plain step), draft prefill, context."""
   batch, width = prompt_tokens.shape
@@ -437,11 +435,11 @@ def _start(draft_params, tables, first: _generate.DecodeState, prompt_tokens, eo
   positions = jnp.arange(width)[None, :] - (width - lengths)[:, None]
   positions = jnp.where(positions < 0, -1, positions).astype(jnp.int32)
   draft_cache = None
-  if draft_config is not None:
-    draft_cache = _gemma3.init_cache(draft_config, batch_size=batch, cache_len=context_len)
-    _, draft_cache = _gemma3.forward(draft_params, draft_config, prompt_tokens, positions,
-                                     draft_cache,
-                                     logit_indices=jnp.full((batch, 1), width - 1, jnp.int32))
+  if draft_network is not None:
+    draft_cache = draft_network.init_cache(batch_size=batch, cache_len=context_len)
+    _, draft_cache = draft_network.apply(
+        draft_params, prompt_tokens, positions, draft_cache,
+        logit_indices=jnp.full((batch, 1), width - 1, jnp.int32))
     context = jnp.zeros((batch, 0), jnp.int32)
   else:
     rows = jnp.arange(batch)[:, None]
@@ -474,14 +472,16 @@ def _check_draft(model, draft):
   """Raises unless `draft` is an `NGramDrafter` or a model sharing `model`'s vocabulary."""
   if isinstance(draft, NGramDrafter):
     return
-  config = getattr(draft, "config", None)
-  if not isinstance(config, Gemma3Config) or not hasattr(draft, "params"):
+  if not hasattr(draft, "network") or not hasattr(draft, "params"):
     raise TypeError(f"draft is a {type(draft).__name__}. Expected cd.NGramDrafter(...) or a "
-                    f"cd.models.Gemma3 draft model sharing the target's vocabulary.")
-  if config.vocab_size != model.config.vocab_size or draft.vocab != model.vocab:
+                    f"draft model (a cd.models.LanguageModel such as cd.models.Gemma3) "
+                    f"sharing the target's vocabulary.")
+  _protocol.check_model(draft, name="draft")
+  draft_width, width = draft.network.logits_width, model.network.logits_width
+  if draft_width != width or draft.vocab != model.vocab:
     raise ValueError(
-        f"The draft model has {config.vocab_size} logits and vocabulary {draft.vocab!r}; the "
-        f"target has {model.config.vocab_size} and {model.vocab!r}. Expected the same "
+        f"The draft model has {draft_width} logits and vocabulary {draft.vocab!r}; the "
+        f"target has {width} and {model.vocab!r}. Expected the same "
         f"vocabulary. Use a draft of the same model family, or cd.NGramDrafter().")
 
 
@@ -546,6 +546,7 @@ def generate_speculative(
   """
   if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
     raise ValueError(f"num_draft_tokens {num_draft_tokens!r} is invalid. Expected an int >= 1.")
+  _protocol.check_model(model)
   _check_draft(model, draft)
   max_new_tokens = _generate._check_request(model, prompts, max_new_tokens, sampling)  # pylint: disable=protected-access
   # pylint: disable=protected-access
@@ -556,19 +557,21 @@ def generate_speculative(
   tables, first, eos_ids = _generate._prepare(model, prompts, constraint, constraint_ids,
                                               room, seed)
   prompt_tokens = jnp.asarray(_encode(model, prompts))
-  cache_len = first.cache.cache_len
+  cache_len = prompt_tokens.shape[1] + first.tokens.shape[1]  # as `_prepare` sized it
   is_model = not isinstance(draft, NGramDrafter)
   # Jump-forward does not apply: a constrained draft proposes a forced token, and the
   # masked target accepts it with probability 1.
   static = dataclasses.replace(sampling.static_part(), jump_forward=0)
   temperature, top_p = jnp.float32(sampling.temperature), jnp.float32(sampling.top_p)
   limit = jnp.int32(max_new_tokens)
+  draft_network = _protocol.decode_network(draft) if is_model else None
   state = _start(draft.params if is_model else None, tables, first, prompt_tokens, eos_ids,
-                 limit, temperature, top_p, draft_config=draft.config if is_model else None,
+                 limit, temperature, top_p, draft_network=draft_network,
                  sampling=static, context_len=cache_len, buffer=first.tokens.shape[1])
   state = _speculate(model.params, draft.params if is_model else None, tables, state, limit,
-                     eos_ids, temperature, top_p, target_config=model.config,
-                     drafter=draft.config if is_model else draft, sampling=static,
+                     eos_ids, temperature, top_p,
+                     target_network=_protocol.decode_network(model),
+                     drafter=draft_network if is_model else draft, sampling=static,
                      num_draft=num_draft_tokens, constrain_draft=constrain_draft)
   # `first`'s cache was donated to the loop: only the fields read here are replaced.
   completions = _generate._completions(

@@ -226,7 +226,7 @@ def test_round_is_jitted_without_callbacks(model, tables):
   args = (model.params, placed, init, _aligned.init_store(16), jnp.int32(8), eos_ids,
           jnp.float32(1), jnp.float32(1), jnp.int32(2), jax.random.PRNGKey(0))
   jaxpr = str(jax.make_jaxpr(lambda *a: _aligned._round(
-      *a, config=model.config, sampling=_SAMPLING.static_part()))(*args))
+      *a, network=model.network, sampling=_SAMPLING.static_part()))(*args))
   assert jaxpr.count(" while[") == 3  # decode, insert, backward update
   assert "callback" not in jaxpr
 

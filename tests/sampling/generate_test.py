@@ -74,7 +74,7 @@ def test_decode_loop_is_one_while_without_callbacks(random_model, gemma_compiler
   args = (random_model.params, tables, state, jnp.int32(8), jnp.array([1, 106], jnp.int32),
           jnp.float32(0), jnp.float32(1))
   jaxpr = str(jax.make_jaxpr(lambda *a: _generate._decode(
-      *a, config=random_model.config, sampling=cd.SamplingConfig()))(*args))
+      *a, network=random_model.network, sampling=cd.SamplingConfig()))(*args))
   assert jaxpr.count(" while[") == 1
   assert "callback" not in jaxpr
 

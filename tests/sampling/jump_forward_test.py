@@ -212,5 +212,5 @@ def test_jump_decode_loop_has_no_callbacks(byte_model, byte_compiler):
   args = (byte_model.params, tables, state, jnp.int32(8), jnp.array([256], jnp.int32),
           jnp.float32(0), jnp.float32(1))
   jaxpr = str(jax.make_jaxpr(lambda *a: _generate._decode(
-      *a, config=byte_model.config, sampling=cd.SamplingConfig(jump_forward=3)))(*args))
+      *a, network=byte_model.network, sampling=cd.SamplingConfig(jump_forward=3)))(*args))
   assert "callback" not in jaxpr

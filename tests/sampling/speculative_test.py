@@ -162,10 +162,10 @@ def _speculate_jaxpr(target, d, tables) -> str:
   prompt = jnp.asarray(_speculative._encode(target, _PROMPTS))
   state = _speculative._start(
       d.params if is_model else None, tables, first, prompt, eos, jnp.int32(8),
-      jnp.float32(1), jnp.float32(1), draft_config=d.config if is_model else None,
-      sampling=static, context_len=first.cache.cache_len, buffer=first.tokens.shape[1])
-  fn = functools.partial(_speculative._speculate, target_config=target.config,
-                         drafter=d.config if is_model else d, sampling=static,
+      jnp.float32(1), jnp.float32(1), draft_network=d.network if is_model else None,
+      sampling=static, context_len=prompt.shape[1] + first.tokens.shape[1], buffer=first.tokens.shape[1])
+  fn = functools.partial(_speculative._speculate, target_network=target.network,
+                         drafter=d.network if is_model else d, sampling=static,
                          num_draft=_K, constrain_draft=True)
   return str(jax.make_jaxpr(fn)(target.params, d.params if is_model else None, tables, state,
                                 jnp.int32(8), eos, jnp.float32(1), jnp.float32(1)))
