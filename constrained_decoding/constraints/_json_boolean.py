@@ -20,6 +20,7 @@ from constrained_decoding.constraints._json_keywords import (
     _TYPES,
     _constraining,
     _json_type,
+    _lazy_all_of,
     _pointer,
     _short,
 )
@@ -64,6 +65,10 @@ def lower_any_of(lw, schema: dict, key: str, pointer: str) -> ir.Node:
     )
   rest = {k: v for k, v in schema.items() if k != key}
   disjoint = _disjoint(lw, alternatives, pointer)
+  if not disjoint and "$unevaluatedProperties" in rest and "$unevaluatedItems" not in rest:
+    node = _evaluated_regions(lw, rest, alternatives, key, pointer)
+    if node is not None:
+      return node
   for name in ("$unevaluatedProperties", "$unevaluatedItems"):
     if name in rest and not disjoint:
       where = _pointer(pointer, name[1:])
@@ -93,6 +98,156 @@ def lower_any_of(lw, schema: dict, key: str, pointer: str) -> ir.Node:
   finally:
     lw.use_registers = registers
   return ir.union(*nodes)
+
+
+# Most alternatives whose regions (`_evaluated_regions`) are built: 2^n - 1 for anyOf.
+_MAX_REGION_ALTERNATIVES = 4
+# Most conjunctions (regions times the violations of their negated alternatives).
+_MAX_REGION_TERMS = 128
+# Keywords past which the properties a (positive) schema evaluates are not its
+# `properties` names, or a negation's parts are not plain object keywords.
+_DYNAMIC_EVALUATION = frozenset({
+    "patternProperties", "additionalProperties", "unevaluatedProperties",
+    "$unevaluatedProperties", "anyOf", "oneOf", "not", "if", "then", "else",
+    "dependentSchemas", "dependencies", "$dynamicRef", "$recursiveRef", "$someUndeclared",
+    "$fromNot", "$unevaluatedItems", "unevaluatedItems"})
+
+
+def _evaluated_regions(lw, rest: dict, alternatives: list, key: str,
+                       pointer: str) -> ir.Node | None:
+  """`anyOf`/`oneOf` (`key`) next to `$unevaluatedProperties` U, exactly, where the
+  alternatives may overlap: the union over the sets T of alternatives that can match
+  together (every non-empty set for anyOf, single ones for oneOf) of "the alternatives
+  in T, and none of the others". In region T the evaluated properties are known: the
+  `properties` names of `rest` and of T's alternatives. The negated others
+  (`_json_negation.negate`) are written in disjunctive normal form, each property they
+  name carrying U unless it is evaluated anyway, so merging them evaluates nothing
+  that the specification would not. None (the caller refuses) when an alternative or
+  `rest` evaluates more than its `properties` (patternProperties, nested anyOf, ...),
+  a negation is not plain object keywords, or past `_MAX_REGION_*`.
+  """
+  unevaluated = rest["$unevaluatedProperties"]
+  n = len(alternatives)
+  if n > _MAX_REGION_ALTERNATIVES and key == "anyOf":
+    return None
+  base = _evaluated_names(lw, {k: v for k, v in rest.items()
+                               if k != "$unevaluatedProperties"}, pointer)
+  names = [_evaluated_names(lw, a, pointer) for a in alternatives]
+  if base is None or any(v is None for v in names):
+    return None
+  resolve = lambda ref: lw.resolve(ref, pointer)  # noqa: E731
+  try:
+    negated = [_json_negation.negate(a, resolve, _pointer(pointer, key, i))
+               for i, a in enumerate(alternatives)]
+  except errors.UnsupportedSchemaError:
+    return None
+  if key == "oneOf":
+    regions = [(i,) for i in range(n)]
+  else:
+    regions = [tuple(i for i in range(n) if mask >> i & 1) for mask in range(1, 1 << n)]
+  conjunctions = []
+  for region in regions:
+    evaluated = base.union(*(names[i] for i in region))
+    terms = [[]]
+    for j in range(n):
+      if j in region:
+        continue
+      carried = _carry_unevaluated(negated[j], unevaluated, evaluated)
+      if carried is None:
+        return None
+      terms = [t + c for t in terms for c in carried]
+      if len(conjunctions) + len(terms) > _MAX_REGION_TERMS:
+        return None
+    conjunctions += [(region, term) for term in terms]
+  lw.log.info("JSON Schema: %s at %s next to unevaluatedProperties is lowered as %d"
+              " conjunctions (regions of the alternatives that match together).",
+              key, pointer, len(conjunctions))
+  registers = lw.use_registers
+  if sum("object" in _shape(lw, a, pointer)[0] for a in alternatives) > 1:
+    lw.use_registers = False  # As in `lower_any_of`.
+  nodes = []
+  try:
+    for region, term in conjunctions:
+      where = _pointer(pointer, key, region[0])
+      branches = [(rest, pointer), *((alternatives[i], _pointer(pointer, key, i))
+                                     for i in region)]
+      branches += [(part, _pointer(pointer, key)) for part in term]
+      nodes.append(lw.lower_conjunction(branches, where))
+  finally:
+    lw.use_registers = registers
+  return ir.union(*nodes)
+
+
+def _evaluated_names(lw, schema, pointer: str, depth: int = 0) -> set | None:
+  """The property names a matching `schema` evaluates (its `properties`, through `$ref`
+  and `allOf`), or None where more keys could count (`_DYNAMIC_EVALUATION`)."""
+  if isinstance(schema, bool):
+    return set()
+  if not isinstance(schema, dict) or depth > 16:
+    return None
+  names = set()
+  for k, value in schema.items():
+    if k in _DYNAMIC_EVALUATION:
+      return None
+    if k == "properties":
+      if not isinstance(value, dict):
+        return None
+      names |= set(value)
+    elif k == "$ref":
+      try:
+        target = lw.resolve(value, pointer)
+      except errors.ConstraintError:
+        return None
+      more = _evaluated_names(lw, target, pointer, depth + 1)
+      if more is None:
+        return None
+      names |= more
+    elif k == "allOf":
+      if not isinstance(value, list):
+        return None
+      for part in value:
+        more = _evaluated_names(lw, part, pointer, depth + 1)
+        if more is None:
+          return None
+        names |= more
+  return names
+
+
+def _carry_unevaluated(schema, unevaluated, evaluated: set) -> list[list] | None:
+  """A negation as a disjunctive normal form (a list of conjunctions, each a list of
+  schemas without `anyOf`/`allOf` at their top), every property it names that is not in
+  `evaluated` also held to `unevaluated`; None for anything but plain keywords."""
+  if schema is False:
+    return []
+  if schema is True:
+    return [[]]
+  if not isinstance(schema, dict):
+    return None
+  own, terms = {}, [[]]
+  for k, value in schema.items():
+    if k in _DYNAMIC_EVALUATION - {"anyOf"} or k == "$ref":
+      return None
+    if k in ("anyOf", "allOf"):
+      if not isinstance(value, list):
+        return None
+      parts = [_carry_unevaluated(v, unevaluated, evaluated) for v in value]
+      if any(p is None for p in parts):
+        return None
+      if k == "anyOf":
+        terms = [t + c for t in terms for p in parts for c in p]
+      else:
+        for p in parts:
+          terms = [t + c for t in terms for c in p]
+      if len(terms) > _MAX_REGION_TERMS:
+        return None
+    elif k == "properties":
+      if not isinstance(value, dict):
+        return None
+      own[k] = {name: v if name in evaluated else _lazy_all_of(v, unevaluated)
+                for name, v in value.items()}
+    else:
+      own[k] = value
+  return [[own, *t] for t in terms]
 
 
 def _disjoint(lw, alternatives: list, pointer: str) -> bool:

@@ -1385,8 +1385,9 @@ UNEVALUATED_CASES = [
 
 
 @pytest.mark.parametrize("schema", [
-    # Overlapping alternatives: both may match, and then both evaluate.
-    {"anyOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": {"const": 2}}}],
+    # Overlapping alternatives that evaluate more than their `properties` (exact ones
+    # with only `properties`: json_unevaluated_regions_test.py).
+    {"anyOf": [{"patternProperties": {"^a": {"const": 1}}}, {"properties": {"b": {"const": 2}}}],
      "unevaluatedProperties": False},
     {"not": {"required": ["a"]}, "unevaluatedProperties": False},  # not: no annotations.
     {"if": {"properties": {"a": {}}}, "unevaluatedProperties": False},
