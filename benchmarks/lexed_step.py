@@ -3,6 +3,7 @@
 ```sh
 .venv/bin/python benchmarks/lexed_step.py              # prints a table and JSON
 .venv/bin/python benchmarks/lexed_step.py --batch-sizes 1 --rounds 1   # smoke
+.venv/bin/python benchmarks/lexed_step.py --cases python,json          # some cases
 ```
 
 With the Gemma 3 vocabulary (262,144 tokens):
@@ -10,6 +11,8 @@ With the Gemma 3 vocabulary (262,144 tokens):
   sql   `constraints/grammars/sql_select_lexed.lark` compiled by
         `constraints/_lexed_grammar.compile_lexed_grammar` and stepped by
         `runtime/_lexed.py` (lexer-state x token outcomes + canonical LR(1) lanes).
+  python `constraints/grammars/python_lexed.lark` with `Indentation()` (newline
+        lexemes per width, the indentation stack in the row's registers), same runtime.
   json  the built-in JSON grammar (`cd.Grammar.builtin("json")`, the flat token-level
         push-down automaton of `runtime/_runtime.py`), the design's point of comparison.
 
@@ -43,6 +46,17 @@ SQL_TEXTS = [
     " WHERE u.age >= 18 AND NOT (o.total IS NULL) GROUP BY name ORDER BY n DESC LIMIT 10;",
     "select distinct a.b, 'it''s', 1.5e3 * price from t where x <> 'y' or z is not null",
 ]
+PYTHON_TEXTS = [
+    "def mean(xs: list[float], default: float = 0.0) -> float:\n"
+    "    \"\"\"Average of xs, or default when empty.\"\"\"\n"
+    "    if not xs:\n        return default\n    total = 0.0\n"
+    "    for i, x in enumerate(xs):\n        if x is None:\n            continue\n"
+    "        total += x  # running sum\n    return total / len(xs)\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n"
+    "    def push(self, item):\n        self.items.append(item)\n\n"
+    "    def pop(self):\n        try:\n            return self.items.pop()\n"
+    "        except IndexError:\n            raise ValueError('empty') from None\n",
+]
 JSON_TEXTS = [
     '{"name": "Ada", "tags": ["x", "y"], "age": 36, "ok": true, "nested": {"a": [1, 2,'
     ' {"b": null}]}}',
@@ -67,6 +81,8 @@ def _states(init, step, tables, walks):
     for t in tokens:
       out.append((state, t))
       _, state = step(tables, state, jnp.asarray([t], jnp.int32))
+    if not bool(state.done[0]) or bool(state.error[0]):  # the text must be accepted
+      raise AssertionError(f"walk of {len(tokens)} tokens not accepted")
   return out
 
 
@@ -80,30 +96,37 @@ def main(argv=None):
   parser = argparse.ArgumentParser()
   parser.add_argument("--batch-sizes", default="1,8,64")
   parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--cases", default="sql,python,json")
   args = parser.parse_args(argv)
   vocab = cd.Vocabulary.from_gguf(models.default_gguf_path())
   eos = vocab.eos_ids[0]
   report = {"device": str(jax.devices()[0]), "cases": {}}
 
-  source = open(os.path.join(os.path.dirname(HERE), "constrained_decoding", "constraints",
-                             "grammars", "sql_select_lexed.lark")).read()
-  t0 = time.perf_counter()
-  arrays = _lexed_grammar.compile_lexed_grammar(source, vocab)
-  compile_s = time.perf_counter() - t0
-  sql = _lexed.tables_from_arrays(arrays)
-  report["sql_tables"] = {"compile_s": round(compile_s, 2), "bytes": arrays.nbytes,
-                          "shapes": arrays.shapes}
-  t0 = time.perf_counter()
-  flat = cd.Compiler(vocab).compile(cd.Grammar.builtin("json"))
-  report["json_tables"] = {"compile_s": round(time.perf_counter() - t0, 2)}
-  walks = {
-      "sql": [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in SQL_TEXTS],
-      "json": [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in JSON_TEXTS],
-  }
-  cases = {
-      "sql": (_lexed.init_state, _lexed_step, sql),
-      "json": (lambda t, b: cd.runtime.init_state(t, b), _flat_step, flat),
-  }
+  grammars = os.path.join(os.path.dirname(HERE), "constrained_decoding", "constraints",
+                          "grammars")
+  wanted = args.cases.split(",")
+  cases, walks = {}, {}
+  lexed = {"sql": ("sql_select_lexed.lark", SQL_TEXTS, {}),
+           "python": ("python_lexed.lark", PYTHON_TEXTS,
+                      dict(start="file_input", indentation=_lexed_grammar.Indentation()))}
+  for name, (file, texts, options) in lexed.items():
+    if name not in wanted:
+      continue
+    source = open(os.path.join(grammars, file)).read()
+    t0 = time.perf_counter()
+    arrays = _lexed_grammar.compile_lexed_grammar(source, vocab, **options)
+    compile_s = time.perf_counter() - t0
+    report[f"{name}_tables"] = {"compile_s": round(compile_s, 2), "bytes": arrays.nbytes,
+                                "shapes": arrays.shapes}
+    print(f"{name}: compile {compile_s:.2f} s, {arrays.nbytes['total'] / 2**20:.1f} MiB")
+    cases[name] = (_lexed.init_state, _lexed_step, _lexed.tables_from_arrays(arrays))
+    walks[name] = [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in texts]
+  if "json" in wanted:
+    t0 = time.perf_counter()
+    flat = cd.Compiler(vocab).compile(cd.Grammar.builtin("json"))
+    report["json_tables"] = {"compile_s": round(time.perf_counter() - t0, 2)}
+    cases["json"] = (lambda t, b: cd.runtime.init_state(t, b), _flat_step, flat)
+    walks["json"] = [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in JSON_TEXTS]
   states = {k: _states(init, step, tables, walks[k])
             for k, (init, step, tables) in cases.items()}
   for b in [int(x) for x in args.batch_sizes.split(",")]:
@@ -122,7 +145,7 @@ def main(argv=None):
       report["cases"][f"{k}/B={b}"] = {
           "states": len(ms), "median_ms": round(float(np.median(ms)), 3),
           "p90_ms": round(float(np.percentile(ms, 90)), 3), "max_ms": round(float(ms.max()), 3)}
-      print(f"{k:5s} B={b:3d}  median {np.median(ms):7.3f} ms  p90 "
+      print(f"{k:6s} B={b:3d}  median {np.median(ms):7.3f} ms  p90 "
             f"{np.percentile(ms, 90):7.3f}  max {ms.max():7.3f}  ({len(ms)} states)")
   print(json.dumps(report, indent=1, default=str))
 

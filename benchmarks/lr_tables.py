@@ -158,6 +158,8 @@ def main() -> None:
   report("SQL (sql_select.lark as is)", sql, "start")
   report("SQL (without _S)", _sql_without_separator(sql), "start")
   report("Python subset", PYTHON_SUBSET, "file_input")
+  report("python_lexed.lark (the runtime's Python)",
+         (_SQL.parent / "python_lexed.lark").read_text(), "file_input")
 
 
 if __name__ == "__main__":

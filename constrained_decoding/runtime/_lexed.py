@@ -220,6 +220,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   d = state.stack.shape[1]
   regs = _registers(tables, state)
   di = regs.shape[1] - 2
+  indent = di > 1  # Static: tables without indentation skip its steps.
   pi = max(min(di, length), 1)
   n = b * x
   items = items.reshape(n, length)
@@ -253,30 +254,34 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     depth = base + size
     cls = jnp.take_along_axis(items, jnp.minimum(i, length - 1)[:, None], axis=1)[:, 0]
     c = jnp.maximum(cls, 0)
-    width = tables.class_width[c]
+    width = tables.class_width[c] if indent else None
     top = read(base, suffix, depth - 1)
     # An ordinary lexeme: the first member of its class the top state takes.
     members = tables.class_members[c]  # [N, M]
     acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
     has = acts != 0
     a_lexeme = jnp.take_along_axis(acts, jnp.argmax(has, axis=1)[:, None], axis=1)[:, 0]
-    # A newline lexeme.
-    is_nl = width != _WIDTH_NONE
-    outside = is_nl & (paren <= 0)
-    skip = is_nl & (paren > 0)  # inside brackets: dropped
-    w = jnp.maximum(width, 0)
-    itop = itop_of(ibase, isuf, isize)
-    a_nl = tables.action[top, _NEWLINE]
-    feeding = outside & (phase == 0)
-    eof_no_nl = feeding & (width == _WIDTH_EOF) & (a_nl == 0)
-    resolving = outside & (phase > 0)
-    want_indent = resolving & (w > itop)
-    equal = resolving & (w == itop)
-    a = jnp.where(~is_nl, a_lexeme,
-                  jnp.where(~resolving, a_nl,
-                            jnp.where(want_indent, tables.action[top, _INDENT],
-                                      tables.action[top, _DEDENT])))
-    nomove = skip | equal | eof_no_nl
+    if indent:
+      # A newline lexeme.
+      is_nl = width != _WIDTH_NONE
+      outside = is_nl & (paren <= 0)
+      skip = is_nl & (paren > 0)  # inside brackets: dropped
+      w = jnp.maximum(width, 0)
+      itop = itop_of(ibase, isuf, isize)
+      a_nl = tables.action[top, _NEWLINE]
+      feeding = outside & (phase == 0)
+      eof_no_nl = feeding & (width == _WIDTH_EOF) & (a_nl == 0)
+      resolving = outside & (phase > 0)
+      want_indent = resolving & (w > itop)
+      equal = resolving & (w == itop)
+      a = jnp.where(~is_nl, a_lexeme,
+                    jnp.where(~resolving, a_nl,
+                              jnp.where(want_indent, tables.action[top, _INDENT],
+                                        tables.action[top, _DEDENT])))
+      nomove = skip | equal | eof_no_nl
+    else:  # No indentation in these tables: every lexeme is ordinary (static).
+      a = a_lexeme
+      nomove = jnp.zeros_like(active)
     shift = (a > 0) & ~nomove
     reduce = (a < -1) & ~nomove  # -1 is accept, only on $END, which no lexeme is.
     rule = jnp.maximum(-a - 1, 0)
@@ -286,26 +291,30 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     new_base = jnp.minimum(base, new)
     slot = new - new_base
     moves = shift | reduce
-    bad = active & ((~moves & ~nomove) | (moves & ((new + 1 > d) | (target < 0)))
-                    | (feeding & (width == _WIDTH_BAD))
-                    | (want_indent & ((phase == 2) | (ibase + isize >= di))))
+    bad = active & ((~moves & ~nomove) | (moves & ((new + 1 > d) | (target < 0))))
+    if indent:
+      bad |= active & ((feeding & (width == _WIDTH_BAD))
+                       | (want_indent & ((phase == 2) | (ibase + isize >= di))))
     no_room = active & ~bad & moves & (slot >= p_width)
     ok = active & ~bad & ~no_room
     moved = ok & moves
     suffix = suffix.at[lanes, jnp.where(moved, slot, p_width)].set(target, mode="drop")
     shifted = ok & shift
-    # Indentation: push on INDENT, pop on DEDENT.
-    push = shifted & want_indent
-    pop = shifted & resolving & ~want_indent
-    isuf = isuf.at[lanes, jnp.where(push, isize, pi)].set(w, mode="drop")
-    own_pop = pop & (isize > 0)
-    isize = jnp.where(push, isize + 1, jnp.where(own_pop, isize - 1, isize))
-    ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
-    # Next lexeme after: an ordinary shift, INDENT, dropped or equal newlines.
-    done_item = ok & ((shift & ~is_nl) | push | skip | equal)
-    phase = jnp.where(ok & feeding & (shift | eof_no_nl), 1,
-                      jnp.where(pop, 2, jnp.where(done_item, 0, phase)))
-    paren = paren + jnp.where(shifted & ~is_nl, tables.class_paren[c], 0)
+    if indent:
+      # Indentation: push on INDENT, pop on DEDENT.
+      push = shifted & want_indent
+      pop = shifted & resolving & ~want_indent
+      isuf = isuf.at[lanes, jnp.where(push, isize, pi)].set(w, mode="drop")
+      own_pop = pop & (isize > 0)
+      isize = jnp.where(push, isize + 1, jnp.where(own_pop, isize - 1, isize))
+      ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
+      # Next lexeme after: an ordinary shift, INDENT, dropped or equal newlines.
+      done_item = ok & ((shift & ~is_nl) | push | skip | equal)
+      phase = jnp.where(ok & feeding & (shift | eof_no_nl), 1,
+                        jnp.where(pop, 2, jnp.where(done_item, 0, phase)))
+      paren = paren + jnp.where(shifted & ~is_nl, tables.class_paren[c], 0)
+    else:
+      done_item = shifted
     return (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base), suffix,
             jnp.where(moved, slot + 1, size), err | bad, over | no_room, paren, ibase,
             isuf, isize, phase, step + 1)
