@@ -19,7 +19,10 @@ A Lark grammar with terminals, `%ignore` and keywords becomes the arrays that
   also match it, NAME);
   per lexer state, the terminals a lexeme pending there can still become (`viable`), and
   whether it can become an ignored lexeme or is empty (`free`); per lexer state, what
-  the end of the text emits there.
+  the end of the text emits there;
+* Python-style indentation (`Indentation`): the newline lexeme built per indentation
+  width (one lexeme class each), the bracket classes, and per parser state whether a
+  newline there opens a block (needs an INDENT, so room on the device's stack).
 
 `LexedReference` is the host reference the device step is tested against: it walks a
 token's bytes through the lexer DFA (not through the token table) and feeds the items
@@ -28,6 +31,7 @@ beyond the two automata.
 
 Public:
   LexedArrays                              the numpy arrays (+ host information).
+  Indentation                              INDENT/DEDENT options (Lark's PythonIndenter).
   compile_lexed_grammar(text, vocab, ...)  a Lark grammar + vocabulary -> LexedArrays.
   stack_lexed_arrays(arrays)               several grammars in one table set.
   LexedReference(arrays)                   host reference: allowed set and advance.

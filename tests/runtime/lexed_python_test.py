@@ -60,6 +60,7 @@ SNIPPETS = [
     "        count += 1\n    return inner\n",
     "a, b = b, a\n(c, d), [e] = f\nx = y = z = 0\nmatrix[i][j] @= other\n",
     "class Empty:\n    pass\n",
+    "def h(s):\n    r\"\"\"Raw \\d docstring \"quoted\".\"\"\"\n    return s\n",
 ]
 
 # Texts with one syntax error each; "@" marks the byte where the tables must refuse the
