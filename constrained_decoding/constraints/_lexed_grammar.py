@@ -168,7 +168,13 @@ class LexedArrays:
       by INDENT (`_newline_needs_indent`).
     max_width: int32 []: the widest indentation the lexer reads (0: no indentation).
     eos_bits: uint32 [W]: the end-of-sequence tokens.
-    action, goto, rule_lhs, rule_len: the LR tables (`_lr.LrTables` encoding).
+    action, goto, rule_lhs, rule_len: the LR tables (`_lr.LrTables` encoding); `goto`
+      stays on the host: the device reads `goto_id` and `goto_chain`.
+    goto_id: int32 [Q, Nt]: the index of each goto entry (-1: none).
+    goto_chain: int32 [E, T]: per goto entry (q, A) and lookahead t, the state after
+      `goto[q, A]` and then every reduction by a unit production (`X: Y`) that t
+      calls for (each leaves q below): one device micro-step instead of up to 20 for
+      Python's expression levels (`_unit_chains`).
     action_bits: uint32 [Q, Tw]: `action != 0`, packed.
     vocab_size: Width of the logits.
     stack_depth: Capacity of the parser stack on the device.
@@ -203,7 +209,8 @@ class LexedArrays:
   eos_bits: np.ndarray
   action: np.ndarray
   action_bits: np.ndarray
-  goto: np.ndarray
+  goto_id: np.ndarray
+  goto_chain: np.ndarray
   rule_lhs: np.ndarray
   rule_len: np.ndarray
   vocab_size: int
@@ -215,13 +222,15 @@ class LexedArrays:
   grammar: _lr.TerminalGrammar | tuple
   vocab: object
   indentation: Indentation | None | tuple = None
+  goto: np.ndarray | None = None
 
   ARRAY_FIELDS = ("lex_start", "lr_start", "state_outcomes", "state_seq_lanes", "state_slot_lane", "outcome_seq", "outcome_final", "seq_items",
                   "class_members", "state_big_slot", "state_big_row", "set_bits",
                   "state_small_tokens", "state_small_slot", "state_viable", "state_free",
                   "state_end_item", "state_end_tail", "state_nl_any", "state_nl_width",
                   "class_width", "class_paren", "nl_needs_indent", "max_width",
-                  "eos_bits", "action", "action_bits", "goto", "rule_lhs", "rule_len")
+                  "eos_bits", "action", "action_bits", "goto_id", "goto_chain", "rule_lhs",
+                  "rule_len")
 
   @property
   def nbytes(self) -> dict:
@@ -378,6 +387,7 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
           class_paren[c] = sign
   members.append([])
   nl_needs_indent = _newline_needs_indent(lr, indentation)
+  goto_id, goto_chain = _unit_chains(lr)
   width = max([len(m) for m in members] + [1])
   class_members = np.full((max(len(members), 1), width), -1, np.int32)
   for c, m in enumerate(members):
@@ -500,11 +510,42 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
       max_width=np.array(indentation.max_width if indentation else 0, np.int32),
       eos_bits=_pack_bits(eos, vocab.vocab_size)[0],
       action=lr.action.astype(np.int32), action_bits=_pack_bits(lr.action != 0, num_t),
-      goto=lr.goto.astype(np.int32), rule_lhs=lr.rule_lhs.astype(np.int32),
+      goto=lr.goto.astype(np.int32), goto_id=goto_id, goto_chain=goto_chain,
+      rule_lhs=lr.rule_lhs.astype(np.int32),
       rule_len=lr.rule_len.astype(np.int32), vocab_size=int(vocab.vocab_size),
       stack_depth=int(stack_depth),
       indent_depth=indentation.max_depth if indentation else 1, lexer=lexer,
       token_table=tt, lr=lr, grammar=grammar, vocab=vocab, indentation=indentation)
+
+
+def _unit_chains(lr: _lr.LrTables) -> tuple[np.ndarray, np.ndarray]:
+  """(goto_id [Q, Nt], goto_chain [E, T]): goto entries, and where each leads under a
+  lookahead after the reductions by unit productions that follow it.
+
+  A unit production `A: X` pops one state and pushes `goto[q, A]` for the same state q
+  below, so a chain of them after entering `goto[q, A]` under lookahead t depends on
+  (q, A, t) only; canonical LR(1) reduces only on a lookahead it then shifts, so the
+  device's choice of terminal never changes along a chain. -1: the chain meets a
+  missing goto (never, for tables that `_lr` built).
+  """
+  goto = lr.goto
+  qs, ns = np.nonzero(goto >= 0)
+  goto_id = np.full(goto.shape, -1, np.int32)
+  goto_id[qs, ns] = np.arange(len(qs), dtype=np.int32)
+  num_t = lr.action.shape[1]
+  chain = np.repeat(goto[qs, ns][:, None], num_t, axis=1).astype(np.int32)
+  unit = lr.rule_len == 1
+  rows, cols = np.nonzero(np.ones_like(chain, bool))
+  for _ in range(goto.shape[1] + 1):  # A chain visits each nonterminal at most once.
+    at = chain[rows, cols]
+    a = lr.action[np.maximum(at, 0), cols]
+    p = np.maximum(-a - 1, 0)
+    red = (at >= 0) & (a < -1) & unit[p]
+    rows, cols, p = rows[red], cols[red], p[red]
+    if not len(rows):
+      break
+    chain[rows, cols] = goto[qs[rows], lr.rule_lhs[p]]
+  return goto_id, chain
 
 
 def _newline_needs_indent(lr: _lr.LrTables, indentation) -> np.ndarray:
@@ -582,7 +623,8 @@ def stack_lexed_arrays(parts) -> LexedArrays:
           " them with the same one.")
   width = lambda f, axis=1: max(getattr(p, f).shape[axis] for p in parts)
   out = {f: [] for f in LexedArrays.ARRAY_FIELDS if f not in ("eos_bits", "max_width")}
-  off = dict(state=0, outcome=0, seq=0, cls=0, bitmap=0, lr=0, rule=0)
+  off = dict(state=0, outcome=0, seq=0, cls=0, bitmap=0, lr=0, rule=0, goto=0)
+  gotos = []
   for p in parts:
     out["lex_start"].append(p.lex_start + off["state"])
     out["lr_start"].append(p.lr_start + off["lr"])
@@ -617,7 +659,9 @@ def stack_lexed_arrays(parts) -> LexedArrays:
                       np.where(p.action < -1, p.action - off["rule"], p.action))
     out["action"].append(_pad(action.astype(np.int32), width("action"), 0))
     out["action_bits"].append(_pad(p.action_bits, width("action_bits"), 0))
-    out["goto"].append(_pad(_shift(p.goto, off["lr"]), width("goto"), -1))
+    out["goto_id"].append(_pad(_shift(p.goto_id, off["goto"]), width("goto_id"), -1))
+    out["goto_chain"].append(_pad(_shift(p.goto_chain, off["lr"]), width("goto_chain"), -1))
+    gotos.append(_pad(_shift(p.goto, off["lr"]), max(x.goto.shape[1] for x in parts), -1))
     out["rule_lhs"].append(p.rule_lhs)
     out["rule_len"].append(p.rule_len)
     off["state"] += p.state_free.shape[0]
@@ -626,6 +670,7 @@ def stack_lexed_arrays(parts) -> LexedArrays:
     off["cls"] += p.class_width.shape[0]
     off["bitmap"] += p.set_bits.shape[0]
     off["lr"] += p.action.shape[0]
+    off["goto"] += p.goto_chain.shape[0]
     off["rule"] += p.rule_len.shape[0]
   arrays = {f: np.concatenate(v).astype(getattr(first, f).dtype) for f, v in out.items()}
   arrays["eos_bits"] = first.eos_bits
@@ -637,7 +682,8 @@ def stack_lexed_arrays(parts) -> LexedArrays:
       stack_depth=max(p.stack_depth for p in parts),
       indent_depth=max(p.indent_depth for p in parts), lexer=info("lexer"),
       token_table=info("token_table"), lr=info("lr"), grammar=info("grammar"),
-      vocab=first.vocab, indentation=tuple(p.indentation for p in parts))
+      vocab=first.vocab, indentation=tuple(p.indentation for p in parts),
+      goto=np.concatenate(gotos))
 
 
 class LexedReference:

@@ -16,7 +16,8 @@ One step of a row in lexer state s:
   the lexer state f it leaves;
 * a *lane* runs the parser over those lexemes on a copy of the row's stack: each lexeme
   is the first terminal of its class the top state has an action for; reductions
-  (pop `rule_len`, push `goto`) until it shifts, all in one `lax.while_loop` of
+  (pop `rule_len`, push `goto`, then the unit reductions that follow, as one) until it
+  shifts, all in one `lax.while_loop` of
   micro-steps (one reduce or shift per lane and iteration) over every lane at once;
 * the lane survives when no lexeme is an error, the stack never passes D, and the
   lexeme pending in f can still become an ignored lexeme or a terminal the final top
@@ -137,7 +138,8 @@ class LexedTables:
   eos_bits: UInt32[Array, "W"]
   action: Int[Array, "Q T"]
   action_bits: UInt32[Array, "Q Tw"]
-  goto: Int[Array, "Q Nt"]
+  goto_id: Int[Array, "Q Nt"]
+  goto_chain: Int[Array, "E T"]
   rule_lhs: Int[Array, "R"]
   rule_len: Int[Array, "R"]
   # Static: they fix shapes (logits width, stack widths).
@@ -236,7 +238,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   # Safety bound on micro-steps (canonical LR(1) tables of a grammar without cycles end
   # far sooner): per lexeme, at most D reductions that pop, each after a chain of at
   # most `Nt` that do not, and the indentation steps.
-  max_steps = (length + 1) * (d + di + 3) * (tables.goto.shape[1] + 1)
+  max_steps = (length + 1) * (d + di + 3) * (tables.goto_id.shape[1] + 1)
 
   def read(base, suffix, pos):
     own = jnp.take_along_axis(suffix, jnp.clip(pos - base, 0, p_width - 1)[:, None],
@@ -265,7 +267,9 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     members = tables.class_members[c]  # [N, M]
     acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
     has = acts != 0
-    a_lexeme = jnp.take_along_axis(acts, jnp.argmax(has, axis=1)[:, None], axis=1)[:, 0]
+    first = jnp.argmax(has, axis=1)[:, None]
+    a_lexeme = jnp.take_along_axis(acts, first, axis=1)[:, 0]
+    t_lexeme = jnp.take_along_axis(members, first, axis=1)[:, 0]
     if indent:
       # A newline lexeme.
       is_nl = width != _WIDTH_NONE
@@ -279,20 +283,24 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
       resolving = outside & (phase > 0)
       want_indent = resolving & (w > itop)
       equal = resolving & (w == itop)
-      a = jnp.where(~is_nl, a_lexeme,
-                    jnp.where(~resolving, a_nl,
-                              jnp.where(want_indent, tables.action[top, _INDENT],
-                                        tables.action[top, _DEDENT])))
+      term = jnp.where(~is_nl, t_lexeme,
+                       jnp.where(~resolving, _NEWLINE,
+                                 jnp.where(want_indent, _INDENT, _DEDENT)))
+      a = jnp.where(~is_nl, a_lexeme, tables.action[top, term])
       nomove = skip | equal | eof_no_nl
     else:  # No indentation in these tables: every lexeme is ordinary (static).
-      a = a_lexeme
+      a, term = a_lexeme, t_lexeme
       nomove = jnp.zeros_like(active)
     shift = (a > 0) & ~nomove
     reduce = (a < -1) & ~nomove  # -1 is accept, only on $END, which no lexeme is.
     rule = jnp.maximum(-a - 1, 0)
     new = depth - jnp.where(reduce, tables.rule_len[rule], 0)  # where the push goes
     below = read(base, suffix, new - 1)
-    target = jnp.where(shift, a - 1, tables.goto[below, tables.rule_lhs[rule]])
+    # A reduction enters goto[below, lhs] and runs the unit reductions after it.
+    entry = tables.goto_id[below, tables.rule_lhs[rule]]
+    chained = jnp.where(entry >= 0, tables.goto_chain[jnp.maximum(entry, 0),
+                                                      jnp.maximum(term, 0)], -1)
+    target = jnp.where(shift, a - 1, chained)
     new_base = jnp.minimum(base, new)
     slot = new - new_base
     moves = shift | reduce
