@@ -194,8 +194,10 @@ class Compiler:
       EmptyConstraintError: No token sequence of this vocabulary satisfies the spec.
       CompileBudgetError: The automaton exceeds `CompileOptions` budgets.
     """
+    # One deadline for the first attempt and the fallback: `max_seconds` bounds both.
+    deadline = time.perf_counter() + self.options.max_seconds
     try:
-      return self._compile_with_info(spec)
+      return self._compile_with_info(spec, deadline)
     except CompileBudgetError as e:
       # Objects checked in registers (`automata/_registers.py`) may fail to fold (a
       # union of objects that start alike) or to determinize: fall back to objects
@@ -205,13 +207,13 @@ class Compiler:
         raise
       _log.info("%s: register objects failed (%s); compiling with property_order="
                 "'any_bounded' instead.", spec.describe(), e)
-      return self._compile_with_info(fallback)
+      return self._compile_with_info(fallback, deadline)
 
-  def _compile_with_info(self, spec: Spec) -> tuple[_tables.ConstraintTables, CompileInfo]:
+  def _compile_with_info(self, spec: Spec, deadline: float
+                         ) -> tuple[_tables.ConstraintTables, CompileInfo]:
     opts = self.options
     what = spec.describe()
     t0 = time.perf_counter()
-    deadline = t0 + opts.max_seconds
     pushdown = getattr(spec, "pushdown_grammar", None)
     grammar = pushdown() if pushdown is not None else None
     if grammar is not None:

@@ -256,3 +256,22 @@ def test_a_very_long_key_compiles_without_deep_recursion():
   dfa = compile_byte_dfa(cd.JsonSchema(schema).to_ir())
   assert dfa.accepts(('{"' + "x" * 3000 + '":1,"k0":2}').encode())
   assert not dfa.accepts(('{"' + "x" * 3000 + '":1,"' + "x" * 3000 + '":2}').encode())
+
+
+def test_the_schema_order_fallback_shares_the_first_attempts_deadline(monkeypatch):
+  """`max_seconds` bounds the register attempt and its fallback together (a budget
+  refusal after both takes at most max_seconds, not twice that)."""
+  compiler = cd.Compiler(VOCAB, cd.CompileOptions(max_seconds=30.0))
+  calls = []
+  original = cd.Compiler._compile_with_info
+
+  def attempt(self, spec, deadline):
+    calls.append((spec.property_order, deadline))
+    if spec.property_order == "any":
+      raise cd.CompileBudgetError("too many token edges")
+    return original(self, spec, deadline)
+
+  monkeypatch.setattr(cd.Compiler, "_compile_with_info", attempt)
+  compiler.compile_with_info(cd.JsonSchema(CLOSED))
+  assert [order for order, _ in calls] == ["any", "any_bounded"]
+  assert calls[0][1] == calls[1][1]
