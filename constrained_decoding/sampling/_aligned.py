@@ -79,6 +79,7 @@ from constrained_decoding import runtime
 from constrained_decoding.errors import DecodingArgumentError, StoreMismatchError
 from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
+from constrained_decoding.sampling import _host
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits
 from constrained_decoding._stacking import stack_tables
 from constrained_decoding.tables import DEFAULT_MIN_BUCKET, ConstraintTables
@@ -464,7 +465,7 @@ def _check_count(name: str, value, high: int | None = None) -> int:
 
 
 def _check_sampling(sampling) -> SamplingConfig:
-  sampling = _generate.check_sampling(sampling)
+  sampling = _host.check_sampling(sampling)
   if sampling.is_greedy:
     raise DecodingArgumentError(
         "generate_aligned got a greedy SamplingConfig (temperature 0). Expected a "
@@ -484,7 +485,7 @@ def _constraint_tables(model, constraint):
   here). A list of one gives the same fingerprints as its element alone.
   """
   def one(c, what):
-    tables, _ = _generate._compile_specs(model, c, 1)  # pylint: disable=protected-access
+    tables, _ = _host.compile_specs(model, c, 1)
     if not isinstance(tables, ConstraintTables):
       raise DecodingArgumentError(f"{what} is a {type(tables).__name__}. Expected "
                                   f"ConstraintTables or a spec (cd.Regex, cd.Grammar, ...).")
@@ -506,11 +507,11 @@ def _constraint_tables(model, constraint):
             f"list element (or pass the stacked tables alone, with constraint_ids).")
     fingerprints = tuple(_fingerprint(t) for t in parts)
     tables = parts[0] if len(parts) == 1 else stack_tables(parts, min_bucket=DEFAULT_MIN_BUCKET)
-    specs = [c if _generate._is_spec(c) else None for c in constraint]  # pylint: disable=protected-access
+    specs = [c if _host.is_spec(c) else None for c in constraint]
     return tables, len(parts), specs, fingerprints
   tables = one(constraint, "constraint")
   k = tables.num_constraints
-  spec = constraint if _generate._is_spec(constraint) else None  # pylint: disable=protected-access
+  spec = constraint if _host.is_spec(constraint) else None
   fingerprint = _fingerprint(tables)
   return tables, k, [spec] * k, (fingerprint,) if k == 1 else (f"{fingerprint}/{k}",) * k
 
@@ -549,7 +550,7 @@ def generate_aligned(
   ```
 
   Args:
-    model: A `models.Gemma3`.
+    model: A `models.LanguageModel` (`models.Gemma3`, or your own: docs/models.md).
     prompt: One prompt: text (BOS is prepended) or a list of token ids used as given.
     constraint: Tables or a spec, regular or push-down; or K of them, as a list (stacked
       here) or stacked tables, with `constraint_ids` saying which one each sample
@@ -586,7 +587,7 @@ def generate_aligned(
       prompt[0], (int, np.integer)):
     raise DecodingArgumentError(f"prompt {prompt!r:.80} is a list of prompts. Expected one "
                                 f"prompt (text or token ids): a store belongs to one prompt.")
-  max_new_tokens = _generate._check_request(model, [prompt], max_new_tokens, sampling)  # pylint: disable=protected-access
+  max_new_tokens = _host.check_request(model, [prompt], max_new_tokens, sampling)
   sampling = _check_sampling(sampling)
   num_samples = _check_count("num_samples", num_samples)
   batch_size = _check_count("batch_size", batch_size, MAX_BATCH_SIZE)
@@ -594,8 +595,8 @@ def generate_aligned(
   if constraint_ids is None:
     sample_ids = np.arange(num_samples, dtype=np.int32) % num_constraints
   else:
-    sample_ids = _generate._check_constraint_ids(constraint_ids, num_samples, num_constraints)  # pylint: disable=protected-access
-  ids = tuple(model.encode(prompt) if isinstance(prompt, str) else (int(t) for t in prompt))
+    sample_ids = _host.check_constraint_ids(constraint_ids, num_samples, num_constraints)
+  ids = tuple(_host.encode_prompts(model, [prompt])[0])
   key = (ids, fingerprints, float(sampling.temperature), int(sampling.top_k),
          float(sampling.top_p))
   if store is None:

@@ -34,7 +34,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
-from constrained_decoding.sampling._generate import Completion
+from constrained_decoding.sampling import _host
+from constrained_decoding.sampling._host import Completion
 from constrained_decoding.sampling._methods import SamplingConfig
 from constrained_decoding._stacking import stack_tables
 from constrained_decoding.tables import ConstraintTables, bucket_size
@@ -141,7 +142,7 @@ def _stack_per_row(constraints, n: int, model) -> tuple[ConstraintTables, np.nda
       raise TypeError(f"Constraint of prompt {row} is a {type(tables).__name__}. Expected "
                       f"ConstraintTables from cd.Compiler(vocab).compile(spec), or a spec "
                       f"(cd.Regex, cd.JsonSchema, cd.Json, cd.Dataclass, cd.Grammar).")
-    _generate.check_logits_width(tables, model, f"The constraint of prompt {row}")
+    _host.check_logits_width(tables, model, f"The constraint of prompt {row}")
     if tables.num_constraints != 1:
       raise ValueError(f"Constraint of prompt {row} stacks {tables.num_constraints} "
                        f"constraints. Expected one compiled constraint per prompt (evaluate "
@@ -211,18 +212,8 @@ def _scorer(score: Any, answer_key: Any) -> Scorer:
 
 def _row_result(model, tokens: np.ndarray, done: bool, error: bool, answer: str | None,
                 spec: Any, row: int, scorer: Scorer = exact_match) -> EvaluationRow:
-  """Host post-processing of one row: cut at the first end-of-sequence id, decode, and
-  parse (when the row's constraint was given as a spec and the row finished)."""
-  ids = [int(t) for t in tokens]
-  eos = set(model.vocab.eos_ids)
-  end = next((k for k, t in enumerate(ids) if t in eos), None)
-  kept = tuple(ids if end is None else ids[:end])
-  text = model.vocab.decode(kept).decode("utf-8", errors="replace")
-  value = None
-  if spec is not None and end is not None and not error:
-    value = _generate._value(spec, text, row)  # pylint: disable=protected-access
-  completion = Completion(token_ids=kept, text=text, finished=end is not None,
-                          error=bool(error), value=value)
+  """One row's `Completion` (built as every driver builds it), conformance and score."""
+  completion = _host.completion(model.vocab, tokens, error, spec, row)
   correct = None if answer is None else bool(scorer(completion, answer))
   return EvaluationRow(completion=completion, conforms=bool(done and not error),
                        correct=correct)
@@ -272,7 +263,7 @@ def evaluate(
   own through `constraint_ids`.
 
   Args:
-    model: A `models.Gemma3`.
+    model: A `models.LanguageModel` (`models.Gemma3`, or your own: docs/models.md).
     prompts: Text prompts (BOS is prepended) or lists of token ids used as given.
     constraints: One constraint per prompt, or one for all: `ConstraintTables`, or a
       spec (`Regex`, `JsonSchema`, `Json`, `Dataclass`, `Grammar`), compiled on the host
@@ -303,10 +294,10 @@ def evaluate(
       decoding).
   """
   _protocol.check_model(model)
-  prompts = _generate.check_prompts(prompts, model.network.logits_width)
+  prompts = _host.check_prompts(prompts, model.network.logits_width)
   n = len(prompts)
-  max_new_tokens = _generate.check_max_new_tokens(max_new_tokens)
-  _generate.check_sampling(sampling)
+  max_new_tokens = _host.check_max_new_tokens(max_new_tokens)
+  _host.check_sampling(sampling)
   scorer = _scorer(score, answer_key)
   row_ids = _check_row_ids(row_ids, n)
   if answers is not None and len(answers) != n:
@@ -317,14 +308,11 @@ def evaluate(
     raise ValueError("evaluate got an empty device list. Expected at least one device.")
   if batch_size is not None and batch_size < 1:
     raise ValueError(f"batch_size {batch_size} is below 1. Expected >= 1.")
-  constraints, specs = _generate._compile_specs(model, constraints, n)  # pylint: disable=protected-access
+  constraints, specs = _host.compile_specs(model, constraints, n)
   tables, constraint_ids = _stack_per_row(constraints, n, model)
 
-  encoded = [model.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-  for row, ids in enumerate(encoded):
-    if not ids:
-      raise ValueError(f"Prompt {row} has no tokens. Expected at least one token.")
-  width = bucket_size(max(map(len, encoded)), _generate._MIN_PROMPT_BUCKET)  # pylint: disable=protected-access
+  encoded = _host.encode_prompts(model, prompts)
+  width = _host.prompt_width(encoded)
   buffer = bucket_size(max_new_tokens, 16)
   num_devices = len(devices)
   per_call = batch_size or _ROWS_PER_DEVICE * num_devices
@@ -346,10 +334,7 @@ def evaluate(
   for start in range(0, n, per_call):
     rows = list(range(start, min(start + per_call, n)))
     rows += [rows[-1]] * (per_call - len(rows))  # same shapes for every batch
-    prompt_tokens = np.zeros((per_call, width), np.int32)
-    for i, row in enumerate(rows):
-      prompt_tokens[i, width - len(encoded[row]):] = encoded[row]
-    lengths = np.array([len(encoded[row]) for row in rows], np.int32)
+    prompt_tokens, lengths = _host.left_pad([encoded[row] for row in rows], width)
     tokens, done, error, batch_calls = _run_sharded(
         params, tables, prompt_tokens, lengths, constraint_ids[rows], keys[rows],
         jnp.int32(max_new_tokens), eos_ids, jnp.float32(sampling.temperature),

@@ -2,21 +2,23 @@
 
 The constraint state is threaded through the loop carry; each iteration masks the
 logits, samples, advances the constraint and runs the model on the new token. No host
-callback runs inside the loop: the only host work is tokenizing prompts before and
-detokenizing after (or between chunks when streaming).
+callback runs inside the loop: the host work (checking arguments, tokenizing and
+left-padding prompts before, detokenizing and parsing after, or between chunks when
+streaming) is `_host`'s, shared with the other drivers.
+
+The model is any `models.LanguageModel`: the loop calls `network.init_cache` and
+`network.apply` only, with the network static and the params traced.
 
 Public names:
   generate(model, prompts, ...)         -> list[Completion]
   generate_stream(model, prompts, ...)  yields (row, bytes) as tokens are produced, then
                                         (row, Completion) once per row as it ends.
-  Completion                            token ids, text, parsed value, how the row ended.
+  DecodeState                           the loop's carry.
   forced_tokens(tables, cstate, eos_ids)  the token a constraint forces (jump-forward).
+  allowed_or_lowest(tables, cstate, tokens)  every loop's last line of defence.
 """
 
-import dataclasses
 import functools
-import json
-import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,17 +32,15 @@ from constrained_decoding import runtime
 from constrained_decoding.runtime import _runtime as runtime_impl
 from constrained_decoding.models import _protocol
 from constrained_decoding.errors import DecodingArgumentError
-from constrained_decoding.errors import VocabularyMismatchError
+from constrained_decoding.sampling import _host
+from constrained_decoding.sampling._host import Completion
 from constrained_decoding.sampling._methods import SamplingConfig, sample_tokens
-from constrained_decoding._stacking import stack_tables
-from constrained_decoding.tables import DEFAULT_MIN_BUCKET, ConstraintTables, bucket_size
+from constrained_decoding.tables import ConstraintTables, bucket_size
 
-_MIN_PROMPT_BUCKET = 16
-# Most tokens one request may generate per row: Gemma 3 270M's context length. The
-# token buffer and KV cache are allocated for the whole budget up front.
-MAX_NEW_TOKENS = 32_768
-
-_LOG = logging.getLogger(__name__)
+# Re-exported for the modules and benchmarks that imported them from here.
+MAX_NEW_TOKENS = _host.MAX_NEW_TOKENS
+check_max_new_tokens = _host.check_max_new_tokens
+_value = _host.spec_value
 
 
 @flax.struct.dataclass(kw_only=True)
@@ -73,30 +73,6 @@ class DecodeState:
   prompt_lengths: Int[Array, "B"]
   done: Bool[Array, "B"]
   rng: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class Completion:
-  """One generated sequence.
-
-  Attributes:
-    token_ids: Generated ids, without the end-of-sequence token.
-    text: Their text (invalid UTF-8, possible only without a constraint, is replaced).
-    finished: An end-of-sequence token ended the row (else it ran out of tokens).
-    error: The constraint saw a forbidden token (never expected; a bug if True).
-    value: The output as a Python value, when the row's constraint was given as a spec
-      and the row finished without error: the parsed JSON for `JsonSchema` and `Json`
-      (an instance of the model for `JsonSchema(pydantic model)`), the instance for
-      `Dataclass`, the text for `Regex`, `Grammar` and other specs. None otherwise
-      (unfinished row, error, tables or no constraint, or a pydantic model whose own
-      validators reject a text its schema accepts: logged as a warning).
-  """
-
-  token_ids: tuple[int, ...]
-  text: str
-  finished: bool
-  error: bool
-  value: Any = None
 
 
 def _is_eos(tokens: Int[Array, "B"], eos_ids: Int[Array, "E"]) -> Bool[Array, "B"]:
@@ -377,146 +353,29 @@ def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, t
                    rng=rng)
 
 
-def check_max_new_tokens(max_new_tokens, *, name: str = "max_new_tokens") -> int:
-  """`max_new_tokens` as an int, if it is one in [1, MAX_NEW_TOKENS]; else raises.
-
-  The bound keeps a typo from sizing a token buffer and KV cache of billions of
-  entries: the cache is allocated for the whole budget before the first token.
-  """
-  if (not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool)
-      or not 1 <= max_new_tokens <= MAX_NEW_TOKENS):
-    raise DecodingArgumentError(
-        f"{name} {max_new_tokens!r} is out of range. Expected an int in [1, "
-        f"{MAX_NEW_TOKENS}] (the KV cache is sized for it before decoding starts).")
-  return int(max_new_tokens)
-
-
-def check_sampling(sampling) -> SamplingConfig:
-  """`sampling`, if it is a `SamplingConfig` (whose fields it checked); else raises."""
-  if not isinstance(sampling, SamplingConfig):
-    raise DecodingArgumentError(f"sampling is a {type(sampling).__name__}. Expected a "
-                                f"cd.SamplingConfig(temperature=..., top_k=..., top_p=...).")
-  return sampling
-
-
-def check_prompts(prompts, vocab_size: int) -> list:
-  """`prompts` as a non-empty list of strings or token-id lists, checked; else raises."""
-  if isinstance(prompts, str):
-    prompts = [prompts]
-  if not isinstance(prompts, Sequence) or isinstance(prompts, bytes):
-    raise DecodingArgumentError(f"prompts is a {type(prompts).__name__}. Expected a string "
-                                f"or a list of strings (or of token-id lists).")
-  if not prompts:
-    raise DecodingArgumentError("Got no prompts. Expected a string or a non-empty list of "
-                                "strings.")
-  for row, prompt in enumerate(prompts):
-    if isinstance(prompt, str):
-      continue
-    if not isinstance(prompt, (list, tuple, np.ndarray)):
-      raise DecodingArgumentError(f"Prompt {row} is a {type(prompt).__name__}. Expected a "
-                                  f"string or a list of token ids.")
-    ids = np.asarray(prompt)
-    if ids.ndim != 1 or not len(ids) or (ids.dtype.kind not in "iu") or (
-        ids.min() < 0 or ids.max() >= vocab_size):
-      raise DecodingArgumentError(
-          f"Prompt {row} {prompt!r:.80} is not a non-empty list of token ids. Expected "
-          f"ints in [0, {vocab_size}).")
-  return list(prompts)
-
-
-def check_logits_width(tables: ConstraintTables, model, where: str = "The constraint") -> None:
-  """Raises unless the tables were compiled for the model's vocabulary (fingerprints,
-  when both are known) and its logits cover every token id of the tables' vocabulary.
-
-  Wider logits are fine (padded embeddings: `mask_logits` forbids the extra columns);
-  narrower ones would cut the mask, so a row could have no allowed token.
-  """
-  model_vocab = getattr(model, "vocab", None)
-  fingerprint = getattr(model_vocab, "fingerprint", "")
-  if tables.vocab_fingerprint and fingerprint and tables.vocab_fingerprint != fingerprint:
-    raise VocabularyMismatchError(
-        f"{where} was compiled for the vocabulary with fingerprint "
-        f"{tables.vocab_fingerprint}, but the model's vocabulary has {fingerprint}. "
-        f"Expected tables compiled for this model's vocabulary (cd.Compiler(model.vocab)).")
-  width = model.network.logits_width
-  if tables.vocab_size > width:
-    raise VocabularyMismatchError(
-        f"{where} was compiled for a vocabulary of {tables.vocab_size} tokens but the "
-        f"model has {width} logits. Expected tables compiled for this "
-        f"model's vocabulary (cd.Compiler(model.vocab)), whose width is at most the "
-        f"logits'.")
-
-
-def _check_constraint_ids(constraint_ids, batch: int, num_constraints: int) -> np.ndarray:
-  """`constraint_ids` as int32 [batch], each naming one of the stacked constraints.
-
-  Out-of-range ids would be clamped on the device: the row would silently follow
-  another constraint.
-  """
-  ids = np.asarray(constraint_ids)
-  if ids.shape != (batch,) or ids.dtype.kind not in "iu" or (
-      batch and (ids.min() < 0 or ids.max() >= num_constraints)):
-    raise DecodingArgumentError(
-        f"constraint_ids {constraint_ids!r:.80} do not name a constraint per row. "
-        f"Expected {batch} ints in [0, {num_constraints}).")
-  return ids.astype(np.int32)
-
-
-def check_table_bucket(table_bucket) -> int | None:
-  """`table_bucket` if it is None or an int >= 1; else raises."""
-  if table_bucket is not None and (
-      not isinstance(table_bucket, (int, np.integer)) or isinstance(table_bucket, bool)
-      or table_bucket < 1):
-    raise DecodingArgumentError(
-        f"table_bucket {table_bucket!r} is not a size. Expected None or an int >= 1 (a "
-        f"power of two such as 256: the smallest padded size of the table axes).")
-  return None if table_bucket is None else int(table_bucket)
-
-
 def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed,
              table_bucket: int | None = None):
-  """Host side: tokenize, left-pad to a bucket, stack per-row constraints (padded to
-  `table_bucket` when given; see `generate`)."""
-  prompts = check_prompts(prompts, model.network.logits_width)
-  encoded = [p if not isinstance(p, str) else model.encode(p) for p in prompts]
-  encoded = [[int(t) for t in ids] for ids in encoded]
-  width = bucket_size(max(map(len, encoded)), _MIN_PROMPT_BUCKET)
-  batch = len(encoded)
-  tokens = np.zeros((batch, width), np.int32)
-  for i, ids in enumerate(encoded):
-    tokens[i, width - len(ids):] = ids
-  lengths = np.array([len(ids) for ids in encoded], np.int32)
-  if isinstance(constraint, (list, tuple)):
-    if len(constraint) != batch:
-      raise ValueError(
-          f"Got {len(constraint)} constraints for {batch} prompts. Expected one per prompt "
-          f"(or a single ConstraintTables for all).")
-    constraint = stack_tables(constraint, min_bucket=table_bucket or DEFAULT_MIN_BUCKET)
-    constraint_ids = np.arange(batch, dtype=np.int32)
-  elif isinstance(constraint, ConstraintTables) and table_bucket is not None:
-    constraint = stack_tables([constraint], min_bucket=table_bucket)  # pads, keeps ids
-  if constraint is not None:
-    if not isinstance(constraint, ConstraintTables):
-      raise TypeError(f"constraint is a {type(constraint).__name__}. Expected "
-                      f"ConstraintTables from cd.Compiler(vocab).compile(spec), a spec "
-                      f"(cd.Regex, cd.JsonSchema, cd.Json, cd.Dataclass, cd.Grammar), or a "
-                      f"list of them with one per prompt.")
-    check_logits_width(constraint, model)
-    if constraint_ids is None:
-      constraint_ids = np.zeros(batch, np.int32)
-    constraint_ids = _check_constraint_ids(constraint_ids, batch, constraint.num_constraints)
-  if constraint is not None:
-    constraint = jax.device_put(constraint)  # once, not at every call
-  ids = jnp.asarray(np.zeros(batch, np.int32) if constraint_ids is None else constraint_ids,
-                    jnp.int32)
+  """Host preparation (`_host`: encode, left-pad to a bucket, stack per-row constraints,
+  padded to `table_bucket` when given; see `generate`), then the prefill.
+
+  Returns:
+    (the tables on the device or None, the loop's initial `DecodeState`, eos ids).
+  """
+  prompts = _host.check_prompts(prompts, model.network.logits_width)
+  encoded = _host.encode_prompts(model, prompts)
+  width = _host.prompt_width(encoded)
+  tokens, lengths = _host.left_pad(encoded, width)
+  tables, ids = _host.stack_constraints(model, constraint, constraint_ids, len(encoded),
+                                        table_bucket)
+  if tables is not None:
+    tables = jax.device_put(tables)  # once, not at every call
   buffer = bucket_size(max_new_tokens, 16)
-  cache_len = width + buffer
   eos_ids = jnp.asarray(model.vocab.eos_ids, jnp.int32)
-  state = _prefill(model.params, constraint, jnp.asarray(tokens), jnp.asarray(lengths), ids,
-                   jax.random.PRNGKey(seed), network=_protocol.decode_network(model),
-                   max_new_tokens=buffer,
-                   cache_len=cache_len)
-  return constraint, state, eos_ids
+  state = _prefill(model.params, tables, jnp.asarray(tokens), jnp.asarray(lengths),
+                   jnp.asarray(ids), jax.random.PRNGKey(seed),
+                   network=_protocol.decode_network(model), max_new_tokens=buffer,
+                   cache_len=width + buffer)
+  return tables, state, eos_ids
 
 
 def _decode_until(model, tables, state: DecodeState, limit: int, eos_ids,
@@ -527,92 +386,11 @@ def _decode_until(model, tables, state: DecodeState, limit: int, eos_ids,
                  network=_protocol.decode_network(model), sampling=sampling.static_part())
 
 
-def _is_spec(constraint) -> bool:
-  """Whether `constraint` is a spec (anything `Compiler.compile` takes), not tables."""
-  return (not isinstance(constraint, ConstraintTables)
-          and callable(getattr(constraint, "to_ir", None))
-          and callable(getattr(constraint, "describe", None)))
-
-
-def _compile_specs(model, constraint, num_prompts: int):
-  """Compiles spec constraints for the model's vocabulary (host, memoized per vocabulary).
-
-  Returns:
-    (constraint with every spec replaced by its tables, the spec of each row or None).
-  """
-  if isinstance(constraint, (list, tuple)):
-    if not any(_is_spec(c) for c in constraint):
-      return constraint, None
-    # A lazy import: host code, loaded only when a spec is given (no pynini until a
-    # spec is actually compiled), so that importing `sampling` stays device-only.
-    from constrained_decoding import _compiler  # pylint: disable=g-import-not-at-top
-
-    compiler = _compiler.compiler_for(model.vocab)
-    tables = [compiler.compile(c) if _is_spec(c) else c for c in constraint]
-    return tables, [c if _is_spec(c) else None for c in constraint]
-  if not _is_spec(constraint):
-    return constraint, None
-  from constrained_decoding import _compiler  # pylint: disable=g-import-not-at-top
-
-  return _compiler.compiler_for(model.vocab).compile(constraint), [constraint] * num_prompts
-
-
-def _value(spec, text: str, row: int):
-  """The Python value of a finished row's text under `spec` (see `Completion.value`)."""
-  from constrained_decoding import constraints  # pylint: disable=g-import-not-at-top
-
-  if not isinstance(spec, (constraints.JsonSchema, constraints.Json, constraints.Dataclass)):
-    return text
-  try:
-    if isinstance(spec, constraints.JsonSchema) and spec.model is not None:
-      json.loads(text)  # Not JSON: a bug, reported below. JSON the model rejects: None.
-      try:
-        return spec.parse(text)
-      except ValueError as e:
-        _LOG.warning("Row %d: %s rejects the generated JSON %r (validators its JSON "
-                     "Schema does not express): %s", row, spec.model.__name__, text[:60], e)
-        return None
-    return spec.parse(text)
-  except ValueError as e:
-    raise ValueError(
-        f"Row {row} finished under {spec.describe()} but its text {text[:60]!r} does not "
-        f"parse: {e}. Expected every finished row to parse; this is a bug in the "
-        f"constraint, please report it with the spec.") from e
-
-
-def _completion(model, ids: Sequence[int] | np.ndarray, error: bool | np.bool_, spec,
-                row: int) -> Completion:
-  """Row `row`'s `Completion` from its generated ids (cut at the first end of sequence)."""
-  eos = set(model.vocab.eos_ids)
-  ids = [int(t) for t in ids]
-  end = next((k for k, t in enumerate(ids) if t in eos), None)
-  kept = tuple(ids if end is None else ids[:end])
-  text = model.vocab.decode(kept).decode("utf-8", errors="replace")
-  value = None
-  if spec is not None and end is not None and not error:
-    value = _value(spec, text, row)
-  return Completion(token_ids=kept, text=text, finished=end is not None, error=bool(error),
-                    value=value)
-
-
 def _completions(model, state: DecodeState, count: int,
                  specs: Sequence[Any] | None = None) -> list[Completion]:
-  tokens = np.asarray(state.tokens)[:, :count]
-  errors = np.asarray(state.constraint.error)
-  return [_completion(model, row, err, specs[i] if specs is not None else None, i)
-          for i, (row, err) in enumerate(zip(tokens, errors))]
-
-
-def _check_request(model, prompts, max_new_tokens, sampling) -> int:
-  """The host-boundary checks shared by every entry point; returns max_new_tokens."""
-  _protocol.check_model(model)
-  check_prompts(prompts, model.network.logits_width)
-  check_sampling(sampling)
-  return check_max_new_tokens(max_new_tokens)
-
-
-def _num_prompts(prompts) -> int:
-  return 1 if isinstance(prompts, str) else len(prompts)
+  """Each row's `Completion` from the loop's final state (its first `count` tokens)."""
+  return _host.completions(model.vocab, np.asarray(state.tokens)[:, :count],
+                           np.asarray(state.constraint.error), specs)
 
 
 def generate(
@@ -637,7 +415,7 @@ def generate(
   ```
 
   Args:
-    model: A `models.Gemma3` (config, params, tokenizer, vocabulary).
+    model: A `models.LanguageModel`: `models.Gemma3`, or your own (docs/models.md).
     prompts: Text prompts (BOS is prepended), or lists of token ids used as given.
     constraint: Tables or a spec (`Regex`, `JsonSchema`, `Json`, `Dataclass`,
       `Grammar`) for all rows; a list with one per prompt (stacked here); or None for
@@ -686,9 +464,9 @@ def generate(
     VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
     ConstraintError: A spec that does not compile (its subclasses say why).
   """
-  max_new_tokens = _check_request(model, prompts, max_new_tokens, sampling)
-  table_bucket = check_table_bucket(table_bucket)
-  constraint, specs = _compile_specs(model, constraint, _num_prompts(prompts))
+  max_new_tokens = _host.check_request(model, prompts, max_new_tokens, sampling)
+  table_bucket = _host.check_table_bucket(table_bucket)
+  constraint, specs = _host.compile_specs(model, constraint, _host.num_prompts(prompts))
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
                                     max_new_tokens, seed, table_bucket)
   state = _decode_until(model, tables, state, max_new_tokens, eos_ids, sampling)
@@ -731,12 +509,12 @@ def generate_stream(
   are compiled and reused as `generate` describes), and arguments are checked as `generate` checks them,
   before anything is compiled.
   """
-  max_new_tokens = _check_request(model, prompts, max_new_tokens, sampling)
+  max_new_tokens = _host.check_request(model, prompts, max_new_tokens, sampling)
   if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
     raise DecodingArgumentError(f"chunk_size {chunk_size!r} is not a count. Expected an "
                                 f"int >= 1.")
-  table_bucket = check_table_bucket(table_bucket)
-  constraint, specs = _compile_specs(model, constraint, _num_prompts(prompts))
+  table_bucket = _host.check_table_bucket(table_bucket)
+  constraint, specs = _host.compile_specs(model, constraint, _host.num_prompts(prompts))
   tables, state, eos_ids = _prepare(model, prompts, constraint, constraint_ids,
                                     max_new_tokens, seed, table_bucket)
   eos = set(model.vocab.eos_ids)
@@ -757,8 +535,8 @@ def generate_stream(
         ids[row].append(int(t))
         if int(t) in eos:
           finished[row] = True
-          yield row, _completion(model, ids[row], errors[row],
-                                 specs[row] if specs is not None else None, row)
+          yield row, _host.completion(model.vocab, ids[row], errors[row],
+                                      specs[row] if specs is not None else None, row)
           break
         yield row, model.vocab.decode([int(t)])
     if produced == emitted:
@@ -766,5 +544,5 @@ def generate_stream(
     emitted = produced
   errors = np.asarray(state.constraint.error)
   for row in np.flatnonzero(~finished):
-    yield int(row), _completion(model, ids[row], errors[row],
-                                specs[row] if specs is not None else None, int(row))
+    yield int(row), _host.completion(model.vocab, ids[row], errors[row],
+                                     specs[row] if specs is not None else None, int(row))

@@ -23,7 +23,7 @@ Paper Sec. 5.3, with the speculative sampling of Leviathan et al. (2023). Each r
    see them, because attention masks by position (a query at position p sees slots
    <= p only), so stale entries are never attended.
 
-Drafters: a smaller model of the same family sharing the vocabulary (`models.Gemma3`),
+Drafters: a smaller model sharing the vocabulary (any `models.LanguageModel`),
 or `NGramDrafter` (prompt lookup: the continuation of the most recent earlier
 occurrence of the current suffix in the prompt + generated tokens), which needs no
 model, so the real Gemma 3 270M can be the target on a CPU.
@@ -49,8 +49,8 @@ from jaxtyping import Array, Bool, Float, Int
 from constrained_decoding import runtime
 from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
+from constrained_decoding.sampling import _host
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits, sample_tokens
-from constrained_decoding.tables import bucket_size
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -485,19 +485,6 @@ def _check_draft(model, draft):
         f"vocabulary. Use a draft of the same model family, or cd.NGramDrafter().")
 
 
-def _encode(model, prompts) -> np.ndarray:
-  """Prompt token ids, left-padded to a bucketed width (as for the target's prefill)."""
-  if isinstance(prompts, str):
-    prompts = [prompts]
-  encoded = [p if isinstance(p, (list, tuple)) else model.encode(p) for p in prompts]
-  minimum = _generate._MIN_PROMPT_BUCKET  # pylint: disable=protected-access
-  width = bucket_size(max(map(len, encoded)), minimum)
-  tokens = np.zeros((len(encoded), width), np.int32)
-  for i, ids in enumerate(encoded):
-    tokens[i, width - len(ids):] = ids
-  return tokens
-
-
 def generate_speculative(
     model,
     prompts: str | Sequence[str] | Sequence[Sequence[int]],
@@ -526,10 +513,10 @@ def generate_speculative(
   target scores k + 1 positions per call instead of one).
 
   Args:
-    model: The target `models.Gemma3`.
+    model: The target, a `models.LanguageModel` (`models.Gemma3`, or your own).
     prompts: As for `generate`.
-    draft: `NGramDrafter(...)` (no model), or a smaller `models.Gemma3` with the same
-      vocabulary.
+    draft: `NGramDrafter(...)` (no model), or a smaller model with the same
+      vocabulary (a `models.LanguageModel`, e.g. a smaller `models.Gemma3`).
     num_draft_tokens: k, tokens drafted per round (static: changing it recompiles).
     constraint: As for `generate`: tables or a spec for all rows, a list with one per
       prompt, or None.
@@ -548,15 +535,16 @@ def generate_speculative(
     raise ValueError(f"num_draft_tokens {num_draft_tokens!r} is invalid. Expected an int >= 1.")
   _protocol.check_model(model)
   _check_draft(model, draft)
-  max_new_tokens = _generate._check_request(model, prompts, max_new_tokens, sampling)  # pylint: disable=protected-access
+  max_new_tokens = _host.check_request(model, prompts, max_new_tokens, sampling)
+  constraint, specs = _host.compile_specs(model, constraint, _host.num_prompts(prompts))
   # pylint: disable=protected-access
-  constraint, specs = _generate._compile_specs(model, constraint, _generate._num_prompts(prompts))
   # Room for a round's overshoot: up to k + 1 tokens past the budget, in the token
   # buffer and in the KV caches (prefill sizes the cache from this count).
   room = max_new_tokens + num_draft_tokens + 1
   tables, first, eos_ids = _generate._prepare(model, prompts, constraint, constraint_ids,
                                               room, seed)
-  prompt_tokens = jnp.asarray(_encode(model, prompts))
+  encoded = _host.encode_prompts(model, prompts)  # as `_prepare` encoded them
+  prompt_tokens = jnp.asarray(_host.left_pad(encoded, _host.prompt_width(encoded))[0])
   cache_len = prompt_tokens.shape[1] + first.tokens.shape[1]  # as `_prepare` sized it
   is_model = not isinstance(draft, NGramDrafter)
   # Jump-forward does not apply: a constrained draft proposes a forced token, and the

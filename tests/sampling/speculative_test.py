@@ -26,6 +26,7 @@ from scipy import stats as scipy_stats
 import constrained_decoding as cd
 from constrained_decoding import models
 from constrained_decoding.sampling import _generate
+from constrained_decoding.sampling import _host
 from constrained_decoding.sampling import _speculative
 
 _PATTERNS = [
@@ -159,7 +160,8 @@ def _speculate_jaxpr(target, d, tables) -> str:
   first = _generate._prepare(target, _PROMPTS, tables, ids, _TOKENS + _K + 1, 0)[1]
   eos = jnp.asarray(target.vocab.eos_ids, jnp.int32)
   static = _RANDOM.static_part()
-  prompt = jnp.asarray(_speculative._encode(target, _PROMPTS))
+  encoded = _host.encode_prompts(target, _PROMPTS)
+  prompt = jnp.asarray(_host.left_pad(encoded, _host.prompt_width(encoded))[0])
   state = _speculative._start(
       d.params if is_model else None, tables, first, prompt, eos, jnp.int32(8),
       jnp.float32(1), jnp.float32(1), draft_network=d.network if is_model else None,
