@@ -337,12 +337,13 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   init = (zero, state.depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false, false,
           regs[row, 0], regs[row, 1], jnp.zeros((n, pi), jnp.int32), zero, zero,
           jnp.int32(0))
-  i, base, suffix, size, err, over, paren, ibase, isuf, isize, _, _ = jax.lax.while_loop(
-      cond, body, init)
+  i, base, suffix, size, err, over, paren, ibase, isuf, isize, _, steps = (
+      jax.lax.while_loop(cond, body, init))
   top = read(base, suffix, base + size - 1)
   room = (ibase + isize < di) & (itop_of(ibase, isuf, isize) < tables.max_width)
   return dict(ok=~err & ~over & (i >= count), over=over, top=top, paren=paren, room=room,
-              base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize)
+              base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize,
+                        steps=steps)
 
 
 def _run_overlay(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
@@ -548,7 +549,7 @@ def advance(tables: LexedTables, state: ConstraintState,
   active = ~(state.done | state.error)
   take = active & moved
   first = jnp.arange(b) * 2
-  pick = {k: v[first] for k, v in lanes.items()}
+  pick = {k: v[first] for k, v in lanes.items() if k != "steps"}
   stack, widths = _materialize(state, pick, jnp.arange(b))
   registers = jnp.concatenate(
       [pick["paren"][:, None], (pick["ibase"] + pick["isize"])[:, None], widths], axis=1)
