@@ -10,6 +10,8 @@ One compiled table set and one batch size for the whole module (one jit compile)
 """
 
 import ast
+import glob
+import os
 import random
 import re
 import warnings
@@ -256,6 +258,76 @@ def test_random_walks_never_dead_end_and_finished_texts_parse(setup):
 
 def test_device_agrees_with_host_reference(setup):
   _walk(setup, steps=25, seed=7, check_reference=2)
+
+
+def _in_subset(src: str) -> bool:
+  """Whether a function uses only what `python_lexed.lark` covers (by its AST)."""
+  if "\\\n" in src or "\t" in src or not src.isascii():
+    return False
+  tree = ast.parse(src)
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith, ast.Await,
+                         ast.Match, ast.TryStar)):
+      return False
+    if isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.FormattedValue) for v in node.values):
+      return False
+    if isinstance(node, (ast.FunctionDef, ast.Lambda)) and node.args.posonlyargs:
+      return False
+    if isinstance(node, ast.Lambda) and (node.args.vararg or node.args.kwarg or node.args.kwonlyargs):
+      return False
+    if isinstance(node, ast.ImportFrom) and node.level:
+      return False
+  # Starred outside calls / list / set displays.
+  for node in ast.walk(tree):
+    for child in ast.iter_child_nodes(node):
+      if isinstance(child, ast.Starred) and not isinstance(node, (ast.Call, ast.List, ast.Set)):
+        return False
+      if isinstance(child, ast.Starred) and isinstance(node, ast.List) and isinstance(node.ctx, ast.Store):
+        return False
+  return True
+
+def _stdlib_functions(limit_lines=60):
+  """Top-level functions of this Python's `Lib/*.py` (no dedent needed): (file, name,
+  source)."""
+  lib = os.path.dirname(os.__file__)
+  out = []
+  for path in sorted(glob.glob(lib + "/*.py")):
+    try:
+      src = open(path, encoding="utf-8").read(); tree = ast.parse(src)
+    except Exception:
+      continue
+    lines = src.splitlines(keepends=True)
+    for node in tree.body:  # top-level functions only: no dedent needed
+      if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno < limit_lines:
+        start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+        body = "".join(lines[start - 1:node.end_lineno])
+        out.append((os.path.basename(path), node.name, body))
+  return out
+
+
+def test_stdlib_functions_in_the_subset_are_accepted_under_random_tokenizations(setup):
+  # Issue 18's acceptance: real functions, filtered to the subset by their AST (no
+  # f-string fields, `/` parameters, async, star targets, ...), not by our tables, and
+  # to _INDENT's 6 levels of at most 24 columns.
+  funcs = [body for _, _, body in _stdlib_functions() if _in_subset(body)
+           and max(len(x) - len(x.lstrip(" ")) for x in body.splitlines()) <= 20]
+  assert len(funcs) >= 300
+  rng = random.Random(4)
+  refused = []
+  # The host reference (equal to the device: tested above) under random splits.
+  for body in rng.sample(funcs, 300):
+    data, row, pos = body.encode(), setup.reference.start(), 0
+    while row is not None and pos < len(data):
+      n = rng.randrange(1, 24)
+      row = setup.reference.step(row, data[pos:pos + n])
+      pos += n
+    if row is None or not setup.reference.end_ok(row):
+      refused.append(body)
+  assert not refused
+  # The 16 shortest on the device, under random tokenizations of its vocabulary.
+  short = sorted(funcs, key=len)[:_BATCH]
+  accepted, _ = setup.run([setup.tokenize(b.encode(), rng) for b in short])
+  assert all(accepted)
 
 
 def _mutate(text: str, rng) -> str:
