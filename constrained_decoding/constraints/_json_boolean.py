@@ -15,8 +15,11 @@ import json
 from constrained_decoding import errors
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_negation
+from constrained_decoding.constraints import _json_scalar_schemas
 from constrained_decoding.constraints._json_keywords import (
+    _ANNOTATIONS,
     _BOOLEAN,
+    _DEFINITIONS,
     _TYPES,
     _constraining,
     _json_type,
@@ -30,8 +33,14 @@ def rewrite_boolean(lw, schema: dict, pointer: str) -> dict:
   """`not`, `if`/`then`/`else`, `dependentSchemas` as `allOf` parts (`_json_negation`).
 
   Annotations from `not` and a failed `if` do not count for `unevaluated*`, but the
-  rewritten parts would: that combination is refused.
+  rewritten parts would: `unevaluatedProperties` there is exact where what each branch
+  evaluates is static (`_conditions_with_unevaluated`), refused otherwise.
   """
+  if ("unevaluatedProperties" in schema and ("not" in schema or "if" in schema)
+      and "unevaluatedItems" not in schema):
+    rewritten = _conditions_with_unevaluated(lw, schema, pointer)
+    if rewritten is not None:
+      return rewritten
   for key in ("unevaluatedProperties", "unevaluatedItems"):
     if key in schema and ("not" in schema or "if" in schema or
                           key == "unevaluatedItems" and "contains" in schema):
@@ -52,6 +61,67 @@ def rewrite_boolean(lw, schema: dict, pointer: str) -> dict:
         lw.unsupported(_pointer(pointer, key), str(e))
     return {k: v for k, v in schema.items()
             if k not in (*_BOOLEAN, "then", "else")}
+
+
+# Keywords that give a schema its own base URI or anchors: kept where they are, so the
+# rewrite below leaves such schemas alone.
+_PLACES = ("$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor")
+
+
+def _conditions_with_unevaluated(lw, schema: dict, pointer: str) -> dict | None:
+  """`not` and `if`/`then`/`else` next to `unevaluatedProperties` U, as an `anyOf` of
+  branches that each carry U over what they evaluate: `if I then T else E` is
+  "I and T" (both evaluate) or "not I, and E" (only E does); `not N` evaluates
+  nothing. A negation (`_json_negation.negate`) is written in disjunctive normal form,
+  each property it names held to U unless the branch evaluates it anyway
+  (`_carry_unevaluated`). None (the caller refuses) where a part evaluates dynamically
+  (`_evaluated_names`), a negation is not plain object keywords, or the schema has
+  its own `$id` or anchors.
+  """
+  if any(k in schema for k in _PLACES):
+    return None
+  unevaluated = schema["unevaluatedProperties"]
+  top = {k: v for k, v in schema.items() if k in _ANNOTATIONS or k in _DEFINITIONS}
+  rest = {k: v for k, v in schema.items() if k not in top and k not in (
+      "not", "if", "then", "else", "unevaluatedProperties")}
+  options = [([], [])]  # (positive parts, negated parts) of each branch.
+  if "not" in schema:
+    options = [(p, [*n, schema["not"]]) for p, n in options]
+  if "if" in schema:
+    condition = schema["if"]
+    then, otherwise = schema.get("then", True), schema.get("else", True)
+    options = [o for p, n in options
+               for o in (([*p, condition, then], n), ([*p, otherwise], [*n, condition]))]
+  base = _evaluated_names(lw, rest, pointer)
+  if base is None:
+    return None
+  resolve = lambda ref: lw.resolve(ref, pointer)  # noqa: E731
+  alternatives = []
+  for positives, negatives in options:
+    split = [_split_nots(p) for p in positives]
+    positives = [p for p, _ in split]
+    negatives = [*negatives, *(x for _, nots in split for x in nots)]
+    names = [_evaluated_names(lw, p, pointer) for p in positives]
+    if any(v is None for v in names):
+      return None
+    evaluated = base.union(*names)
+    terms = [[]]
+    for negative in negatives:
+      try:
+        negated = _json_negation.negate(negative, resolve, pointer)
+      except errors.UnsupportedSchemaError:
+        return None
+      carried = _carry_unevaluated(negated, unevaluated, evaluated)
+      if carried is None:
+        return None
+      terms = [t + c for t in terms for c in carried]
+      if len(alternatives) + len(terms) > _MAX_REGION_TERMS:
+        return None
+    alternatives += [{"allOf": [rest, *positives, *term],
+                      "unevaluatedProperties": unevaluated} for term in terms]
+  lw.log.info("JSON Schema: not/if at %s next to unevaluatedProperties is lowered as %d"
+              " branches.", pointer, len(alternatives))
+  return {**top, "anyOf": alternatives or [False]}
 
 
 def lower_any_of(lw, schema: dict, key: str, pointer: str) -> ir.Node:
@@ -123,7 +193,7 @@ def _evaluated_regions(lw, rest: dict, alternatives: list, key: str,
   (`_json_negation.negate`) are written in disjunctive normal form, each property they
   name carrying U unless it is evaluated anyway, so merging them evaluates nothing
   that the specification would not. None (the caller refuses) when an alternative or
-  `rest` evaluates more than its `properties` (patternProperties, nested anyOf, ...),
+  `rest` evaluates dynamically (nested anyOf, not, if, ...),
   a negation is not plain object keywords, or past `_MAX_REGION_*`.
   """
   unevaluated = rest["$unevaluatedProperties"]
@@ -132,13 +202,16 @@ def _evaluated_regions(lw, rest: dict, alternatives: list, key: str,
     return None
   base = _evaluated_names(lw, {k: v for k, v in rest.items()
                                if k != "$unevaluatedProperties"}, pointer)
-  names = [_evaluated_names(lw, a, pointer) for a in alternatives]
+  split = [_split_nots(a) for a in alternatives]  # (positive part, its `not`s).
+  names = [_evaluated_names(lw, a, pointer) for a, _ in split]
   if base is None or any(v is None for v in names):
     return None
   resolve = lambda ref: lw.resolve(ref, pointer)  # noqa: E731
   try:
     negated = [_json_negation.negate(a, resolve, _pointer(pointer, key, i))
                for i, a in enumerate(alternatives)]
+    inner = [[_json_negation.negate(x, resolve, _pointer(pointer, key, i))
+              for x in nots] for i, (_, nots) in enumerate(split)]
   except errors.UnsupportedSchemaError:
     return None
   if key == "oneOf":
@@ -149,10 +222,10 @@ def _evaluated_regions(lw, rest: dict, alternatives: list, key: str,
   for region in regions:
     evaluated = base.union(*(names[i] for i in region))
     terms = [[]]
-    for j in range(n):
-      if j in region:
-        continue
-      carried = _carry_unevaluated(negated[j], unevaluated, evaluated)
+    failing = [negated[j] for j in range(n) if j not in region]
+    failing += [x for i in region for x in inner[i]]  # The `not`s of those that match.
+    for negation in failing:
+      carried = _carry_unevaluated(negation, unevaluated, evaluated)
       if carried is None:
         return None
       terms = [t + c for t in terms for c in carried]
@@ -169,7 +242,7 @@ def _evaluated_regions(lw, rest: dict, alternatives: list, key: str,
   try:
     for region, term in conjunctions:
       where = _pointer(pointer, key, region[0])
-      branches = [(rest, pointer), *((alternatives[i], _pointer(pointer, key, i))
+      branches = [(rest, pointer), *((split[i][0], _pointer(pointer, key, i))
                                      for i in region)]
       branches += [(part, _pointer(pointer, key)) for part in term]
       nodes.append(lw.lower_conjunction(branches, where))
@@ -178,21 +251,64 @@ def _evaluated_regions(lw, rest: dict, alternatives: list, key: str,
   return ir.union(*nodes)
 
 
-def _evaluated_names(lw, schema, pointer: str, depth: int = 0) -> set | None:
-  """The property names a matching `schema` evaluates (its `properties`, through `$ref`
-  and `allOf`), or None where more keys could count (`_DYNAMIC_EVALUATION`)."""
+class _Evaluated:
+  """The properties a matching schema evaluates: `names`, keys matching `patterns`, or
+  every key (`everything`: `additionalProperties`)."""
+
+  def __init__(self, names=(), patterns=(), everything: bool = False):
+    self.names, self.patterns, self.everything = set(names), list(patterns), everything
+
+  def union(self, *others: "_Evaluated") -> "_Evaluated":
+    return _Evaluated(self.names.union(*(o.names for o in others)),
+                      self.patterns + [p for o in others for p in o.patterns],
+                      self.everything or any(o.everything for o in others))
+
+  def __contains__(self, name: str) -> bool:
+    if self.everything or name in self.names:
+      return True
+    return any(_json_scalar_schemas.has_text(
+        _json_scalar_schemas.pattern_text(p, "#"), name) for p in self.patterns)
+
+
+def _split_nots(schema) -> tuple[object, list]:
+  """(`schema` without the `not`s at its top and in its `allOf` parts, those `not`
+  values): a `not` evaluates nothing, so it is carried as a negation
+  (`_carry_unevaluated`) beside the positive rest."""
+  if not isinstance(schema, dict):
+    return schema, []
+  nots = [schema["not"]] if "not" in schema else []
+  out = {k: v for k, v in schema.items() if k != "not"}
+  if isinstance(out.get("allOf"), list):
+    parts = []
+    for part in out["allOf"]:
+      positive, more = _split_nots(part)
+      parts.append(positive)
+      nots += more
+    out["allOf"] = parts
+  return out, nots
+
+
+def _evaluated_names(lw, schema, pointer: str, depth: int = 0) -> _Evaluated | None:
+  """What a matching `schema` evaluates (its `properties`, `patternProperties` and
+  `additionalProperties`, through `$ref` and `allOf`), or None where it depends on more
+  (`_DYNAMIC_EVALUATION`: nested `anyOf`, `not`, `if`, ...)."""
   if isinstance(schema, bool):
-    return set()
+    return _Evaluated()
   if not isinstance(schema, dict) or depth > 16:
     return None
-  names = set()
+  out = _Evaluated()
   for k, value in schema.items():
-    if k in _DYNAMIC_EVALUATION:
+    if k == "patternProperties" and isinstance(value, dict) and all(
+        isinstance(p, str) for p in value):
+      out = out.union(_Evaluated(patterns=list(value)))
+    elif k == "additionalProperties":
+      out = out.union(_Evaluated(everything=True))
+    elif k in _DYNAMIC_EVALUATION:
       return None
-    if k == "properties":
+    elif k == "properties":
       if not isinstance(value, dict):
         return None
-      names |= set(value)
+      out = out.union(_Evaluated(names=value))
     elif k == "$ref":
       try:
         target = lw.resolve(value, pointer)
@@ -201,7 +317,7 @@ def _evaluated_names(lw, schema, pointer: str, depth: int = 0) -> set | None:
       more = _evaluated_names(lw, target, pointer, depth + 1)
       if more is None:
         return None
-      names |= more
+      out = out.union(more)
     elif k == "allOf":
       if not isinstance(value, list):
         return None
@@ -209,11 +325,11 @@ def _evaluated_names(lw, schema, pointer: str, depth: int = 0) -> set | None:
         more = _evaluated_names(lw, part, pointer, depth + 1)
         if more is None:
           return None
-        names |= more
-  return names
+        out = out.union(more)
+  return out
 
 
-def _carry_unevaluated(schema, unevaluated, evaluated: set) -> list[list] | None:
+def _carry_unevaluated(schema, unevaluated, evaluated: _Evaluated) -> list[list] | None:
   """A negation as a disjunctive normal form (a list of conjunctions, each a list of
   schemas without `anyOf`/`allOf` at their top), every property it names that is not in
   `evaluated` also held to `unevaluated`; None for anything but plain keywords."""

@@ -331,7 +331,11 @@ def merge(a: dict, b: dict, pointer: str):
   """
   a, b = _without_free_patterns(a), _without_free_patterns(b)
   for one, other in ((a, b), (b, a)):
-    if "patternProperties" in one and any(k in other for k in _OBJECT_MEMBER_KEYWORDS):
+    if ("patternProperties" in one and any(k in other for k in _OBJECT_MEMBER_KEYWORDS)
+        # `properties` beside patterns with additional keys free: a key both name
+        # takes its pattern schemas (as any declared key does) and its other schema.
+        and not ("additionalProperties" not in one and "patternProperties" not in other
+                 and "additionalProperties" not in other)):
       raise errors.UnsupportedSchemaError(
           f"allOf at {_pointer(pointer, 'allOf')} combines patternProperties with another"
           " side's properties, additionalProperties or patternProperties, which is not"
@@ -414,7 +418,7 @@ def _without_free_patterns(schema: dict) -> dict:
   value either way (OpenAPI 3.1's `specification-extensions`, `{"^x-": true}`)."""
   patterns = schema.get("patternProperties")
   if (not isinstance(patterns, dict) or schema.get("additionalProperties", True) is not True
-      or "unevaluatedProperties" in schema
+      or "unevaluatedProperties" in schema or "$unevaluatedProperties" in schema
       or not all(v is True or isinstance(v, dict) and not _constraining(v)
                  for v in patterns.values())):
     return schema

@@ -20,6 +20,7 @@ from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints._json_keywords import (
     _constraining,
     _lazy_all_of,
+    _merged_values,
     _pointer,
     _short,
 )
@@ -202,7 +203,7 @@ def _some_undeclared(lw, schema: dict, pointer: str) -> ir.Node:
   keeps the last; the witness is the last undeclared member, a documented order);
   refused by name otherwise.
   """
-  values = _json_keywords._merged_values(schema, "$someUndeclared")  # pylint: disable=protected-access
+  values = _merged_values(schema, "$someUndeclared")
   first, later = values[0], values[1:]
   rest = {k: v for k, v in schema.items() if k != "$someUndeclared"}
   if later:

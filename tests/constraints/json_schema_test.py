@@ -763,7 +763,8 @@ ERROR_CASES = [
     ({"not": 3}, cd.SchemaError, r"Schema 3 at #/not is a int"),
     ({"type": "array", "contains": {}, "prefixItems": [{}]}, cd.UnsupportedSchemaError,
      r"contains at #/contains next to prefixItems is not supported"),
-    ({"unevaluatedProperties": False, "not": {"required": ["a"]}}, cd.UnsupportedSchemaError,
+    ({"unevaluatedProperties": False, "not": {"patternProperties": {"^a": {}}}},
+     cd.UnsupportedSchemaError,
      r"unevaluatedProperties at #/unevaluatedProperties next to not or if"),
     ({"type": "integer", "multipleOf": 3.000001},
      cd.UnsupportedSchemaError, r"multipleOf 3.000001 at #/multipleOf .* too large"),
@@ -789,7 +790,8 @@ ERROR_CASES = [
      r"refers back to itself"),
     ({"type": "object", "propertyNames": {"enum": "a"}}, cd.SchemaError,
      r"enum at #/propertyNames/enum is \"a\". Expected an array"),
-    ({"allOf": [{"patternProperties": {"^x": {"type": "integer"}}}, {"properties": {"a": {}}}]},
+    ({"allOf": [{"patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False},
+                {"properties": {"a": {}}}]},
      cd.UnsupportedSchemaError, r"allOf at #/allOf combines patternProperties with another"),
     ({"type": "object", "required": ["Zed"], "propertyNames": {"pattern": "^[a-z]+$"}},
      cd.SchemaError, r"accepts no JSON value"),
@@ -1385,12 +1387,14 @@ UNEVALUATED_CASES = [
 
 
 @pytest.mark.parametrize("schema", [
-    # Overlapping alternatives that evaluate more than their `properties` (exact ones
-    # with only `properties`: json_unevaluated_regions_test.py).
-    {"anyOf": [{"patternProperties": {"^a": {"const": 1}}}, {"properties": {"b": {"const": 2}}}],
+    # Overlapping alternatives whose evaluated properties depend on a nested anyOf
+    # (exact ones: json_unevaluated_regions_test.py).
+    {"anyOf": [{"anyOf": [{"required": ["a"]}, {"properties": {"c": {}}}]},
+               {"properties": {"b": {"const": 2}}}],
      "unevaluatedProperties": False},
-    {"not": {"required": ["a"]}, "unevaluatedProperties": False},  # not: no annotations.
-    {"if": {"properties": {"a": {}}}, "unevaluatedProperties": False},
+    # A negated `if` whose violations are not expressible (exact `not`/`if` branches:
+    # json_unevaluated_regions_test.py).
+    {"if": {"patternProperties": {"^a": {"type": "string"}}}, "unevaluatedProperties": False},
     {"allOf": [{"not": {"required": ["a"]}}], "unevaluatedProperties": False},
     {"contains": {"type": "string"}, "unevaluatedItems": False},
 ])
