@@ -84,6 +84,12 @@ WIDE_OBJECT = {"type": "object", "required": ["field_0", "text_0"], "properties"
 _WIDE_TEXT = json.dumps({**{f"field_{i}": 1000 + i for i in range(20)},
                          **{f"text_{i}": _text(_WORDS, 30) for i in range(6)}},
                         separators=(",", ":"))
+LIST_20 = {"type": "array", "maxItems": 20, "items": {
+    "type": "object", "required": ["id"], "additionalProperties": False,
+    "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"},
+                   "label": {"type": "string"}, "kind": {"enum": ["a", "b", "c"]}}}}
+_LIST_TEXT = json.dumps([{"id": 1000 + i, "ok": True, "label": _text(_WORDS, 12), "kind": "b"}
+                         for i in range(20)], separators=(",", ":"))
 # (key, label, spec, text walked).
 CASES = (
     ("a", "[a-z]+ (baseline)", cd.Regex("[a-z]+"), _text(_LETTERS, 1990)),
@@ -98,6 +104,9 @@ CASES = (
     ("f", "object of 26 keys, any order (registers)", cd.JsonSchema(WIDE_OBJECT), _WIDE_TEXT),
     ("g", "object of 26 keys, schema order", cd.JsonSchema(WIDE_OBJECT, property_order="schema"),
      _WIDE_TEXT),
+    ("h", "array of <= 20 objects, counted (register)", cd.JsonSchema(LIST_20), _LIST_TEXT),
+    ("i", "array of <= 20 objects, copies", cd.JsonSchema(LIST_20, property_order="any_bounded"),
+     _LIST_TEXT),
 )
 
 
