@@ -318,7 +318,7 @@ def test_stdlib_functions_in_the_subset_are_accepted_under_random_tokenizations(
   for body in rng.sample(funcs, 300):
     data, row, pos = body.encode(), setup.reference.start(), 0
     while row is not None and pos < len(data):
-      n = rng.randrange(1, 24)
+      n = rng.randrange(1, 64)
       row = setup.reference.step(row, data[pos:pos + n])
       pos += n
     if row is None or not setup.reference.end_ok(row):
