@@ -171,7 +171,7 @@ class LexedArrays:
     action, goto, rule_lhs, rule_len: the LR tables (`_lr.LrTables` encoding); `goto`
       stays on the host: the device reads `goto_id` and `goto_chain`.
     goto_id: int32 [Q, Nt]: the index of each goto entry (-1: none).
-    goto_chain: int32 [E, T]: per goto entry (q, A) and lookahead t, the state after
+    goto_chain: int16 (int32 past 32,767 states or when stacked) [E, T]: per goto entry (q, A) and lookahead t, the state after
       `goto[q, A]` and then every reduction by a unit production (`X: Y`) that t
       calls for (each leaves q below): one device micro-step instead of up to 20 for
       Python's expression levels (`_unit_chains`).
@@ -545,6 +545,8 @@ def _unit_chains(lr: _lr.LrTables) -> tuple[np.ndarray, np.ndarray]:
     if not len(rows):
       break
     chain[rows, cols] = goto[qs[rows], lr.rule_lhs[p]]
+  if lr.action.shape[0] < 2**15:  # Half the bytes (stacked tables widen it again).
+    chain = chain.astype(np.int16)
   return goto_id, chain
 
 
@@ -594,6 +596,7 @@ def _pad(a: np.ndarray, width: int, fill) -> np.ndarray:
 
 def _shift(a: np.ndarray, offset: int, *, keep_below: int = 0) -> np.ndarray:
   """`a + offset` where `a >= keep_below` (ids), `a` itself elsewhere (sentinels)."""
+  a = a.astype(np.int32)  # (an int16 table plus an offset must not wrap)
   return np.where(a >= keep_below, a + offset, a).astype(np.int32)
 
 
@@ -672,7 +675,9 @@ def stack_lexed_arrays(parts) -> LexedArrays:
     off["lr"] += p.action.shape[0]
     off["goto"] += p.goto_chain.shape[0]
     off["rule"] += p.rule_len.shape[0]
-  arrays = {f: np.concatenate(v).astype(getattr(first, f).dtype) for f, v in out.items()}
+  arrays = {f: np.concatenate(v).astype(getattr(first, f).dtype) for f, v in out.items()
+            if f != "goto_chain"}
+  arrays["goto_chain"] = np.concatenate(out["goto_chain"]).astype(np.int32)
   arrays["eos_bits"] = first.eos_bits
   arrays["max_width"] = np.array(max(int(p.max_width) for p in parts), np.int32)
   info = lambda f: tuple(x for p in parts for x in (
