@@ -66,7 +66,7 @@ flat runtime. Indentation (`_lanes`, docs/lexer_runtime.md "Python: INDENT/DEDEN
 newline lexeme's class carries its width; lanes feed NEWLINE / INDENT / DEDENT and keep
 their own pushed widths; a pending newline that needs an INDENT is refused when the
 indentation stack is full. Python (`grammars/python_lexed.lark`, Gemma 3): 425 lexer
-states, Ks = 662 lanes, 47.6 MiB; its step is lane-bound (see the doc for figures and
+states, Ks = 662 lanes, 43.1 MiB; its step is lane-bound (see the doc for figures and
 the levers). Not yet: `rewind`, Go's semicolons, parser-stack-aware masks (near the stack bound a row may be left with only
 tokens that would overflow: they are refused, so a walk can dead-end within a few
 tokens of D; pick D above the nesting the text needs).
