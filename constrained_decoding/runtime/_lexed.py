@@ -434,9 +434,11 @@ def _check_state(fn: str, tables: LexedTables, state) -> int:
   if (len(shape) != 1 or tuple(jnp.shape(state.stack)) != want
       or regs != shape + (2 + tables.indent_depth,)):
     raise DecodingArgumentError(
-        f"{fn}: state has rows {shape} and a stack {tuple(jnp.shape(state.stack))}. "
-        f"Expected one batch axis and a stack of {tables.stack_depth} (these tables' "
-        "stack_depth): a state made for other tables?")
+        f"{fn}: state has rows {shape}, a stack {tuple(jnp.shape(state.stack))} and "
+        f"registers {regs}. Expected one batch axis, a stack of {tables.stack_depth} "
+        f"(these tables' stack_depth) and {2 + tables.indent_depth} registers (bracket "
+        "depth, indentation levels and widths): a state made for other tables? Use "
+        "_lexed.init_state.")
   return shape[0]
 
 

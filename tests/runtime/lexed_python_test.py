@@ -376,6 +376,9 @@ def test_indentation_overflow_is_masked_without_dead_ends(setup):
   assert accepted == [True, False, False]
   assert first_bad[1:] == [len(deep) + 10, 6 + 25]
   assert _parses(deep + " " * 5 + "if b: pass\n")
+  # A state without the indentation registers (e.g. the flat runtime's) is refused.
+  with pytest.raises(errors.DecodingArgumentError, match=r"and 8 registers \(bracket"):
+    _lexed.allowed_bits(setup.tables, state.replace(registers=None))
 
 
 def test_indentation_errors():
