@@ -105,7 +105,7 @@ def _gcd(model, tables, num_samples, batch_size, sampling, seed, *, prompt=None,
          max_new_tokens=None):
   """(samples, seconds) of plain constrained sampling, b rows per round.
 
-  The decode loop of `cd.generate` (`_generate._decode`), with the prompt prefilled
+  The decode loop of `cd.generate` (`_loop.decode`), with the prompt prefilled
   once as `generate_aligned` does, so that the two differ only in their rounds.
   """
   prompt = PROMPT if prompt is None else prompt

@@ -52,6 +52,7 @@ import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
 import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
 from constrained_decoding.sampling import _generate  # pylint: disable=g-import-not-at-top
+from constrained_decoding.sampling import _loop  # pylint: disable=g-import-not-at-top
 
 try:
   from benchmarks.conformance import run as conformance  # pylint: disable=g-import-not-at-top
@@ -119,7 +120,7 @@ def time_decode(model, prompts, tables, tokens: int) -> tuple[float, float, int]
   """
   args = decode_args(model, prompts, tables, tokens)
   t0, c0 = time.perf_counter(), time.process_time()
-  out = _generate._decode(*args, network=model.network,  # pylint: disable=protected-access
+  out = _loop.decode(*args, network=model.network,  # pylint: disable=protected-access
                           sampling=GREEDY.static_part())
   jax.block_until_ready(out)
   return time.perf_counter() - t0, time.process_time() - c0, int(out.step)
@@ -291,8 +292,8 @@ def loop_evidence(model, prompts, tables) -> dict:
   """jaxpr / StableHLO / compiled-HLO facts of `_decode` for one constraint."""
   args = decode_args(model, prompts, tables, 4)
   static = {"network": model.network, "sampling": GREEDY.static_part()}
-  fn = lambda *a: _generate._decode(*a, **static)  # pylint: disable=protected-access
-  lowered = _generate._decode.lower(*args, **static)  # pylint: disable=protected-access
+  fn = lambda *a: _loop.decode(*a, **static)  # pylint: disable=protected-access
+  lowered = _loop.decode.lower(*args, **static)  # pylint: disable=protected-access
   return _lowering_facts(fn, args, lowered)
 
 

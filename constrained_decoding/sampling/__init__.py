@@ -6,7 +6,7 @@ from constrained_decoding.sampling._evaluate import Evaluation
 from constrained_decoding.sampling._evaluate import EvaluationRow
 from constrained_decoding.sampling._evaluate import evaluate
 from constrained_decoding.sampling._host import Completion
-from constrained_decoding.sampling._generate import DecodeState
+from constrained_decoding.sampling._loop import DecodeState
 from constrained_decoding.sampling._generate import generate
 from constrained_decoding.sampling._generate import generate_stream
 from constrained_decoding.sampling._methods import SamplingConfig

@@ -80,6 +80,7 @@ from constrained_decoding.errors import DecodingArgumentError, StoreMismatchErro
 from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling import _host
+from constrained_decoding.sampling import _loop
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits
 from constrained_decoding._stacking import stack_tables
 from constrained_decoding.tables import DEFAULT_MIN_BUCKET, ConstraintTables
@@ -259,7 +260,7 @@ class _LoopState:
       counting the round's own new children as nodes).
   """
 
-  decode: _generate.DecodeState
+  decode: _loop.DecodeState
   node: Int[Array, "B"]
   same: Bool[Array, "B B"]
   log_prob: Float[Array, "B N"]
@@ -299,10 +300,10 @@ def _aligned_step(params, tables, store: StoreArrays, s: _LoopState, *, eos_ids,
   weight = jnp.where(allowed, logp + jnp.where(has_child, child_efg, 0.0), _NEG_INF)
   rng, key = jax.random.split(d.rng)
   token = jax.random.categorical(key, weight, axis=-1).astype(jnp.int32)
-  token = _generate.allowed_or_lowest(tables, d.constraint, token)
+  token = _loop.allowed_or_lowest(tables, d.constraint, token)
   running = ~d.done
   token = jnp.where(running, token, pad)
-  ends = _generate._is_eos(token, eos_ids)  # pylint: disable=protected-access
+  ends = _loop.is_eos(token, eos_ids)
   # R: allowed mass minus stored children minus the children this round creates (the
   # non-final tokens of rows at the same prefix). Ends never get a node.
   grows = running & ~ends
@@ -344,7 +345,7 @@ def _insert(store: StoreArrays, s: _LoopState, root: Int[Array, "B"], eos_ids):
     k, store, node, same, path = c
     took = k < d.lengths
     token = d.tokens[:, k]
-    grows = took & ~_generate._is_eos(token, eos_ids)  # pylint: disable=protected-access
+    grows = took & ~_loop.is_eos(token, eos_ids)
     same_next = same & (token[:, None] == token[None, :]) & grows[:, None] & grows[None, :]
     stored = grows & (node >= 0)
     match = ((store.edge_parent[None, :] == node[:, None])
@@ -408,7 +409,7 @@ def _backward(store: StoreArrays, path: Int[Array, "B N"], lengths: Int[Array, "
 
 
 @functools.partial(jax.jit, static_argnames=("network", "sampling"))
-def _round(params, tables, init: _generate.DecodeState, store: StoreArrays, limit, eos_ids,
+def _round(params, tables, init: _loop.DecodeState, store: StoreArrays, limit, eos_ids,
            temperature, top_p, num_rows, rng, constraint_ids=None, *, network, sampling):
   """One round: decode `num_rows` rows with the store, then update it (Eq. 3).
 
@@ -423,7 +424,7 @@ def _round(params, tables, init: _generate.DecodeState, store: StoreArrays, limi
     root = jnp.zeros(batch, jnp.int32)
   else:
     root = constraint_ids.astype(jnp.int32)
-    init = init.replace(constraint=_generate._init_constraint(tables, root))  # pylint: disable=protected-access
+    init = init.replace(constraint=_loop.init_constraint(tables, root))
   start = _LoopState(
       decode=init.replace(done=~kept, rng=rng),
       node=jnp.where(kept, root, -1).astype(jnp.int32),
@@ -529,7 +530,7 @@ def generate_aligned(
     sampling: SamplingConfig = SamplingConfig(temperature=1.0),
     max_new_tokens: int = 64,
     capacity: int = DEFAULT_CAPACITY,
-) -> tuple[list[_generate.Completion], AlignedStore]:
+) -> tuple[list[_host.Completion], AlignedStore]:
   """Draws `num_samples` completions of one prompt with grammar-aligned sampling (ASAp).
 
   Each completion follows the constraint, like `generate`'s; in addition, as samples
@@ -617,7 +618,7 @@ def generate_aligned(
   arrays = store.arrays
   first_round = int(arrays.num_rounds)
   base = jax.random.PRNGKey(seed)
-  samples: list[_generate.Completion] = []
+  samples: list[_host.Completion] = []
   for r in range(math.ceil(num_samples / batch_size)):
     rows = min(batch_size, num_samples - len(samples))
     row_ids = np.zeros(batch_size, np.int32)

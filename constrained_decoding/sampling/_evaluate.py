@@ -33,7 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.models import _protocol
-from constrained_decoding.sampling import _generate
+from constrained_decoding.sampling import _loop
 from constrained_decoding.sampling import _host
 from constrained_decoding.sampling._host import Completion
 from constrained_decoding.sampling._methods import SamplingConfig
@@ -109,11 +109,10 @@ def _run_sharded(params, tables, prompt_tokens, prompt_lengths, constraint_ids, 
 
   def shard(params, tables, prompt_tokens, prompt_lengths, constraint_ids, keys, limit,
             eos_ids, temperature, top_p):
-    state = _generate._prefill(params, tables, prompt_tokens, prompt_lengths,  # pylint: disable=protected-access
-                               constraint_ids, keys, network=network, max_new_tokens=buffer,
-                               cache_len=cache_len)
-    state = _generate._decode(params, tables, state, limit, eos_ids, temperature, top_p,  # pylint: disable=protected-access
-                              network=network, sampling=sampling)
+    state = _loop.prefill(params, tables, prompt_tokens, prompt_lengths, constraint_ids,
+                          keys, network=network, max_new_tokens=buffer, cache_len=cache_len)
+    state = _loop.decode(params, tables, state, limit, eos_ids, temperature, top_p,
+                         network=network, sampling=sampling)
     return (state.tokens, state.constraint.done, state.constraint.error, state.calls[None])
 
   rows, whole = PartitionSpec(_AXIS), PartitionSpec()

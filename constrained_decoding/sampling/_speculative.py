@@ -50,6 +50,7 @@ from constrained_decoding import runtime
 from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _generate
 from constrained_decoding.sampling import _host
+from constrained_decoding.sampling import _loop
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits, sample_tokens
 
 
@@ -373,7 +374,7 @@ def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos
     # Rewind the constraint to s_m (k - m draft steps back), where the new token goes.
     _, rewound = runtime.rewind(history, draft_state, num_draft - m)
     if tables is not None:
-      token = _generate.allowed_or_lowest(tables, rewound, token)
+      token = _loop.allowed_or_lowest(tables, rewound, token)
 
     active = ~s.done
     rows = jnp.arange(drafts.shape[0])
@@ -420,7 +421,7 @@ def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos
 
 @functools.partial(jax.jit, static_argnames=("draft_network", "sampling", "context_len",
                                              "buffer"))
-def _start(draft_params, tables, first: _generate.DecodeState, prompt_tokens, eos_ids, limit,
+def _start(draft_params, tables, first: _loop.DecodeState, prompt_tokens, eos_ids, limit,
            temperature, top_p, *, draft_network,
            sampling: SamplingConfig, context_len: int, buffer: int) -> SpecState:
   """The loop's initial carry: the first token (a plain step), draft prefill, context."""
@@ -429,7 +430,7 @@ def _start(draft_params, tables, first: _generate.DecodeState, prompt_tokens, eo
   logits = _mask(tables, first.constraint, first.logits)
   token = sample_tokens(logits, key, sampling, temperature=temperature, top_p=top_p)
   if tables is not None:
-    token = _generate.allowed_or_lowest(tables, first.constraint, token)
+    token = _loop.allowed_or_lowest(tables, first.constraint, token)
   constraint = _advance(tables, first.constraint, token)
   lengths = first.prompt_lengths
   positions = jnp.arange(width)[None, :] - (width - lengths)[:, None]
@@ -497,7 +498,7 @@ def generate_speculative(
     max_new_tokens: int = 64,
     sampling: SamplingConfig = SamplingConfig(),
     seed: int = 0,
-) -> tuple[list[_generate.Completion], SpeculativeStats]:
+) -> tuple[list[_host.Completion], SpeculativeStats]:
   """Like `generate`, with a drafter proposing tokens that `model` verifies in one call.
 
   ```python

@@ -9,6 +9,7 @@ import pytest
 
 import constrained_decoding as cd
 from constrained_decoding.sampling import _generate
+from constrained_decoding.sampling import _loop
 
 _PATTERNS = [
     r"((25[0-5]|2[0-4]\d|[01]?\d\d?)\.){3}(25[0-5]|2[0-4]\d|[01]?\d\d?)",
@@ -73,7 +74,7 @@ def test_decode_loop_is_one_while_without_callbacks(random_model, gemma_compiler
   state = _generate._prepare(random_model, ["a"], tables, None, 8, 0)[1]
   args = (random_model.params, tables, state, jnp.int32(8), jnp.array([1, 106], jnp.int32),
           jnp.float32(0), jnp.float32(1))
-  jaxpr = str(jax.make_jaxpr(lambda *a: _generate._decode(
+  jaxpr = str(jax.make_jaxpr(lambda *a: _loop.decode(
       *a, network=random_model.network, sampling=cd.SamplingConfig()))(*args))
   assert jaxpr.count(" while[") == 1
   assert "callback" not in jaxpr

@@ -15,6 +15,7 @@ import pytest
 import constrained_decoding as cd
 from constrained_decoding.models import _gemma3
 from constrained_decoding.sampling import _generate
+from constrained_decoding.sampling import _loop
 from constrained_decoding.testing import _reference
 
 _BYTE_PATTERNS = [
@@ -53,13 +54,13 @@ def test_forced_tokens_match_a_numpy_oracle(vocab_name, pattern, request):
   eos_ids = jnp.asarray(vocab.eos_ids, jnp.int32)
   states = np.arange(np.asarray(tables.accepting).shape[0], dtype=np.int32)  # padding too
   cstate = cd.init_state(tables, batch_size=len(states)).replace(state=jnp.asarray(states))
-  got = np.asarray(jax.jit(_generate.forced_tokens)(jax.device_put(tables), cstate, eos_ids))
+  got = np.asarray(jax.jit(_loop.forced_tokens)(jax.device_put(tables), cstate, eos_ids))
   want = [_forced_oracle(tables, int(s), vocab.eos_ids) for s in states]
   assert got.tolist() == want
   assert (got >= 0).any() and (got < 0).any()  # both kinds occur: the test can fail
   # Stopped rows are never forced, though they allow exactly end of sequence.
   stopped = cstate.replace(done=jnp.ones(len(states), bool))
-  assert (np.asarray(_generate.forced_tokens(tables, stopped, eos_ids)) == -1).all()
+  assert (np.asarray(_loop.forced_tokens(tables, stopped, eos_ids)) == -1).all()
 
 
 def test_greedy_outputs_identical(byte_model, byte_compiler):
@@ -211,6 +212,6 @@ def test_jump_decode_loop_has_no_callbacks(byte_model, byte_compiler):
   state = _generate._prepare(byte_model, [[0, 1]], tables, None, 8, 0)[1]
   args = (byte_model.params, tables, state, jnp.int32(8), jnp.array([256], jnp.int32),
           jnp.float32(0), jnp.float32(1))
-  jaxpr = str(jax.make_jaxpr(lambda *a: _generate._decode(
+  jaxpr = str(jax.make_jaxpr(lambda *a: _loop.decode(
       *a, network=byte_model.network, sampling=cd.SamplingConfig(jump_forward=3)))(*args))
   assert "callback" not in jaxpr

@@ -299,15 +299,15 @@ def test_a_model_missing_part_of_the_protocol_is_named(model, broken, message):
 
 def test_models_of_one_architecture_share_compiled_programs(byte_vocab):
   """The network (GraphDef) is the static part: new weights do not recompile."""
-  from constrained_decoding.sampling import _generate  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.sampling import _loop  # pylint: disable=g-import-not-at-top
 
   first, second = _byte_model(byte_vocab, seed=5), _byte_model(byte_vocab, seed=6)
   assert first.network == second.network
   cd.generate(first, ["abc"], constraint=cd.Regex("[a-z]{3}"), max_new_tokens=5)
-  sizes = _generate._decode._cache_size(), _generate._prefill_model._cache_size()  # pylint: disable=protected-access
+  sizes = _loop.decode._cache_size(), _loop.prefill_model._cache_size()  # pylint: disable=protected-access
   outs = cd.generate(second, ["abd"], constraint=cd.Regex("[a-z]{3}"), max_new_tokens=5)
   assert re.fullmatch("[a-z]{3}", outs[0].text)
-  assert (_generate._decode._cache_size(), _generate._prefill_model._cache_size()) == sizes  # pylint: disable=protected-access
+  assert (_loop.decode._cache_size(), _loop.prefill_model._cache_size()) == sizes  # pylint: disable=protected-access
 
 
 def test_the_worked_example_in_docs_runs():
