@@ -25,9 +25,10 @@ of these scalars), `$notMultipleOf` (a number that is not a multiple of the step
 `$notPattern` and `$notFormat` (a string outside the language: the complement of its
 character automaton, `_intersect.complement_text`); `_json_scalar_schemas.py` lowers
 them exactly; `$someUndeclared` (an object with a key that `properties` and
-`patternProperties` do not declare whose value violates `additionalProperties`),
+`patternProperties` do not declare whose value violates `additionalProperties`, or,
+with `names`, a key outside the `propertyNames` schema),
 lowered by `_json_object_schemas.py`. Keywords whose violations are not expressible
-here (`uniqueItems`, `propertyNames`, `patternProperties`, ...) raise
+here (`uniqueItems`, `patternProperties`, ...) raise
 `UnsupportedSchemaError` naming the keyword.
 """
 
@@ -47,7 +48,7 @@ _ANNOTATIONS_AND_DEFS = frozenset({
 })
 # Assertions whose violations `negate` cannot express (any other unknown keyword is an
 # annotation, which nothing violates).
-_REFUSED = frozenset({"propertyNames", "patternProperties", "unevaluatedProperties",
+_REFUSED = frozenset({"patternProperties", "unevaluatedProperties",
                       "$someUndeclared",
                       "unevaluatedItems", "$dynamicRef", "$recursiveRef",
                       "$unevaluatedProperties", "$unevaluatedItems"})
@@ -166,6 +167,11 @@ def _violations(key: str, value, schema: dict, resolve: Resolve, where: str,
         raise _unsupported("not", where, "properties next to patternProperties")
       return [_typed("object", required=[name], properties={name: sub(s, f"{where}/{name}")})
               for name, s in value.items() if s is not True and s != {}]
+    case "propertyNames":
+      if value is True or value == {}:
+        return []
+      return [_typed("object", **{"$someUndeclared": {
+          "names": value, "schema": True, "at": where}})]
     case "additionalProperties":
       if value is True or value == {}:
         return []

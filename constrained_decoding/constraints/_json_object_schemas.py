@@ -191,17 +191,19 @@ _MEMBER_KEYWORDS = ("properties", "required", "patternProperties", "additionalPr
 def _some_undeclared(lw, schema: dict, pointer: str) -> ir.Node:
   """The objects of `schema` that also have a key outside `declared` and `patterns` whose
   value satisfies `schema` of a `$someUndeclared` (`_json_negation`: the violations of
-  `additionalProperties`), one such requirement at a time.
+  `additionalProperties`; with `names`, of `propertyNames`: a key outside that
+  language, any value), one such requirement at a time.
 
   The key is one the object names (`properties`, `required`, `dependentRequired`):
   `schema` with that key required and its value also in the violating schema, one
   alternative per such key (with an always-violating value and a required such key:
   `schema` itself). Or it is a key the object does not name, allowed by its
   `additionalProperties`/`patternProperties`: lowered here when the object has no other
-  member keywords, as `{(any member ,)* witness (, declared member)*}` (members after
+  member keywords than `propertyNames`, as `{(any member ,)* witness (, declared member)*}` (members after
   the witness have declared keys, so none can repeat its key and override it: a parser
   keeps the last; the witness is the last undeclared member, a documented order);
-  refused by name otherwise.
+  nothing when no such key can have a violating value (`_no_other_witness`); refused by
+  name otherwise.
   """
   values = _merged_values(schema, "$someUndeclared")
   first, later = values[0], values[1:]
@@ -210,12 +212,10 @@ def _some_undeclared(lw, schema: dict, pointer: str) -> ir.Node:
     rest["$someUndeclared"] = later if len(later) > 1 else later[0]
   where = first.get("at", pointer)
   violating = first["schema"]
-  declared = set(first["declared"])
-  texts = [_json_scalar_schemas.pattern_text(p, where) for p in first["patterns"]]
+  keys, known = _witness_keys(lw, first, where)
 
   def undeclared(key: str) -> bool:
-    return key not in declared and not any(
-        _json_scalar_schemas.has_text(t, key) for t in texts)
+    return _json_scalar_schemas.has_text(keys, key)
 
   properties = rest.get("properties", {})
   required = rest.get("required", [])
@@ -245,35 +245,77 @@ def _some_undeclared(lw, schema: dict, pointer: str) -> ir.Node:
       continue
     parts.append(lower_object(lw, {**rest, "required": list(dict.fromkeys([*required, key])),
                                    "properties": {**properties, key: value}}, pointer))
-  if additional is not False or own_texts:  # Keys the object does not name.
-    if any(k in rest for k in _MEMBER_KEYWORDS):
+  if (additional is not False or own_texts) and not _no_other_witness(
+      lw, rest, keys, named, additional, own_texts, violating, where):
+    if any(k in rest for k in _MEMBER_KEYWORDS if k != "propertyNames"):
       lw.unsupported(where, (
-          f"not at {where} cannot be enforced exactly: additionalProperties is violated"
-          " by a key the other keywords do not declare, and the object it applies to"
+          f"not at {where} cannot be enforced exactly: it is violated by a key the other"
+          " keywords do not declare, and the object it applies to"
           f" (at {pointer}) allows such keys and constrains its members. Expected"
           " additionalProperties: false, or no other member keywords, on that object."
           " Simplify the subschema, or pass lenient=True to ignore the keyword."))
     else:
-      parts.append(_witnessed_object(lw, first, texts, violating, where))
+      names = _json_scalar_schemas.name_language(
+          lw, rest.get("propertyNames", True), _pointer(pointer, "propertyNames"))
+      parts.append(_witnessed_object(lw, keys, known, violating, where, names))
   return ir.union(*parts)
 
 
-def _witnessed_object(lw, spec: dict, texts: list, violating, where: str) -> ir.Node:
-  """`{(any member ,)* witness (, declared member)*}`: the witness's key declared by
-  neither `spec["declared"]` nor the pattern `texts`, its value in `violating`."""
-  ws = lw.ws
-  value = lw.lower(violating, where)
-  if value == ir.NOTHING:
-    return ir.NOTHING
+def _witness_keys(lw, spec: dict, where: str) -> tuple[ir.Node, ir.Node]:
+  """(the keys a `$someUndeclared` witness may have, the other keys) as decoded-text
+  IR: keys outside `declared` and the `patterns` (`additionalProperties`), or, with
+  `names`, keys outside the `propertyNames` language."""
+  if "names" in spec:
+    names = _json_scalar_schemas.name_language(lw, spec["names"], where)
+    if names is None:
+      return ir.NOTHING, jv.text_except([])
+    return _intersect.complement_text(names), names
+  texts = [_json_scalar_schemas.pattern_text(p, where) for p in spec["patterns"]]
   keys = jv.text_except(spec["declared"])
   if texts:
     keys = _json_scalar_schemas.intersect_texts(
         [keys, _intersect.complement_text(ir.union(*texts))], where)
-  if keys == ir.NOTHING:
+  known = ir.union(*(ir.Bytes(k.encode()) for k in spec["declared"]), *texts)
+  return keys, known
+
+
+def _no_other_witness(lw, rest: dict, keys: ir.Node, named: list, additional, own_texts,
+                      violating, where: str) -> bool:
+  """Whether no key the object `rest` does not name can be a witness: none is allowed
+  (`additionalProperties: false`), none is both a witness key and a `propertyNames` of
+  `rest`, or no value satisfies both `additionalProperties` and the violation."""
+  if own_texts:
+    return False
+  if additional is False:
+    return True
+  names = _json_scalar_schemas.name_language(
+      lw, rest.get("propertyNames", True), _pointer(where, "propertyNames"))
+  texts = [keys, jv.text_except(named)] + ([names] if names is not None else [])
+  if _json_scalar_schemas.intersect_texts(texts, where) == ir.NOTHING:
+    return True
+  value = _lazy_all_of(additional, violating)
+  try:
+    return value is False or lw.lower(value, where) == ir.NOTHING
+  except (errors.UnsupportedSchemaError, errors.CompileBudgetError):
+    return False  # Not known to be empty: refused by the caller unless it can build it.
+
+
+def _witnessed_object(lw, keys: ir.Node, known: ir.Node, violating, where: str,
+                      names: ir.Node | None = None) -> ir.Node:
+  """`{(any member ,)* witness (, known member)*}`: the witness's key in `keys`, its
+  value in `violating`; `known` keys (not witness keys) after it; every key in `names`
+  (the object's own `propertyNames`, None: any)."""
+  ws = lw.ws
+  value = lw.lower(violating, where)
+  if names is not None:
+    keys = _json_scalar_schemas.intersect_texts([keys, names], where)
+    known = _json_scalar_schemas.intersect_texts([known, names], where)
+  if value == ir.NOTHING or keys == ir.NOTHING:
     return ir.NOTHING
   witness = ir.concat(_json_scalar_schemas.quoted(jv.encode_text(keys)), ws.colon, value)
-  anything = ir.concat(jv.string_except([]), lw.extra_colon, lw.extra_value)
-  known = ir.union(*(ir.Bytes(k.encode()) for k in spec["declared"]), *texts)
+  any_key = (jv.string_except([]) if names is None
+             else _json_scalar_schemas.quoted(jv.encode_text(names)))
+  anything = ir.concat(any_key, lw.extra_colon, lw.extra_value)
   arcs = [(0, ir.concat(anything, ws.comma), 0), (0, witness, 1)]
   if known != ir.NOTHING:
     after = ir.concat(_json_scalar_schemas.quoted(jv.encode_text(known)), lw.extra_colon,

@@ -128,3 +128,24 @@ def test_not_additional_properties_next_to_open_keys_is_refused_by_name():
                       {"properties": {"b": {}}, "additionalProperties": {"type": "string"}}]}
   with pytest.raises(errors.UnsupportedSchemaError, match="additionalProperties"):
     _dfa(schema)
+
+
+@pytest.mark.parametrize("schema, keys", [
+    ({"type": "object", "not": {"propertyNames": {"pattern": "^[a-c]+$"}}},
+     ["a", "ab", "d", "a1", ""]),
+    ({"oneOf": [{"type": "object", "propertyNames": {"maxLength": 2}},
+                {"type": "object", "propertyNames": {"minLength": 2}}]},
+     ["a", "ab", "abc", ""]),
+    ({"oneOf": [  # Same members, so the negated side's extra keys cannot violate.
+        {"type": "object", "propertyNames": {"pattern": "^.+$"},
+         "additionalProperties": {"type": ["string", "null"]}, "required": ["v"]},
+        {"type": "object", "propertyNames": {"pattern": "^.+$"},
+         "additionalProperties": {"type": ["string", "null"]}}]},
+     ["v", "w", ""]),
+])
+def test_not_property_names_against_jsonschema(schema, keys):
+  rng = random.Random(json.dumps(schema))
+  instances = [{}, {k: 1 for k in keys}, {keys[0]: "x"}, {keys[-1]: None}, 3]
+  instances += [_random_object(rng, keys) for _ in range(120)]
+  seen = _check(schema, instances)
+  assert seen == {True, False}

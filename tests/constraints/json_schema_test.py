@@ -749,9 +749,9 @@ ERROR_CASES = [
      r"uniqueItems at #/uniqueItems is 1. Expected true or false"),
     ({"type": "array", "items": {"const": 1}, "uniqueItems": True, "minItems": 2},
      cd.SchemaError, r"accepts no JSON value"),
-    ({"properties": {"a/b~c": {"not": {"propertyNames": {"pattern": "x"}}}}},
+    ({"properties": {"a/b~c": {"not": {"patternProperties": {"x": {"type": "string"}}}}}},
      cd.UnsupportedSchemaError,
-     r"not at #/properties/a~1b~0c/not/propertyNames cannot be enforced exactly"),
+     r"not at #/properties/a~1b~0c/not/patternProperties cannot be enforced exactly"),
     ({"not": {"type": "array", "uniqueItems": True}}, cd.UnsupportedSchemaError,
      r"not at #/not/uniqueItems cannot be enforced exactly: an array with a repeated"),
     ({"$defs": {"t": {"properties": {"k": {"$ref": "#/$defs/t"}}}},
@@ -1634,13 +1634,13 @@ def test_all_of_with_patterns_that_constrain_nothing(other):
 def test_lenient_names_the_keywords_it_ignores():
   schema = {"type": "object", "properties": {
       "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-      "n": {"type": "integer", "not": {"propertyNames": {"minLength": 2}}}}}
+      "n": {"type": "integer", "not": {"patternProperties": {"^a": {"type": "string"}}}}}}
   with pytest.raises(cd.UnsupportedSchemaError, match=r'lenient=\("uniqueItems",\)'):
     cd.JsonSchema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}).to_ir()
   only_unique = cd.JsonSchema(schema, lenient=["uniqueItems"])
   assert only_unique.lenient == ("uniqueItems",)
   with pytest.raises(cd.UnsupportedSchemaError, match=r"not at #/properties/n/not"):
-    only_unique.to_ir()  # `not` of propertyNames is still refused.
+    only_unique.to_ir()  # `not` of patternProperties is still refused.
   both = cd.JsonSchema(schema, lenient=("uniqueItems", "not"))
   assert set(both.ignored_keywords()) == {"#/properties/tags/uniqueItems",
                                           "#/properties/n/not"}
