@@ -105,18 +105,10 @@ def _conditions_with_unevaluated(lw, schema: dict, pointer: str) -> dict | None:
     if any(v is None for v in names):
       return None
     evaluated = base.union(*names)
-    terms = [[]]
-    for negative in negatives:
-      try:
-        negated = _json_negation.negate(negative, resolve, pointer)
-      except errors.UnsupportedSchemaError:
-        return None
-      carried = _carry_unevaluated(negated, unevaluated, evaluated)
-      if carried is None:
-        return None
-      terms = [t + c for t in terms for c in carried]
-      if len(alternatives) + len(terms) > _MAX_REGION_TERMS:
-        return None
+    terms = _carried_terms(_negations(negatives, resolve, pointer), unevaluated, evaluated,
+                           len(alternatives))
+    if terms is None:
+      return None
     alternatives += [{"allOf": [rest, *positives, *term],
                       "unevaluatedProperties": unevaluated} for term in terms]
   lw.log.info("JSON Schema: not/if at %s next to unevaluatedProperties is lowered as %d"
@@ -221,16 +213,11 @@ def _evaluated_regions(lw, rest: dict, alternatives: list, key: str,
   conjunctions = []
   for region in regions:
     evaluated = base.union(*(names[i] for i in region))
-    terms = [[]]
     failing = [negated[j] for j in range(n) if j not in region]
     failing += [x for i in region for x in inner[i]]  # The `not`s of those that match.
-    for negation in failing:
-      carried = _carry_unevaluated(negation, unevaluated, evaluated)
-      if carried is None:
-        return None
-      terms = [t + c for t in terms for c in carried]
-      if len(conjunctions) + len(terms) > _MAX_REGION_TERMS:
-        return None
+    terms = _carried_terms(failing, unevaluated, evaluated, len(conjunctions))
+    if terms is None:
+      return None
     conjunctions += [(region, term) for term in terms]
   lw.log.info("JSON Schema: %s at %s next to unevaluatedProperties is lowered as %d"
               " conjunctions (regions of the alternatives that match together).",
@@ -327,6 +314,33 @@ def _evaluated_names(lw, schema, pointer: str, depth: int = 0) -> _Evaluated | N
           return None
         out = out.union(more)
   return out
+
+
+def _negations(schemas, resolve, pointer: str):
+  """The negation of each schema in turn (`_json_negation.negate`), None for one that
+  cannot be negated exactly; lazily, so nothing after a failure is negated."""
+  for schema in schemas:
+    try:
+      yield _json_negation.negate(schema, resolve, pointer)
+    except errors.UnsupportedSchemaError:
+      yield None
+
+
+def _carried_terms(negations, unevaluated, evaluated: _Evaluated,
+                   already: int) -> list[list] | None:
+  """Every choice of one carried form (`_carry_unevaluated`) per negation, each a list of
+  conjuncts; None when a negation is None or cannot be carried, or when `already` terms
+  plus these would exceed `_MAX_REGION_TERMS`."""
+  terms = [[]]
+  for negation in negations:
+    carried = None if negation is None else _carry_unevaluated(negation, unevaluated,
+                                                                evaluated)
+    if carried is None:
+      return None
+    terms = [t + c for t in terms for c in carried]
+    if already + len(terms) > _MAX_REGION_TERMS:
+      return None
+  return terms
 
 
 def _carry_unevaluated(schema, unevaluated, evaluated: _Evaluated) -> list[list] | None:
