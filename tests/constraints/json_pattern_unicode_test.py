@@ -109,5 +109,7 @@ def test_pattern_properties_with_a_property_escape():
     ("\\p{Foo=Bar}", errors.SchemaError),
 ])
 def test_refused_properties_name_the_escape(pattern, error):
-  with pytest.raises(error, match="pattern"):
+  escape = pattern[pattern.index("\\p"):]
+  with pytest.raises(error, match="pattern") as raised:
     cd.JsonSchema({"type": "string", "pattern": pattern}).to_ir()
+  assert "at #/pattern" in str(raised.value) and escape in str(raised.value)
