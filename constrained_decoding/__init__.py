@@ -39,6 +39,8 @@ _EXPORTS = {
     "allowed_bits": "constrained_decoding.runtime",
     "mask_logits": "constrained_decoding.runtime",
     "advance": "constrained_decoding.runtime",
+    "forced_tokens": "constrained_decoding.runtime",
+    "allowed_or_lowest": "constrained_decoding.runtime",
     "ConstraintHistory": "constrained_decoding.runtime",
     "init_history": "constrained_decoding.runtime",
     "record": "constrained_decoding.runtime",

@@ -436,7 +436,7 @@ def test_jitted_step_with_bad_logits_samples_an_allowed_token(fill, sampling, by
   def step(tables, cstate, logits, rng):
     masked = cd.mask_logits(tables, cstate, logits)
     token = sampling_lib.sample_tokens(masked, rng, sampling)
-    return _generate.allowed_or_lowest(tables, cstate, token)
+    return cd.allowed_or_lowest(tables, cstate, token)
 
   cstate = cd.init_state(tables, batch_size=batch)
   for k in range(3):

@@ -5,6 +5,8 @@ arguments' dtypes and shapes (at trace time inside jit) and, outside jit, the va
 token ids and `constraint_ids`, raising `errors.DecodingArgumentError` (`_runtime.py`).
 """
 
+from constrained_decoding.runtime._forced import allowed_or_lowest
+from constrained_decoding.runtime._forced import forced_tokens
 from constrained_decoding.runtime._rewind import ConstraintHistory
 from constrained_decoding.runtime._rewind import init_history
 from constrained_decoding.runtime._rewind import record
@@ -21,7 +23,9 @@ __all__ = [
     "ConstraintState",
     "advance",
     "allowed_bits",
+    "allowed_or_lowest",
     "allowed_tokens",
+    "forced_tokens",
     "init_history",
     "init_state",
     "mask_logits",

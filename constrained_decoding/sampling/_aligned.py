@@ -300,7 +300,7 @@ def _aligned_step(params, tables, store: StoreArrays, s: _LoopState, *, eos_ids,
   weight = jnp.where(allowed, logp + jnp.where(has_child, child_efg, 0.0), _NEG_INF)
   rng, key = jax.random.split(d.rng)
   token = jax.random.categorical(key, weight, axis=-1).astype(jnp.int32)
-  token = _loop.allowed_or_lowest(tables, d.constraint, token)
+  token = runtime.allowed_or_lowest(tables, d.constraint, token)
   running = ~d.done
   token = jnp.where(running, token, pad)
   ends = _loop.is_eos(token, eos_ids)

@@ -37,8 +37,6 @@ MAX_NEW_TOKENS = _host.MAX_NEW_TOKENS
 check_max_new_tokens = _host.check_max_new_tokens
 _value = _host.spec_value
 DecodeState = _loop.DecodeState
-allowed_or_lowest = _loop.allowed_or_lowest
-forced_tokens = _loop.forced_tokens
 
 
 def _prepare(model, prompts, constraint, constraint_ids, max_new_tokens, seed,

@@ -3,7 +3,8 @@
 Device code only (no host round trip inside): `generate` and `generate_stream` call
 `prefill` then `decode` (the stream with a growing limit), `evaluate` calls both inside
 its `shard_map`, and `generate_speculative` / `generate_aligned` start from `prefill`'s
-carry and reuse `allowed_or_lowest`, `is_eos` and `DecodeState`. The model is any
+carry and reuse `is_eos` and `DecodeState`. Every loop passes its sampled tokens
+through `runtime.allowed_or_lowest` and jump-forward asks `runtime.forced_tokens`. The model is any
 `models.LanguageModel`'s network (static) and params (traced).
 
 Names (package-private):
@@ -12,8 +13,6 @@ Names (package-private):
   init_constraint(tables, ids)      each row's constraint state at its start.
   prefill(params, tables, ...)      the two above: the loop's initial carry.
   decode(params, tables, state, limit, ...)  the `lax.while_loop` until `limit` tokens.
-  forced_tokens(tables, cstate, eos_ids)     the token a constraint forces (jump-forward).
-  allowed_or_lowest(tables, cstate, tokens)  every loop's last line of defence.
   is_eos(tokens, eos_ids)           which tokens end their row.
 """
 
@@ -23,10 +22,9 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, UInt32
+from jaxtyping import Array, Bool, Float, Int
 
 from constrained_decoding import runtime
-from constrained_decoding.runtime import _runtime as runtime_impl
 from constrained_decoding.sampling._methods import SamplingConfig, sample_tokens
 from constrained_decoding.tables import ConstraintTables
 
@@ -173,7 +171,7 @@ def _step(params, tables, s: DecodeState, *, eos_ids, temperature, top_p, networ
     logits = runtime.mask_logits(tables, s.constraint, logits)
   token, rng = _sample(logits, s.rng, sampling, temperature, top_p)
   if tables is not None:
-    token = allowed_or_lowest(tables, s.constraint, token)
+    token = runtime.allowed_or_lowest(tables, s.constraint, token)
   token = jnp.where(s.done, pad, token)
   constraint = s.constraint
   if tables is not None:
@@ -192,60 +190,6 @@ def _step(params, tables, s: DecodeState, *, eos_ids, temperature, top_p, networ
       done=done,
       rng=rng,
   )
-
-
-def forced_tokens(tables: ConstraintTables, cstate: runtime.ConstraintState,
-                  eos_ids: Int[Array, "E"]) -> Int[Array, "B"]:
-  """The token each row's constraint forces next, or -1 (a choice, or row stopped).
-
-  A row is forced when its allowed set is one token, or only end-of-sequence ids (then
-  the lowest of them: which one ends the row does not change its completion, which
-  excludes it). Counted with popcounts on the packed allowed set the runtime builds for
-  `allowed_tokens` (stacks of push-down tables, terminal edges and end of sequence
-  included): O(V/32) per row. Unpacking to `allowed_tokens` first cost 30x more (6 ms
-  per call at batch 8), paid on every decoding step.
-  """
-  bits = runtime_impl.allowed_bits(tables, cstate)  # uint32 [B, W]
-  words = bits.shape[-1]
-  ends = jnp.zeros(words * 32, jnp.uint32).at[eos_ids].set(1, mode="drop").reshape(words, 32)
-  end_bits = (ends << jnp.arange(32, dtype=jnp.uint32)).sum(axis=-1, dtype=jnp.uint32)
-  others = bits & ~end_bits[None, :]
-  num_others = jax.lax.population_count(others).astype(jnp.int32).sum(axis=-1)
-  num_ends = jax.lax.population_count(bits & end_bits[None, :]).astype(jnp.int32).sum(axis=-1)
-  forced = ((num_others == 1) & (num_ends == 0)) | ((num_others == 0) & (num_ends > 0))
-  forced &= ~(cstate.done | cstate.error)
-  # The token: the lowest one of the others, or of the ends.
-  pick = jnp.where((num_others > 0)[:, None], others, bits & end_bits[None, :])
-  return jnp.where(forced, _lowest_token(pick), -1)
-
-
-def _lowest_token(bits: UInt32[Array, "B W"]) -> Int[Array, "B"]:
-  """The lowest token id of each row's packed set: the lowest set bit of its first
-  non-zero word. O(W) per row."""
-  word = jnp.argmax(bits != 0, axis=-1).astype(jnp.int32)
-  value = jnp.take_along_axis(bits, word[:, None], axis=-1)[:, 0]
-  low = jax.lax.population_count((value & (~value + jnp.uint32(1))) - jnp.uint32(1))
-  return word * 32 + low.astype(jnp.int32)
-
-
-def allowed_or_lowest(tables: ConstraintTables, cstate: runtime.ConstraintState,
-                      tokens: Int[Array, "B"]) -> Int[Array, "B"]:
-  """`tokens` where the constraint allows them; elsewhere the lowest allowed id.
-
-  The last line of defence of every decode loop: the sampler never picks a masked
-  token while some allowed logit is above -inf (NaNs count as -inf), so this changes a
-  token only when a row has no usable logit at all (the model produced NaN or -inf
-  for every allowed token). Such a row still follows its constraint, with a
-  deterministic choice, instead of being steered into `error`. O(W) per row on the
-  packed allowed set (which XLA shares with `mask_logits`'s).
-  """
-  bits = runtime_impl.allowed_bits(tables, cstate)  # uint32 [B, W]
-  words = bits.shape[-1]
-  in_range = (tokens >= 0) & (tokens < words * 32)
-  safe = jnp.where(in_range, tokens, 0)
-  word = jnp.take_along_axis(bits, (safe // 32)[:, None], axis=-1)[:, 0]
-  allowed = in_range & (((word >> (safe % 32).astype(jnp.uint32)) & 1) == 1)
-  return jnp.where(allowed, tokens, _lowest_token(bits))
 
 
 def _where_rows(rows: Bool[Array, "B"], new, old):
@@ -274,7 +218,7 @@ def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, t
   live = ~s.done & (s.lengths < limit)  # rows that take a token this iteration
   logits = runtime.mask_logits(tables, s.constraint, s.logits)
   token, rng = _sample(logits, s.rng, sampling, temperature, top_p)
-  token = jnp.where(live, allowed_or_lowest(tables, s.constraint, token), pad)
+  token = jnp.where(live, runtime.allowed_or_lowest(tables, s.constraint, token), pad)
   constraint = _where_rows(live, runtime.advance(tables, s.constraint, token), s.constraint)
   done = s.done | (live & (is_eos(token, eos_ids) | constraint.error))
   positions = jnp.where(live, s.prompt_lengths + s.lengths, -1)[:, None]  # -1: not written
@@ -282,7 +226,7 @@ def _jump_step(params, tables, s: DecodeState, *, limit, eos_ids, temperature, t
   count = live.astype(jnp.int32)  # tokens this row takes in this iteration
 
   def forced(constraint, done, count):
-    t = forced_tokens(tables, constraint, eos_ids)
+    t = runtime.forced_tokens(tables, constraint)
     return jnp.where(~done & (s.lengths + count < limit), t, -1)
 
   def chain_cond(c):

@@ -118,7 +118,7 @@ def sample_tokens(
   NaN logits count as -inf (no evidence for the token), so a row never picks a
   masked (-inf) token while some token is above -inf, whatever NaNs the model
   produced. A row with every logit -inf or NaN gets an arbitrary id: the decode loops
-  replace it with an allowed token (`_loop.allowed_or_lowest`).
+  replace it with an allowed token (`runtime.allowed_or_lowest`).
   """
   logits = jnp.where(jnp.isnan(logits), jnp.asarray(-jnp.inf, logits.dtype), logits)
   if config.is_greedy:

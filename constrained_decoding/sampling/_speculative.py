@@ -374,7 +374,7 @@ def _speculate(target_params, draft_params, tables, state: SpecState, limit, eos
     # Rewind the constraint to s_m (k - m draft steps back), where the new token goes.
     _, rewound = runtime.rewind(history, draft_state, num_draft - m)
     if tables is not None:
-      token = _loop.allowed_or_lowest(tables, rewound, token)
+      token = runtime.allowed_or_lowest(tables, rewound, token)
 
     active = ~s.done
     rows = jnp.arange(drafts.shape[0])
@@ -430,7 +430,7 @@ def _start(draft_params, tables, first: _loop.DecodeState, prompt_tokens, eos_id
   logits = _mask(tables, first.constraint, first.logits)
   token = sample_tokens(logits, key, sampling, temperature=temperature, top_p=top_p)
   if tables is not None:
-    token = _loop.allowed_or_lowest(tables, first.constraint, token)
+    token = runtime.allowed_or_lowest(tables, first.constraint, token)
   constraint = _advance(tables, first.constraint, token)
   lengths = first.prompt_lengths
   positions = jnp.arange(width)[None, :] - (width - lengths)[:, None]

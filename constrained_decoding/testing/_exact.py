@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from constrained_decoding.models import _gemma3
+from constrained_decoding.models import _protocol
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits
 from constrained_decoding.tables import ConstraintTables
 from constrained_decoding.testing import _reference
@@ -145,14 +145,13 @@ def empirical_kl(counts: np.ndarray, probs: np.ndarray) -> float:
   return float(np.sum(freq[seen] * (np.log(freq[seen]) - np.log(probs[seen]))))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "sampling"))
+@functools.partial(jax.jit, static_argnames=("network", "sampling"))
 def _score(params, tokens, positions, logit_positions, targets, allowed_rows, allowed,
-           eos_mask, temperature, top_p, *, config, sampling):
+           eos_mask, temperature, top_p, *, network, sampling):
   """Teacher forcing of right-padded sequences: per step, (log P(target), log of the
   allowed mass, log of the end-of-sequence mass)."""
-  cache = _gemma3.init_cache(config, batch_size=tokens.shape[0], cache_len=tokens.shape[1])
-  logits, _ = _gemma3.forward(params, config, tokens, positions, cache,
-                              logit_indices=logit_positions)
+  cache = network.init_cache(batch_size=tokens.shape[0], cache_len=tokens.shape[1])
+  logits, _ = network.apply(params, tokens, positions, cache, logit_indices=logit_positions)
   logits = filter_logits(logits, sampling, temperature=temperature, top_p=top_p)
   logp = jax.nn.log_softmax(logits, axis=-1)  # [n, L + 1, V]
   width = logp.shape[-1]
@@ -177,7 +176,7 @@ def exact_distribution(model, prompt: str | Sequence[int], tables: ConstraintTab
   width (tokens the constraint forbids included).
 
   Args:
-    model: A `models.Gemma3`.
+    model: A `models.LanguageModel` (`models.Gemma3`, or your own: `docs/models.md`).
     prompt: Text (encoded with BOS, as `generate` does) or token ids used as given.
     tables: The constraint (its first constraint when stacked). Must be finite.
     sampling: Temperature (> 0) and filters defining P.
@@ -187,6 +186,8 @@ def exact_distribution(model, prompt: str | Sequence[int], tables: ConstraintTab
   if sampling.is_greedy:
     raise ValueError("exact_distribution needs a sampling temperature > 0. Expected "
                      "SamplingConfig(temperature=...) (greedy decoding has no distribution).")
+  _protocol.check_model(model)
+  network = _protocol.decode_network(model)  # As the loops: padded columns masked.
   ids = model.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
   sequences = accepted_sequences(tables, max_length=max_length, limit=limit)
   # The allowed set after each prefix, one row per distinct (state, stack).
@@ -227,7 +228,7 @@ def exact_distribution(model, prompt: str | Sequence[int], tables: ConstraintTab
         model.params, jnp.asarray(tokens), jnp.asarray(positions),
         jnp.asarray(logit_positions), jnp.asarray(targets), jnp.asarray(row_ids), allowed,
         jnp.asarray(eos_mask), jnp.float32(sampling.temperature),
-        jnp.float32(sampling.top_p), config=model.config, sampling=static))
+        jnp.float32(sampling.top_p), network=network, sampling=static))
     for i, w in enumerate(chunk[:n]):
       k = len(w)
       steps.append(target[i, :k])

@@ -51,16 +51,15 @@ def test_forced_tokens_match_a_numpy_oracle(vocab_name, pattern, request):
   vocab = request.getfixturevalue(f"{vocab_name}_vocab")
   compiler = request.getfixturevalue(f"{vocab_name}_compiler")
   tables = compiler.compile(cd.Regex(pattern))
-  eos_ids = jnp.asarray(vocab.eos_ids, jnp.int32)
   states = np.arange(np.asarray(tables.accepting).shape[0], dtype=np.int32)  # padding too
   cstate = cd.init_state(tables, batch_size=len(states)).replace(state=jnp.asarray(states))
-  got = np.asarray(jax.jit(_loop.forced_tokens)(jax.device_put(tables), cstate, eos_ids))
+  got = np.asarray(jax.jit(cd.forced_tokens)(jax.device_put(tables), cstate))
   want = [_forced_oracle(tables, int(s), vocab.eos_ids) for s in states]
   assert got.tolist() == want
   assert (got >= 0).any() and (got < 0).any()  # both kinds occur: the test can fail
   # Stopped rows are never forced, though they allow exactly end of sequence.
   stopped = cstate.replace(done=jnp.ones(len(states), bool))
-  assert (np.asarray(_loop.forced_tokens(tables, stopped, eos_ids)) == -1).all()
+  assert (np.asarray(cd.forced_tokens(tables, stopped)) == -1).all()
 
 
 def test_greedy_outputs_identical(byte_model, byte_compiler):
