@@ -481,8 +481,8 @@ def _key_regions(patterns: list, where: str) -> list | None:
         inside = _json_scalar_schemas.intersect_texts([text, part], where)
         if inside != ir.NOTHING:
           split.append((inside, sets))
-    if len(split) > MAX_PATTERN_REGIONS:
-      return None
+          if len(split) > MAX_PATTERN_REGIONS:
+            return None  # At once: the rest of the split would be wasted work.
     regions = split
   return regions
 
