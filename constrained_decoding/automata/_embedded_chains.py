@@ -44,6 +44,7 @@ from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _registers
+from constrained_decoding.automata import _slotted_chains
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -65,6 +66,9 @@ class EmbeddedChain:
     stride: Slots per position.
     inner: `body` states of the slots 1.. (inside an X).
     body: Byte DFA of X.
+    slotted: For a slotted chain (`_slotted_chains.py`: a layered `ir.Graph`, laid out
+      in full, `compressed_of` the identity), its slots; None for `X{n,m}`. Then
+      `body` is None and `inner` empty.
   """
 
   chain: _counting.Chain
@@ -75,7 +79,8 @@ class EmbeddedChain:
   cell: np.ndarray
   stride: int
   inner: list
-  body: ByteDfa
+  body: ByteDfa | None
+  slotted: _slotted_chains.Slotted | None = None
 
 
 def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]]:
@@ -103,11 +108,32 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
     embedded = chains[name]
     return ir.Fragment(name, ir.repeat(repeat.node, embedded.n2, embedded.m2))
 
+  def slotted_fragment(graph: ir.Graph) -> ir.Node | None:
+    if graph in rejected:
+      return None
+    name = names.get(graph)
+    if name is None:
+      slotted = _slotted_chains.find_slotted(graph)
+      if slotted is None:
+        rejected.add(graph)
+        return None
+      dfa, cell = _slotted_chains.chain_dfa(slotted)
+      layers = slotted.length + 1
+      name = names[graph] = f"{_NAME_PREFIX}{len(names)}"
+      chains[name] = EmbeddedChain(
+          chain=_counting.Chain(prefix=b"", body=graph, char_class=slotted.char_class,
+                                min=0, max=slotted.length, suffix=b""),
+          n2=0, m2=slotted.length, compressed_of=np.arange(layers), dfa=dfa, cell=cell,
+          stride=slotted.num_slots, inner=[], body=None, slotted=slotted)
+    return ir.Fragment(name, graph)
+
   def chain_or_descend(n: ir.Node) -> ir.Node | None:
     # Top-down: a repeat is judged as written, before anything inside it is replaced.
     # Bytes, classes, terminals, rule references and (schema-free) fragments stay as they are.
     if isinstance(n, ir.Repeat) and n.max is not None:
       return chain_fragment(n)
+    if isinstance(n, ir.Graph):
+      return slotted_fragment(n)
     return None
 
   out = ir.transform(node, before=chain_or_descend)
@@ -187,6 +213,13 @@ def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain], arc_ops: dict 
     reads = start_row != NO_STATE
     if (new_trans[s][reads] != NO_STATE).any() or (trans[c][reads] != NO_STATE).any():
       return None  # s or c reads a byte the chain's start reads.
+    if embedded.slotted is not None:
+      # A token wholly in K counts from the chain's start and never leaves it: s and c
+      # read no character of K (the start slot may read fewer than K).
+      klass = np.zeros(256, bool)
+      klass[(cdfa.transitions != NO_STATE).any(axis=0)] = True
+      if (new_trans[s][klass] != NO_STATE).any() or (trans[c][klass] != NO_STATE).any():
+        return None
     new_trans[s][reads] = start_row[reads]
     finals = phi[np.flatnonzero(cdfa.accepting)]
     follow = np.flatnonzero(trans[c] != NO_STATE)
@@ -270,8 +303,13 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   moves: list[tuple[int, int]] = []
   for copy in copies:
     e = copy.chain
-    if not counting.add_chain(e.chain, copy.cell, e.m2, e.stride, e.inner, e.body,
-                              counts_of[e.chain.char_class], vocab, entries_of, moves):
+    if e.slotted is not None:
+      # Entries once liveness is known (below); the moves of every present cell now.
+      _slotted_chains.add_slotted(counting, e.slotted, copy.cell,
+                                  counts_of[e.chain.char_class], vocab,
+                                  copy.cell >= 0, None, moves)
+    elif not counting.add_chain(e.chain, copy.cell, e.m2, e.stride, e.inner, e.body,
+                                counts_of[e.chain.char_class], vocab, entries_of, moves):
       return None
   term_src = [s for s, listed in terminal_edges.items() for _ in listed]
   term_dst = [t for listed in terminal_edges.values() for _, t in listed]
@@ -282,6 +320,13 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
       dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return None  # Let plain composition report the empty constraint.
+  for copy in copies:  # Slotted chains allow only tokens that land on live cells.
+    e = copy.chain
+    if e.slotted is not None:
+      usable = (copy.cell >= 0) & live[np.maximum(copy.cell, 0)]
+      _slotted_chains.add_slotted(counting, e.slotted, copy.cell,
+                                  counts_of[e.chain.char_class], vocab, usable,
+                                  entries_of, [])
   live_states = np.flatnonzero(live)
   order = np.concatenate([[dfa.start], live_states[live_states != dfa.start]])
   new_id = np.full(q, -1, np.int64)

@@ -95,6 +95,14 @@ def with_lengths(texts: list[ir.Node], min_length: int, max_length: int | None
     bounded = length_bounded(texts[0], min_length, max_length)
     if bounded is not None:
       return [bounded]
+    if max_length is not None:
+      # A small ASCII pattern (a DNS label): the product numbered layer by layer, which
+      # the compiler lays out as a counted chain with slots.
+      from constrained_decoding.automata import _slotted_chains  # pylint: disable=g-import-not-at-top
+
+      product = _slotted_chains.length_product(texts[0], min_length, max_length)
+      if product is not None:
+        return [product]
   return texts + [_intersect.text_of_length(min_length, max_length)]
 
 

@@ -1,0 +1,201 @@
+"""Counted chains with slots (`automata/_slotted_chains.py`): a pattern and `maxLength`.
+
+Oracles: plain composition of the same spec (allowed sets compared state by state along
+random token walks, over fixed and random multi-character vocabularies), exact
+enumeration of every accepted token sequence against every tokenization of every
+string `re.fullmatch` accepts, `re.fullmatch` plus the length bounds under random
+tokenizations, and the device step against the numpy reference walk.
+"""
+
+import itertools
+import json
+import random
+import re
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import constrained_decoding as cd
+from constrained_decoding.automata import _slotted_chains
+from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.testing import _exact
+from constrained_decoding.testing import _reference as ref
+
+DNS = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+PACKAGE = "^(?:@[a-z0-9-*~][a-z0-9-*._~]*/)?[a-z0-9-~][a-z0-9-._~]*$"
+PAIRS = "^([a-p][0-9])*$"  # Slots that alternate: only even lengths finish.
+
+# Byte tokens plus multi-character ones inside the chain's class, ones that cross its
+# start and end (`"ab`, `b",`), and ones that change slot (`a-`, `-b`, `--`).
+_EXTRA = [b"ab", b"a-", b"-b", b"--", b"abc-def", b"x9-", b"z" * 20, b"a0b1", b"0b",
+          b'a"', b'"a', b'b",', b'":"', b'{"n":"', b'"}', b"@a", b"a/b", b"ab.c", b"9"]
+
+
+@pytest.fixture(scope="module")
+def vocab():
+  tokens = [bytes([b]) for b in range(256)] + _EXTRA + [None]
+  return cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+
+
+def _compilers(vocab):
+  counted = cd.Compiler(vocab, cd.CompileOptions(memoize=False))
+  plain = cd.Compiler(vocab, cd.CompileOptions(memoize=False, counted_chains=False))
+  return counted, plain
+
+
+def _string(pattern, max_length, min_length=0):
+  return {"type": "string", "pattern": pattern, "maxLength": max_length,
+          "minLength": min_length}
+
+
+_SCHEMAS = [
+    _string(DNS, 20),
+    _string(DNS, 9, 3),
+    _string(PACKAGE, 30, 1),
+    _string(PAIRS, 13, 4),
+    {"type": "object", "properties": {"n": _string(DNS, 12), "i": {"type": "integer"}},
+     "required": ["n"]},
+    {"type": "array", "items": _string(DNS, 10)},
+    {"anyOf": [_string(DNS, 15), {"type": "null"}]},
+]
+
+
+def _assert_same_walks(counted, plain, vocab, *, walks=80, seed=0):
+  rng = np.random.default_rng(seed)
+  eos = set(vocab.eos_ids)
+  for _ in range(walks):
+    c_state, p_state = int(counted.start[0]), int(plain.start[0])
+    for _ in range(int(rng.integers(1, 40))):
+      c_allowed = ref.reference_allowed(counted, c_state)
+      np.testing.assert_array_equal(c_allowed, ref.reference_allowed(plain, p_state))
+      choices = [t for t in np.flatnonzero(c_allowed) if t not in eos]
+      if not choices:
+        break
+      token = int(rng.choice(choices))
+      c_state = ref.reference_step(counted, c_state, token)
+      p_state = ref.reference_step(plain, p_state, token)
+
+
+@pytest.mark.parametrize("schema", _SCHEMAS, ids=lambda s: json.dumps(s)[:60])
+def test_slotted_chains_equal_plain_composition(schema, vocab):
+  counted_compiler, plain_compiler = _compilers(vocab)
+  counted = counted_compiler.compile(cd.JsonSchema(schema))
+  plain = plain_compiler.compile(cd.JsonSchema(schema))
+  assert counted.token_counts.shape[0] >= 1, "the slotted-chain path was not taken"
+  assert plain.token_counts.shape[0] == 0
+  _assert_same_walks(counted, plain, vocab)
+
+
+@pytest.mark.parametrize("pattern,low,high", [(DNS, 0, 20), (DNS, 2, 9), (PACKAGE, 1, 25),
+                                              (PAIRS, 4, 13)])
+def test_random_tokenizations_match_re(pattern, low, high, vocab):
+  tables = _compilers(vocab)[0].compile(cd.JsonSchema(_string(pattern, high, low)))
+  assert tables.token_counts.shape[0] >= 1
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(5)
+  alphabet = "abz09-._~@/*"
+  for n in [0, 1, 2, low, high - 1, high, high + 1] * 6:
+    for text in ("".join(rng.choice(alphabet) for _ in range(n)),
+                 "".join(rng.choice("ab0-") for _ in range(n)),
+                 "a" * max(n - 1, 0) + "-" * (n > 0), "ab" * (n // 2),
+                 "a1" * (n // 2), "@a/" + "b" * max(n - 3, 0)):
+      data = json.dumps(text).encode()
+      want = bool(re.fullmatch(pattern.strip("^$"), text)) and low <= len(text) <= high
+      for _ in range(2):
+        tokens = index.random_tokenization(data, rng)
+        assert ref.reference_accepts(tables, tokens) == want, (pattern, text)
+
+
+def _tokenizations(data: bytes, token_ids: dict) -> list[tuple[int, ...]]:
+  if not data:
+    return [()]
+  out = []
+  for k in range(1, len(data) + 1):
+    head = token_ids.get(data[:k])
+    if head is not None:
+      out += [(head,) + rest for rest in _tokenizations(data[k:], token_ids)]
+  return out
+
+
+@pytest.mark.parametrize("pattern,chars,low,high", [
+    ("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "a-", 0, 8),
+    ("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "a0-", 2, 8),
+    ("^([a-p][0-9])*$", "a0", 2, 9),
+])
+def test_exact_enumeration_on_a_small_vocabulary(pattern, chars, low, high):
+  # Only a few of the class's characters are tokens, so the language is small enough to
+  # list; multi-character tokens cross slots and the string's ends.
+  pieces = [c.encode() for c in chars] + [b'"']
+  pieces += [a + b for a, b in itertools.product(pieces, repeat=2)]
+  pieces += [b"a-a", b'a"', b'"a-', b"aaaa"]
+  tokens = sorted(set(pieces)) + [None]
+  vocab = cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+  tables = _compilers(vocab)[0].compile(cd.JsonSchema(_string(pattern, high, low)))
+  assert tables.token_counts.shape[0] >= 1
+  token_ids = {t: k for k, t in enumerate(tokens) if t is not None}
+  want = set()
+  for n in range(low, high + 1):
+    for text in map("".join, itertools.product(chars, repeat=n)):
+      if re.fullmatch(pattern.strip("^$"), text):
+        want.update(_tokenizations(json.dumps(text).encode(), token_ids))
+  got = set(_exact.accepted_sequences(tables, max_length=high + 2, limit=1_000_000))
+  assert got == want
+
+
+_ALPHABET = "ab09-._\"x"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(_ALPHABET, min_size=2, max_size=5), min_size=3, max_size=25),
+       st.sampled_from([DNS, PACKAGE, PAIRS, "^[a-z0-9]+(\\.[a-z0-9_-]+)*$"]),
+       st.integers(8, 18), st.integers(0, 3), st.integers(0, 10 ** 6))
+def test_random_vocabularies_equal_plain_composition(extra, pattern, high, low, seed):
+  tokens = [bytes([b]) for b in range(128)] + sorted({t.encode() for t in extra}) + [None]
+  vocab = cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+  schema = {"type": "object", "properties": {"n": _string(pattern, high, low)},
+            "required": ["n"]}
+  counted_compiler, plain_compiler = _compilers(vocab)
+  counted = counted_compiler.compile(cd.JsonSchema(schema))
+  plain = plain_compiler.compile(cd.JsonSchema(schema))
+  assert counted.token_counts.shape[0] >= 1
+  _assert_same_walks(counted, plain, vocab, walks=20, seed=seed)
+
+
+def test_device_step_agrees_with_reference(vocab):
+  schema = {"type": "object", "properties": {"n": _string(DNS, 20)}, "required": ["n"]}
+  tables = _compilers(vocab)[0].compile(cd.JsonSchema(schema))
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(0)
+  step = jax.jit(cd.advance)
+  for text in ['{"n":"ab-c"}', '{"n":"' + "a" * 20 + '"}', '{"n":"' + "a-" * 10 + '"}',
+               '{"n":"abc-def-x9-0b"}']:
+    tokens = index.random_tokenization(text.encode(), rng)
+    states, ok = ref.reference_walk(tables, tokens)
+    state = cd.init_state(tables, batch_size=1)
+    for token, expected in zip(tokens, states):
+      allowed = np.asarray(cd.allowed_tokens(tables, state))[0]
+      np.testing.assert_array_equal(allowed, ref.reference_allowed(tables, int(state.state[0])))
+      state = step(tables, state, np.array([token], np.int32))
+      assert int(state.state[0]) == expected
+    value = json.loads(text)["n"]
+    assert ok == (bool(re.fullmatch(DNS.strip("^$"), value)) and len(value) <= 20)
+
+
+def test_length_product_is_layered_and_recognized():
+  text = ir.concat(ir.char_class([(ord("a"), ord("z"))]),
+                   ir.repeat(ir.char_class([(ord("-"), ord("-")), (ord("a"), ord("z"))]), 0,
+                             None))
+  graph = _slotted_chains.length_product(text, 2, 30)
+  assert graph is not None
+  slotted = _slotted_chains.find_slotted(graph)
+  assert slotted is not None and slotted.num_slots == 2 and slotted.length == 30
+  # Not a slotted chain: an arc that skips a layer, or non-ASCII characters.
+  skipping = ir.Graph(graph.num_states, graph.arcs + ((0, graph.arcs[0][1], 4),), graph.finals)
+  assert _slotted_chains.find_slotted(skipping) is None
+  assert _slotted_chains.length_product(ir.repeat(ir.char_class([(0xE0, 0xFF)]), 0, None),
+                                        0, 30) is None
+  # Too short for a chain: intersected as before.
+  assert _slotted_chains.length_product(text, 0, 5) is None
