@@ -1,9 +1,22 @@
 """Shared fixtures. Real vocabulary: the Gemma 3 tokenizer in the default model's GGUF."""
 
 import os
+import shutil
+import tempfile
 
 # Test pmap/shard_map code on several host devices; must precede importing jax.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+# One XLA program cache per test run, shared by the xdist workers and every subprocess
+# (CLI runs, notebook kernels, the evaluation job): the first process to compile a
+# program writes it, the others load it instead of compiling again (the default model's
+# decode loop is compiled in many processes). Made by the first process (the xdist
+# controller), inherited by the rest through the environment, removed at its exit; a
+# fresh one each run, so timings do not depend on earlier runs.
+_OWN_XLA_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_XLA_CACHE:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="cd-tests-xla-")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 import jaxtyping  # noqa: E402
 
@@ -13,6 +26,11 @@ jaxtyping.install_import_hook("constrained_decoding", "beartype.beartype")
 import pytest  # noqa: E402
 
 import constrained_decoding as cd  # noqa: E402
+
+
+def pytest_unconfigure(config):
+  if _OWN_XLA_CACHE and not hasattr(config, "workerinput"):  # The run's owner only.
+    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
