@@ -25,6 +25,13 @@ spliced schema-free JSON fragments):
    are absolute: a target inside a chain reached from elsewhere is always within one
    token of the chain's start, where positions are not compressed (`f[i] = i`).
 
+Slotted chains (`_slotted_chains.py`: a small ASCII pattern with `maxLength`, lowered
+to an `ir.Graph` numbered layer by layer) go the same way: `extract` makes each
+recognized graph a fragment whose chain is laid out in full (`compressed_of` the
+identity, `stride` its number of slots), and their counting entries (one terminal per
+slot pair, filtered to the counts that land on live cells) are added once liveness is
+known.
+
 Exact, like `_counting.py`: every tokenization is kept and a token may cross a chain's
 start or end. Returns None (plain composition applies) when a chain's arc cannot be
 spliced or a compressed position shared by several real ones would need an absolute
@@ -301,13 +308,14 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   counting = _counting.CountingTerminals(w)
   entries_of: dict[int, list] = {}
   moves: list[tuple[int, int]] = []
+  slotted_moves: list[tuple[np.ndarray, np.ndarray]] = []
   for copy in copies:
     e = copy.chain
     if e.slotted is not None:
       # Entries once liveness is known (below); the moves of every present cell now.
       _slotted_chains.add_slotted(counting, e.slotted, copy.cell,
                                   counts_of[e.chain.char_class], vocab,
-                                  copy.cell >= 0, None, moves)
+                                  copy.cell >= 0, None, slotted_moves)
     elif not counting.add_chain(e.chain, copy.cell, e.m2, e.stride, e.inner, e.body,
                                 counts_of[e.chain.char_class], vocab, entries_of, moves):
       return None
@@ -315,8 +323,10 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   term_dst = [t for listed in terminal_edges.values() for _, t in listed]
   move_src, move_dst = (list(c) for c in zip(*moves)) if moves else ([], [])
   live = _compose._live_states(  # pylint: disable=protected-access
-      q, np.concatenate([src, np.array(term_src + move_src, np.int64)]).astype(np.int64),
-      np.concatenate([dst, np.array(term_dst + move_dst, np.int64)]).astype(np.int64),
+      q, np.concatenate([src, np.array(term_src + move_src, np.int64)]
+                        + [a for a, _ in slotted_moves]).astype(np.int64),
+      np.concatenate([dst, np.array(term_dst + move_dst, np.int64)]
+                     + [b for _, b in slotted_moves]).astype(np.int64),
       dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return None  # Let plain composition report the empty constraint.

@@ -50,8 +50,10 @@ from constrained_decoding.constraints import _ir as ir
 
 # At most this many slots (states of the pattern's DFA).
 MAX_SLOTS = 16
-# At most this many cells (layers x slots) in a product written by `length_product`.
-MAX_CELLS = 100_000
+# At most this many cells (layers x slots) in a product written by `length_product`
+# (past it, the intersection as before: its budget refuses large ones). Each cell is a
+# state and, for liveness, a move per token length it may take.
+MAX_CELLS = 20_000
 # Fewer layers than this: plain composition (few states anyway); fewer characters in
 # K: few tokens are wholly in it (as `_counting.MIN_COUNT`, `MIN_CLASS_SIZE`).
 MIN_LAYERS = 8
@@ -269,10 +271,8 @@ def chain_dfa(slotted: Slotted) -> tuple[ByteDfa, np.ndarray]:
   trans = np.full((q, 256), NO_STATE, np.int32)
   f = slotted.slot_next
   safe = np.maximum(f, 0)
-  for j in range(layers - 1):
-    for a in np.flatnonzero(present[j]).tolist():
-      target = np.where(f[a] >= 0, cell[j + 1, safe[a]], -1)
-      trans[cell[j, a], :128] = target
+  js, slots = np.nonzero(present[:-1])
+  trans[cell[js, slots], :128] = np.where(f[slots] >= 0, cell[js[:, None] + 1, safe[slots]], -1)
   accepting = np.zeros(q, bool)
   accepting[cell[slotted.accepting]] = True
   return ByteDfa(transitions=trans, accepting=accepting, start=int(cell[0, 0])), cell
@@ -310,7 +310,7 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
   """Adds to `counting` the terminals of the chain (one per (slot, slot after) pair),
   to `entries_of` (state -> [(terminal, filter)], when not None) the entries of the
   `usable` cells (bool `[L + 1, S]`: present, and live for the tokens), and to `moves`
-  a (source, target) pair per cell and count a token may take (for liveness).
+  (sources, targets) arrays: a move per cell and count a token may take (for liveness).
 
   `cell` is `[L + 1, S]` in the composed DFA's numbering; `counts` the
   `_counting._ClassCounts` of K.
@@ -352,19 +352,23 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
     return counting._get(key, lambda: _wide.token_bits(  # pylint: disable=protected-access
         np.flatnonzero(np.isin(counts.counts, allowed)), w), (-1, -1, -1))
 
+  # Per terminal (a, b), vectorized over layers: which of its counts land on usable
+  # cells, one filter per distinct pattern of them.
   layers = slotted.length + 1
-  for j, a in zip(*np.nonzero(usable)):
-    j, a = int(j), int(a)
-    state = int(cell[j, a])
-    entries = []
-    for (a2, b), (t, every) in terminals.items():
-      if a2 != a:
-        continue
-      reach = every[j + every < layers]
-      allowed = reach[usable[j + reach, b]]
-      if not len(allowed):
-        continue
-      entries.append((t, filter_of(allowed, every)))
-      moves.extend((state, int(cell[j + c, b])) for c in allowed.tolist())
-    if entries and entries_of is not None:
-      entries_of[state] = entries
+  listed: dict[int, list] = {}
+  for (a, b), (t, every) in terminals.items():
+    rows = np.flatnonzero(usable[:, a])
+    if not len(rows):
+      continue
+    to = rows[:, None] + every[None, :]  # [rows, counts]: the layer each count lands on
+    lands = (to < layers) & usable[np.minimum(to, layers - 1), b]
+    patterns, which = np.unique(lands, axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    filters = [filter_of(every[p], every) if p.any() else None for p in patterns]
+    sources, targets = cell[rows, a], cell[np.minimum(to, layers - 1), b]
+    for k in np.flatnonzero(lands.any(axis=1)).tolist():
+      listed.setdefault(int(sources[k]), []).append((t, filters[which[k]]))
+    ks, cs = np.nonzero(lands)
+    moves.append((sources[ks], targets[ks, cs]))
+  if entries_of is not None:
+    entries_of.update(listed)
