@@ -206,7 +206,8 @@ def find_slotted(graph: ir.Graph) -> Slotted | None:
   """The slotted chain `graph` is (see the module doc), or None."""
   n = graph.num_states
   arcs = graph.arcs
-  if not arcs or not all(isinstance(label, ir.CharClass) for _, label, _ in arcs):
+  if not arcs or not all(isinstance(label, ir.CharClass) and label.ranges
+                         for _, label, _ in arcs):
     return None
   for _, label, _ in arcs:
     for lo, hi in label.ranges:

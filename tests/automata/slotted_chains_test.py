@@ -195,6 +195,16 @@ def test_length_product_is_layered_and_recognized():
   # Not a slotted chain: an arc that skips a layer, or non-ASCII characters.
   skipping = ir.Graph(graph.num_states, graph.arcs + ((0, graph.arcs[0][1], 4),), graph.finals)
   assert _slotted_chains.find_slotted(skipping) is None
+  # Two slot functions: slot 0 reads "a" into slot 0 at layer 0, into slot 1 at layer 1.
+  a = ir.char_class([(ord("a"), ord("a"))])
+  letters = ir.char_class([(ord("b"), ord("z"))])
+  arcs = tuple((2 * j, letters, 2 * j + 2) for j in range(10)) + ((0, a, 2), (2, a, 5))
+  assert _slotted_chains.find_slotted(ir.Graph(22, arcs, (20,))) is None
+  # An arc missing between present cells (the graph is not the product of its slots).
+  for k in (0, 5, len(graph.arcs) - 1):
+    missing = ir.Graph(graph.num_states, graph.arcs[:k] + graph.arcs[k + 1:], graph.finals)
+    assert _slotted_chains.find_slotted(missing) is None
+  assert _slotted_chains.find_slotted(ir.Graph(22, ((0, ir.CharClass(()), 2),), (2,))) is None
   assert _slotted_chains.length_product(ir.repeat(ir.char_class([(0xE0, 0xFF)]), 0, None),
                                         0, 30) is None
   # Too short for a chain: intersected as before.
