@@ -33,3 +33,20 @@ __all__ = [
     "generate_stream",
     "sample_tokens",
 ]
+
+# DeepMind gemma's sampler, constrained; imports gemma (an optional extra) on first use.
+_GEMMA_NAMES = ("ConstrainedSampler", "ConstrainedSamplerLoop", "ConstrainedSamplingState")
+
+
+def __getattr__(name):
+  if name in _GEMMA_NAMES:
+    try:
+      from constrained_decoding.sampling import _gemma_sampler  # pylint: disable=g-import-not-at-top
+    except ModuleNotFoundError as e:
+      if e.name is None or e.name.split(".")[0] not in ("gemma", "kauldron"):
+        raise
+      raise ImportError(
+          f"cd.sampling.{name} adapts DeepMind's gemma sampler, which is not installed "
+          f"({e}). Install it with `pip install constrained_decoding[gemma]`.") from e
+    return getattr(_gemma_sampler, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
