@@ -8,6 +8,7 @@ not installed (`pip install constrained_decoding[gemma]`).
 
 import dataclasses
 import json
+import pathlib
 import re
 
 import jax
@@ -16,7 +17,6 @@ import pytest
 
 pytest.importorskip("gemma")
 from gemma import gm  # noqa: E402  pylint: disable=g-import-not-at-top
-from gemma.gm.text import _tokenizer  # noqa: E402  pylint: disable=g-import-not-at-top
 import jsonschema  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import constrained_decoding as cd  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -25,7 +25,7 @@ FIRST_BYTE = 4  # token 4 + b is byte b; 0-3 are the special tokens below
 VOCAB_SIZE = FIRST_BYTE + 256
 
 
-class _ByteSpecialTokens(_tokenizer.SpecialTokens):
+class _ByteSpecialTokens(gm.text.SpecialTokens):
   PAD = 0  # gemma pads prompts and zeroes tokens after the end with id 0
   EOS = 1
   BOS = 2
@@ -179,3 +179,10 @@ def test_a_second_constraint_reuses_the_compiled_loop(model_and_params, compiler
   texts = sampler.sample(PROMPTS, tables=b, max_new_tokens=8, rng=0)
   assert all(re.fullmatch(large, t) for t in texts), texts
   assert loop._cache_size() == before  # pylint: disable=protected-access
+
+
+def test_the_worked_example_in_docs_runs():
+  """docs/gemma_sampler.md's worked example, run exactly as written."""
+  doc = (pathlib.Path(__file__).parents[2] / "docs" / "gemma_sampler.md").read_text()
+  code = doc.split("<!-- test: gemma-sampler -->\n```python\n", 1)[1].split("```", 1)[0]
+  exec(compile(code, "docs/gemma_sampler.md", "exec"), {})  # pylint: disable=exec-used
