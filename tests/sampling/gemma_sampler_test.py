@@ -186,3 +186,15 @@ def test_the_worked_example_in_docs_runs():
   doc = (pathlib.Path(__file__).parents[2] / "docs" / "gemma_sampler.md").read_text()
   code = doc.split("<!-- test: gemma-sampler -->\n```python\n", 1)[1].split("```", 1)[0]
   exec(compile(code, "docs/gemma_sampler.md", "exec"), {})  # pylint: disable=exec-used
+
+
+def test_streaming_and_a_second_turn(model_and_params, compiler):
+  """gemma's streaming loop and multi-turn state run the constrained step too."""
+  tables = compiler.compile(cd.Regex(DATE))
+  sampler = _sampler(model_and_params, sampling=gm.text.RandomSampling())
+  pieces = list(sampler.sample("When?", tables=tables, max_new_tokens=20, stream=True, rng=3))
+  first = sampler.sample("When?", tables=tables, max_new_tokens=20, rng=3, return_state=True)
+  assert "".join(pieces) == first.text and re.fullmatch(DATE, first.text)
+  second = sampler.sample("And again?", tables=tables, max_new_tokens=20, rng=4,
+                          return_state=True, last_state=first.state)
+  assert re.fullmatch(DATE, second.text) and bool(second.state.constraint.done.all())
