@@ -34,8 +34,8 @@ MAX_COPIED_ITEMS = 2_000
 
 
 def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
-  """Arrays of `minItems` to `maxItems` items, `minContains` (default 1) to
-  `maxContains` of them matching `contains`.
+  """Arrays of `minItems` to `maxItems` items (`prefixItems`, then `items`),
+  `minContains` (default 1) to `maxContains` of them matching `contains`.
 
   An automaton over (items written, matching items written), each capped where more
   no longer matters: an item either counts (`items` and `contains`) or not (`items`
@@ -50,13 +50,17 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
                                                        "maxContains")}
   if m == 0 and top is None:
     return lower_array(lw, rest, pointer)
-  for key in ("prefixItems", "uniqueItems"):
-    if key in schema and schema[key] is not False:
-      lw.unsupported(where, (
-          f"contains at {where} next to {key} is not supported. Expected contains with"
-          " items, minItems, maxItems, minContains and maxContains only. Remove one of"
-          " them, or pass lenient=True to ignore contains."))
-      return lower_array(lw, rest, pointer)
+  prefix_schemas = schema.get("prefixItems", [])
+  if not isinstance(prefix_schemas, list):
+    raise errors.SchemaError(
+        f"prefixItems at {_pointer(pointer, 'prefixItems')} is {_short(prefix_schemas)}."
+        " Expected an array of schemas. Fix the value.")
+  if schema.get("uniqueItems", False) is not False:
+    lw.unsupported(where, (
+        f"contains at {where} next to uniqueItems is not supported. Expected contains"
+        " with items, prefixItems, minItems, maxItems, minContains and maxContains only."
+        " Remove one of them, or pass lenient=True to ignore contains."))
+    return lower_array(lw, rest, pointer)
   low = _json_keywords.count(schema, "minItems", pointer) or 0
   high = _json_keywords.count(schema, "maxItems", pointer)
   if top is not None and high is not None and top >= high:
@@ -66,7 +70,8 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
   if top is not None and top < m or high is not None and (high < low or high < m):
     return ir.NOTHING
   cap = m if top is None else top  # Matches counted up to here.
-  full = high if high is not None else max(low, 1)  # Items counted up to here.
+  full = high if high is not None else max(low, 1, len(prefix_schemas))  # Items counted
+  # up to here: past the prefix, every position reads `items`.
   size = (full + 1) * (cap + 1)
   if full > 1 and size > MAX_CONTAINS_STATES:  # Linear in `cap` alone, as before.
     keyword, counted = ("maxItems", high) if high is not None else ("minItems", low)
@@ -75,14 +80,19 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
         f" {cap} next to {keyword} {counted} at {_pointer(pointer, keyword)} needs an"
         f" automaton of {size} states (items written times matching items written)."
         f" Expected at most {MAX_CONTAINS_STATES}. Lower the bounds, or drop one of them.")
-  items = _items(schema)
-  item = lw.lower(items, _pointer(pointer, "items"))
-  hit = lw.lower_conjunction([(items, pointer), (schema["contains"], where)], where)
-  miss = item
+  negated = None
   if top is not None:
     negated = _json_negation.negate(schema["contains"],
                                     lambda ref: lw.resolve(ref, pointer), where)
-    miss = lw.lower_conjunction([(items, pointer), (negated, where)], where)
+  positions = []  # (item, hit, miss) at each prefix position, then for `items`.
+  for i, items in [*enumerate(prefix_schemas[:full]), (None, _items(schema))]:
+    at = _pointer(pointer, "items") if i is None else _pointer(pointer, "prefixItems", i)
+    item = lw.lower(items, at)
+    hit = lw.lower_conjunction([(items, at), (schema["contains"], where)], where)
+    miss = item
+    if negated is not None:
+      miss = lw.lower_conjunction([(items, at), (negated, where)], where)
+    positions.append((item, hit, miss))
   ws = lw.ws
   # States: 0 start, 1 after `]`, 2 + n * (cap + 1) + k after `[` and n items of which
   # k count (n capped at `full` without a maxItems, k at `cap` without a maxContains).
@@ -100,6 +110,7 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
         arcs.append((state(n, k), ws.close(b"]"), 1))
       if high is not None and n == high:
         continue
+      item, hit, miss = positions[min(n, len(positions) - 1)]
       stay = item if top is None and k == cap else miss
       arcs.append((state(n, k), ir.concat(sep, stay), state(after, k)))
       if k < cap:

@@ -35,6 +35,7 @@ from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_boolean
 from constrained_decoding.constraints import _json_conditionals
 from constrained_decoding.constraints import _json_keywords
+from constrained_decoding.constraints import _json_unevaluated_items
 from constrained_decoding.constraints._json_keywords import (
     _ANNOTATIONS,
     _BOOLEAN,
@@ -73,6 +74,9 @@ def check(lw, schema: dict, pointer: str) -> dict:
     schema = _split_dependencies(schema, pointer)
   if "allOf" in schema:  # Before `if` becomes `anyOf`: a chain of them multiplies.
     schema = _json_conditionals.split_conditionals(schema, _objects_only(lw, schema))
+  if ("unevaluatedItems" in schema
+      and any(k in schema for k in _json_unevaluated_items.KEYWORDS)):
+    schema = _json_unevaluated_items.rewrite(lw, schema, pointer) or schema
   if any(k in schema for k in _BOOLEAN) or (
       "contains" in schema and "unevaluatedItems" in schema):
     schema = _json_boolean.rewrite_boolean(lw, schema, pointer)

@@ -109,8 +109,27 @@ def test_min_contains_alone_stays_linear():
   cd.JsonSchema(schema).to_ir()
 
 
-def test_prefix_items_next_to_contains_is_still_refused():
-  schema = {"type": "array", "prefixItems": [{}], "minItems": 1, "contains": {}}
-  with pytest.raises(cd.UnsupportedSchemaError, match="next to prefixItems"):
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "prefixItems": [{"type": "integer"}], "minItems": 1,
+     "contains": {"const": 1}},
+    {"type": "array", "prefixItems": [{"const": 1}, {"type": "string"}],
+     "items": {"type": "integer"}, "contains": {"const": 1}, "minContains": 2,
+     "maxContains": 3},
+    {"type": "array", "prefixItems": [True, True, True], "maxItems": 2,
+     "contains": {"const": 1}, "maxContains": 1},
+])
+def test_prefix_items_next_to_contains_matches_jsonschema(schema):
+  dfa = compile_byte_dfa(cd.JsonSchema(schema).to_ir())
+  validator = jsonschema.Draft202012Validator(schema)
+  for n in range(6):
+    for instance in itertools.product([1, 2, "s"], repeat=n):
+      text = json.dumps(list(instance), separators=(",", ":")).encode()
+      assert dfa.accepts(text) == validator.is_valid(list(instance)), (schema, instance)
+
+
+def test_contains_next_to_unique_items_is_still_refused():
+  schema = {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True,
+            "contains": {"const": 1}}
+  with pytest.raises(cd.UnsupportedSchemaError, match="next to uniqueItems"):
     cd.JsonSchema(schema).to_ir()
   assert cd.JsonSchema(schema, lenient=True).ignored_keywords() == ("#/contains",)

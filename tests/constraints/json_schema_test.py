@@ -761,8 +761,8 @@ ERROR_CASES = [
     ({"type": "object", "dependentSchemas": []}, cd.SchemaError,
      r"dependentSchemas at #/dependentSchemas is \[\]. Expected an object"),
     ({"not": 3}, cd.SchemaError, r"Schema 3 at #/not is a int"),
-    ({"type": "array", "contains": {}, "prefixItems": [{}]}, cd.UnsupportedSchemaError,
-     r"contains at #/contains next to prefixItems is not supported"),
+    ({"type": "array", "contains": {}, "uniqueItems": True}, cd.UnsupportedSchemaError,
+     r"contains at #/contains next to uniqueItems is not supported"),
     ({"unevaluatedProperties": False, "not": {"patternProperties": {"^a": {}}}},
      cd.UnsupportedSchemaError,
      r"unevaluatedProperties at #/unevaluatedProperties next to not or if"),
@@ -1396,7 +1396,11 @@ UNEVALUATED_CASES = [
     # json_unevaluated_regions_test.py).
     {"if": {"patternProperties": {"^a": {"type": "string"}}}, "unevaluatedProperties": False},
     {"allOf": [{"not": {"required": ["a"]}}], "unevaluatedProperties": False},
-    {"contains": {"type": "string"}, "unevaluatedItems": False},
+    # Items evaluated through a nested anyOf (exact next to contains, not, if and flat
+    # alternatives: json_unevaluated_items_test.py).
+    {"anyOf": [{"anyOf": [{"prefixItems": [True]}, {"minItems": 2}]},
+               {"prefixItems": [True, True]}],
+     "unevaluatedItems": False},
 ])
 def test_unevaluated_keywords_refused_where_inexact(schema):
   with pytest.raises(cd.UnsupportedSchemaError, match=r"unevaluated(Properties|Items) at #/"):
