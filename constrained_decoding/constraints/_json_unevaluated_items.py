@@ -131,28 +131,41 @@ def _any_of_options(lw, alternatives, pointer: str):
           for mask in range(1, 1 << n)]
 
 
-def rewrite(lw, schema: dict, pointer: str) -> dict | None:
-  """`schema` (with `unevaluatedItems` and some of `KEYWORDS`) as an `anyOf` of
-  branches, each "its positive parts match, its negated parts fail, and the items
-  they leave unevaluated match `unevaluatedItems`" (see the module doc). None where a
-  part evaluates dynamically, a negation is not exact (`_json_negation.negate`), the
-  schema has its own `$id` or anchors, or past `MAX_BRANCHES`."""
-  if any(k in schema for k in _PLACES) or "unevaluatedProperties" in schema:
+def _options(lw, schema, pointer: str, depth: int = 0) -> list | None:
+  """`schema` as (positive parts, negated parts) per branch, each positive part
+  evaluating statically (`_evaluated`): `not`, `if`/`then`/`else` (nested ones too),
+  `anyOf` and `oneOf` at its top split into branches. None where that fails, or past
+  `MAX_BRANCHES`."""
+  if _evaluated(lw, schema, pointer) is not None:
+    return [([schema], [])]
+  if not isinstance(schema, dict) or depth > 4 or any(k in schema for k in _PLACES):
     return None
-  unevaluated = schema["unevaluatedItems"]
-  top = {k: v for k, v in schema.items() if k in _ANNOTATIONS or k in _DEFINITIONS}
-  moved = ("not", "if", "then", "else", "anyOf", "oneOf", "unevaluatedItems")
-  rest = {k: v for k, v in schema.items() if k not in top and k not in moved}
+  moved = ("not", "if", "then", "else", "anyOf", "oneOf")
+  rest = {k: v for k, v in schema.items() if k not in moved}
+  if _evaluated(lw, rest, pointer) is None:
+    return None
   options = [([rest], [])]  # (positive parts, negated parts) of each branch.
+
+  def product(options, more):
+    out = [(p + mp, n + mn) for p, n in options for mp, mn in more]
+    return out if len(out) <= MAX_BRANCHES else None
+
   if "not" in schema:
     options = [(p, [*n, schema["not"]]) for p, n in options]
   if "if" in schema:
     condition = schema["if"]
-    then, otherwise = schema.get("then", True), schema.get("else", True)
-    options = [o for p, n in options
-               for o in (([*p, condition, then], n), ([*p, otherwise], [*n, condition]))]
+    matched = _options(lw, condition, pointer, depth + 1)
+    then = _options(lw, schema.get("then", True), pointer, depth + 1)
+    otherwise = _options(lw, schema.get("else", True), pointer, depth + 1)
+    if matched is None or then is None or otherwise is None:
+      return None
+    branches = product(matched, then)
+    if branches is None:
+      return None
+    branches += [(p, [*n, condition]) for p, n in otherwise]
+    options = product(options, branches)
   for key in ("anyOf", "oneOf"):
-    if key not in schema:
+    if key not in schema or options is None:
       continue
     alternatives = schema[key]
     if not isinstance(alternatives, list) or not alternatives:
@@ -162,11 +175,32 @@ def rewrite(lw, schema: dict, pointer: str) -> dict | None:
       if regions is None:
         return None
     else:
-      regions = [([a], [b for j, b in enumerate(alternatives) if j != i])
-                 for i, a in enumerate(alternatives)]
-    options = [(p + rp, n + rn) for p, n in options for rp, rn in regions]
-    if len(options) > MAX_BRANCHES:
-      return None
+      regions = []
+      for i, a in enumerate(alternatives):
+        own = _options(lw, a, pointer, depth + 1)
+        if own is None:
+          return None
+        others = [b for j, b in enumerate(alternatives) if j != i]
+        regions += [(p, [*n, *others]) for p, n in own]
+    options = product(options, regions)
+  return options
+
+
+def rewrite(lw, schema: dict, pointer: str) -> dict | None:
+  """`schema` (with `unevaluatedItems` and some of `KEYWORDS`) as an `anyOf` of
+  branches (`_options`), each "its positive parts match, its negated parts fail, and
+  the items they leave unevaluated match `unevaluatedItems`" (see the module doc).
+  None where a part evaluates dynamically, a negation is not exact
+  (`_json_negation.negate`), the schema has its own `$id` or anchors, or past
+  `MAX_BRANCHES`."""
+  if any(k in schema for k in _PLACES) or "unevaluatedProperties" in schema:
+    return None
+  unevaluated = schema["unevaluatedItems"]
+  top = {k: v for k, v in schema.items() if k in _ANNOTATIONS or k in _DEFINITIONS}
+  options = _options(lw, {k: v for k, v in schema.items()
+                          if k not in top and k != "unevaluatedItems"}, pointer)
+  if options is None:
+    return None
   resolve = lambda ref: lw.resolve(ref, pointer)  # noqa: E731
   branches = []
   for positives, negatives in options:

@@ -1,5 +1,7 @@
 """`unevaluatedItems` next to `anyOf`/`oneOf`, `not`, `if`/`then`/`else` and `contains`
-(`_json_unevaluated_items.rewrite`: branches that each know the items they evaluate).
+(`_json_unevaluated_items.rewrite`: branches that each know the items they evaluate),
+nested `if`s and `oneOf` alternatives with `if` included; `contains` next to
+`prefixItems` (`_json_array_schemas._lower_contains`).
 
 Oracle: `jsonschema` (draft 2020-12) on hand-written and random arrays of small values,
 each checked through the byte DFA of the whole `cd.JsonSchema`.
@@ -49,6 +51,15 @@ _CASES = [
     {"$defs": {"two": {"prefixItems": [True, {"type": "integer"}]}},
      "anyOf": [{"$ref": "#/$defs/two"}, {"allOf": [{"prefixItems": [{"const": "a"}]}]}],
      "unevaluatedItems": {"const": None}},
+    {"if": {"prefixItems": [{"const": "a"}]},
+     "then": {"if": {"prefixItems": [True, {"const": 1}]},
+              "then": {"prefixItems": [True, True, {"const": "foo"}]},
+              "else": {"maxItems": 3}},
+     "unevaluatedItems": {"type": "integer"}},
+    {"oneOf": [{"if": {"prefixItems": [{"const": 1}]}, "then": {"minItems": 2}},
+               {"prefixItems": [True, {"type": "string"}]}],
+     "not": {"minItems": 4, "prefixItems": [True, True, {"const": 2}]},
+     "unevaluatedItems": {"const": "bar"}},
     {"prefixItems": [{"type": "string"}],
      "if": {"contains": {"const": 2}}, "else": {"items": {"type": "integer"}},
      "unevaluatedItems": {"const": True}},
