@@ -31,6 +31,8 @@ MAX_CONTAINS_STATES = 4_096
 # Most IR nodes of the item copies `minItems`/`maxItems` may write before the items are
 # counted in a register instead (`counted_array`).
 MAX_COPIED_ITEMS = 2_000
+# Most different `contains` schemas (merged from `allOf` parts) an array is held to.
+MAX_ALL_CONTAINS = 3
 
 
 def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
@@ -43,6 +45,8 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
   maximum, an item need not be counted, so no negation is needed.
   """
   where = _pointer(pointer, "contains")
+  if "$alsoContains" in schema:
+    return _lower_all_contains(lw, schema, pointer)
   m = _json_keywords.count(schema, "minContains", pointer)
   m = 1 if m is None else m
   top = _json_keywords.count(schema, "maxContains", pointer)
@@ -117,6 +121,43 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
         arcs.append((state(n, k), ir.concat(sep, hit), state(after, k + 1)))
   arcs = [(a, label, b) for a, label, b in arcs if label != ir.NOTHING]
   return ir.Graph(num_states=2 + size, arcs=tuple(arcs), finals=(1,))
+
+
+def _lower_all_contains(lw, schema: dict, pointer: str) -> ir.Node:
+  """Arrays with, for each of several `contains` schemas (`allOf` parts merged:
+  `contains` and `$alsoContains`), at least one item matching it: an automaton over
+  the set of those met so far, each item read as matching any subset of them.
+  Refused next to `prefixItems`, `minItems`, `maxItems`, `uniqueItems`, or past
+  `MAX_ALL_CONTAINS` of them."""
+  where = _pointer(pointer, "contains")
+  wanted = [schema["contains"], *schema["$alsoContains"]]
+  others = [k for k in ("prefixItems", "minItems", "maxItems", "uniqueItems")
+            if k in schema and schema[k] is not False]
+  if others or len(wanted) > MAX_ALL_CONTAINS:
+    raise errors.UnsupportedSchemaError(
+        f"contains at {where}: {len(wanted)} different contains merged from allOf parts"
+        f"{' next to ' + ', '.join(others) if others else ''} are not supported. Expected"
+        f" at most {MAX_ALL_CONTAINS} of them, with items only. Merge them by hand.")
+  items = _items(schema)
+  at = _pointer(pointer, "items")
+  item = lw.lower(items, at)
+  k = len(wanted)
+  full = (1 << k) - 1
+  hits = {}
+  for subset in range(1, full + 1):
+    parts = [(items, at), *((wanted[i], where) for i in range(k) if subset >> i & 1)]
+    hits[subset] = lw.lower_conjunction(parts, where)
+  ws = lw.ws
+  opened = 2 + full + 1  # After `[`; 2 + met after an item, met the subset so far.
+  arcs = [(0, ws.open(b"["), opened), (opened, item, 2)]
+  arcs += [(opened, hits[subset], 2 + subset) for subset in hits]
+  for met in range(full + 1):
+    arcs.append((2 + met, ir.concat(ws.comma, item), 2 + met))
+    arcs += [(2 + met, ir.concat(ws.comma, hits[subset]), 2 + (met | subset))
+             for subset in hits if subset & ~met]
+  arcs.append((2 + full, ws.close(b"]"), 1))
+  arcs = [(x, label, y) for x, label, y in arcs if label != ir.NOTHING]
+  return ir.Graph(num_states=opened + 1, arcs=tuple(arcs), finals=(1,))
 
 
 def _lower_unique_array(lw, schema: dict, pointer: str) -> ir.Node | None:

@@ -46,6 +46,7 @@ _TYPE_OF_KEYWORD = {
     "unevaluatedProperties": "object", "$unevaluatedProperties": "object",
     "dependentRequired": "object", "dependentSchemas": "object", "dependencies": "object", "$notMultipleOf": "number",
     "contains": "array", "minContains": "array", "maxContains": "array",
+    "$alsoContains": "array",
     "items": "array", "prefixItems": "array", "additionalItems": "array",
     "unevaluatedItems": "array", "$unevaluatedItems": "array",
     "minItems": "array", "maxItems": "array", "uniqueItems": "array",
@@ -342,7 +343,18 @@ def merge(a: dict, b: dict, pointer: str):
           " supported. Expected patternProperties on one side only. Merge the subschemas"
           " by hand.")
   merged = dict(a)
+  counted = [k for s in (a, b) for k in ("minContains", "maxContains") if k in s]
+  if counted and any("$alsoContains" in s for s in (a, b)):
+    _merge_conflict("contains", _pointer(pointer, "allOf"), a.get("contains"),
+                    b.get("contains"))
   for key, vb in b.items():
+    if key == "$alsoContains":
+      merged[key] = (*merged.get(key, ()), *vb)
+      continue
+    if key == "contains" and key in merged and not counted and not _same_value(
+        merged[key], vb):  # Both must be met, each by at least one item.
+      merged["$alsoContains"] = (*merged.get("$alsoContains", ()), vb)
+      continue
     if key not in merged or key in _NO_CONSTRAINT:
       merged.setdefault(key, vb)
       continue

@@ -447,7 +447,17 @@ def _rebase(lw, schema, pointer: str):
 
 def _check_unevaluated(lw, merged: dict, pointer: str) -> dict:
   """Refuses `unevaluated*` where a merged part came from a negation (`$fromNot`):
-  its properties and items do not count as evaluated, but merging would count them."""
+  its properties and items do not count as evaluated, but merging would count them.
+  Refuses `unevaluatedItems` next to a merged `contains` too: the items it matches
+  count as evaluated, which `$unevaluatedItems` (read as `items`) would not see
+  (`_json_unevaluated_items` handles the static cases before merging)."""
+  if "$unevaluatedItems" in merged and "contains" in merged:
+    where = _pointer(pointer, "unevaluatedItems")
+    lw.unsupported(where, (
+        f"unevaluatedItems at {where} next to a contains merged from allOf or $ref parts"
+        " that also evaluate dynamically is not supported. Expected what each part"
+        " evaluates to be static. Pass lenient=True to ignore unevaluatedItems."))
+    merged = {k: v for k, v in merged.items() if k != "$unevaluatedItems"}
   if "$fromNot" not in merged:
     return merged
   for key in ("$unevaluatedProperties", "$unevaluatedItems"):

@@ -1,5 +1,5 @@
-"""`unevaluatedItems` next to `anyOf`/`oneOf`, `not`, `if`/`then`/`else` and `contains`,
-rewritten as positive schemas without it.
+"""`unevaluatedItems` next to `anyOf`/`oneOf`, `not`, `if`/`then`/`else`, `contains`,
+`allOf` and `$ref`, rewritten as positive schemas without it.
 
 Function (`lw` is the lowering in progress, `_json_schema._Lowerer`):
   rewrite(lw, schema, pointer)   `schema` as an `anyOf` of branches without
@@ -26,7 +26,7 @@ from constrained_decoding.constraints._json_keywords import (
 )
 
 # Keywords of the schema whose branches this module builds.
-KEYWORDS = ("not", "if", "anyOf", "oneOf", "contains")
+KEYWORDS = ("not", "if", "anyOf", "oneOf", "contains", "allOf", "$ref")
 # Most branches written (each a conjunction with negations).
 MAX_BRANCHES = 64
 # Most `anyOf` alternatives whose regions (2^n - 1 sets matching together) are built when

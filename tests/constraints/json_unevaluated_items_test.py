@@ -60,6 +60,12 @@ _CASES = [
                {"prefixItems": [True, {"type": "string"}]}],
      "not": {"minItems": 4, "prefixItems": [True, True, {"const": 2}]},
      "unevaluatedItems": {"const": "bar"}},
+    {"allOf": [{"contains": {"const": 1}}], "unevaluatedItems": False},
+    {"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}],
+     "unevaluatedItems": {"const": "a"}},
+    {"if": {"contains": {"const": "a"}},
+     "then": {"if": {"contains": {"const": 1}}, "then": {"if": {"contains": {"const": 2}}}},
+     "unevaluatedItems": False},
     {"prefixItems": [{"type": "string"}],
      "if": {"contains": {"const": 2}}, "else": {"items": {"type": "integer"}},
      "unevaluatedItems": {"const": True}},
@@ -85,10 +91,33 @@ def test_unevaluated_items_next_to_applicators_matches_jsonschema(schema):
   assert seen == {True, False}
 
 
-def test_contains_in_two_matching_alternatives_is_refused():
-  schema = {"anyOf": [{"contains": {"const": "a"}}, {"contains": {"const": 1}}],
+@pytest.mark.parametrize("schema", [
+    {"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]},
+    {"allOf": [{"contains": {"const": 1}}, {"contains": {"type": "integer"}},
+               {"contains": {"const": "a"}}], "items": {"enum": [1, 2, "a", None]}},
+])
+def test_different_contains_merged_from_all_of_match_jsonschema(schema):
+  dfa = compile_byte_dfa(cd.JsonSchema(schema).to_ir())
+  validator = jsonschema.Draft202012Validator(schema)
+  rng = random.Random(json.dumps(schema))
+  for _ in range(400):
+    instance = [rng.choice([1, 2, "a", None]) for _ in range(rng.randrange(6))]
+    text = json.dumps(instance, separators=(",", ":")).encode()
+    assert dfa.accepts(text) == validator.is_valid(instance), (schema, instance)
+
+
+def test_four_different_contains_are_refused():
+  schema = {"allOf": [{"contains": {"const": i}} for i in range(4)]}
+  with pytest.raises(errors.UnsupportedSchemaError, match="different contains"):
+    cd.JsonSchema(schema).to_ir()
+
+
+def test_contains_merged_next_to_dynamic_evaluation_is_refused():
+  schema = {"allOf": [{"contains": {"const": 1}},
+                      {"anyOf": [{"anyOf": [{"prefixItems": [True]}, {"minItems": 2}]},
+                                 {"prefixItems": [True, True]}]}],
             "unevaluatedItems": False}
-  with pytest.raises(errors.UnsupportedSchemaError, match="contains"):
+  with pytest.raises(errors.UnsupportedSchemaError, match="unevaluatedItems"):
     cd.JsonSchema(schema).to_ir()
 
 
