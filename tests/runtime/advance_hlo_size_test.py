@@ -1,8 +1,8 @@
 """The compiled `advance` does not grow with the tables: a regression guard for compile time.
 
 An unrolled binary search over edges (one dependent gather per halving) made jax 0.12's
-XLA take minutes to compile `advance` for register tables. Counting gathers in the
-lowered program checks the structure, not a timing: register tables with 8x more edges lower to
+XLA take minutes to compile `advance` for register tables. Counting gathers in the traced
+program checks the structure, not a timing: register tables with 8x more edges trace to
 the same number of gathers.
 """
 
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 import constrained_decoding as cd
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, __file__.rsplit("/", 1)[0])  # The schemas live in registers_test.py.
 from registers_test import CLOSED, KEYS, VOCAB  # noqa: E402
 
 
