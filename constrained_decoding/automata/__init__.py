@@ -1,1 +1,26 @@
-"""Host side: IR -> pynini automata, the detokenizing FST, token-level composition."""
+"""Host side: constraint IR -> byte automata -> token automata (`TokenDfa`, `TokenPda`).
+
+Nothing here is public API (`cd.Compiler` drives it, `_compiler.py`); this is the map
+for readers, in pipeline order. Each module's docstring lists its own entry points.
+
+Byte level:
+  _fsa.py          IR -> pynini acceptor -> minimal `ByteDfa` (the only place IR meets
+                   pynini): `compile_byte_dfa`, `minimal_byte_dfa`.
+  _byte_dfa.py     `ByteDfa`, plain numpy arrays; `_openfst_io.py` converts fast.
+  _pda.py          grammars: one byte DFA per rule, calls on a stack (`TokenPda`).
+  _lexer.py        terminal sets of lexed grammars (`docs/lexer_runtime.md`).
+
+Token level (composition with the vocabulary, Alg. 2):
+  _detokenizer.py  `VocabTrie`, the trie form of the detokenizing FST.
+  _compose.py      byte DFA ∘ vocabulary trie -> token edges (`compose`).
+  _loops.py        loops of wide states and their terminal bitmaps (pure data).
+  _wide.py         `WideStates`: which states get a terminal bitmap, and the
+                   per-vocabulary store of terminals (memory and disk cache).
+  _near_loop.py    states that move like a loop but for a few bytes.
+  _token_classes.py  bitmaps of token-class labels (`TEXT_TOKEN`, ...).
+  _splice.py       shared fragments composed once, spliced in (free-form JSON values).
+  _counting.py, _embedded_chains.py, _slotted_chains.py  counted chains (`X{n,m}`,
+                   `maxLength`) as counting terminals: tables that do not grow with m.
+  _registers.py    guards and writes on token edges (keys checked on the device).
+  _streamline.py   drops the edge groups of a `TokenPda` no stack reaches.
+"""

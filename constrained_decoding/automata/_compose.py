@@ -425,7 +425,7 @@ def _narrow(wide: dict, num_states: int, given: np.ndarray | None = None
 def _group_parts(wide: dict, fast: bool) -> tuple[dict, dict]:
   """Terminal key -> [(state, terminal, first bytes, loop states, inside cover)], for
   plain sub-trie walks and (with `fast`) for `_loop_part_edges`; loop parts with
-  different covers (`_wide.InsideCover`, first parts only) are grouped apart.
+  different covers (`_loops.InsideCover`, first parts only) are grouped apart.
 
   Plain walks emit every token of a sub-trie: only the fast path uses covers (and
   `_terminal_edges` their terminals, which explicit edges would override anyway).
@@ -494,7 +494,7 @@ def _exit_groups(exits) -> tuple[np.ndarray, np.ndarray]:
 
 def _explicit_inside(exits, cover) -> tuple[np.ndarray, np.ndarray]:
   """(token, loop state) of the inside tokens of `exits` that stay explicit edges: all
-  of them, or those a `_wide.InsideCover` keeps."""
+  of them, or those a `_loops.InsideCover` keeps."""
   if cover is None:
     return exits.inside_token, exits.inside_state
   return exits.inside_token[cover.keep], exits.inside_state[cover.keep]
@@ -538,7 +538,7 @@ def _loop_part_edges(dfa: ByteDfa, group: list):
   from those arrays (for loop and entry states that is at once, at the root). Exits and
   pairs that leave the loop automaton while disagreeing are walked in the DFA alone.
   Exact: the same edges as walking the whole sub-trie from p, less the inside tokens
-  that the group's `_wide.InsideCover` turns into terminal edges.
+  that the group's `_loops.InsideCover` turns into terminal edges.
 
   Returns:
     (edges found, frontier): the edges (source, token, target) read so far, and the

@@ -761,6 +761,19 @@ def compile_byte_dfa(node: ir.Node, *, fragments: bool = False) -> _byte_dfa.Byt
   Raises:
     UnsupportedFeatureError: `node` contains a `Terminal` that is not a token class.
   """
+  fst, edges, pseudo = minimal_class_fst(node, fragments=fragments)
+  return _export_fast(fst, edges, pseudo)
+
+
+def minimal_class_fst(node: ir.Node, *, fragments: bool = False
+                      ) -> tuple[pywrapfst.Fst, list[int], tuple]:
+  """The minimal deterministic acceptor of `node` over its byte classes, before export.
+
+  Returns (fst, edges, pseudo): arc label k + 1 covers the values edges[k] ..
+  edges[k + 1] - 1 (bytes, and past 255 the pseudo-bytes of `ir.RuleRef`s and, with
+  `fragments`, of fragments: `pseudo`). `compile_byte_dfa` expands it into a
+  `ByteDfa`; `_pda.py` reads its call arcs.
+  """
   nfa = _build_nfa(node, fragments)
   finals = _remove_epsilons(nfa)
   edges = _byte_classes(nfa.bounds)
@@ -768,4 +781,4 @@ def compile_byte_dfa(node: ir.Node, *, fragments: bool = False) -> _byte_dfa.Byt
   fst = _minimize(
       pywrapfst.Fst.read_from_string(data), has_epsilons=False, deterministic=deterministic
   )
-  return _export_fast(fst, edges, tuple(nfa.pseudo))
+  return fst, edges, tuple(nfa.pseudo)

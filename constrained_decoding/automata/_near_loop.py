@@ -24,7 +24,7 @@ bitmap but may behave differently from p: they are removed from p's bitmap and g
 explicit edges by walking a small trie of just those tokens from p (another part of the
 edge). Exact: a token in p's bitmap either agrees with e at some prefix and then ends at
 the anchor from both, or was removed. Those ending at another loop state that e's
-`_wide.InsideCover` turns into a terminal edge are likewise left out of the cover's
+`_loops.InsideCover` turns into a terminal edge are likewise left out of the cover's
 bitmaps and kept explicit (`_compose` meets them on the same branches). The walk only
 follows declared-key prefixes, so it visits a handful of trie nodes.
 
@@ -34,16 +34,17 @@ Public functions:
 """
 
 import hashlib
+from typing import Any
 
 import numpy as np
 
 from constrained_decoding.automata import _compose
-from constrained_decoding.automata import _wide
+from constrained_decoding.automata import _loops
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 
 # A state is a candidate when this many bytes lead from it straight to an anchor.
-MIN_BYTES_TO_ANCHOR = 16  # As `_wide.MIN_SELF_LOOP_BYTES`.
+MIN_BYTES_TO_ANCHOR = 16  # As `_loops.MIN_SELF_LOOP_BYTES`.
 # ... and is near-loop when it disagrees with a loop state on at most this many bytes.
 MAX_DISAGREEING_BYTES = 16
 # Most (node, state) pairs one disagreement walk may visit before the loop is left to
@@ -100,7 +101,7 @@ def _disagreement_walk(trie: VocabTrie, dfa: ByteDfa, members: np.ndarray,
   Returns:
     (origin index, trie node, loop state) int arrays, one triple per node found (each
     of its tokens is such a token; loop state 0 is the anchor, for the bitmap, others
-    for `_wide.InsideCover`), or None when the walk exceeds MAX_WALK_PAIRS.
+    for `_loops.InsideCover`), or None when the walk exceeds MAX_WALK_PAIRS.
   """
   table, first, size = dfa.byte_classes
   dead_row = np.full((1, table.shape[1]), NO_STATE, table.dtype)
@@ -178,21 +179,22 @@ def _tokens_of(trie: VocabTrie, nodes: np.ndarray) -> np.ndarray:
   return trie.token_ids[slots]
 
 
-def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
+def near_loop_edges(wide_states: Any, dfa: ByteDfa, loops: list,
                     wide: dict, skip: np.ndarray, predecessors: list[np.ndarray]) -> dict:
   """Terminal edges of the near-loop states of `dfa` (see the module doc).
 
   Args:
-    wide_states: The per-vocabulary terminal cache.
+    wide_states: The per-vocabulary terminal cache (a `_wide.WideStates`: its `trie`,
+      `may_hold_many`, `terminal` and `with_subtrie`; not imported, as it calls this).
     dfa: The byte DFA.
-    loops: (anchor, members, canonical loop, its `_wide.loop_digest`) of each wide
+    loops: (anchor, members, canonical loop, its `_loops.loop_digest`) of each wide
       loop, as `WideStates.find` computes them.
     wide: The edges found so far (loop states); their states are not candidates.
     skip: bool `[Q]`; states that are not candidates either.
     predecessors: Per state, the states with an arc into it.
 
   Returns:
-    State -> `_wide.WideEdge` for each near-loop state.
+    State -> `_loops.WideEdge` for each near-loop state.
   """
   candidates = _candidates(dfa, [q for q, *_ in loops], wide, skip, predecessors)
   trans, trie = dfa.transitions, wide_states.trie
@@ -224,7 +226,7 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       if not wide_states.may_hold_many(loop, e, digest):
         continue
       terminal = wide_states.terminal(loop, e, digest=digest)
-      if terminal.num_tokens < _wide.MIN_TERMINAL_TOKENS:
+      if terminal.num_tokens < _loops.MIN_TERMINAL_TOKENS:
         continue
       group = {i for i, entry in enumerate(entries) if entry == e}
       # The sub-trie needs only the tokens some state of the group can start with.
@@ -236,7 +238,7 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       nodes = np.unique(found_node[in_group & (found_state == 0)])
       # Tokens ending inside the loop on those branches stay explicit for the group
       # (`_compose` finds them there); the others take the cover's terminals.
-      cover = _wide.inside_cover(terminal, _tokens_of(
+      cover = _loops.inside_cover(terminal, _tokens_of(
           trie, np.unique(found_node[in_group & (found_state != 0)])))
       parts = [(terminal, None)]
       part_states = [members.astype(np.int32)]
@@ -244,12 +246,12 @@ def near_loop_edges(wide_states: "_wide.WideStates", dfa: ByteDfa, loops: list,
       if len(nodes):
         key = "near-" + hashlib.sha1(nodes.astype(np.int64).tobytes()).hexdigest()[:20]
         fixes = _tokens_of(trie, nodes)
-        fix_bits = _wide.token_bits(fixes, len(bits))
-        parts.append((_wide.LoopTerminal(
+        fix_bits = _loops.token_bits(fixes, len(bits))
+        parts.append((_loops.LoopTerminal(
             key=key, bits=fix_bits, num_tokens=len(fixes),
             subtrie=_fix_trie(trie, nodes, f"{trie.fingerprint}/{key}")), None))
         part_states.append(None)
         bits = bits & ~fix_bits
       for i in group:
-        out[chosen[i]] = _wide.WideEdge(tuple(parts), bits, q, tuple(part_states), cover)
+        out[chosen[i]] = _loops.WideEdge(tuple(parts), bits, q, tuple(part_states), cover)
   return out

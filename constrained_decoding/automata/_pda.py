@@ -107,12 +107,7 @@ def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray]:
   end treats as one more byte class, so the DFA is minimal over bytes and calls alike;
   column 256 + j of the table holds the call arcs of rule j.
   """
-  nfa = _fsa._build_nfa(body)  # pylint: disable=protected-access
-  finals = _fsa._remove_epsilons(nfa)  # pylint: disable=protected-access
-  edges = _fsa._byte_classes(nfa.bounds)  # pylint: disable=protected-access
-  data, deterministic = _fsa._pack_bytes(nfa, edges, finals)  # pylint: disable=protected-access
-  fst = _fsa._minimize(  # pylint: disable=protected-access
-      pywrapfst.Fst.read_from_string(data), has_epsilons=False, deterministic=deterministic)
+  fst, edges, _ = _fsa.minimal_class_fst(body)
   # Read the (small) DFA arc by arc: class label k + 1 covers values edges[k]..edges[k+1]-1.
   start = fst.start()
   order = [start] + [s for s in range(fst.num_states()) if s != start]

@@ -9,6 +9,7 @@ import pytest
 
 import constrained_decoding as cd
 from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _loops
 from constrained_decoding.automata import _wide
 
 
@@ -94,7 +95,7 @@ def test_detokenizing_fst_disk_cache(byte_vocab, tmp_path):
 def test_unwritable_cache_dir_warns_once_and_compiles(tmp_path, monkeypatch):
   """The disk cache is best effort: a directory that cannot be created (here a path
   under a regular file) gives one warning, and compiles still succeed and agree."""
-  monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)  # Wide states in a tiny vocabulary.
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)  # Wide states in a tiny vocabulary.
   writes = []
   original = _wide.write_cache_file
   monkeypatch.setattr(_wide, "write_cache_file", lambda *a: writes.append(a) or original(*a))

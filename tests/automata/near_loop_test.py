@@ -20,7 +20,7 @@ import constrained_decoding as cd
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _near_loop
-from constrained_decoding.automata import _wide
+from constrained_decoding.automata import _loops
 from constrained_decoding.testing import TokenIndex
 from constrained_decoding.testing import reference_accepts
 from constrained_decoding.testing import reference_allowed
@@ -83,9 +83,9 @@ def _token_map(tdfa: _compose.TokenDfa) -> list[dict[int, int]]:
 @pytest.mark.parametrize("min_inside", [2, None])
 def test_near_loop_states_are_exact(schema, policy, min_inside, small_vocab, monkeypatch,
                                     spy):
-  monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)
   if min_inside is not None:  # Tokens ending inside a loop get terminals too.
-    monkeypatch.setattr(_wide, "MIN_INSIDE_TOKENS", min_inside)
+    monkeypatch.setattr(_loops, "MIN_INSIDE_TOKENS", min_inside)
   compiler = cd.Compiler(small_vocab, cd.CompileOptions(cache_dir=None))
   dfa = _fsa.compile_byte_dfa(cd.JsonSchema(schema, policy).to_ir())
   calls = spy(_near_loop, "near_loop_edges")
@@ -110,7 +110,7 @@ def test_near_loop_states_are_exact(schema, policy, min_inside, small_vocab, mon
 
 def test_keys_must_differ_and_walk_stays_in_prefixes(monkeypatch, small_vocab):
   """The disagreement walk follows only the declared keys' prefixes."""
-  monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)
   visited = []
   original = _near_loop._disagreement_walk  # pylint: disable=protected-access
 
@@ -239,8 +239,8 @@ def test_random_regexes_compose_exactly_with_every_terminal(small_vocab, monkeyp
   (thresholds lowered so a small vocabulary has them all) give the token automaton of
   plain composition, on random regexes over string-body-like pieces."""
   import hypothesis  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 4)
-  monkeypatch.setattr(_wide, "MIN_INSIDE_TOKENS", 2)
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 4)
+  monkeypatch.setattr(_loops, "MIN_INSIDE_TOKENS", 2)
   compiler = cd.Compiler(small_vocab, cd.CompileOptions(cache_dir=None))
   num_words = -(-small_vocab.vocab_size // 32)
   seen = {"wide": 0, "inside": 0}

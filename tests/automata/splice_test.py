@@ -18,7 +18,7 @@ from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _splice
-from constrained_decoding.automata import _wide
+from constrained_decoding.automata import _loops
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.testing import reference_accepts
@@ -48,7 +48,7 @@ def compiler(request):
 
 @pytest.fixture(autouse=True)
 def _small_terminals(monkeypatch):
-  monkeypatch.setattr(_wide, "MIN_TERMINAL_TOKENS", 8)
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)
 
 
 def _fragment(compiler: cd.Compiler, fragment: ir.Fragment):

@@ -14,6 +14,7 @@ import pytest
 import constrained_decoding as cd
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _loops
 from constrained_decoding.automata import _wide
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 
@@ -38,7 +39,7 @@ def _reference_loop(trans: np.ndarray, q: int) -> list[int]:
 
   ahead = distances(lambda s: [int(r) for r in trans[s] if r != NO_STATE])
   behind = distances(lambda s: [p for p in range(n) if s in trans[p].tolist()])
-  inside = {s for s in ahead if s in behind and ahead[s] + behind[s] <= _wide.MAX_LOOP_BYTES}
+  inside = {s for s in ahead if s in behind and ahead[s] + behind[s] <= _loops.MAX_LOOP_BYTES}
   inside.add(q)
   order = [q]
   for s in order:  # BFS from q; successors in order of their first byte.
@@ -73,10 +74,10 @@ def test_loop_states_match_the_definition(seed):
   without_skipped = np.where(skip[np.maximum(dfa.transitions, 0)], NO_STATE, dfa.transitions)
   for q in range(dfa.num_states):
     expected = _reference_loop(dfa.transitions, q)
-    assert _wide._loop_states(dfa, q, no_skip) == expected  # pylint: disable=protected-access
-    assert _wide._loop_states(without_classes, q, no_skip) == expected  # pylint: disable=protected-access
+    assert _loops._loop_states(dfa, q, no_skip) == expected  # pylint: disable=protected-access
+    assert _loops._loop_states(without_classes, q, no_skip) == expected  # pylint: disable=protected-access
     if not skip[q]:
-      assert _wide._loop_states(dfa, q, skip) == _reference_loop(without_skipped, q)  # pylint: disable=protected-access
+      assert _loops._loop_states(dfa, q, skip) == _reference_loop(without_skipped, q)  # pylint: disable=protected-access
 
 
 def test_byte_classes_read_like_the_byte_table():
