@@ -116,7 +116,9 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
     return ir.Fragment(name, ir.repeat(repeat.node, embedded.n2, embedded.m2))
 
   def slotted_fragment(graph: ir.Graph) -> ir.Node | None:
-    if graph in rejected:
+    # Cheap checks first: hashing a graph hashes its labels' whole subtrees, and the
+    # IR of a big schema holds thousands of graphs that are no chain (key exclusions).
+    if not _slotted_chains.may_be_slotted(graph) or graph in rejected:
       return None
     name = names.get(graph)
     if name is None:

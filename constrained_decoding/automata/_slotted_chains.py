@@ -202,6 +202,13 @@ class Slotted:
   char_class: ir.CharClass
 
 
+def may_be_slotted(graph: ir.Graph) -> bool:
+  """False for graphs `find_slotted` refuses on sight (too few states, a label that is
+  not a character class): O(arcs), no hashing of labels."""
+  return (graph.num_states > MIN_LAYERS and bool(graph.arcs)
+          and all(isinstance(label, ir.CharClass) for _, label, _ in graph.arcs))
+
+
 def find_slotted(graph: ir.Graph) -> Slotted | None:
   """The slotted chain `graph` is (see the module doc), or None."""
   n = graph.num_states
