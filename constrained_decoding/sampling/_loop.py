@@ -4,8 +4,8 @@ Device code only (no host round trip inside): `generate` and `generate_stream` c
 `prefill` then `decode` (the stream with a growing limit), `evaluate` calls both inside
 its `shard_map`, and `generate_speculative` / `generate_aligned` start from `prefill`'s
 carry and reuse `is_eos` and `DecodeState`. Every loop passes its sampled tokens
-through `runtime.allowed_or_lowest` and jump-forward asks `runtime.forced_tokens`. The model is any
-`models.LanguageModel`'s network (static) and params (traced).
+through `runtime.allowed_or_lowest`; jump-forward asks `runtime.forced_tokens`. The
+model is any `models.LanguageModel`'s network (static) and params (traced).
 
 Names (package-private):
   DecodeState                       the loop's carry.
