@@ -26,6 +26,7 @@ from constrained_decoding.constraints._json_keywords import (
     _lazy_all_of,
     _pointer,
     _short,
+    evaluated_through,
 )
 
 
@@ -275,45 +276,25 @@ def _split_nots(schema) -> tuple[object, list]:
   return out, nots
 
 
-def _evaluated_names(lw, schema, pointer: str, depth: int = 0) -> _Evaluated | None:
+def _evaluated_names(lw, schema, pointer: str) -> _Evaluated | None:
   """What a matching `schema` evaluates (its `properties`, `patternProperties` and
   `additionalProperties`, through `$ref` and `allOf`), or None where it depends on more
   (`_DYNAMIC_EVALUATION`: nested `anyOf`, `not`, `if`, ...)."""
-  if isinstance(schema, bool):
-    return _Evaluated()
-  if not isinstance(schema, dict) or depth > 16:
-    return None
-  out = _Evaluated()
-  for k, value in schema.items():
+
+  def own(k, value, schema):
+    del schema
     if k == "patternProperties" and isinstance(value, dict) and all(
         isinstance(p, str) for p in value):
-      out = out.union(_Evaluated(patterns=list(value)))
-    elif k == "additionalProperties":
-      out = out.union(_Evaluated(everything=True))
-    elif k in _DYNAMIC_EVALUATION:
+      return _Evaluated(patterns=list(value))
+    if k == "additionalProperties":
+      return _Evaluated(everything=True)
+    if k in _DYNAMIC_EVALUATION:
       return None
-    elif k == "properties":
-      if not isinstance(value, dict):
-        return None
-      out = out.union(_Evaluated(names=value))
-    elif k == "$ref":
-      try:
-        target = lw.resolve(value, pointer)
-      except errors.ConstraintError:
-        return None
-      more = _evaluated_names(lw, target, pointer, depth + 1)
-      if more is None:
-        return None
-      out = out.union(more)
-    elif k == "allOf":
-      if not isinstance(value, list):
-        return None
-      for part in value:
-        more = _evaluated_names(lw, part, pointer, depth + 1)
-        if more is None:
-          return None
-        out = out.union(more)
-  return out
+    if k == "properties":
+      return _Evaluated(names=value) if isinstance(value, dict) else None
+    return _Evaluated()
+
+  return evaluated_through(lw, schema, pointer, own, _Evaluated())
 
 
 def _negations(schemas, resolve, pointer: str):

@@ -490,3 +490,41 @@ def count(schema: dict, key: str, pointer: str) -> int | None:
         f" {MAX_COUNT} states (one per counted item or character). Expected at most"
         f" {MAX_COUNT}. Lower it, or drop it if no output comes near it.")
   return value
+
+
+def evaluated_through(lw, schema, pointer: str, own, nothing, depth: int = 0):
+  """What a matching `schema` evaluates for `unevaluatedItems`/`unevaluatedProperties`:
+  its own keywords' parts joined with those of its `$ref` targets and `allOf` parts.
+
+  `own(key, value, schema)` gives one keyword's part (`nothing` for a keyword that
+  evaluates nothing), or None where that is not static; parts join with `.union`.
+  Returns None when any part is None, past 16 levels, or for a non-schema value.
+  """
+  if isinstance(schema, bool):
+    return nothing
+  if not isinstance(schema, dict) or depth > 16:
+    return None
+  out = nothing
+  for key, value in schema.items():
+    if key == "$ref":
+      try:
+        target = lw.resolve(value, pointer)
+      except errors.ConstraintError:
+        return None
+      parts = [target]
+    elif key == "allOf":
+      if not isinstance(value, list):
+        return None
+      parts = value
+    else:
+      more = own(key, value, schema)
+      if more is None:
+        return None
+      out = out.union(more)
+      continue
+    for part in parts:
+      more = evaluated_through(lw, part, pointer, own, nothing, depth + 1)
+      if more is None:
+        return None
+      out = out.union(more)
+  return out

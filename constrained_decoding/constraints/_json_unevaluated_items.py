@@ -23,6 +23,7 @@ from constrained_decoding.constraints._json_keywords import (
     _ANNOTATIONS,
     _DEFINITIONS,
     _pointer,
+    evaluated_through,
 )
 
 # Keywords of the schema whose branches this module builds.
@@ -63,48 +64,26 @@ class _Evaluated:
     return out
 
 
-def _evaluated(lw, schema, pointer: str, depth: int = 0) -> _Evaluated | None:
+def _evaluated(lw, schema, pointer: str) -> _Evaluated | None:
   """What a matching `schema` evaluates (through `allOf` and `$ref`), None where that
   is not static (`_DYNAMIC`)."""
-  if isinstance(schema, bool):
-    return _Evaluated()
-  if not isinstance(schema, dict) or depth > 16:
-    return None
-  out = _Evaluated()
-  items = schema.get("items")
-  for k, value in schema.items():
+
+  def own(k, value, schema):
     if k in _DYNAMIC:
       return None
     if k == "items":
-      out = out.union(_Evaluated(len(value) if isinstance(value, list) else math.inf))
-    elif k == "prefixItems":
-      if not isinstance(value, list):
-        return None
-      out = out.union(_Evaluated(len(value)))
-    elif k == "additionalItems" and isinstance(items, list):
-      out = out.union(_Evaluated(math.inf))
-    elif k == "contains":
+      return _Evaluated(len(value) if isinstance(value, list) else math.inf)
+    if k == "prefixItems":
+      return _Evaluated(len(value)) if isinstance(value, list) else None
+    if k == "additionalItems" and isinstance(schema.get("items"), list):
+      return _Evaluated(math.inf)
+    if k == "contains":
       if _draft_2019(lw):
         return None  # There `contains` evaluates nothing: not handled here.
-      out = out.union(_Evaluated(0, (value,)))
-    elif k == "$ref":
-      try:
-        target = lw.resolve(value, pointer)
-      except errors.ConstraintError:
-        return None
-      more = _evaluated(lw, target, pointer, depth + 1)
-      if more is None:
-        return None
-      out = out.union(more)
-    elif k == "allOf":
-      if not isinstance(value, list):
-        return None
-      for part in value:
-        more = _evaluated(lw, part, pointer, depth + 1)
-        if more is None:
-          return None
-        out = out.union(more)
-  return out
+      return _Evaluated(0, (value,))
+    return _Evaluated()
+
+  return evaluated_through(lw, schema, pointer, own, _Evaluated())
 
 
 def _draft_2019(lw) -> bool:
