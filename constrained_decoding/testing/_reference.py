@@ -7,6 +7,7 @@ Public functions:
   reference_stack_needs(tables)           need(q): stack height a state needs to finish.
   reference_walk(tables, tokens, start)   (states, accepted) following tokens with numpy.
   reference_accepts(tables, tokens)       whether the tokens end where end is allowed.
+  assert_same_walks(a, b, eos_ids, ...)    random walks: two tables allow the same sets.
   TokenIndex(vocab)                       bytes -> token ids, for random tokenizations.
 
 Register tables (objects whose keys the device checks, `tables.py`): `reference_allowed`
@@ -334,3 +335,23 @@ class TokenIndex:
       else:
         raise ValueError(f"{data!r} cannot be spelled with this vocabulary.")
     return out
+
+
+def assert_same_walks(a: ConstraintTables, b: ConstraintTables, eos_ids, *, walks: int,
+                      max_steps: int, seed: int = 0) -> None:
+  """Asserts that regular tables `a` and `b` allow the same tokens along `walks` random
+  walks (1 to `max_steps` - 1 tokens, each drawn from the allowed non-EOS tokens): two
+  compilations of one constraint (counted chains against plain composition, say)."""
+  rng = np.random.default_rng(seed)
+  eos = set(eos_ids)
+  for _ in range(walks):
+    a_state, b_state = int(a.start[0]), int(b.start[0])
+    for _ in range(int(rng.integers(1, max_steps))):
+      allowed = reference_allowed(a, a_state)
+      np.testing.assert_array_equal(allowed, reference_allowed(b, b_state))
+      choices = [t for t in np.flatnonzero(allowed) if t not in eos]
+      if not choices:
+        break
+      token = int(rng.choice(choices))
+      a_state = reference_step(a, a_state, token)
+      b_state = reference_step(b, b_state, token)

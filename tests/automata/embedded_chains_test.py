@@ -61,19 +61,7 @@ def test_embedded_chains_equal_plain_composition(spec, compilers, vocab):
   plain = plain_compiler.compile(spec)
   assert counted.token_counts.shape[0] >= 1, "the embedded-chain path was not taken"
   assert plain.token_counts.shape[0] == 0
-  rng = np.random.default_rng(0)
-  eos = set(vocab.eos_ids)
-  for _ in range(120):
-    c_state, p_state = int(counted.start[0]), int(plain.start[0])
-    for _ in range(int(rng.integers(1, 70))):
-      c_allowed = ref.reference_allowed(counted, c_state)
-      np.testing.assert_array_equal(c_allowed, ref.reference_allowed(plain, p_state))
-      choices = [t for t in np.flatnonzero(c_allowed) if t not in eos]
-      if not choices:
-        break
-      token = int(rng.choice(choices))
-      c_state = ref.reference_step(counted, c_state, token)
-      p_state = ref.reference_step(plain, p_state, token)
+  ref.assert_same_walks(counted, plain, vocab.eos_ids, walks=120, max_steps=70)
 
 
 def test_two_chains_match_re(compilers, vocab):
