@@ -47,6 +47,7 @@ def __getattr__(name):
         raise
       raise ImportError(
           f"cd.sampling.{name} adapts DeepMind's gemma sampler, which is not installed "
-          f"({e}). Install it with `pip install constrained_decoding[gemma]`.") from e
+          f"({e}). Install the extra: `pip install -e '.[gemma]'` in a clone (the "
+          f"distribution is jax-constrained-decoding[gemma]).") from e
     return getattr(_gemma_sampler, name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""DeepMind gemma's own sampler, constrained (`pip install constrained_decoding[gemma]`).
+"""DeepMind gemma's own sampler, constrained (extra `gemma`).
 
 gemma's `gm.text.SamplerLoop` can only mask a static `forbidden_tokens` tuple (a new set
 recompiles), and its `SamplingState` has no slot for per-row constraint state. This

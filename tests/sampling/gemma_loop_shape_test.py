@@ -247,3 +247,14 @@ def test_a_second_constraint_in_the_bucket_reuses_the_loop(adapter, compiler):
   _, texts = _run(adapter, b, sampling=_Random())
   assert all(re.fullmatch(r"Red|Orange|Yellow|Green|Blue|Indigo|Violet", t) for t in texts)
   assert loop._cache_size() == before  # pylint: disable=protected-access
+
+
+def test_without_gemma_the_adapter_names_the_extra(monkeypatch):
+  # gemma missing (None in sys.modules makes its import fail as if not installed).
+  monkeypatch.setitem(sys.modules, "gemma", None)
+  monkeypatch.delitem(sys.modules, "constrained_decoding.sampling._gemma_sampler",
+                      raising=False)
+  with pytest.raises(ImportError, match=(
+      r"cd.sampling.ConstrainedSampler adapts DeepMind's gemma sampler, which is not "
+      r"installed .*pip install -e '\.\[gemma\]'.*jax-constrained-decoding\[gemma\]")):
+    cd.sampling.ConstrainedSampler  # pylint: disable=pointless-statement

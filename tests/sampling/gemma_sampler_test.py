@@ -3,7 +3,7 @@
 Runs gemma's real code (prefill, `lax.while_loop`, post-processing) around a tiny random
 `gm.nn.Transformer` and a byte tokenizer, and checks every sampled row against an
 independent oracle (`re.fullmatch`, `json.loads` + `jsonschema`). Skipped where gemma is
-not installed (`pip install constrained_decoding[gemma]`).
+not installed (`pip install -e ".[gemma]"`).
 """
 
 import dataclasses
