@@ -54,11 +54,7 @@ import constrained_decoding as cd  # pylint: disable=g-import-not-at-top
 from constrained_decoding.sampling import _generate  # pylint: disable=g-import-not-at-top
 from constrained_decoding.sampling import _loop  # pylint: disable=g-import-not-at-top
 
-try:
-  from benchmarks.conformance import run as conformance  # pylint: disable=g-import-not-at-top
-except ImportError:
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
-  import run as conformance  # pylint: disable=g-import-not-at-top
+
 
 DEFAULT_OUT = os.path.join(_REPO, "benchmarks", "results", "decode.json")
 NO_EOS_PATTERN = r"[^\x00]*\x00"
@@ -74,8 +70,20 @@ def peak_rss_mb() -> float:
 # ------------------------------------------------------------------------------ inputs
 
 
+def _conformance():
+  """benchmarks/conformance/run.py, imported when used: it imports the compiler
+  (pynini), which `device_kit run` must not need."""
+  try:
+    from benchmarks.conformance import run  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
+    import run  # pylint: disable=import-outside-toplevel
+  return run
+
+
 def load_prompts(count: int) -> list[str]:
   """The first `count` few-shot multiple-choice prompts of the conformance benchmark."""
+  conformance = _conformance()
   task = conformance.make_tasks(48, 64)[0]
   with open(task.path, encoding="utf-8") as f:
     records = [json.loads(line) for line in f if line.strip()]
@@ -85,7 +93,7 @@ def load_prompts(count: int) -> list[str]:
 def compile_constraints(model, names: list[str]) -> tuple[dict, dict]:
   """Tables per constraint name (None for unconstrained) and their compile costs."""
   compiler = cd.Compiler(model.vocab)
-  patterns = {"no_eos": NO_EOS_PATTERN, "mc_json": conformance.mc_pattern(48)}
+  patterns = {"no_eos": NO_EOS_PATTERN, "mc_json": _conformance().mc_pattern(48)}
   tables, info = {"none": None}, {}
   for name in names:
     if name == "none":

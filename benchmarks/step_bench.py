@@ -90,24 +90,27 @@ LIST_20 = {"type": "array", "maxItems": 20, "items": {
                    "label": {"type": "string"}, "kind": {"enum": ["a", "b", "c"]}}}}
 _LIST_TEXT = json.dumps([{"id": 1000 + i, "ok": True, "label": _text(_WORDS, 12), "kind": "b"}
                          for i in range(20)], separators=(",", ":"))
-# (key, label, spec, text walked).
-CASES = (
-    ("a", "[a-z]+ (baseline)", cd.Regex("[a-z]+"), _text(_LETTERS, 1990)),
-    ("b", "[a-z]{0,2000}", cd.Regex("[a-z]{0,2000}"), _text(_LETTERS, 1990)),
-    ("c", '{"type":"string","maxLength":200}',
-     cd.JsonSchema({"type": "string", "maxLength": 200}), json.dumps(_text(_WORDS, 195))),
-    ("d", "object {name: maxLength 100, id: integer}", cd.JsonSchema(NAME_100),
-     json.dumps({"name": _text(_WORDS, 95), "id": 123456}, separators=(",", ":"))),
-    ("e", '{"type":"string","format":"email"}',
-     cd.JsonSchema({"type": "string", "format": "email"}),
-     '"firstname.lastname.engineering-department@mail.subdomain.example-company.co.uk"'),
-    ("f", "object of 26 keys, any order (registers)", cd.JsonSchema(WIDE_OBJECT), _WIDE_TEXT),
-    ("g", "object of 26 keys, schema order", cd.JsonSchema(WIDE_OBJECT, property_order="schema"),
-     _WIDE_TEXT),
-    ("h", "array of <= 20 objects, counted (register)", cd.JsonSchema(LIST_20), _LIST_TEXT),
-    ("i", "array of <= 20 objects, copies", cd.JsonSchema(LIST_20, property_order="any_bounded"),
-     _LIST_TEXT),
-)
+def cases() -> tuple:
+  """(key, label, spec, text walked) per constraint. A function, not a constant: specs
+  import the compiler (pynini), which `device_kit run` must not need."""
+  return (
+      ("a", "[a-z]+ (baseline)", cd.Regex("[a-z]+"), _text(_LETTERS, 1990)),
+      ("b", "[a-z]{0,2000}", cd.Regex("[a-z]{0,2000}"), _text(_LETTERS, 1990)),
+      ("c", '{"type":"string","maxLength":200}',
+       cd.JsonSchema({"type": "string", "maxLength": 200}), json.dumps(_text(_WORDS, 195))),
+      ("d", "object {name: maxLength 100, id: integer}", cd.JsonSchema(NAME_100),
+       json.dumps({"name": _text(_WORDS, 95), "id": 123456}, separators=(",", ":"))),
+      ("e", '{"type":"string","format":"email"}',
+       cd.JsonSchema({"type": "string", "format": "email"}),
+       '"firstname.lastname.engineering-department@mail.subdomain.example-company.co.uk"'),
+      ("f", "object of 26 keys, any order (registers)", cd.JsonSchema(WIDE_OBJECT),
+       _WIDE_TEXT),
+      ("g", "object of 26 keys, schema order",
+       cd.JsonSchema(WIDE_OBJECT, property_order="schema"), _WIDE_TEXT),
+      ("h", "array of <= 20 objects, counted (register)", cd.JsonSchema(LIST_20), _LIST_TEXT),
+      ("i", "array of <= 20 objects, copies",
+       cd.JsonSchema(LIST_20, property_order="any_bounded"), _LIST_TEXT),
+  )
 
 
 def _argmax(x):
@@ -218,6 +221,46 @@ def profile(tables, tokens, indices, batch: int, vocab_size: int, iters: int) ->
   return out
 
 
+def step_meta(tables, info) -> dict:
+  """What the report says of one constraint's tables (`CompileInfo` and shapes)."""
+  return {"table_bytes": info.nbytes["total"], "states": info.token_states,
+          "edges": info.token_edges, "counted": bool(tables.token_counts.shape[0]),
+          "terminal_entries_per_state": int(tables.state_terminals.shape[1]),
+          "terminal_bitmaps": int(tables.terminal_bits.shape[0]),
+          "guarded_tokens_per_state": int(tables.guarded_slots.shape[-1])}
+
+
+def time_batch(work: list[dict], batch: int, vocab_size: int, rounds: int) -> list[dict]:
+  """One row per constraint of `work` at batch size `batch`: the step and the
+  constraint's own work, per timed state best of `rounds` interleaved passes."""
+  logits = jax.random.normal(jax.random.PRNGKey(0), (batch, vocab_size), jnp.float32)
+  states = [walk_states(w["tables"], w["tokens"], w["indices"], batch) for w in work]
+  timed = {"step": (_step, logits), "own": (_constraint_step, None)}
+  best = {(k, v): None for k in range(len(work)) for v in timed}
+  with regex_bench._NoGc():  # pylint: disable=protected-access
+    for rnd in range(rounds + 1):  # Round 0 warms up (compiles) and is dropped.
+      for k, w in enumerate(work):
+        for v, (fn, lg) in timed.items():
+          t = time_states(fn, w["tables"], states[k], lg)
+          if rnd:
+            best[k, v] = t if best[k, v] is None else np.minimum(best[k, v], t)
+  rows, base = [], {}
+  for k, w in enumerate(work):
+    row = {"case": w["key"], "constraint": w["label"], "batch": batch,
+           "steps_walked": len(w["tokens"]), "steps_timed": len(w["indices"]), **w["meta"]}
+    for v in timed:
+      us = best[k, v] * 1e6
+      row[v] = {"median_us": float(np.median(us)), "p90_us": float(np.percentile(us, 90)),
+                "max_us": float(us.max()), "min_us": float(us.min())}
+      base.setdefault(v, row[v]["median_us"] if w["key"] == "a" else None)
+      row[v]["ratio_to_a"] = row[v]["median_us"] / base[v] if base[v] else None
+    rows.append(row)
+    print(f"  B={batch} {w['key']}: " + "; ".join(
+        f"{v} {row[v]['median_us']:.0f} us median (p90 {row[v]['p90_us']:.0f})"
+        + (f" {row[v]['ratio_to_a']:.2f}x (a)" if base[v] else "") for v in timed), flush=True)
+  return rows
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batch-sizes", default="1,8,64")
@@ -236,7 +279,7 @@ def main(argv=None) -> None:
   vocab = cd.Vocabulary.from_gguf(default_gguf_path())
   compiler = cd.Compiler(vocab)
   work = []
-  for key, label, spec, text in CASES:
+  for key, label, spec, text in cases():
     if key not in keys:
       continue
     tables, info = compiler.compile_with_info(spec)
@@ -245,41 +288,12 @@ def main(argv=None) -> None:
     _check(tables, tokens)
     work.append(dict(key=key, label=label, text=text, tokens=tokens, tables=tables,
                      indices=timed_indices(len(tokens), args.spread, args.tail),
-                     meta={"table_bytes": info.nbytes["total"], "states": info.token_states,
-                           "edges": info.token_edges,
-                           "counted": bool(tables.token_counts.shape[0]),
-                           "terminal_entries_per_state": int(tables.state_terminals.shape[1]),
-                           "terminal_bitmaps": int(tables.terminal_bits.shape[0]),
-                           "guarded_tokens_per_state": int(tables.guarded_slots.shape[-1])}))
+                     meta=step_meta(tables, info)))
     print(f"{key}: {label}: {len(tokens)} tokens, {info.nbytes['total'] / 2**20:.2f} MiB, "
           f"R={tables.state_terminals.shape[1]}", flush=True)
   rows = []
   for batch in batches:
-    logits = jax.random.normal(jax.random.PRNGKey(0), (batch, vocab.vocab_size), jnp.float32)
-    states = [walk_states(w["tables"], w["tokens"], w["indices"], batch) for w in work]
-    timed = {"step": (_step, logits), "own": (_constraint_step, None)}
-    best = {(k, v): None for k in range(len(work)) for v in timed}
-    with regex_bench._NoGc():  # pylint: disable=protected-access
-      for rnd in range(args.rounds + 1):  # Round 0 warms up (compiles) and is dropped.
-        for k, w in enumerate(work):
-          for v, (fn, lg) in timed.items():
-            t = time_states(fn, w["tables"], states[k], lg)
-            if rnd:
-              best[k, v] = t if best[k, v] is None else np.minimum(best[k, v], t)
-    base = {}
-    for k, w in enumerate(work):
-      row = {"case": w["key"], "constraint": w["label"], "batch": batch,
-             "steps_walked": len(w["tokens"]), "steps_timed": len(w["indices"]), **w["meta"]}
-      for v in timed:
-        us = best[k, v] * 1e6
-        row[v] = {"median_us": float(np.median(us)), "p90_us": float(np.percentile(us, 90)),
-                  "max_us": float(us.max()), "min_us": float(us.min())}
-        base.setdefault(v, row[v]["median_us"] if w["key"] == "a" else None)
-        row[v]["ratio_to_a"] = row[v]["median_us"] / base[v] if base[v] else None
-      rows.append(row)
-      print(f"  B={batch} {w['key']}: " + "; ".join(
-          f"{v} {row[v]['median_us']:.0f} us median (p90 {row[v]['p90_us']:.0f})"
-          + (f" {row[v]['ratio_to_a']:.2f}x (a)" if base[v] else "") for v in timed), flush=True)
+    rows += time_batch(work, batch, vocab.vocab_size, args.rounds)
   profiles = []
   if args.profile_iters:
     for batch in batches:

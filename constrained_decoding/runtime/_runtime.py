@@ -443,13 +443,20 @@ def mask_logits(
   return jnp.where(allowed, logits, jnp.asarray(-jnp.inf, logits.dtype))
 
 
+# The unroll factor of `_find_edges`' loop per platform (`lax.platform_dependent` keys;
+# read at trace time, chosen when lowering). A loop on CPU: unrolled, the chain of
+# dependent gathers made XLA 0.12 take minutes to compile `advance` for register tables.
+# Unrolled elsewhere: on a GPU every iteration of a while loop costs kernel launches and a
+# read-back of its predicate, ~0.3 ms a step on an H200 for ~20 halvings, against
+# 0.02-0.1 ms unrolled (benchmarks/device_kit.py, README "On a GPU").
+EDGE_SEARCH_UNROLL = {"cpu": 1, "default": True}
+
+
 def _find_edges(tables: ConstraintTables, group: Array, tokens: Array) -> tuple[Array, Array]:
   """Binary search of each row's token among each of its groups' sorted edges.
 
   `group` is `[B, K]` (a row's candidate groups) and `tokens` `[B]`: O(log E) steps
-  for all groups at once. The steps are a `fori_loop`, not a Python loop: unrolled,
-  the chain of dependent gathers made XLA 0.12 (jax 0.12) take minutes to compile
-  `advance` for register tables; looped, well under a second on jax 0.10 and 0.12.
+  for all groups at once, a `fori_loop` unrolled per platform (`EDGE_SEARCH_UNROLL`).
   """
   num_edges = tables.edge_tokens.shape[0]
   lo = tables.edge_start[group]
@@ -465,7 +472,11 @@ def _find_edges(tables: ConstraintTables, group: Array, tokens: Array) -> tuple[
     left = (value >= tokens) & (lo < hi)
     return jnp.where(right, mid + 1, lo), jnp.where(left, mid, hi)
 
-  lo, _ = jax.lax.fori_loop(0, int(np.ceil(np.log2(num_edges + 1))), halve, (lo, hi))
+  steps = int(np.ceil(np.log2(num_edges + 1)))
+  search = lambda unroll: lambda lo, hi: jax.lax.fori_loop(0, steps, halve, (lo, hi),
+                                                           unroll=unroll)[0]
+  lo = jax.lax.platform_dependent(
+      lo, hi, **{platform: search(unroll) for platform, unroll in EDGE_SEARCH_UNROLL.items()})
   slot = jnp.minimum(lo, num_edges - 1)
   found = (lo < end) & (tables.edge_tokens[slot] == tokens)
   return slot, found
