@@ -217,3 +217,17 @@ def test_load_and_step_without_pynini(saved, gemma_vocab, tmp_path):
     assert q == int(state.state[0])
     state = cd.advance(tables, state, jnp.array([token], jnp.int32))
   assert seen["final"] == [int(state.state[0]), True, False]
+
+
+def test_device_kit_runs_its_imports_without_pynini():
+  """`benchmarks/device_kit.py run` is for accelerators without pynini: importing it (and
+  the decode and step benchmarks it reuses) must not import the compiler."""
+  repo = __file__.rsplit("/tests/", 1)[0]
+  blocker = _NO_PYNINI_SCRIPT.split("import numpy as np")[0]
+  script = blocker + (f"sys.path.insert(0, {repo!r})\n"
+                      "import benchmarks.device_kit\n"
+                      "print('pynini' in sys.modules)\n")
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.strip() == "False"
