@@ -161,26 +161,27 @@ def _lower_all_contains(lw, schema: dict, pointer: str) -> ir.Node:
 
 
 def _lower_unique_array(lw, schema: dict, pointer: str) -> ir.Node | None:
-  """An array with `uniqueItems: true` whose items take at most `MAX_UNIQUE_VALUES`
-  values (enums, booleans, small integer ranges): every set of distinct values, in
-  any order, as an automaton over the subsets used so far. None after recording the
-  keyword in lenient mode when that is not the case."""
+  """An array with `uniqueItems: true` whose every position (each of `prefixItems`,
+  then `items` for the rest, up to `maxItems`) takes finitely many values, at most
+  `MAX_UNIQUE_VALUES` of them all positions together (enums, booleans, small integer
+  ranges): every sequence of distinct values, as an automaton over the set of values
+  used so far. Distinct items make the count of items the set's size, so the set also
+  says which position comes next. None after recording the keyword in lenient mode
+  when that is not the case."""
   where = _pointer(pointer, "uniqueItems")
-  values = None
-  if "prefixItems" not in schema:
-    values = _distinct_values(lw.lower(_items(schema), _pointer(pointer, "items")))
-  if values is None or len(values) > MAX_UNIQUE_VALUES:
+  positions = _unique_positions(lw, schema, pointer)
+  if positions is None:
     lw.unsupported(where, (
         f"uniqueItems at {where} needs items with at most {MAX_UNIQUE_VALUES} possible"
-        " values (an enum, booleans, a small integer range) and no prefixItems: distinct"
+        " values, all positions together (an enum, booleans, a small integer range;"
+        " prefixItems count too, and items: false ends the array after them): distinct"
         " values from a larger set are not a regular language. Bound the items with an"
         " enum, or pass lenient=(\"uniqueItems\",) to allow repeats (other unsupported"
         " keywords still raise)."))
     return None
+  values, spellings = positions
   min_items = _json_keywords.count(schema, "minItems", pointer) or 0
-  max_items = _json_keywords.count(schema, "maxItems", pointer)
-  k = len(values)
-  max_items = k if max_items is None else min(max_items, k)
+  max_items = min(len(spellings), len(values))
   if min_items > max_items:
     return ir.NOTHING
   # States: 0 before `[`, 1 after `]`, 2 + mask for the set of values used so far.
@@ -188,18 +189,60 @@ def _lower_unique_array(lw, schema: dict, pointer: str) -> ir.Node | None:
   arcs = []
   if min_items == 0:
     arcs.append((0, ws.empty(b"[]"), 1))
-  if max_items >= 1:
-    arcs += [(0, ir.concat(ws.open(b"["), values[j]), 2 + (1 << j)) for j in range(k)]
-  for mask in range(1, 1 << k):
+  for mask in range(1 << len(values)):
     size = bin(mask).count("1")
     if size > max_items:
       continue
-    if size >= min_items:
+    if size >= max(min_items, 1):
       arcs.append((2 + mask, ws.close(b"]"), 1))
-    for j in range(k):
-      if size < max_items and not mask >> j & 1:
-        arcs.append((2 + mask, ir.concat(ws.comma, values[j]), 2 + (mask | 1 << j)))
-  return ir.Graph(num_states=2 + (1 << k), arcs=tuple(arcs), finals=(1,))
+    if size == max_items:
+      continue
+    before = ws.open(b"[") if mask == 0 else ws.comma
+    source = 0 if mask == 0 else 2 + mask
+    for j, spelled in spellings[size].items():
+      if not mask >> j & 1:
+        arcs.append((source, ir.concat(before, spelled), 2 + (mask | 1 << j)))
+  return ir.Graph(num_states=2 + (1 << len(values)), arcs=tuple(arcs), finals=(1,))
+
+
+def _unique_positions(lw, schema: dict, pointer: str):
+  """(the distinct values as canonical JSON texts; for each position an array may
+  reach, value index -> the IR of its spellings there) for `_lower_unique_array`, or
+  None when a reachable position takes infinitely many values or all together more
+  than `MAX_UNIQUE_VALUES`.
+
+  Past `prefixItems` every position reads `items`: one more entry stands for all of
+  them, repeated up to `MAX_UNIQUE_VALUES` positions (no more distinct values exist).
+  """
+  prefix_schemas = schema.get("prefixItems", [])
+  if not isinstance(prefix_schemas, list):
+    raise errors.SchemaError(
+        f"prefixItems at {_pointer(pointer, 'prefixItems')} is {_short(prefix_schemas)}."
+        " Expected an array of schemas. Fix the value.")
+  max_items = _json_keywords.count(schema, "maxItems", pointer)
+  limit = MAX_UNIQUE_VALUES if max_items is None else min(max_items, MAX_UNIQUE_VALUES)
+  nodes = [lw.lower(s, _pointer(pointer, "prefixItems", i))
+           for i, s in enumerate(prefix_schemas[:limit])]
+  if len(nodes) < limit:
+    rest = lw.lower(_items(schema), _pointer(pointer, "items"))
+    nodes += [rest] * (limit - len(nodes))
+  values: dict[str, int] = {}
+  spellings = []
+  for position, node in enumerate(nodes):
+    # No array reaches this position when nothing meets it, or when the positions
+    # before it take fewer distinct values than there are of them.
+    if node == ir.NOTHING or len(values) < position:
+      break
+    groups = _distinct_values(node)
+    if groups is None:
+      return None
+    at = {}
+    for value, group in groups.items():
+      at[values.setdefault(value, len(values))] = group
+    if len(values) > MAX_UNIQUE_VALUES:
+      return None
+    spellings.append(at)
+  return list(values), spellings
 
 
 def lower_array(lw, schema: dict, pointer: str) -> ir.Node:
@@ -286,10 +329,10 @@ def counted_array(item: ir.Node, ws: jv.Whitespace, min_items: int, max_items: i
   return ir.concat(ir.Marker("clear", word, 0), body)
 
 
-def _distinct_values(node: ir.Node) -> list[ir.Node] | None:
-  """The JSON values of a finite IR of JSON texts, each as the IR of its texts (a value
-  may have several spellings: whitespace), or None when there are too many or
-  infinitely many texts."""
+def _distinct_values(node: ir.Node) -> dict[str, ir.Node] | None:
+  """The JSON values of a finite IR of JSON texts (canonical JSON text -> the IR of its
+  texts: a value may have several spellings, whitespace), or None when there are too
+  many or infinitely many texts."""
   texts = _finite_texts(node, 4 * MAX_UNIQUE_VALUES)
   if texts is None:
     return None
@@ -297,7 +340,8 @@ def _distinct_values(node: ir.Node) -> list[ir.Node] | None:
   for text in sorted(texts):
     value = json.dumps(json.loads(text), sort_keys=True)
     spellings.setdefault(value, []).append(text)
-  return [ir.union(*(ir.Bytes(t) for t in group)) for group in spellings.values()]
+  return {value: ir.union(*(ir.Bytes(t) for t in group))
+          for value, group in spellings.items()}
 
 
 def _finite_texts(node: ir.Node, limit: int) -> set[bytes] | None:
