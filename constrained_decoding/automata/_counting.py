@@ -64,7 +64,7 @@ from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _fsa
-from constrained_decoding.automata import _wide
+from constrained_decoding.automata import _loops
 from constrained_decoding.automata._byte_dfa import NO_STATE
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -226,7 +226,7 @@ def _bitmap(counts: _ClassCounts, r: int, num_words: int) -> np.ndarray:
   bits = counts.bitmaps.get(r)
   if bits is None:
     tokens = np.flatnonzero((counts.counts > 0) & (counts.counts <= r))
-    bits = counts.bitmaps[r] = _wide.token_bits(tokens, num_words)
+    bits = counts.bitmaps[r] = _loops.token_bits(tokens, num_words)
   return bits
 
 
@@ -478,12 +478,12 @@ class CountingTerminals:
     finish, inside = {}, {}  # slot -> [(terminal, k)], [(terminal, slot after)]
     for (x, k), tokens in pieces["finish"].items():
       t = self._get(("finish", klass, chain.body, stride, x, k),
-                    lambda tokens=tokens: _wide.token_bits(tokens, w),
+                    lambda tokens=tokens: _loops.token_bits(tokens, w),
                     (row, stride, stride * (1 - k) - slot_of_x[x]))
       finish.setdefault(slot_of_x[x], []).append((t, k))
     for (x, x2), tokens in pieces["inside"].items():
       t = self._get(("inside", klass, chain.body, stride, x, x2),
-                    lambda tokens=tokens: _wide.token_bits(tokens, w),
+                    lambda tokens=tokens: _loops.token_bits(tokens, w),
                     (row, 0, slot_of_x[x2] - slot_of_x[x]))
       inside.setdefault(slot_of_x[x], []).append((t, slot_of_x[x2]))
 
@@ -733,5 +733,5 @@ def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):
     wanted = (nb == 256) | ((nb >= 0) & (nb < 256) & readable[np.clip(nb, 0, 255)])
     special = np.zeros(int(trie.token_ids.max(initial=0)) + 1, bool)
     special[:] = wanted[:len(special)]
-    hit = counts.subtries[key] = _wide._subtrie(trie, special, trie.fingerprint + ":counted")[0]
+    hit = counts.subtries[key] = _loops._subtrie(trie, special, trie.fingerprint + ":counted")[0]
   return hit

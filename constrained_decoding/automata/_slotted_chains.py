@@ -44,6 +44,7 @@ import dataclasses
 
 import numpy as np
 
+from constrained_decoding.automata import _loops
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
@@ -324,7 +325,6 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
   `_counting._ClassCounts` of K.
   """
   from constrained_decoding.automata import _counting  # pylint: disable=g-import-not-at-top
-  from constrained_decoding.automata import _wide  # pylint: disable=g-import-not-at-top
 
   klass, w, s = slotted.char_class, counting.num_words, slotted.num_slots
   if klass not in counting.class_rows:
@@ -343,7 +343,7 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
       if not len(tokens):
         continue
       t = counting._get(("slotted", klass, fkey, s, a, b),  # pylint: disable=protected-access
-                        lambda tokens=tokens: _wide.token_bits(tokens, w), (row, s, b - a))
+                        lambda tokens=tokens: _loops.token_bits(tokens, w), (row, s, b - a))
       terminals[a, b] = (t, np.unique(token_count[final[a] == b]))
 
   def filter_of(allowed: np.ndarray, every: np.ndarray) -> int:
@@ -357,7 +357,7 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
                            lambda: _counting._bitmap(counts, r, w),  # pylint: disable=protected-access
                            (-1, -1, -1))
     key = ("count set", klass, allowed.tobytes())
-    return counting._get(key, lambda: _wide.token_bits(  # pylint: disable=protected-access
+    return counting._get(key, lambda: _loops.token_bits(  # pylint: disable=protected-access
         np.flatnonzero(np.isin(counts.counts, allowed)), w), (-1, -1, -1))
 
   # Per terminal (a, b), vectorized over layers: which of its counts land on usable
