@@ -17,6 +17,8 @@ from constrained_decoding import errors
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _regex
+from constrained_decoding.constraints import _regex_classes
+from constrained_decoding.constraints import _regex_scan
 
 _ANY_TEXT = "(?s:.*)"
 _GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
@@ -31,7 +33,7 @@ def _structure(text: str, i: int = 0):
       i += 2
       continue
     if c == "[":
-      i = _regex.class_end(text, i)
+      i = _regex_scan.class_end(text, i)
       continue
     if c in "()|":
       yield i, c
@@ -179,7 +181,7 @@ def pattern_ir(pattern: str) -> ir.Node:
   wrapped text is parsed by the regex front end, which then rejects anchors anywhere
   else. ECMAScript Unicode property escapes (`\\p{L}`, `\\p{Letter}`, `\\P{Nd}`,
   `\\p{gc=Lu}`, `Any`, `ASCII`, `Assigned`) are classes of the code points `unicodedata`
-  gives that General_Category (`_regex.expand_property_escapes`); scripts are refused.
+  gives that General_Category (`_regex_classes.expand_property_escapes`); scripts are refused.
   Leading global flags (`(?i)`) apply to the whole pattern (`(?x)` is refused).
 
   Lookaheads right after the start anchor of an alternative are exact (several in a
@@ -199,7 +201,7 @@ def pattern_ir(pattern: str) -> ir.Node:
     CompileBudgetError: An alternative or lookahead alone is too large (`parse_regex`).
   """
   full = pattern
-  pattern = _regex.expand_property_escapes(pattern)  # ECMAScript `\\p{L}`: a class.
+  pattern = _regex_classes.expand_property_escapes(pattern)  # ECMAScript `\\p{L}`: a class.
   flags = ""
   match = _GLOBAL_FLAGS.match(pattern)
   if match:

@@ -198,10 +198,11 @@ def _parse_grammar(text: str, syntax: str, start: str):
 
 def _check_rule_size(name: str, body) -> None:
   """Raises `CompileBudgetError` for a rule whose counted repeats alone would expand past
-  the regex front end's bounds (`_regex.estimate_size`, linear in the IR)."""
+  the regex front end's bounds (`_regex_size.estimate_size`, linear in the IR)."""
   from constrained_decoding.constraints import _regex  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.constraints import _regex_size  # pylint: disable=g-import-not-at-top
 
-  size = _regex.estimate_size(body)
+  size = _regex_size.estimate_size(body)
   longest = max(size.min_len, size.max_len or 0)
   if longest + 1 > _regex._MAX_STATES or size.states > _regex._MAX_EXPANDED_STATES or (  # pylint: disable=protected-access
       size.states + size.work > _regex._MAX_WORK):  # pylint: disable=protected-access

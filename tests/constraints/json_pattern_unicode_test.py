@@ -1,6 +1,6 @@
 """ECMAScript Unicode property escapes in JSON Schema patterns (`\\p{L}`, `\\P{Nd}`, ...).
 
-`_regex.expand_property_escapes` writes each escape as the class of the code points
+`_regex_classes.expand_property_escapes` writes each escape as the class of the code points
 whose `unicodedata.category` is in the General_Category; the oracles are
 `unicodedata.category` itself over sampled code points (every range boundary of the
 class and random ones) and, where installed, the `regex` package's own `\\p{...}` on
@@ -17,7 +17,7 @@ import pytest
 import constrained_decoding as cd
 from constrained_decoding import errors
 from constrained_decoding.automata._fsa import compile_byte_dfa
-from constrained_decoding.constraints import _regex
+from constrained_decoding.constraints import _regex_classes
 
 _GROUPS = {"L": "Lu Ll Lt Lm Lo", "Letter": "Lu Ll Lt Lm Lo", "Lu": "Lu",
            "Uppercase_Letter": "Lu", "Nd": "Nd", "gc=Nd": "Nd", "N": "Nd Nl No",
@@ -49,7 +49,7 @@ def _samples(ranges, seed: int) -> list[int]:
 @pytest.mark.parametrize("name", sorted(_GROUPS))
 def test_property_classes_follow_unicodedata(name):
   categories = set(_GROUPS[name].split())
-  ranges = _regex.property_ranges(name)
+  ranges = _regex_classes.property_ranges(name)
   pattern, negated = f"^\\p{{{name}}}$", f"^\\P{{{name}}}$"
   for c in _samples(ranges, hash(name) % 1000):
     inside = unicodedata.category(chr(c)) in categories

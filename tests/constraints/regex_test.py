@@ -17,6 +17,7 @@ from constrained_decoding import errors
 from constrained_decoding.automata import _fsa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _regex
+from constrained_decoding.constraints import _regex_classes
 
 MULTIPLE_CHOICE = r"Red|Orange|Yellow|Green|Blue|Indigo|Violet"
 DATE_TIME = r"\d{4}-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-5]\d([+][0-2]\d:[0-5]\d|Z)"
@@ -283,7 +284,7 @@ def _scalar_mask() -> np.ndarray:
 
 def _re_single_char_set(pattern: str, flags: int) -> np.ndarray:
   """The scalar values matched by a one-character pattern, according to `re`."""
-  everything = _regex._all_code_points()
+  everything = _regex_classes._all_code_points()
   # Deleting the matches leaves exactly the characters the pattern does not match.
   rest = re.sub(pattern, "", everything, flags=flags)
   unmatched = np.frombuffer(rest.encode("utf-32-le", "surrogatepass"), "<u4")
@@ -332,14 +333,14 @@ def test_single_characters_match_re_on_all_code_points(pattern, unicode):
 
 def test_unicode_categories_match_re_on_all_code_points():
   for category, name in [("\\d", "DIGIT"), ("\\w", "WORD"), ("\\s", "SPACE")]:
-    table = _regex._unicode_categories()[getattr(_regex.sre, f"CATEGORY_{name}")]
+    table = _regex_classes._unicode_categories()[getattr(_regex_classes.sre, f"CATEGORY_{name}")]
     ours = _ir_single_char_set(ir.CharClass(table))
     np.testing.assert_array_equal(ours, _re_single_char_set(category, 0), err_msg=category)
 
 
 def test_lowercasing_never_crosses_the_bmp_boundary():
   # `_CaseFold.char_class` relies on it to mirror re's charmap/IndexError split.
-  lower_of, _ = _regex._unicode_case_tables()
+  lower_of, _ = _regex_classes._unicode_case_tables()
   assert all((c > 0xFFFF) == (lo > 0xFFFF) for c, lo in lower_of.items())
 
 
