@@ -51,6 +51,10 @@ def test_verdicts_follow_the_parser():
   assert cs.syntax_ok(PROMPT, "")  # a docstring is a body
   assert cs.syntax_ok(PROMPT, cs._decode("    return 'é'\n".encode()))
   assert not cs.syntax_ok(PROMPT, cs._decode(b"    return '\xff'\n"))  # not UTF-8
+  # Comments add no code; a statement does (compared by the parsed tree).
+  assert not cs.adds_code(PROMPT, "    # TODO\n    # more\n")
+  assert cs.adds_code(PROMPT, "    return xs\n")
+  assert not cs.adds_code(PROMPT, "    return (xs +")
   # Where the tokenizer stops (unindent that matches no level), the line rule cuts.
   assert cs.cut_completion(PROMPT, "    if xs:\n  return 1\nprint(2)\n") == (
       "    if xs:\n  return 1\n")
