@@ -65,6 +65,8 @@ SNIPPETS = [
     "def h(s):\n    r\"\"\"Raw \\d docstring \"quoted\".\"\"\"\n    return s\n",
     "def pos(a, b=1, /, c=2, *, d, **kw):\n    return a\ndef only(x, /):\n    pass\n"
     "def mixed(p, /, q, *args):\n    pass\n",
+    "a, *rest = xs\n*init, last = xs\nhead, *(b, c), = ys = zs\n"
+    "for first, *others in rows:\n    pass\nys = [b for a, *b in rows]\n",
 ]
 
 # Texts with one syntax error each; "@" marks the byte where the tables must refuse the
@@ -90,6 +92,8 @@ BROKEN = [
     "def f(a, /, @/):\n    pass\n",           # a second `/`
     "def f(a=1, /, b@):\n    pass\n",         # no default after one, across `/`
     "def f(*, a, @/):\n    pass\n",           # `/` after `*`
+    "del @*a, b\n",                             # deleting a starred target
+    "(@*a) = b\n",                              # a starred target in parentheses
 ]
 
 
