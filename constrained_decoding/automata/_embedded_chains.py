@@ -25,12 +25,12 @@ spliced schema-free JSON fragments):
    are absolute: a target inside a chain reached from elsewhere is always within one
    token of the chain's start, where positions are not compressed (`f[i] = i`).
 
-Slotted chains (`_slotted_chains.py`: a small ASCII pattern with `maxLength`, lowered
-to an `ir.Graph` numbered layer by layer) go the same way: `extract` makes each
-recognized graph a fragment whose chain is laid out in full (`compressed_of` the
-identity, `stride` its number of slots), and their counting entries (one terminal per
-slot pair, filtered to the counts that land on live cells) are added once liveness is
-known.
+Slotted chains (`_slotted_chains.py`: a small pattern with `maxLength`, lowered to an
+`ir.Graph` numbered layer by layer) go the same way: `extract` makes each recognized
+graph a fragment whose chain is laid out in full (`compressed_of` the identity, `stride`
+its slots and the states inside a character: UTF-8, escapes), and their counting
+entries (one terminal per slot pair and per way of finishing an escape, filtered to the
+counts that land on live cells) are added once liveness is known.
 
 Exact, like `_counting.py`: every tokenization is kept and a token may cross a chain's
 start or end. Returns None (plain composition applies) when a chain's arc cannot be
@@ -133,7 +133,7 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
           chain=_counting.Chain(prefix=b"", body=graph, char_class=slotted.char_class,
                                 min=0, max=slotted.length, suffix=b""),
           n2=0, m2=slotted.length, compressed_of=np.arange(layers), dfa=dfa, cell=cell,
-          stride=slotted.num_slots, inner=[], body=None, slotted=slotted)
+          stride=slotted.stride, inner=[], body=None, slotted=slotted)
     return ir.Fragment(name, graph)
 
   def chain_or_descend(n: ir.Node) -> ir.Node | None:
@@ -224,9 +224,8 @@ def splice_chains(dfa: ByteDfa, chains: dict[str, EmbeddedChain], arc_ops: dict 
       return None  # s or c reads a byte the chain's start reads.
     if embedded.slotted is not None:
       # A token wholly in K counts from the chain's start and never leaves it: s and c
-      # read no character of K (the start slot may read fewer than K).
-      klass = np.zeros(256, bool)
-      klass[(cdfa.transitions != NO_STATE).any(axis=0)] = True
+      # read no first byte of a character of K (the start slot may read fewer than K).
+      klass = _counting._lead_bytes(embedded.chain.char_class)  # pylint: disable=protected-access
       if (new_trans[s][klass] != NO_STATE).any() or (trans[c][klass] != NO_STATE).any():
         return None
     new_trans[s][reads] = start_row[reads]

@@ -11,27 +11,40 @@ vocabulary each of those ~126 states gets ~33k token edges. Here:
   j * S + s is "j characters read, P in slot s" (S slots, s = 0 the start), with only
   the states that are reachable and can still finish keeping arcs. Its language is
   that of the intersection; only the numbering is chosen, and any consumer that does
-  not know about chains composes it as usual.
+  not know about chains composes it as usual. Characters are code points (any, but
+  surrogates); the front end then encodes the labels as JSON (`_json_values.encode_text`).
 * Recognition (`find_slotted`). An `ir.Graph` whose arcs all go from layer j to
-  layer j + 1 for some S, with one slot function f (slot, character) -> slot, whose
-  arcs among the *present* cells (reachable and co-reachable in the full product of
-  f with the graph's finals) are exactly the product's, over printable ASCII without
-  `"` and `\` (one character = one byte = its JSON encoding). The check is on the
-  graph itself, so whatever produced it, the chain is exact.
-* Counting terminals (`add_slotted`). A token wholly in the chain's class K (every
-  character some slot reads) takes slot s to F_t(s) (f along its characters) and
-  layer j to j + c, c its characters. Tokens are grouped by (s, F_t(s)): one terminal
-  per pair, target q + S * c + (F_t(s) - s) with `token_counts`' row of K, the
-  existing device format. In the full product the path from a present cell to a
-  present cell only crosses present cells, so a token is allowed from cell (j, s)
-  iff F_t(s) is defined and (j + c, F_t(s)) is present (and live at token level): a
-  filter of the counts that land on such cells, "at most r characters" when it is a
-  prefix of the counts (shared with `_counting`), else a bitmap of its own.
+  layer j + 1 for some S, whose labels are each one character of a code point set
+  (a `CharClass`, or the canonical JSON encoding of a set: its literal characters and
+  the escapes of `"`, `\` and control characters, as `encode_text` writes them), with
+  one slot function f (slot, code point) -> slot over the *atoms* (ranges of code
+  points no label splits), whose arcs among the *present* cells (reachable and
+  co-reachable in the full product of f with the graph's finals) are exactly the
+  product's. The check is on the graph itself, so whatever produced it, the chain is
+  exact.
+* Byte layout (`chain_dfa`). A character is one or more bytes (UTF-8, an escape
+  `\n` or `\u001f`): per slot a, a decoder DFA reads one character from a and ends in
+  the slot it leads to; its inner states (inside a character) are columns S.. of the
+  layer, after the S slot columns (stride = S + all inner states).
+* Counting terminals (`add_slotted`). K is the set of characters written literally
+  (the chain's class; escaped ones are not in K). A token wholly in K takes slot s to
+  F_t(s) (f along its code points) and layer j to j + c, c its characters: one terminal
+  per pair (s, F_t(s)), target q + stride * c + (F_t(s) - s) with `token_counts`' row of
+  K, the existing device format. From an inner state x of slot a inside an escape
+  (after `\`, `\u00`), a token wholly in K (`nthe`, `1fab`) finishes the escape after
+  its first i characters into slot b and goes on in K from b to b': one terminal per
+  (a, x, i, b'), target q + stride * (1 + c - i) + bias; tokens ending inside the escape
+  (`00` after `\u`) one per (a, x, x'). In the full product the path from a present
+  cell to a present cell only crosses present cells, so a token is allowed iff the cell
+  it lands on is present (and live at token level): a filter of the counts that land on
+  such cells, "at most r characters" when it is a prefix of the counts (shared with
+  `_counting`), else a bitmap of its own.
 
-Every other token (one that leaves the chain, `abc",`) is walked explicitly, as for
-the other chains (`_embedded_chains.compile_tables`). Chains are laid out in full
-(`max + 1` layers of S states: 9 bytes each), so the byte automaton grows with
-`max`; what no longer grows with it are the token edges and mask rows.
+Every other token (one that leaves the chain, `abc",`, or holds an escape or part of a
+character) is walked explicitly, as for the other chains
+(`_embedded_chains.compile_tables`). Chains are laid out in full (`max + 1` layers of
+stride states: 9 bytes each), so the byte automaton grows with `max`; what no longer
+grows with it are the counted tokens' edges and mask rows.
 
 Public names:
   length_product(text, min_length, max_length) -> ir.Graph or None.
@@ -41,13 +54,18 @@ Public names:
 """
 
 import dataclasses
+import functools
+import itertools
+import json
 
 import numpy as np
 
+from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _loops
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_values as jv
 
 # At most this many slots (states of the pattern's DFA).
 MAX_SLOTS = 16
@@ -59,41 +77,71 @@ MAX_CELLS = 20_000
 # K: few tokens are wholly in it (as `_counting.MIN_COUNT`, `MIN_CLASS_SIZE`).
 MIN_LAYERS = 8
 MIN_CLASS_SIZE = 16
+# At most this many atoms (code point ranges no label splits), and inner states of one
+# slot's character decoder (UTF-8 and escapes need ~12).
+MAX_ATOMS = 512
+MAX_INNER = 64
+# Bytes of a character's encoding at most (`\u001f`: 6); tokens are walked this far
+# from a state inside a character.
+_MAX_CHARACTER_BYTES = 6
+_SURROGATES = ((ir.SURROGATES[0], ir.SURROGATES[1]),)
+# Code points a JSON string escapes (controls, `"`, `\\`): atoms never straddle them.
+_SPECIAL = ((0, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
 
-# One byte per character, its own JSON encoding: printable ASCII but `"` and `\`.
-_SAFE = np.zeros(128, bool)
-_SAFE[0x20:0x7F] = True
-_SAFE[[0x22, 0x5C]] = False
+
+def _atoms_of(range_lists) -> np.ndarray:
+  """int64 [A + 1]: the bounds of the atoms (`_intersect._cells`) of `range_lists`."""
+  cells = _intersect._cells(list(range_lists) + [_SURROGATES, _SPECIAL])  # pylint: disable=protected-access
+  return np.array([lo for lo, _ in cells] + [ir.MAX_CODE_POINT + 1], np.int64)
 
 
-def _slot_dfa(text: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
-  """(f int64 [S, 128], accepting bool [S]): the minimal DFA of L(text) without a
-  sink, slot 0 the start; None past `MAX_SLOTS` or outside the safe characters."""
+def _atom_mask(bounds: np.ndarray, ranges) -> np.ndarray:
+  """bool [A]: the atoms inside `ranges` (which no atom straddles)."""
+  out = np.zeros(len(bounds) - 1, bool)
+  for lo, hi in ranges:
+    out[np.searchsorted(bounds, lo, "right") - 1:np.searchsorted(bounds, hi, "right")] = True
+  return out
+
+
+def _ranges_of(bounds: np.ndarray, mask: np.ndarray) -> tuple:
+  return ir.normalize_ranges([(int(bounds[k]), int(bounds[k + 1]) - 1)
+                              for k in np.flatnonzero(mask).tolist()])
+
+
+def _slot_dfa(text: ir.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+  """(atom bounds int64 [A + 1], f int64 [S, A], accepting bool [S]): the minimal DFA of
+  L(text) over code points (surrogates read nothing) without a sink, slot 0 the start;
+  None past `MAX_SLOTS` or `MAX_ATOMS`."""
   try:
     arcs, finals, start = _intersect._nfa(text)  # pylint: disable=protected-access
   except ValueError:
     return None
+  bounds = _atoms_of(r for out in arcs for _, r in out if r is not None)
+  if len(bounds) - 1 > MAX_ATOMS:
+    return None
+  num_atoms = len(bounds) - 1
+  surrogate = _atom_mask(bounds, _SURROGATES)
   sets = [frozenset((start,))]
   index = {sets[0]: 0}
   rows = []
   k = 0
   while k < len(sets):
-    out = [(t, r) for q in sets[k] for t, r in arcs[q]]
-    row = np.full(128, -1, np.int64)
-    for lo, hi in _intersect._cells([r for _, r in out]):  # pylint: disable=protected-access
-      target = frozenset(t for t, r in out
-                         if _intersect._covers(r, (lo, hi)))  # pylint: disable=protected-access
-      if not target:
-        continue
-      if hi >= 128 or not _SAFE[lo:hi + 1].all():
-        return None
-      j = index.get(target)
-      if j is None:
-        if len(sets) >= 4 * MAX_SLOTS:
-          return None
-        j = index[target] = len(sets)
-        sets.append(target)
-      row[lo:hi + 1] = j
+    out = [(t, _atom_mask(bounds, r)) for q in sets[k] for t, r in arcs[q] if r is not None]
+    row = np.full(num_atoms, -1, np.int64)
+    if out:
+      targets, masks = zip(*out)
+      masks = np.stack(masks) & ~surrogate[None, :]
+      for pattern in np.unique(masks, axis=1).T:
+        if not pattern.any():
+          continue
+        target = frozenset(t for t, m in zip(targets, pattern.tolist()) if m)
+        j = index.get(target)
+        if j is None:
+          if len(sets) >= 4 * MAX_SLOTS:
+            return None
+          j = index[target] = len(sets)
+          sets.append(target)
+        row[(masks == pattern[:, None]).all(axis=0)] = j
     rows.append(row)
     k += 1
   f = np.stack(rows)
@@ -116,12 +164,12 @@ def _slot_dfa(text: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
   s = len(order)
   if s > MAX_SLOTS:
     return None
-  f_min = np.full((s, 128), -1, np.int64)
+  f_min = np.full((s, num_atoms), -1, np.int64)
   acc_min = np.zeros(s, bool)
   for q in range(len(sets)):
     f_min[block[q]] = np.where(f[q] >= 0, block[np.maximum(f[q], 0)], -1)
     acc_min[block[q]] = accepting[q]
-  return f_min, acc_min
+  return bounds, f_min, acc_min
 
 
 def _present(f: np.ndarray, final_cells: np.ndarray) -> np.ndarray:
@@ -140,25 +188,25 @@ def _present(f: np.ndarray, final_cells: np.ndarray) -> np.ndarray:
   return reach & co
 
 
-def _class_of(f: np.ndarray) -> ir.CharClass:
-  chars = np.flatnonzero((f >= 0).any(axis=0))
-  return ir.char_class((int(c), int(c)) for c in chars)
+def _class_size(bounds: np.ndarray, mask: np.ndarray) -> int:
+  return int((bounds[1:] - bounds[:-1])[mask].sum())
 
 
 def length_product(text: ir.Node, min_length: int, max_length: int) -> ir.Graph | None:
   """L(text) restricted to `min_length..max_length` characters, as a layered `ir.Graph`
-  (see the module doc), or None when `text` does not suit a slotted chain (then the
-  caller intersects as usual): characters outside printable ASCII (or a quote or a
-  backslash), more than `MAX_SLOTS` slots, fewer than `MIN_LAYERS` layers or more than
-  `MAX_CELLS` cells, or a class of fewer than `MIN_CLASS_SIZE` characters."""
+  over code points (see the module doc), or None when `text` does not suit a slotted
+  chain (then the caller intersects as usual): more than `MAX_SLOTS` slots, fewer than
+  `MIN_LAYERS` layers or more than `MAX_CELLS` cells, or fewer than `MIN_CLASS_SIZE`
+  characters read."""
   if max_length < MIN_LAYERS:
     return None
   dfa = _slot_dfa(text)
   if dfa is None:
     return None
-  f, accepting = dfa
+  bounds, f, accepting = dfa
   s = len(accepting)
-  if (max_length + 1) * s > MAX_CELLS or int((f >= 0).any(axis=0).sum()) < MIN_CLASS_SIZE:
+  if ((max_length + 1) * s > MAX_CELLS
+      or _class_size(bounds, (f >= 0).any(axis=0)) < MIN_CLASS_SIZE):
     return None
   final_cells = np.zeros((max_length + 1, s), bool)
   final_cells[min_length:] = accepting
@@ -168,8 +216,7 @@ def length_product(text: ir.Node, min_length: int, max_length: int) -> ir.Graph 
   labels = {}
   for a in range(s):
     for b in np.unique(f[a][f[a] >= 0]).tolist():
-      chars = np.flatnonzero(f[a] == b)
-      labels[a, b] = ir.char_class((int(c), int(c)) for c in chars)
+      labels[a, b] = ir.char_class(_ranges_of(bounds, f[a] == b))
   arcs = []
   for j in range(max_length):
     for a in np.flatnonzero(present[j]).tolist():
@@ -183,69 +230,194 @@ def length_product(text: ir.Node, min_length: int, max_length: int) -> ir.Graph 
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class Decoder:
+  """One slot's reading of one character, byte by byte.
+
+  Attributes:
+    next: int64 `[1 + n, 256]`: from the slot (row 0) or inner state k (row k, 1..n),
+      the inner state a byte leads to (1..n), `n + 1 + b` for a character finished into
+      slot b, or -1.
+    num_inner: n.
+  """
+
+  next: np.ndarray
+  num_inner: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Slotted:
-  """A recognized slotted chain.
+  r"""A recognized slotted chain.
 
   Attributes:
     num_slots: S.
     length: L, the last layer.
-    slot_next: int64 `[S, 128]`: f (slot, character) -> slot, -1 for none.
+    bounds: int64 `[A + 1]`: the atoms' code point bounds (atom k is
+      `bounds[k]..bounds[k + 1] - 1`).
+    slot_next: int64 `[S, A]`: f (slot, atom) -> slot, -1 for none.
     accepting: bool `[L + 1, S]`: the present cells where the text may end.
     present: bool `[L + 1, S]`: reachable and co-reachable cells.
-    char_class: K, the characters some slot reads.
+    char_class: K, the characters some slot reads written literally (in a JSON
+      encoding, the escaped ones are not in K).
+    escaped: Whether the labels are JSON encodings (`"`, `\` and controls escaped);
+      False: every character is its UTF-8 bytes.
+    decoders: Each slot's `Decoder`.
   """
 
   num_slots: int
   length: int
+  bounds: np.ndarray
   slot_next: np.ndarray
   accepting: np.ndarray
   present: np.ndarray
   char_class: ir.CharClass
+  escaped: bool
+  decoders: tuple
+
+  @property
+  def stride(self) -> int:
+    """States per layer: the slots, then each slot's inner states."""
+    return self.num_slots + sum(d.num_inner for d in self.decoders)
+
+  def inner_column(self, slot: int) -> int:
+    """Column of inner state 1 of `slot`'s decoder (inner state k: this + k - 1)."""
+    return self.num_slots + sum(d.num_inner for d in self.decoders[:slot])
 
 
 def may_be_slotted(graph: ir.Graph) -> bool:
-  """False for graphs `find_slotted` refuses on sight (too few states, a label that is
-  not a character class): O(arcs), no hashing of labels."""
-  return (graph.num_states > MIN_LAYERS and bool(graph.arcs)
-          and all(isinstance(label, ir.CharClass) for _, label, _ in graph.arcs))
+  """False for graphs `find_slotted` refuses on sight (too few or too many states, a
+  label that is neither a character class nor a union, arcs that do not go from one
+  layer to the next for any number of slots): O(arcs), no hashing of labels."""
+  if (graph.num_states <= MIN_LAYERS or graph.num_states > MAX_CELLS or not graph.arcs
+      or len(graph.arcs) > 4 * MAX_CELLS * MAX_SLOTS
+      or not all(isinstance(label, (ir.CharClass, ir.Union)) for _, label, _ in graph.arcs)):
+    return False
+  return bool(_layerings(graph))
+
+
+def _layerings(graph: ir.Graph) -> list[tuple[int, np.ndarray, np.ndarray]]:
+  """(S, sources, targets) for each number of slots S whose layers the arcs respect."""
+  src = np.array([a for a, _, _ in graph.arcs], np.int64)
+  dst = np.array([b for _, _, b in graph.arcs], np.int64)
+  n = graph.num_states
+  return [(s, src, dst) for s in range(1, MAX_SLOTS + 1)
+          if n % s == 0 and n // s - 1 >= MIN_LAYERS
+          and np.array_equal(dst // s, src // s + 1)]
+
+
+def _strings(node: ir.Node, limit: int = 64) -> list[bytes] | None:
+  """The finite language of `node` (bytes, ASCII classes, concatenations, unions) as a
+  list, or None when it is something else or larger than `limit`."""
+  match node:
+    case ir.Bytes(data):
+      return [data]
+    case ir.CharClass(ranges) if ranges and ranges[-1][1] < 0x80:
+      out = [bytes([c]) for lo, hi in ranges for c in range(lo, hi + 1)]
+      return out if len(out) <= limit else None
+    case ir.Concat(parts):
+      out = [b""]
+      for part in parts:
+        tails = _strings(part, limit)
+        if tails is None or len(out) * len(tails) > limit:
+          return None
+        out = [a + b for a, b in itertools.product(out, tails)]
+      return out
+    case ir.Union(alternatives):
+      out = []
+      for alternative in alternatives:
+        more = _strings(alternative, limit)
+        if more is None or len(out) + len(more) > limit:
+          return None
+        out += more
+      return out
+  return None
+
+
+def _decode_label(label: ir.Node) -> tuple[tuple, tuple, bool] | None:
+  """(literal ranges, escaped code points, has escapes) of one character label: a
+  `CharClass`, or a union of classes (literal) and JSON escapes of single code points
+  (`\n`, `\u001f`); None for anything else."""
+  if isinstance(label, ir.CharClass):
+    return label.ranges, (), False
+  if not isinstance(label, ir.Union):
+    return None
+  literal, escaped = [], []
+  for alternative in label.alternatives:
+    if isinstance(alternative, ir.CharClass):
+      literal += alternative.ranges
+      continue
+    strings = _strings(alternative)
+    if strings is None:
+      return None
+    for data in strings:
+      try:
+        text = json.loads(b'"' + data + b'"')
+      except ValueError:
+        return None
+      if not data.startswith(b"\\") or len(text) != 1:
+        return None
+      escaped.append(ord(text))
+  return ir.normalize_ranges(literal), tuple(sorted(set(escaped))), True
+
+
+def _encode(ranges: tuple, escaped: bool) -> ir.Node:
+  """One character of `ranges`: its JSON encoding when `escaped`, else its UTF-8 bytes."""
+  return jv._canonical_class(ranges) if escaped else ir.CharClass(ranges)  # pylint: disable=protected-access
 
 
 def find_slotted(graph: ir.Graph) -> Slotted | None:
   """The slotted chain `graph` is (see the module doc), or None."""
-  n = graph.num_states
   arcs = graph.arcs
-  if not arcs or not all(isinstance(label, ir.CharClass) and label.ranges
-                         for _, label, _ in arcs):
+  if not may_be_slotted(graph):
     return None
+  decoded = {}
   for _, label, _ in arcs:
-    for lo, hi in label.ranges:
-      if hi >= 128 or not _SAFE[lo:hi + 1].all():
+    if label not in decoded:
+      decoded[label] = _decode_label(label)
+      if decoded[label] is None:
         return None
-  src = np.array([a for a, _, _ in arcs], np.int64)
-  dst = np.array([b for _, _, b in arcs], np.int64)
-  for s in range(1, MAX_SLOTS + 1):
-    if n % s or n // s - 1 < MIN_LAYERS:
-      continue
-    if not np.array_equal(dst // s, src // s + 1):
-      continue
-    found = _verify(graph, s, src, dst)
+  escaped = any(has for _, _, has in decoded.values())
+  sets = {}
+  for label, (literal, codes, _) in decoded.items():
+    ranges = ir.normalize_ranges(list(literal) + [(c, c) for c in codes])
+    if not ranges or _intersect._common_ranges(ranges, _SURROGATES):  # pylint: disable=protected-access
+      return None
+    if escaped and label != _encode(ranges, True):
+      return None  # Not the canonical encoding (`encode_text`'s) of its characters.
+    sets[label] = ranges
+  bounds = _atoms_of(sets.values())
+  if len(bounds) - 1 > MAX_ATOMS:
+    return None
+  masks = {label: _atom_mask(bounds, ranges) for label, ranges in sets.items()}
+  for s, src, dst in _layerings(graph):
+    found = _verify(graph, s, src, dst, bounds, masks, escaped)
     if found is not None:
       return found
   return None
 
 
-def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray) -> Slotted | None:
+def _literal(bounds: np.ndarray, escaped: bool) -> np.ndarray:
+  """bool [A]: the atoms written literally (all but the escaped ones, when `escaped`)."""
+  if escaped:
+    return ~_atom_mask(bounds, _SPECIAL)
+  return np.ones(len(bounds) - 1, bool)
+
+
+def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray, bounds: np.ndarray,
+            masks: dict, escaped: bool) -> Slotted | None:
   layers = graph.num_states // s
-  f = np.full((s, 128), -1, np.int64)
-  chars_of = []
+  num_atoms = len(bounds) - 1
+  f = np.full((s, num_atoms), -1, np.int64)
+  atoms_of = []
   for (a, label, b) in graph.arcs:
-    chars = np.concatenate([np.arange(lo, hi + 1) for lo, hi in label.ranges])
-    chars_of.append(chars)
-    old = f[a % s, chars]
+    atoms = np.flatnonzero(masks[label])
+    atoms_of.append(atoms)
+    old = f[a % s, atoms]
     if ((old >= 0) & (old != b % s)).any():
       return None  # Not one slot function (or not deterministic).
-    f[a % s, chars] = b % s
-  if int((f >= 0).any(axis=0).sum()) < MIN_CLASS_SIZE:
+    f[a % s, atoms] = b % s
+  read = (f >= 0).any(axis=0)
+  literal = _literal(bounds, escaped)
+  if _class_size(bounds, read & literal) < MIN_CLASS_SIZE:
     return None
   final_cells = np.zeros(layers * s, bool)
   final_cells[list(graph.finals)] = True
@@ -255,96 +427,301 @@ def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray) -> Slotte
     return None
   # The graph's arcs among present cells must be exactly the product's.
   flat = present.reshape(-1)
-  got = np.zeros((layers, s, 128), bool)
-  for a, b, chars in zip(src.tolist(), dst.tolist(), chars_of):
+  got = np.zeros((layers, s, num_atoms), bool)
+  for a, b, atoms in zip(src.tolist(), dst.tolist(), atoms_of):
     if flat[a] and flat[b]:
-      got[a // s, a % s, chars] = True
-  want = np.zeros((layers, s, 128), bool)
+      got[a // s, a % s, atoms] = True
+  want = np.zeros((layers, s, num_atoms), bool)
   safe = np.maximum(f, 0)
-  # Layer j, slot a, character c: (j + 1, f(a, c)) is present.
+  # Layer j, slot a, atom c: (j + 1, f(a, c)) is present.
   want[:-1] = present[:-1, :, None] & (f >= 0)[None] & present[1:][:, safe]
   if not np.array_equal(got, want):
     return None
-  return Slotted(num_slots=s, length=layers - 1, slot_next=f,
-                 accepting=present & final_cells, present=present, char_class=_class_of(f))
+  decoders = []
+  for a in range(s):
+    decoder = _decoder(bounds, f[a], escaped, s)
+    if decoder is None:
+      return None
+    decoders.append(decoder)
+  return Slotted(num_slots=s, length=layers - 1, bounds=bounds, slot_next=f,
+                 accepting=present & final_cells, present=present,
+                 char_class=ir.CharClass(_ranges_of(bounds, read & literal)),
+                 escaped=escaped, decoders=tuple(decoders))
+
+
+def _decoder(bounds: np.ndarray, row: np.ndarray, escaped: bool, s: int) -> Decoder | None:
+  """The `Decoder` of a slot whose slot function is `row` (int64 [A]): the product of
+  the byte DFAs of its targets' encoded classes (disjoint, prefix-free: one finishes)."""
+  targets = np.unique(row[row >= 0]).tolist()
+  dfas = [_class_dfa(_ranges_of(bounds, row == b), escaped) for b in targets]
+  if not dfas:
+    return Decoder(next=np.full((1, 256), -1, np.int64), num_inner=0)
+  start = tuple(d.start for d in dfas)
+  index = {start: 0}
+  order = [start]
+  rows = []
+  k = 0
+  while k < len(order):
+    here = order[k]
+    nxt = np.stack([d.transitions[q] if q >= 0 else np.full(256, NO_STATE, np.int32)
+                    for d, q in zip(dfas, here)])  # [targets, 256]
+    out = np.full(256, -1, np.int64)
+    for byte in np.flatnonzero((nxt != NO_STATE).any(axis=0)).tolist():
+      tup = tuple(int(q) for q in nxt[:, byte])
+      done = [t for t, d, q in zip(targets, dfas, tup) if q >= 0 and d.accepting[q]]
+      if done:
+        if len(done) > 1 or sum(q >= 0 for q in tup) > 1:
+          return None  # Not prefix-free, or two targets read one character.
+        out[byte] = -2 - done[0]  # Renumbered below.
+        continue
+      j = index.get(tup)
+      if j is None:
+        if len(order) > MAX_INNER:
+          return None
+        j = index[tup] = len(order)
+        order.append(tup)
+      out[byte] = j
+    rows.append(out)
+    k += 1
+  table = np.stack(rows)
+  n = len(order) - 1
+  if n and _longest_inner_path(table, n) >= _MAX_CHARACTER_BYTES:
+    return None
+  table = np.where(table <= -2, n + 1 + (-2 - table), table)
+  return Decoder(next=table, num_inner=n)
+
+
+@functools.lru_cache(maxsize=256)
+def _class_dfa(ranges: tuple, escaped: bool) -> ByteDfa:
+  """The byte DFA of one character of `ranges` (`_encode`), cached: every layer and
+  every chain over the same class shares it."""
+  return _fsa.compile_byte_dfa(_encode(ranges, escaped))
+
+
+def _longest_inner_path(table: np.ndarray, n: int) -> int:
+  """Bytes on the longest path through inner states (n of them, acyclic or not)."""
+  depth = np.zeros(n + 1, np.int64)
+  frontier = {0}
+  for step in range(n + 2):
+    nxt = set()
+    for q in frontier:
+      nxt.update(x for x in table[q].tolist() if 1 <= x <= n)
+    if not nxt:
+      return step
+    frontier = nxt
+  return n + 2  # A cycle.
 
 
 def chain_dfa(slotted: Slotted) -> tuple[ByteDfa, np.ndarray]:
-  """(byte DFA of the chain, cell int64 `[L + 1, S]`: its state at each layer and slot,
-  -1 where none). States are the present cells, layer by layer; (0, 0) is the start."""
-  present, s = slotted.present, slotted.num_slots
+  """(byte DFA of the chain, cell int64 `[L + 1, stride]`: its state at each layer and
+  column, -1 where none). Columns 0..S-1 are the slots, then each slot's inner states
+  (present where a present cell of the next layer can still be reached). States are
+  the present cells, layer by layer; (0, 0) is the start."""
+  s, stride = slotted.num_slots, slotted.stride
   layers = slotted.length + 1
-  cell = np.full((layers, s), -1, np.int64)
+  present = np.zeros((layers, stride), bool)
+  present[:, :s] = slotted.present
+  for a, decoder in enumerate(slotted.decoders):
+    n = decoder.num_inner
+    if not n:
+      continue
+    reach = _finishes(decoder, s)  # [1 + n, S]
+    col = slotted.inner_column(a)
+    nxt = np.zeros((layers, s), bool)
+    nxt[:-1] = slotted.present[1:]
+    present[:, col:col + n] = (slotted.present[:, a, None]
+                               & (reach[None, 1:, :] & nxt[:, None, :]).any(axis=2))
+  cell = np.full((layers, stride), -1, np.int64)
   cell[present] = np.arange(int(present.sum()))
   q = int(present.sum())
   trans = np.full((q, 256), NO_STATE, np.int32)
-  f = slotted.slot_next
-  safe = np.maximum(f, 0)
-  js, slots = np.nonzero(present[:-1])
-  trans[cell[js, slots], :128] = np.where(f[slots] >= 0, cell[js[:, None] + 1, safe[slots]], -1)
+  for a, decoder in enumerate(slotted.decoders):
+    n = decoder.num_inner
+    col = slotted.inner_column(a)
+    for k in range(1 + n):
+      column = a if k == 0 else col + k - 1
+      js = np.flatnonzero(present[:, column])
+      if not len(js):
+        continue
+      row = decoder.next[k]
+      inner = (row >= 1) & (row <= n)
+      done = row > n
+      target = np.full((len(js), 256), -1, np.int64)
+      target[:, inner] = cell[js[:, None], col + row[inner][None, :] - 1]
+      ok = js + 1 < layers
+      target[np.ix_(ok, done)] = cell[js[ok, None] + 1, (row[done] - n - 1)[None, :]]
+      trans[cell[js, column]] = np.where(target >= 0, target, NO_STATE)
   accepting = np.zeros(q, bool)
-  accepting[cell[slotted.accepting]] = True
+  accepting[cell[:, :s][slotted.accepting]] = True
   return ByteDfa(transitions=trans, accepting=accepting, start=int(cell[0, 0])), cell
 
 
-def _final_slots(slotted: Slotted, counts, vocab) -> np.ndarray:
-  """int64 [S, N]: the slot each token wholly in K (`counts.counts > 0`, in id order)
-  ends in from each slot, -1 for none (cached per slot function)."""
-  key = ("slotted", slotted.slot_next.tobytes())
+def _finishes(decoder: Decoder, s: int) -> np.ndarray:
+  """bool [1 + n, S]: the slots a character under way may still finish into."""
+  n = decoder.num_inner
+  out = np.zeros((1 + n, s), bool)
+  for k in range(1 + n):
+    row = decoder.next[k]
+    out[k, (row[row > n] - n - 1)] = True
+  for _ in range(n + 1):  # Propagate back along inner moves (acyclic, depth <= 6).
+    for k in range(1 + n):
+      row = decoder.next[k]
+      inner = row[(row >= 1) & (row <= n)]
+      if len(inner):
+        out[k] |= out[inner].any(axis=0)
+  return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Tokens:
+  """The tokens wholly in K of a vocabulary, in id order (per K: `_ClassCounts.inner`).
+
+  Attributes:
+    ids: int64 `[N]`.
+    count: int64 `[N]`: characters (code points) of each.
+    head: int64 `[N, 8]`: first bytes, zero padded.
+    num_bytes: int64 `[N]`.
+    code_points: int64: every token's code points, concatenated.
+    offset: int64 `[N]`: where each token's code points start in `code_points`.
+  """
+
+  ids: np.ndarray
+  count: np.ndarray
+  head: np.ndarray
+  num_bytes: np.ndarray
+  code_points: np.ndarray
+  offset: np.ndarray
+
+
+_HEAD = 8
+
+
+def _tokens(counts, vocab) -> _Tokens:
+  hit = counts.inner.get("slotted tokens")
+  if hit is not None:
+    return hit
+  ids = np.flatnonzero(counts.counts > 0)
+  data = [vocab.token_bytes[t] for t in ids.tolist()]
+  head = np.frombuffer(b"".join(d[:_HEAD].ljust(_HEAD, b"\0") for d in data),
+                       np.uint8).reshape(-1, _HEAD).astype(np.int64)
+  text = "".join(d.decode("utf-8") for d in data)
+  count = counts.counts[ids].astype(np.int64)
+  out = _Tokens(ids=ids, count=count, head=head,
+                num_bytes=np.array([len(d) for d in data], np.int64),
+                code_points=np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64),
+                offset=np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64))
+  counts.inner["slotted tokens"] = out
+  return out
+
+
+def _key(slotted: Slotted) -> bytes:
+  return (slotted.bounds.tobytes() + slotted.slot_next.tobytes()
+          + bytes([slotted.escaped]))
+
+
+def _suffix_slots(slotted: Slotted, counts, vocab, last: int) -> np.ndarray:
+  """int8 [last + 1, S + 1, N]: [i, s, t] is the slot that token t's characters from
+  the i-th on (all of them for i = 0) lead to from slot s; S for none (cached per
+  slot function)."""
+  key = ("slotted suffixes", _key(slotted), last)
   hit = counts.inner.get(key)
   if hit is not None:
     return hit
-  wholly = np.flatnonzero(counts.counts > 0)
-  data = [vocab.token_bytes[t] for t in wholly.tolist()]
-  width = max((len(d) for d in data), default=0)
-  table = np.frombuffer(b"".join(d.ljust(width, b"\0") for d in data),
-                        np.uint8).reshape(-1, width).astype(np.int64) if width else (
-                            np.zeros((len(data), 0), np.int64))
-  length = np.array([len(d) for d in data], np.int64)
-  s = slotted.num_slots
-  # Slot s reads row s; row S is "no slot" and stays there.
-  f = np.full((s + 1, 256), s, np.int64)
-  f[:s, :128] = np.where(slotted.slot_next >= 0, slotted.slot_next, s)
-  state = np.repeat(np.arange(s, dtype=np.int64)[:, None], len(data), axis=1)
-  for p in range(width):
-    going = p < length
-    state[:, going] = f[state[:, going], table[going, p][None, :]]
-  out = np.where(state < s, state, -1)
+  tokens = _tokens(counts, vocab)
+  s, n = slotted.num_slots, len(tokens.ids)
+  f = np.full((s + 1, slotted.slot_next.shape[1]), s, np.int64)
+  f[:s] = np.where(slotted.slot_next >= 0, slotted.slot_next, s)
+  atom = np.searchsorted(slotted.bounds, tokens.code_points, "right") - 1
+  order = np.argsort(-tokens.count, kind="stable")
+  length, offset = tokens.count[order], tokens.offset[order]
+  table = np.repeat(np.arange(s + 1, dtype=np.int64)[:, None], n, axis=1)
+  out = np.empty((last + 1, s + 1, n), np.int8)
+  out[:] = table  # Past a token's end: the identity.
+  for p in range(int(length.max(initial=0)) - 1, -1, -1):
+    # Tokens longer than p (a prefix: sorted by length, longest first) read atom p.
+    m = int(np.searchsorted(-length, -p, "left"))
+    table[:, :m] = np.take_along_axis(table[:, :m], f[:, atom[offset[:m] + p]], axis=0)
+    if p <= last:
+      out[p][:, order] = table
+  counts.inner[key] = out
+  return out
+
+
+def _inner_walks(slotted: Slotted, counts, vocab, a: int) -> dict:
+  """Tokens wholly in K read from each inner state x of slot `a`'s decoder (1-based):
+  {"finish": {(x, i, b'): token indices (into `_tokens`)}, "inside": {(x, x'): ...}}:
+  finishing the character under way after their first i characters (into slot b),
+  then led by the rest to slot b', or ending inside it at x'."""
+  key = ("slotted inner", _key(slotted), a)
+  hit = counts.inner.get(key)
+  if hit is not None:
+    return hit
+  decoder = slotted.decoders[a]
+  n = decoder.num_inner
+  tokens = _tokens(counts, vocab)
+  head = tokens.head
+  starts = head < 0x80
+  starts |= head >= 0xC0  # Bytes starting a character.
+  out = {"finish": {}, "inside": {}}
+  suffixes = None
+  for x in range(1, n + 1):
+    take = np.flatnonzero(decoder.next[x, head[:, 0]] >= 0)
+    if not len(take):
+      continue
+    if suffixes is None:
+      suffixes = _suffix_slots(slotted, counts, vocab, _MAX_CHARACTER_BYTES)
+    h, length = head[take], tokens.num_bytes[take]
+    state = np.full(len(take), x, np.int64)
+    done = np.zeros(len(take), np.int64)  # k once the character is finished, else 0
+    slot = np.full(len(take), -1, np.int64)
+    for p in range(_MAX_CHARACTER_BYTES):
+      going = (state > 0) & (done == 0) & (p < length)
+      nxt = decoder.next[np.maximum(state, 0), h[:, p]]
+      finished = going & (nxt > n)
+      done[finished] = p + 1
+      slot[finished] = nxt[finished] - n - 1
+      state = np.where(going & ~finished, nxt, state)
+      state[going & (nxt < 0)] = -1
+    rows = np.arange(len(take))
+    k = np.minimum(done, _HEAD - 1)
+    # The rest starts a character: the first k bytes are i whole ones.
+    whole = (done > 0) & ((done == length) | starts[rows, k])
+    i = np.cumsum(starts, axis=1)[rows, np.maximum(k - 1, 0)]
+    i = np.where(whole, i, 0)
+    after = np.where(whole, suffixes[np.minimum(i, _MAX_CHARACTER_BYTES),
+                                     np.maximum(slot, 0), take], slotted.num_slots)
+    ok = whole & (after < slotted.num_slots)
+    for (ii, b2) in set(zip(i[ok].tolist(), after[ok].tolist())):
+      out["finish"][(x, ii, b2)] = take[ok & (i == ii) & (after == b2)]
+    ends = (done == 0) & (state > 0) & (length <= _MAX_CHARACTER_BYTES)
+    for x2 in np.unique(state[ends]).tolist():
+      out["inside"][(x, x2)] = take[ends & (state == x2)]
   counts.inner[key] = out
   return out
 
 
 def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
                 usable: np.ndarray, entries_of: dict | None, moves: list) -> None:
-  """Adds to `counting` the terminals of the chain (one per (slot, slot after) pair),
-  to `entries_of` (state -> [(terminal, filter)], when not None) the entries of the
-  `usable` cells (bool `[L + 1, S]`: present, and live for the tokens), and to `moves`
-  (sources, targets) arrays: a move per cell and count a token may take (for liveness).
+  """Adds to `counting` the terminals of the chain (one per (slot, slot after) pair,
+  and per way of finishing an escape under way), to `entries_of` (state ->
+  [(terminal, filter)], when not None) the entries of the `usable` cells (bool
+  `[L + 1, stride]`: present, and live for the tokens), and to `moves` (sources,
+  targets) arrays: a move per cell and count a token may take (for liveness).
 
-  `cell` is `[L + 1, S]` in the composed DFA's numbering; `counts` the
+  `cell` is `[L + 1, stride]` in the composed DFA's numbering; `counts` the
   `_counting._ClassCounts` of K.
   """
   from constrained_decoding.automata import _counting  # pylint: disable=g-import-not-at-top
 
-  klass, w, s = slotted.char_class, counting.num_words, slotted.num_slots
+  klass, w, s, stride = slotted.char_class, counting.num_words, slotted.num_slots, slotted.stride
   if klass not in counting.class_rows:
     counting.class_rows[klass] = len(counting.class_counts)
     counting.class_counts.append(counts.counts)
   row = counting.class_rows[klass]
-  wholly = np.flatnonzero(counts.counts > 0)
-  token_count = counts.counts[wholly].astype(np.int64)
-  final = _final_slots(slotted, counts, vocab)
+  tokens = _tokens(counts, vocab)
   max_count = int(counts.counts.max(initial=0))
-  fkey = slotted.slot_next.tobytes()
-  terminals = {}  # (slot, slot after) -> (terminal, sorted distinct counts)
-  for a in range(s):
-    for b in range(s):
-      tokens = wholly[final[a] == b]
-      if not len(tokens):
-        continue
-      t = counting._get(("slotted", klass, fkey, s, a, b),  # pylint: disable=protected-access
-                        lambda tokens=tokens: _loops.token_bits(tokens, w), (row, s, b - a))
-      terminals[a, b] = (t, np.unique(token_count[final[a] == b]))
+  fkey = _key(slotted)
+  layers = slotted.length + 1
 
   def filter_of(allowed: np.ndarray, every: np.ndarray) -> int:
     if len(allowed) == len(every):
@@ -353,30 +730,59 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
     if np.array_equal(allowed, every[every <= r]):
       if r >= max_count:
         return -1
-      return counting._get(("filter", klass, r),  # pylint: disable=protected-access
-                           lambda: _counting._bitmap(counts, r, w),  # pylint: disable=protected-access
-                           (-1, -1, -1))
+      return counting._get(  # pylint: disable=protected-access
+          ("filter", klass, r), lambda: _counting._bitmap(counts, r, w),  # pylint: disable=protected-access
+          (-1, -1, -1))
     key = ("count set", klass, allowed.tobytes())
     return counting._get(key, lambda: _loops.token_bits(  # pylint: disable=protected-access
         np.flatnonzero(np.isin(counts.counts, allowed)), w), (-1, -1, -1))
 
-  # Per terminal (a, b), vectorized over layers: which of its counts land on usable
-  # cells, one filter per distinct pattern of them.
-  layers = slotted.length + 1
   listed: dict[int, list] = {}
-  for (a, b), (t, every) in terminals.items():
-    rows = np.flatnonzero(usable[:, a])
+
+  def place(key, members: np.ndarray, source: int, target: int, delta: int | None) -> None:
+    """One terminal of the tokens `members` (indices into `tokens`) from column
+    `source` to column `target`, `delta` + c layers on (None: the same layer, c apart)."""
+    if delta is None:
+      bias, step = target - source, 0
+    else:
+      bias, step = stride * delta + target - source, stride
+    t = counting._get(key, lambda: _loops.token_bits(tokens.ids[members], w),  # pylint: disable=protected-access
+                      (row, step, bias))
+    rows = np.flatnonzero(usable[:, source])
     if not len(rows):
-      continue
-    to = rows[:, None] + every[None, :]  # [rows, counts]: the layer each count lands on
-    lands = (to < layers) & usable[np.minimum(to, layers - 1), b]
-    patterns, which = np.unique(lands, axis=0, return_inverse=True)
-    which = which.reshape(-1)
-    filters = [filter_of(every[p], every) if p.any() else None for p in patterns]
-    sources, targets = cell[rows, a], cell[np.minimum(to, layers - 1), b]
+      return
+    if delta is None:
+      lands = usable[rows, target][:, None]
+      to = rows[:, None]
+      filters = [-1]
+      which = np.zeros(len(rows), np.int64)
+    else:
+      every = np.unique(tokens.count[members])
+      to = rows[:, None] + delta + every[None, :]  # [rows, counts]: the layer each lands on
+      lands = (to < layers) & usable[np.minimum(to, layers - 1), target]
+      patterns, which = np.unique(lands, axis=0, return_inverse=True)
+      which = which.reshape(-1)
+      filters = [filter_of(every[p], every) if p.any() else None for p in patterns]
+    sources, targets = cell[rows, source], cell[np.minimum(to, layers - 1), target]
     for k in np.flatnonzero(lands.any(axis=1)).tolist():
       listed.setdefault(int(sources[k]), []).append((t, filters[which[k]]))
     ks, cs = np.nonzero(lands)
     moves.append((sources[ks], targets[ks, cs]))
+
+  final = _suffix_slots(slotted, counts, vocab, 0)[0]
+  for a in range(s):
+    for b in range(s):
+      members = np.flatnonzero(final[a] == b)
+      if len(members):
+        place(("slotted", klass, fkey, a, b), members, a, b, 0)
+  for a, decoder in enumerate(slotted.decoders):
+    if not decoder.num_inner:
+      continue
+    col = slotted.inner_column(a) - 1  # + x: inner state x's column
+    walks = _inner_walks(slotted, counts, vocab, a)
+    for (x, i, b2), members in walks["finish"].items():
+      place(("slotted finish", klass, fkey, a, x, i, b2), members, col + x, b2, 1 - i)
+    for (x, x2), members in walks["inside"].items():
+      place(("slotted inside", klass, fkey, a, x, x2), members, col + x, col + x2, None)
   if entries_of is not None:
     entries_of.update(listed)

@@ -189,7 +189,11 @@ def test_length_product_is_layered_and_recognized():
     missing = ir.Graph(graph.num_states, graph.arcs[:k] + graph.arcs[k + 1:], graph.finals)
     assert _slotted_chains.find_slotted(missing) is None
   assert _slotted_chains.find_slotted(ir.Graph(22, ((0, ir.CharClass(()), 2),), (2,))) is None
-  assert _slotted_chains.length_product(ir.repeat(ir.char_class([(0xE0, 0xFF)]), 0, None),
+  # Non-ASCII characters are counted too; a class of fewer than 16 characters is not.
+  wide = _slotted_chains.length_product(ir.repeat(ir.char_class([(0xE0, 0x1FF)]), 0, None),
+                                        0, 30)
+  assert wide is not None and _slotted_chains.find_slotted(wide).num_slots == 1
+  assert _slotted_chains.length_product(ir.repeat(ir.char_class([(0xE0, 0xEE)]), 0, None),
                                         0, 30) is None
   # Too short for a chain: intersected as before.
   assert _slotted_chains.length_product(text, 0, 5) is None
@@ -216,3 +220,134 @@ def test_gemma_dns_names_are_small_and_exact(pattern, high, gemma_compiler, gemm
       for _ in range(2):
         tokens = index.random_tokenization(json.dumps(text).encode(), rng)
         assert ref.reference_accepts(tables, tokens) == want, text
+
+
+# Patterns over any JSON string character: non-ASCII ones (several bytes each) and
+# escaped ones (`\"`, `\\`, `\t`, `\u0001`) count as one character each.
+NONBLANK = "^\\S(.*\\S)?$"
+NO_EMPTY_FIELD = "^[^,]+(,[^,]+)*$"
+LATIN_WORDS = "^[a-zà-ÿ]([- a-zà-ÿ]*[a-zà-ÿ])?$"
+
+# Tokens that split characters (single bytes), hold whole ones (`é`, `日本`), escapes or
+# parts of one (`\\`, `\\u00`, `1f`, `nab`: `n` finishes `\`, then `ab`), and cross the
+# string's ends.
+_UNICODE_EXTRA = ["é", "ab", "é,", "\\n", "\\u00", "\\u001", "1f", "01", "nab", "té", '"',
+                  '",', "a b", " ", "\\", '\\"', "x\\", "ü é", "日本", "本\\t", '"}', "fa",
+                  ",,", "à-z", '{"n":"', "\\\\", "é\\"]
+
+
+@pytest.fixture(scope="module")
+def unicode_vocab():
+  tokens = ([bytes([b]) for b in range(256)] + [t.encode() for t in _UNICODE_EXTRA]
+            + [None])
+  return cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+
+
+_UNICODE_SCHEMAS = [
+    _string(NONBLANK, 12),
+    _string(NONBLANK, 9, 2),
+    _string(NO_EMPTY_FIELD, 10, 3),
+    _string(LATIN_WORDS, 11),
+    {"type": "object", "properties": {"n": _string(NONBLANK, 10), "i": {"type": "integer"}},
+     "required": ["n"]},
+    {"type": "array", "items": _string(NO_EMPTY_FIELD, 9)},
+]
+
+
+@pytest.mark.parametrize("schema", _UNICODE_SCHEMAS, ids=lambda s: json.dumps(s)[:60])
+def test_unicode_and_escapes_equal_plain_composition(schema, unicode_vocab):
+  counted_compiler, plain_compiler = _compilers(unicode_vocab)
+  counted = counted_compiler.compile(cd.JsonSchema(schema))
+  plain = plain_compiler.compile(cd.JsonSchema(schema))
+  assert counted.token_counts.shape[0] >= 1, "the slotted-chain path was not taken"
+  assert plain.token_counts.shape[0] == 0
+  ref.assert_same_walks(counted, plain, unicode_vocab.eos_ids, walks=120, max_steps=40)
+
+
+# ECMA-262's `\S` (JSON Schema patterns), not Python's (which counts \x1c-\x1f as space).
+_ECMA_NON_SPACE = "[^\t\n\v\f\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+
+
+def _python(pattern: str) -> str:
+  r"""`pattern` for `re.fullmatch` (the texts tested hold no \r, \u2028 or \u2029, which
+  ECMA's `.` excludes too)."""
+  return pattern.strip("^$").replace("\\S", _ECMA_NON_SPACE)
+
+
+@pytest.mark.parametrize("pattern,low,high", [(NONBLANK, 0, 12), (NONBLANK, 2, 9),
+                                              (NO_EMPTY_FIELD, 3, 10), (LATIN_WORDS, 0, 11)])
+def test_unicode_random_tokenizations_match_re(pattern, low, high, unicode_vocab):
+  tables = _compilers(unicode_vocab)[0].compile(cd.JsonSchema(_string(pattern, high, low)))
+  assert tables.token_counts.shape[0] >= 1
+  index = ref.TokenIndex(unicode_vocab)
+  rng = random.Random(7)
+  alphabets = ["aé日 ,", "ab \"\\\t\n\x01,", "é-à z", "\x1f\"é,"]
+  for n in [0, 1, 2, low, high - 1, high, high + 1] * 5:
+    for alphabet in alphabets:
+      text = "".join(rng.choice(alphabet) for _ in range(n))
+      data = json.dumps(text, ensure_ascii=False).encode()
+      want = bool(re.fullmatch(_python(pattern), text)) and low <= len(text) <= high
+      for _ in range(2):
+        tokens = index.random_tokenization(data, rng)
+        assert ref.reference_accepts(tables, tokens) == want, (pattern, text)
+
+
+def test_unicode_exact_enumeration():
+  # Every accepted token sequence against every tokenization of every text: characters
+  # of two bytes (split or whole) and an escaped quote (split after its backslash), and
+  # a token that ends one character and the string (50,608 sequences).
+  chars = ["é", ",", '"']
+  pieces = [b"\xc3\xa9", b"\xc3", b"\xa9", b",", b"\\", b'"', b'\xa9"']
+  tokens = sorted(set(pieces)) + [None]
+  vocab = cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+  low, high = 1, 8
+  pattern = "^[^,\\\\]+(,[^,\\\\]+)*$"  # No backslash (`chars` has none).
+  tables = _compilers(vocab)[0].compile(cd.JsonSchema(_string(pattern, high, low)))
+  assert tables.token_counts.shape[0] >= 1
+  token_ids = {t: k for k, t in enumerate(tokens) if t is not None}
+  want = set()
+  for n in range(low, high + 1):
+    for text in map("".join, itertools.product(chars, repeat=n)):
+      if re.fullmatch(_python(pattern), text):
+        want.update(_tokenizations(json.dumps(text, ensure_ascii=False).encode(), token_ids))
+  got = set(_exact.accepted_sequences(tables, max_length=2 * high + 2, limit=1_000_000))
+  assert got == want
+
+
+_UNICODE_ALPHABET = "aé日 ,\"\\nt01fu"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(_UNICODE_ALPHABET, min_size=1, max_size=5), min_size=3, max_size=25),
+       st.sampled_from([NONBLANK, NO_EMPTY_FIELD, LATIN_WORDS]),
+       st.integers(8, 14), st.integers(0, 3), st.integers(0, 10 ** 6))
+def test_unicode_random_vocabularies_equal_plain_composition(extra, pattern, high, low, seed):
+  tokens = ([bytes([b]) for b in range(256)] + sorted({t.encode() for t in extra} - {
+      bytes([b]) for b in range(256)}) + [None])
+  vocab = cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+  schema = {"type": "object", "properties": {"n": _string(pattern, high, low)},
+            "required": ["n"]}
+  counted_compiler, plain_compiler = _compilers(vocab)
+  counted = counted_compiler.compile(cd.JsonSchema(schema))
+  plain = plain_compiler.compile(cd.JsonSchema(schema))
+  assert counted.token_counts.shape[0] >= 1
+  ref.assert_same_walks(counted, plain, vocab.eos_ids, walks=20, max_steps=40, seed=seed)
+
+
+def test_gemma_non_blank_string_is_small_and_exact(gemma_compiler, gemma_vocab):
+  """`^\\S(.*\\S)?$` with maxLength 100 was refused past 20M token edges with Gemma 3."""
+  high = 100
+  tables, info = gemma_compiler.compile_with_info(cd.JsonSchema(_string(NONBLANK, high)))
+  assert tables.token_counts.shape[0] >= 1
+  assert info.nbytes["total"] <= 64 << 20
+  index = ref.TokenIndex(gemma_vocab)
+  rng = random.Random(3)
+  for n in (0, 1, 2, 50, high - 1, high, high + 1):
+    for alphabet in ("abc xyz", "é日本 \t\"\\,", "Hello, world!\n"):
+      text = "".join(rng.choice(alphabet) for _ in range(n))
+      for edit in (text, " " + text[1:], text[:-1] + " "):
+        want = bool(re.fullmatch(_python(NONBLANK), edit)) and len(edit) <= high
+        for _ in range(2):
+          data = json.dumps(edit, ensure_ascii=False).encode()
+          tokens = index.random_tokenization(data, rng)
+          assert ref.reference_accepts(tables, tokens) == want, edit
