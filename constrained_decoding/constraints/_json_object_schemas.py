@@ -381,7 +381,7 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
 def _member(lw, key: str, value: ir.Node, marker: ir.Node = ir.EPSILON) -> ir.Node:
   """`"key": value` (`marker` right after the key); a schema-free value as the shared
   fragment (`_splice.py`)."""
-  if value == lw.any_value:  # Cheap: equal nodes share their parts.
+  if lw.is_free_form(value):
     return ir.concat(jv.canonical_string(key), marker, lw.extra_colon, lw.extra_value)
   return ir.concat(jv.canonical_string(key), marker, lw.ws.colon, value)
 

@@ -242,7 +242,8 @@ class SchemaOptions:
       every keyword, or a tuple of the keyword names to ignore (the others raise).
     max_ref_depth: None: recursive `$ref`s become grammar rules (unbounded nesting).
       N: most expansions of one recursive `$ref` along a path (a regular language).
-    free_form_depth: Nesting limit of free-form values.
+    free_form_depth: Nesting limit of free-form values; None: unbounded, a grammar rule
+      (`FREE_FORM_RULE`) on the device stack.
     property_order: "any" (declared keys in any order, each at most once; large
       objects check their keys in registers), "any_bounded" (the same, schema order
       past the any-order budget instead of registers) or "schema" (in the order
@@ -257,10 +258,14 @@ class SchemaOptions:
   strict_properties: bool = False
   lenient: bool | tuple[str, ...] = False
   max_ref_depth: int | None = None
-  free_form_depth: int = 2
+  free_form_depth: int | None = 2
   property_order: str = "any"
   implied_types: bool = True
   resources: tuple[tuple[str, str], ...] = ()
+
+
+# The grammar rule every free-form value calls when `free_form_depth=None`.
+FREE_FORM_RULE = "#(free-form JSON value)"
 
 
 def lower_json_schema(
@@ -291,6 +296,8 @@ def lower_json_schema(
 
 
 def _lower(schema, options: SchemaOptions, use_registers: bool = True):
+  if options.free_form_depth is None and schema is True:
+    schema = {}  # The root itself free-form: lowered as a rule like any other.
   lowerer = _Lowerer(schema, options, use_registers)
   if options.max_ref_depth is None and isinstance(schema, dict):
     node = lowerer.lower_root(schema)
@@ -341,13 +348,19 @@ class _Lowerer:
     self.ignored: list[str] = []
     self.cut: list[str] = []
     self.expanding: collections.Counter = collections.Counter()
-    self.any_value = jv.json_value(self.ws, options.free_form_depth)
-    # A schema-free property value (additional properties, `{}`/`true` properties): one
-    # fragment that the compiler composes with the vocabulary once and splices into
-    # every schema (`automata/_splice.py`).
-    # (Its leading whitespace goes inside: the fragment must be all that may come next.)
-    self.extra_value = jv.json_value_fragment(self.ws, options.free_form_depth,
-                                              leading_gap=True)
+    if options.free_form_depth is None:
+      # Unbounded: every free-form value calls one rule of schema-free JSON, registered
+      # in `rules` on first use (`any_value`), so the schema becomes a grammar.
+      self._any_value = ir.RuleRef(FREE_FORM_RULE)
+      self._extra_value = ir.concat(self.ws.gap, self._any_value)
+    else:
+      self._any_value = jv.json_value(self.ws, options.free_form_depth)
+      # A schema-free property value (additional properties, `{}`/`true` properties):
+      # one fragment that the compiler composes with the vocabulary once and splices
+      # into every schema (`automata/_splice.py`). (Its leading whitespace goes inside:
+      # the fragment must be all that may come next.)
+      self._extra_value = jv.json_value_fragment(self.ws, options.free_form_depth,
+                                                 leading_gap=True)
     self.extra_colon = (self.ws.colon if self.ws.gap == ir.EPSILON
                         else ir.concat(self.ws.gap, ir.Bytes(b":")))
     self.chain: list[str] = []  # `$ref`s being flattened, outermost first.
@@ -382,6 +395,23 @@ class _Lowerer:
       self.ignored.append(pointer)
       _log.info("JSON Schema: %s is not an assertion this library knows; ignored as an"
                 " annotation.", pointer)
+
+  @property
+  def any_value(self) -> ir.Node:
+    """A free-form JSON value (`{}`, `true`, absent `items`, ...)."""
+    if isinstance(self._any_value, ir.RuleRef) and FREE_FORM_RULE not in self.rules:
+      self.rules[FREE_FORM_RULE] = jv.json_value_rule(self.ws, FREE_FORM_RULE)
+    return self._any_value
+
+  def is_free_form(self, node: ir.Node) -> bool:
+    """Whether `node` is `any_value` (cheap: equal nodes share their parts)."""
+    return node == self._any_value
+
+  @property
+  def extra_value(self) -> ir.Node:
+    """An additional property's value, with the whitespace before it."""
+    self.any_value  # pylint: disable=pointless-statement  (registers the rule if one)
+    return self._extra_value
 
   def lower(self, schema, pointer: str) -> ir.Node:
     """The IR of one (sub)schema; `pointer` locates it for error messages."""

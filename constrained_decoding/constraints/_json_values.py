@@ -14,6 +14,7 @@ Public functions and classes:
   integer_range(lo, hi)               canonical decimal integers in [lo, hi] (None: unbounded).
   number_range(lo, hi, ...)           decimal numbers (no exponent) in an interval.
   json_value(ws, max_depth, ...)      schema-free JSON with bounded nesting.
+  json_value_rule(ws, name)           schema-free JSON as a grammar rule (unbounded).
   json_value_fragment(ws, max_depth)  the same as a shared `ir.Fragment` (spliced by compilers).
   const_value(value, ws)              one Python JSON value, serialized under `ws`.
   delimited(open, close, item, ws, min_count, max_count)  `[item, item, ...]`-style lists.
@@ -758,6 +759,14 @@ def json_value(ws: Whitespace, max_depth: int, *, max_object_depth: int | None =
   if root == "array" and max_depth > 0 and arrays > 0:
     return delimited(b"[", b"]", _json_value(ws, max_depth - 1, objects, arrays - 1), ws)
   return ir.NOTHING
+
+
+def json_value_rule(ws: Whitespace, name: str) -> ir.Node:
+  """The body of a grammar rule `name` of schema-free JSON values that nests through
+  `ir.RuleRef(name)`: JSON itself, context-free, its nesting bounded only by the
+  device stack (`CompileOptions.stack_depth`), unlike `json_value`."""
+  value = ir.RuleRef(name)
+  return ir.union(_SCALARS, delimited(b"[", b"]", value, ws), _object_of(ws, value))
 
 
 def json_value_fragment(ws: Whitespace, max_depth: int, *, leading_gap: bool = False

@@ -415,7 +415,10 @@ class JsonSchema:
       unbounded. N >= 1: each recursive `$ref` is expanded at most N times along a
       path and deeper alternatives are dropped (a regular language).
     free_form_depth: Nesting limit of free-form values (`{}`, `true`, absent `items`,
-      additional property values).
+      additional property values): N containers deep (default 2, a regular
+      language), or None for any JSON, nested up to the device stack
+      (`CompileOptions.stack_depth`): the schema then compiles to a push-down
+      automaton, and large any-order objects keep schema order (no registers).
     max_whitespace: Longest whitespace run under `flexible`.
     property_order: `any` (default): declared properties in any order, each at most
       once, additional ones anywhere among them. A small object is an automaton over
@@ -455,7 +458,7 @@ class JsonSchema:
   strict_properties: bool = False
   lenient: typing.Any = False  # bool, or keyword names (canonical: a sorted tuple).
   max_ref_depth: int | None = None
-  free_form_depth: int = 2
+  free_form_depth: int | None = 2
   max_whitespace: int = 2
   property_order: str = "any"
   implied_types: bool = True
@@ -478,7 +481,14 @@ class JsonSchema:
     _json_values.whitespace_policy(self.whitespace, self.max_whitespace)
     if self.max_ref_depth is not None:
       _check_spec_int("JsonSchema", "max_ref_depth", self.max_ref_depth, 1)
-    _check_spec_int("JsonSchema", "free_form_depth", self.free_form_depth, 0)
+    if self.free_form_depth is not None:
+      _check_spec_int("JsonSchema", "free_form_depth", self.free_form_depth, 0)
+    elif self.max_ref_depth is not None:
+      raise ValueError(
+          f"JsonSchema free_form_depth=None (free-form values nested without bound, on"
+          f" the device stack) needs max_ref_depth=None, not {self.max_ref_depth}: a"
+          f" bounded max_ref_depth asks for a regular language. Pass free_form_depth=N"
+          f" for a bounded one.")
 
   @property
   def schema_value(self):
