@@ -77,10 +77,12 @@ MAX_CELLS = 20_000
 # K: few tokens are wholly in it (as `_counting.MIN_COUNT`, `MIN_CLASS_SIZE`).
 MIN_LAYERS = 8
 MIN_CLASS_SIZE = 16
-# At most this many atoms (code point ranges no label splits), and inner states of one
-# slot's character decoder (UTF-8 and escapes need ~12).
-MAX_ATOMS = 512
-MAX_INNER = 64
+# At most this many atoms (code point ranges no label splits; `\p{L}` has ~1,300), cells
+# times atoms (the recognition's arrays), and inner states of one slot's character
+# decoder (UTF-8 and escapes of `.`: ~20; of `\p{L}`: ~280).
+MAX_ATOMS = 4096
+MAX_CELL_ATOMS = 8_000_000
+MAX_INNER = 512
 # Bytes of a character's encoding at most (`\u001f`: 6); tokens are walked this far
 # from a state inside a character.
 _MAX_CHARACTER_BYTES = 6
@@ -205,7 +207,7 @@ def length_product(text: ir.Node, min_length: int, max_length: int) -> ir.Graph 
     return None
   bounds, f, accepting = dfa
   s = len(accepting)
-  if ((max_length + 1) * s > MAX_CELLS
+  if ((max_length + 1) * s > MAX_CELLS or (max_length + 1) * s * f.shape[1] > MAX_CELL_ATOMS
       or _class_size(bounds, (f >= 0).any(axis=0)) < MIN_CLASS_SIZE):
     return None
   final_cells = np.zeros((max_length + 1, s), bool)
@@ -385,7 +387,7 @@ def find_slotted(graph: ir.Graph) -> Slotted | None:
       return None  # Not the canonical encoding (`encode_text`'s) of its characters.
     sets[label] = ranges
   bounds = _atoms_of(sets.values())
-  if len(bounds) - 1 > MAX_ATOMS:
+  if len(bounds) - 1 > MAX_ATOMS or graph.num_states * (len(bounds) - 1) > MAX_CELL_ATOMS:
     return None
   masks = {label: _atom_mask(bounds, ranges) for label, ranges in sets.items()}
   for s, src, dst in _layerings(graph):
@@ -468,11 +470,12 @@ def _decoder(bounds: np.ndarray, row: np.ndarray, escaped: bool, s: int) -> Deco
     out = np.full(256, -1, np.int64)
     for byte in np.flatnonzero((nxt != NO_STATE).any(axis=0)).tolist():
       tup = tuple(int(q) for q in nxt[:, byte])
-      done = [t for t, d, q in zip(targets, dfas, tup) if q >= 0 and d.accepting[q]]
+      done = [(t, d, q) for t, d, q in zip(targets, dfas, tup) if q >= 0 and d.accepting[q]]
       if done:
-        if len(done) > 1 or sum(q >= 0 for q in tup) > 1:
+        if (len(done) > 1 or sum(q >= 0 for q in tup) > 1
+            or (done[0][1].transitions[done[0][2]] != NO_STATE).any()):
           return None  # Not prefix-free, or two targets read one character.
-        out[byte] = -2 - done[0]  # Renumbered below.
+        out[byte] = -2 - done[0][0]  # Renumbered below.
         continue
       j = index.get(tup)
       if j is None:

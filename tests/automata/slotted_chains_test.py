@@ -227,6 +227,7 @@ def test_gemma_dns_names_are_small_and_exact(pattern, high, gemma_compiler, gemm
 NONBLANK = "^\\S(.*\\S)?$"
 NO_EMPTY_FIELD = "^[^,]+(,[^,]+)*$"
 LATIN_WORDS = "^[a-zà-ÿ]([- a-zà-ÿ]*[a-zà-ÿ])?$"
+LETTERS = "^[\\p{L}\\d]([-\\p{L}\\d_. ]*[\\p{L}\\d])?$"  # ~1,300 code point ranges
 
 # Tokens that split characters (single bytes), hold whole ones (`é`, `日本`), escapes or
 # parts of one (`\\`, `\\u00`, `1f`, `nab`: `n` finishes `\`, then `ab`), and cross the
@@ -248,6 +249,7 @@ _UNICODE_SCHEMAS = [
     _string(NONBLANK, 9, 2),
     _string(NO_EMPTY_FIELD, 10, 3),
     _string(LATIN_WORDS, 11),
+    _string(LETTERS, 9),
     {"type": "object", "properties": {"n": _string(NONBLANK, 10), "i": {"type": "integer"}},
      "required": ["n"]},
     {"type": "array", "items": _string(NO_EMPTY_FIELD, 9)},
