@@ -350,6 +350,13 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
         " every terminal the rules use to be defined by a string or a regex: lexer modes"
         " (INDENT/DEDENT, inserted semicolons) are not supported yet. Define them.")
   terms, ignored = _lexer.terminals_from_grammar(grammar)
+  # Pattern fragments: a terminal named `_X` that no rule uses and no `%ignore` names
+  # is only a piece of other terminals' patterns (already inlined there), never a
+  # lexeme of its own (`_FFIELD_D` of python_lexed.lark would otherwise read `{x}` in
+  # code as one lexeme). Unused terminals without the underscore stay lexemes that no
+  # rule takes (BAD_NUMBER: `1if` is one refused lexeme).
+  terms = [t for t in terms if not (t.name.startswith("_") and t.name not in grammar.terminals
+                                    and t.name not in ignored)]
   beaten = _beaten_by_keywords(terms, ignored, defs)
   if indentation is not None:
     terms = terms + [_lexer.Terminal(n, rx) for n, rx in indentation.newline_terminals()]

@@ -11,6 +11,7 @@ One compiled table set and one batch size for the whole module (one jit compile)
 
 import ast
 import glob
+import keyword
 import os
 import random
 import re
@@ -70,6 +71,7 @@ SNIPPETS = [
     "@route\nasync def get(self, url):\n    async with self.lock as held:\n"
     "        r = await self.fetch(url) ** 2 + -await g()\n    async for x in r:\n"
     "        (await x).y = await x.y[0]\n    return [await y for y in r]\n",
+    "msg = f\"{name!r}: {self.items[0].value:>10} {x=} {{literal}}\" + f'{a[-1]} { b = !s}'\n",
 ]
 
 # Texts with one syntax error each; "@" marks the byte where the tables must refuse the
@@ -101,6 +103,10 @@ BROKEN = [
     "async @x = 1\n",                           # `async` before no def/for/with
     "await x =@ 1\n",                           # an await expression as a target
     "await await@ x\n",
+    "x = f\"{if@}\"\n",                           # f-string fields: no keyword
+    "x = f\"{@}\"\n",                             # no empty field
+    "x = f\"{x!@z}\"\n",                          # no other conversion
+    "x = f\"{x.None@}\"\n",
 ]
 
 
@@ -277,6 +283,23 @@ def test_device_agrees_with_host_reference(setup):
   _walk(setup, steps=25, seed=7, check_reference=2)
 
 
+def _fields_in_subset(node: ast.JoinedStr) -> bool:
+  """Whether an f-string's fields are names with attributes and name or integer
+  subscripts, without nested fields in the format spec (`_FSTRING`)."""
+  def ref(e):
+    while isinstance(e, (ast.Attribute, ast.Subscript)):
+      if isinstance(e, ast.Subscript) and not (
+          isinstance(e.slice, ast.Name) or (isinstance(e.slice, ast.Constant) and
+                                             type(e.slice.value) is int)):
+        return False
+      e = e.value
+    return isinstance(e, ast.Name)
+  return all(not isinstance(v, ast.FormattedValue) or (
+      ref(v.value) and (v.format_spec is None or all(
+          isinstance(w, ast.Constant) for w in v.format_spec.values)))
+      for v in node.values)
+
+
 def _in_subset(src: str) -> bool:
   """Whether a function uses only what `python_lexed.lark` covers (by its AST)."""
   if "\\\n" in src or "\t" in src or not src.isascii():
@@ -287,7 +310,7 @@ def _in_subset(src: str) -> bool:
       return False
     if isinstance(node, ast.comprehension) and node.is_async:
       return False
-    if isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.FormattedValue) for v in node.values):
+    if isinstance(node, ast.JoinedStr) and not _fields_in_subset(node):
       return False
     if isinstance(node, ast.Lambda) and node.args.posonlyargs:
       return False
@@ -325,7 +348,8 @@ def _stdlib_functions(limit_lines=60):
 
 def test_stdlib_functions_in_the_subset_are_accepted_under_random_tokenizations(setup):
   # Issue 18's acceptance: real functions, filtered to the subset by their AST (no
-  # f-string fields, `/` in lambdas, star targets, ...), not by our tables, and
+  # f-string fields other than names, `/` in lambdas, star targets, ...), not by our
+  # tables, and
   # to _INDENT's 6 levels of at most 24 columns.
   funcs = [body for _, _, body in _stdlib_functions() if _in_subset(body)
            and max(len(x) - len(x.lstrip(" ")) for x in body.splitlines()) <= 20]
@@ -397,6 +421,34 @@ def test_indentation_overflow_is_masked_without_dead_ends(setup):
   # A state without the indentation registers (e.g. the flat runtime's) is refused.
   with pytest.raises(errors.DecodingArgumentError, match=r"and 8 registers \(bracket"):
     _lexed.allowed_bits(setup.tables, state.replace(registers=None))
+
+
+def test_fstring_field_names_are_names_minus_keywords():
+  # `_FNAME` of the grammar is written out; the oracle is Python's own keyword list.
+  source = open(_PATH, encoding="utf-8").read()
+  fname = re.compile(re.search(r"^_FNAME: /(.*)/$", source, re.M).group(1))
+  rng = random.Random(5)
+  words = list(keyword.kwlist) + ["x", "_", "a1", "None_", "Tru", "iff", "i", "asyncio"]
+  words += [k[:n] + c for k in keyword.kwlist for n in range(len(k) + 1) for c in "ae_1"]
+  words += ["".join(rng.choice("abdefilnorstyNTF_1") for _ in range(rng.randrange(1, 7)))
+            for _ in range(3000)]
+  for w in words:
+    want = w.isidentifier() and w.isascii() and not keyword.iskeyword(w)
+    assert bool(fname.fullmatch(w)) == want, w
+
+
+def test_pattern_fragments_are_not_lexemes():
+  # `_FIELD` is only a piece of STR (as `_FFIELD_D` of STRING): `{ab}` in code is three
+  # lexemes, not one `_FIELD` that no rule takes. BAD (no underscore) stays a lexeme.
+  grammar = ('start: "{" NAME "}" | STR\nSTR: /\'/ _FIELD /\'/\n_FIELD: "{" /[a-z]+/ "}"\n'
+             'NAME: /[a-z]+/\nBAD: /[0-9]+[a-z]+/\n')
+  vocab = cd.Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [None],
+                                         eos_ids=[256])
+  ref = _lexed_grammar.LexedReference(_lexed_grammar.compile_lexed_grammar(grammar, vocab))
+  accepted = lambda text: (lambda row: row is not None and ref.end_ok(row))(
+      ref.step(ref.start(), text))
+  assert accepted(b"{ab}") and accepted(b"'{ab}'")
+  assert not accepted(b"'ab'") and not accepted(b"{1ab}")
 
 
 def test_indentation_errors():
