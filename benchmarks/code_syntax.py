@@ -37,6 +37,7 @@ Writes `benchmarks/results/code_syntax.json`.
 import argparse
 import ast
 import gzip
+import hashlib
 import importlib.util
 import io
 import json
@@ -384,6 +385,7 @@ def main(argv=None):
       "device": str(jax.devices()[0]), "model": "Gemma 3 270M (packaged GGUF)",
       "prompts": len(problems), "batch": args.batch, "max_new_tokens": args.max_new_tokens,
       "grammar": {"file": "constraints/grammars/python_lexed.lark",
+                  "sha256": hashlib.sha256(source.encode()).hexdigest(),
                   "compile_s": round(compile_s, 2), "table_bytes": arrays.nbytes["total"],
                   "stack_depth": args.stack_depth},
       "refused_prompts": refused_prompts, "syncode_published": SYNCODE_PUBLISHED,
