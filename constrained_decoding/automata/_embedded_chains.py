@@ -450,14 +450,71 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   group_mask = np.array(packed.group_mask)
   mask_bits, group_mask[:c] = counting.fold(np.asarray(packed.mask_bits), group_mask[:c],
                                             [tuple(x) for x in listed], min_bucket)
+  groups = {}
+  if (not packed.has_registers and not np.shape(packed.group_pops)[1]
+      and not np.size(packed.capped_rows)):
+    shared = _share_groups(np.asarray(packed.edge_start), np.asarray(packed.edge_tokens),
+                           edge_targets, group_mask, c, min_bucket)
+    if shared is not None:
+      group_of, groups = shared
+      state_groups[:num_states, 0] = np.where(live, group_of[np.maximum(comp, 0)],
+                                              _tables.NO_STATE)
+  num_masks = int(group_mask[:c].max(initial=0)) + 1
+  groups = dict(dict(group_mask=group_mask, edge_targets=edge_targets), **groups)
   tables = dataclasses.replace(
       packed, start=np.array([start], np.int32), accepting=accepting,
-      mask_bits=mask_bits, group_mask=group_mask,
-      state_groups=state_groups, edge_targets=edge_targets, terminal_bits=terminal_bits,
+      mask_bits=mask_bits, state_groups=state_groups, terminal_bits=terminal_bits,
       state_terminals=rows, state_terminal_rows=state_terminal_rows,
       terminal_counts=terminal_counts,
-      token_counts=np.stack(counting.class_counts).astype(np.int8))
+      token_counts=np.stack(counting.class_counts).astype(np.int8), **groups)
   stats = dict(byte_states=byte_states, token_states=num_states, token_edges=e,
-               num_terminals=total_t,
-               num_masks=int(group_mask[:c].max(initial=0)) + 1)
+               num_terminals=total_t, num_masks=num_masks)
   return tables, stats
+
+
+def _share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets: np.ndarray,
+                  group_mask: np.ndarray, c: int, min_bucket: int):
+  """Groups 0..c-1 (of a regular table set) with the same mask row and the same explicit
+  edges, targets included, merged into one: (group of each int64 [c], the replaced
+  fields: edge_start, edge_tokens, edge_targets, edge_pushes, group_mask, group_pops,
+  group_num_pops), or None when all differ.
+
+  Relative targets make the states of a chain's layers far from its ends alike (a token
+  ending in `\\` leads to the state after the backslash, one layer on, from every
+  layer): their edges are stored once.
+  """
+  bounds = edge_start[:c + 1].astype(np.int64).tolist()
+  tokens = edge_tokens[:bounds[c]].astype(np.int32).tobytes()
+  targets = edge_targets[:bounds[c]].astype(np.int32).tobytes()
+  index: dict = {}
+  keep: list[int] = []
+  group_of = np.zeros(c, np.int64)
+  for g in range(c):
+    lo, hi = 4 * bounds[g], 4 * bounds[g + 1]
+    key = (int(group_mask[g]), tokens[lo:hi], targets[lo:hi])
+    k = index.get(key)
+    if k is None:
+      k = index[key] = len(keep)
+      keep.append(g)
+    group_of[g] = k
+  if len(keep) == c:
+    return None
+  kept = np.array(keep, np.int64)
+  start = np.asarray(bounds, np.int64)
+  sizes = start[kept + 1] - start[kept]
+  new_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  e = int(new_start[-1])
+  take = np.repeat(start[kept] - new_start[:-1], sizes) + np.arange(e)
+  g_pad = _tables.bucket_size(len(kept), min_bucket)
+  e_pad = _tables.bucket_size(e, min_bucket)
+  out_start = np.full(g_pad + 1, e, np.int32)
+  out_start[:len(kept) + 1] = new_start
+  out_mask = np.zeros(g_pad, np.int32)
+  out_mask[:len(kept)] = group_mask[kept]
+  return group_of, dict(
+      edge_start=out_start,
+      edge_tokens=_tables._padded(edge_tokens[take], e_pad, _tables.PAD_TOKEN),  # pylint: disable=protected-access
+      edge_targets=_tables._padded(edge_targets[take], e_pad, _tables.NO_STATE),  # pylint: disable=protected-access
+      edge_pushes=np.zeros(e_pad, np.int32), group_mask=out_mask,
+      group_pops=np.full((g_pad, 0), _tables.NO_STATE, np.int32),
+      group_num_pops=np.zeros(g_pad, np.int32))
