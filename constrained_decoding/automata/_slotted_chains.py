@@ -441,7 +441,7 @@ def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray, bounds: n
     return None
   decoders = []
   for a in range(s):
-    decoder = _decoder(bounds, f[a], escaped, s)
+    decoder = _decoder(bounds, f[a], escaped)
     if decoder is None:
       return None
     decoders.append(decoder)
@@ -451,7 +451,7 @@ def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray, bounds: n
                  escaped=escaped, decoders=tuple(decoders))
 
 
-def _decoder(bounds: np.ndarray, row: np.ndarray, escaped: bool, s: int) -> Decoder | None:
+def _decoder(bounds: np.ndarray, row: np.ndarray, escaped: bool) -> Decoder | None:
   """The `Decoder` of a slot whose slot function is `row` (int64 [A]): the product of
   the byte DFAs of its targets' encoded classes (disjoint, prefix-free: one finishes)."""
   targets = np.unique(row[row >= 0]).tolist()
