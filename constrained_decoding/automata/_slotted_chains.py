@@ -83,6 +83,10 @@ MIN_CLASS_SIZE = 16
 MAX_ATOMS = 4096
 MAX_CELL_ATOMS = 8_000_000
 MAX_INNER = 512
+# At most this many states in a chain's byte layout (slots and inner states of every
+# layer; 1 KiB each in the byte DFA): `CompileOptions.max_states`' default. Past it,
+# plain composition and its budgets.
+MAX_CHAIN_STATES = 100_000
 # Bytes of a character's encoding at most (`\u001f`: 6); tokens are walked this far
 # from a state inside a character.
 _MAX_CHARACTER_BYTES = 6
@@ -445,6 +449,9 @@ def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray, bounds: n
     if decoder is None:
       return None
     decoders.append(decoder)
+  sizes = 1 + np.array([d.num_inner for d in decoders], np.int64)
+  if int((present * sizes[None, :]).sum()) > MAX_CHAIN_STATES:
+    return None
   return Slotted(num_slots=s, length=layers - 1, bounds=bounds, slot_next=f,
                  accepting=present & final_cells, present=present,
                  char_class=ir.CharClass(_ranges_of(bounds, read & literal)),

@@ -195,6 +195,14 @@ def test_length_product_is_layered_and_recognized():
   assert wide is not None and _slotted_chains.find_slotted(wide).num_slots == 1
   assert _slotted_chains.length_product(ir.repeat(ir.char_class([(0xE0, 0xEE)]), 0, None),
                                         0, 30) is None
+  # A layout past `MAX_CHAIN_STATES` (a class with many UTF-8 decoder states, a long
+  # bound) is left to plain composition and its budgets.
+  scattered = random.Random(0).sample(range(0x800, 0xD800), 1500)  # ~500 decoder states
+  many = ir.char_class([(c, c) for c in scattered])
+  long = _slotted_chains.length_product(ir.repeat(many, 0, None), 0, 2000)
+  assert long is not None and _slotted_chains.find_slotted(long) is None
+  assert _slotted_chains.find_slotted(
+      _slotted_chains.length_product(ir.repeat(many, 0, None), 0, 20)) is not None
   # Too short for a chain: intersected as before.
   assert _slotted_chains.length_product(text, 0, 5) is None
 
