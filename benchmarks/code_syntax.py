@@ -27,10 +27,15 @@ Under the constraint, end of sequence is allowed only where the text is complete
 Python and a line may start in column 0 only once the function is complete, so its
 only way to a syntax error is the budget (`unfinished`: no end of sequence and no cut).
 
-Also reported: grammar compile time and table bytes (Gemma 3 vocabulary), seconds per
-decode step of each mode (model + mask + advance, best of the steady-state steps after
-compilation), and the unconstrained completions that `ast.parse` accepts but the
-grammar refuses (where the subset falls short of what the model writes).
+Columns: syntax errors (all), those of rows the budget stopped ("at budget"), those
+that are no mere truncation (`error_kind`: a row that ended by itself, or an error
+before the last line), the constrained errors left after SynCode's backup completion
+(a row cut short falls back to its last point where the grammar allowed the end), and
+bodies that parse but hold only comments ("no code"). Also reported: grammar compile
+time and table bytes (Gemma 3 vocabulary), seconds per decode step of each mode (model
++ mask + advance, median over the steps after the first, modes interleaved batch by
+batch), and the unconstrained completions that `ast.parse` accepts but the grammar
+refuses (where the subset falls short of what the model writes).
 Writes `benchmarks/results/code_syntax.json`.
 """
 
@@ -150,6 +155,27 @@ def parses(source: str) -> bool:
 def syntax_ok(prompt: str, completion: str) -> bool:
   """The benchmark's verdict: the prompt with the cut completion parses."""
   return parses(prompt + cut_completion(prompt, completion))
+
+
+def error_kind(prompt: str, completion: str, ended: str) -> str | None:
+  """None if the cut completion parses; else "truncated" when the budget ended the
+  row and CPython reports the error on the text's last line or as a bracket or string
+  left open (the text may be a prefix of Python), and "syntax" otherwise."""
+  text = prompt + cut_completion(prompt, completion)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    try:
+      ast.parse(text)
+      return None
+    except SyntaxError as e:
+      if ended != "budget":
+        return "syntax"
+      last = text.rstrip("\n").count("\n") + 1
+      open_end = any(m in (e.msg or "") for m in ("never closed", "unterminated triple",
+                                                  "unexpected EOF"))
+      return "truncated" if e.lineno is None or e.lineno >= last or open_end else "syntax"
+    except (ValueError, MemoryError, RecursionError):
+      return "syntax"
 
 
 def _decode(data: bytes) -> str:
@@ -321,7 +347,10 @@ def _score(problems, rows):
   ends = {}
   for r in rows:
     ends[r["ended"]] = ends.get(r["ended"], 0) + 1
+  kinds = [error_kind(p["prompt"], r["completion"], r["ended"])
+           for p, r in zip(problems, rows)]
   return {"n": n, "syntax_errors": len(errors),
+          "syntax_errors_not_truncation": kinds.count("syntax"),
           "syntax_error_rate": round(len(errors) / max(n, 1), 4),
           "unfinished_errors": sum(r["ended"] == "budget" for r in errors),
           "syntax_errors_with_backup": backup, "comments_only": no_code, "ended": ends,
@@ -453,12 +482,13 @@ def _print_table(report):
   print(f"\nHumanEval, {report['prompts']} prompts, Gemma 3 270M, batch {report['batch']},"
         f" {report['max_new_tokens']} new tokens at most; grammar compiled in "
         f"{g['compile_s']} s, {g['table_bytes'] / 2**20:.1f} MiB")
-  print(f"{'run':22s} {'syntax errors':>14s} {'at budget':>9s} {'w/ backup':>9s} "
-        f"{'no code':>7s} {'s/step':>7s} {'steps':>6s}")
+  print(f"{'run':22s} {'syntax errors':>14s} {'at budget':>9s} {'not trunc.':>10s} "
+        f"{'w/ backup':>9s} {'no code':>7s} {'s/step':>7s} {'steps':>6s}")
   for name, s in report["runs"].items():
     backup = s["syntax_errors_with_backup"]
     print(f"{name:22s} {s['syntax_errors']:5d} ({100 * s['syntax_error_rate']:5.1f}%) "
-          f"{s['unfinished_errors']:9d} {'-' if backup is None else backup:>9} "
+          f"{s['unfinished_errors']:9d} {s['syntax_errors_not_truncation']:10d} "
+          f"{'-' if backup is None else backup:>9} "
           f"{s['comments_only']:7d} {s['s_per_step_median']:7.3f} {s['decode_steps']:6d}")
   for t in sorted({k.split("/")[1] for k in report["runs"]}):
     u, c = report["runs"].get(f"unconstrained/{t}"), report["runs"].get(f"constrained/{t}")

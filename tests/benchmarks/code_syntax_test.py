@@ -55,6 +55,13 @@ def test_verdicts_follow_the_parser():
   assert not cs.adds_code(PROMPT, "    # TODO\n    # more\n")
   assert cs.adds_code(PROMPT, "    return xs\n")
   assert not cs.adds_code(PROMPT, "    return (xs +")
+  # Errors: only the budget's cut (last line, or a bracket left open), or real ones.
+  assert cs.error_kind(PROMPT, "    return xs\n", "cut") is None
+  assert cs.error_kind(PROMPT, "    return (xs +", "budget") == "truncated"
+  assert cs.error_kind(PROMPT, "    ys = [x,\n          y,\n", "budget") == "truncated"
+  assert cs.error_kind(PROMPT, "    y = a b\n    return y\n    z = (", "budget") == "syntax"
+  assert cs.error_kind(PROMPT, "    return (xs +", "eos") == "syntax"
+  assert cs.error_kind(PROMPT, "    return (xs))\n", "cut") == "syntax"
   # Where the tokenizer stops (unindent that matches no level), the line rule cuts.
   assert cs.cut_completion(PROMPT, "    if xs:\n  return 1\nprint(2)\n") == (
       "    if xs:\n  return 1\n")
