@@ -377,6 +377,7 @@ def main(argv=None):
   problems = read_problems(path)
   if args.limit:
     problems = problems[:args.limit]
+  args.batch = max(1, min(args.batch, len(problems)))
 
   sys.path.insert(0, os.path.dirname(HERE))
   import jax  # pylint: disable=g-import-not-at-top
