@@ -22,6 +22,7 @@ from constrained_decoding.automata import _pda
 from constrained_decoding.automata import _registers
 from constrained_decoding.automata import _splice
 from constrained_decoding.automata import _streamline
+from constrained_decoding.automata import _unique_strings
 from constrained_decoding.automata import _wide
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -258,8 +259,10 @@ class Compiler:
           f"{what} matches no string at all. Expected a constraint with at least one "
           f"match; check for empty classes such as '[^\\x00-\\U0010ffff]'."
       )
-    wide = (self.wide_states.find(dfa, None if given is None else given.states,
-                                  deadline=deadline, what=what)
+    skip = _unique_strings.item_borders(contracted, dfa.num_states)
+    if given is not None:
+      skip |= given.states
+    wide = (self.wide_states.find(dfa, skip, deadline=deadline, what=what)
             if opts.wide_states else {})
     token_dfa = _compose.compose_token_dfa(
         dfa, self.trie, wide=wide, token_class_bits=self.wide_states.token_class_bits,
@@ -282,6 +285,8 @@ class Compiler:
       guards = _registers.attach(token_dfa, token_dfa.byte_state, contracted,
                                  self.vocab.token_bytes)
     packed_bytes = _tables.estimate_nbytes(token_dfa, self.vocab, min_bucket=opts.min_bucket)
+    if guards is not None and guards.token_hash is not None:  # Distinct strings.
+      packed_bytes += guards.token_hash.nbytes
     if packed_bytes > opts.max_table_bytes:
       raise CompileBudgetError(
           f"{what} would need {packed_bytes / 2**20:.1f} MiB of tables "
@@ -388,6 +393,7 @@ class Compiler:
       skip[copy.cell[copy.cell >= 0]] = True
     if given is not None:
       skip |= given.states
+    skip |= _unique_strings.item_borders(contracted, dfa.num_states)
     wide = self.wide_states.find(dfa, skip, deadline=deadline, what=what)
     built = _embedded_chains.compile_tables(
         dfa, copies, given, wide, self.trie, self.vocab,

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from constrained_decoding.errors import VocabularyMismatchError
-from constrained_decoding.tables import (CAP_PAD, DEFAULT_MIN_BUCKET, NO_STATE, PAD_TOKEN,
+from constrained_decoding.tables import (CAP_PAD, DEFAULT_MIN_BUCKET, GUARD_UCLOSE, GUARD_UHASH,
+                                         NO_STATE, PAD_TOKEN, UNIQUE_CAP_RADIX,
                                          RELATIVE, ConstraintTables, bucket_size)
 
 
@@ -180,6 +181,7 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
     c_off += t.token_counts.shape[0]
   out.update(_stacked_capped_masks(tables, used, g_pad, w, min_bucket))
   out.update(_stacked_guards(tables, used, g_pad))
+  out.update(_stacked_hashes(tables, used, s_pad, out.get("guard_ops")))
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
                           eos_bits=first.eos_bits, vocab_size=first.vocab_size,
                           stack_depth=max(t.stack_depth for t in tables),
@@ -227,6 +229,33 @@ def _stacked_guards(tables: Sequence[ConstraintTables], used: list,
   return dict(guard_ops=np.concatenate(ops), group_guarded=group_guarded,
               guarded_slots=guarded_slots, guarded_ids=guarded_ids,
               register_init=np.zeros(words, np.int32))
+
+
+def _stacked_hashes(tables: Sequence[ConstraintTables], used: list, s_pad: int,
+                    guard_ops) -> dict[str, np.ndarray]:
+  """The distinct-strings arrays of stacked tables (`tables.py`): hash rows concatenated
+  and the UCLOSE/UHASH operands of `guard_ops` (already stacked) offset to them; states
+  of parts without them hash nothing. Empty when no part has them."""
+  if not any(t.has_hashes for t in tables):
+    return {}
+  consts, hashing = [], np.full(s_pad, NO_STATE, np.int32)
+  token_hash = next(t.token_hash for t in tables if t.has_hashes)
+  guard_ops = np.array(guard_ops)
+  s_off = d_off = h_off = 0
+  for t, (s, *_) in zip(tables, used):
+    if t.has_hashes:
+      hashing[s_off:s_off + s] = np.asarray(t.state_hashing)[:s]
+      part = guard_ops[d_off:d_off + t.guard_ops.shape[0]]
+      kind = part[..., 0]
+      part[..., 2] += np.where(kind == GUARD_UCLOSE, h_off * UNIQUE_CAP_RADIX,
+                               np.where(kind == GUARD_UHASH, h_off, 0)).astype(np.int32)
+      consts.append(np.asarray(t.hash_consts))
+      h_off += t.hash_consts.shape[0]
+    if t.has_registers:
+      d_off += t.guard_ops.shape[0]
+    s_off += s
+  return dict(guard_ops=guard_ops, hash_consts=np.concatenate(consts),
+              state_hashing=hashing, token_hash=token_hash)
 
 
 def _stacked_capped_masks(tables: Sequence[ConstraintTables], used: list, g_pad: int,

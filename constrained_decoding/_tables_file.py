@@ -37,8 +37,9 @@ from constrained_decoding.vocab._vocabulary import Vocabulary
 
 # 2: stack-aware masks (capped_*); 3: register guards, and counted chains' counting
 # entries folded into the mask rows (the device no longer ORs them in); 4: counting guards
-# (COUNT, ATLEAST: arrays whose items are counted in a register)
-TABLES_FILE_VERSION = 4
+# (COUNT, ATLEAST: arrays whose items are counted in a register); 5: distinct strings
+# (UCLOSE, UHASH, FAIL guards, hash_consts, state_hashing, token_hash)
+TABLES_FILE_VERSION = 5
 _FORMAT = "constrained_decoding.ConstraintTables"
 _HEADER = "__header__"
 # The dtype of every array field (see the layout in `tables.py`).

@@ -56,6 +56,21 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
   guarded_ids   int32  [Gg, Gm] or [0, 0]  the guard of each of those edges
   register_init int32  [NR]    the register words of a row at the start (NR = 0 for
                                tables without registers; only the shape is read)
+  hash_consts   int32  [H, 4] or [0, 4]  (multiplier, addend) of each of the two hash
+                               words, per row that UCLOSE and UHASH operations name
+  state_hashing int32  [S] or [0]  first register word of the distinct-strings block a
+                               state's tokens extend the running hash of (-1: none)
+  token_hash    int32  [V, 4] or [0, 4]  (B^n, hash of the bytes) per token and hash word:
+                               what a token read inside a string item adds to the hash
+
+Distinct strings (`uniqueItems` of string items, `automata/_unique_strings.py`). A
+block of register words [h0, h1, n, then n stored pairs] keeps the running hash of the
+string item being written and the hashes of the n items written before; the hash is
+polynomial modulo the prime 2^31 - 1 (two bases, uint32 limbs on the device). A guarded
+edge that finishes an item (UCLOSE) passes only when the finished item's hash is not
+stored, and then stores it; an edge that starts an item (UHASH) sets the running hash
+to its bytes'; any other token read in a state of `state_hashing` extends the hash by
+its `token_hash` row. Zero-size arrays otherwise, so no other table's step changes.
 
 Register tables (objects whose keys are checked on the device, `automata/_registers.py`).
 A row also holds NR int32 register words. An explicit edge with a guard is taken only if
@@ -145,16 +160,43 @@ NO_FINISH = 1 << 24
 DEFAULT_MIN_BUCKET = 8
 # Kinds of guard operations (`guard_ops[..., 0]`; `automata/_registers.py`).
 GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE, GUARD_COUNT, GUARD_ATLEAST = 0, 1, 2, 3, 4, 5
+# Distinct strings: finish an item (operand: hash_consts row * UNIQUE_CAP_RADIX +
+# capacity), set the running hash (operand: hash_consts row), never pass (a token that
+# finishes two items, refused).
+GUARD_UCLOSE, GUARD_UHASH, GUARD_FAIL = 6, 7, 8
+UNIQUE_CAP_RADIX = 128
+# The prime modulus of the string hashes, and the offset of the stored pairs in a block.
+HASH_PRIME = (1 << 31) - 1
+HASH_STORED = 3
 
 
-def apply_guard(ops, registers) -> tuple[int, ...] | None:
+def apply_guard(ops, registers, hash_consts=()) -> tuple[int, ...] | None:
   """The registers after the guard `ops` ((kind, word, operand) triples in order; kinds
   below 0 are padding), or None when it fails: the host's definition of what the device
   computes (`runtime._run_guards`), for the references (`_registers.ByteWalker`,
-  `testing._reference`)."""
+  `testing._reference`). `hash_consts` are the tables' rows UCLOSE and UHASH name."""
   out = list(registers)
   live = []
   for kind, word, operand in ops:
+    if kind == GUARD_UCLOSE:
+      row, cap = divmod(operand, UNIQUE_CAP_RADIX)
+      m0, a0, m1, a1 = (int(x) for x in hash_consts[row])
+      done = (out[word] * m0 + a0) % HASH_PRIME, (out[word + 1] * m1 + a1) % HASH_PRIME
+      n = out[word + 2]
+      stored = [tuple(out[word + HASH_STORED + 2 * j:word + HASH_STORED + 2 * j + 2])
+                for j in range(n)]
+      if n >= cap or done in stored:
+        return None
+      out[word + HASH_STORED + 2 * n:word + HASH_STORED + 2 * n + 2] = done
+      out[word + 2] = n + 1
+      continue
+    if kind == GUARD_UHASH:
+      m0, a0, m1, a1 = (int(x) for x in hash_consts[operand])
+      out[word] = (out[word] * m0 + a0) % HASH_PRIME
+      out[word + 1] = (out[word + 1] * m1 + a1) % HASH_PRIME
+      continue
+    if kind == GUARD_FAIL:
+      return None
     if kind == GUARD_CLEAR:
       out[word] = 0
     elif kind == GUARD_SET:
@@ -183,7 +225,7 @@ _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask"
                  "state_terminals", "state_terminal_rows", "terminal_counts",
                  "token_counts", "capped_limits", "capped_rows", "capped_bits",
                  "guard_ops", "group_guarded", "guarded_slots", "guarded_ids",
-                 "register_init")
+                 "register_init", "hash_consts", "state_hashing", "token_hash")
 # Fields added for push-down tables only: left out of a regular table's `shape_key`.
 _CAPPED_FIELDS = ("capped_limits", "capped_rows", "capped_bits")
 _META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint")
@@ -239,6 +281,10 @@ class ConstraintTables:
   guarded_slots: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
   guarded_ids: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
   register_init: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+  # Distinct strings (module docstring); empty otherwise.
+  hash_consts: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 4), np.int32))
+  state_hashing: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+  token_hash: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 4), np.int32))
 
   @property
   def num_constraints(self) -> int:
@@ -248,6 +294,11 @@ class ConstraintTables:
   def has_registers(self) -> bool:
     """Whether rows keep register words (static: from a shape)."""
     return bool(np.shape(self.guard_ops)[0])
+
+  @property
+  def has_hashes(self) -> bool:
+    """Whether rows hash string items to keep them distinct (static: from a shape)."""
+    return bool(np.shape(self.token_hash)[0])
 
   @property
   def is_pushdown(self) -> bool:
@@ -409,10 +460,16 @@ def _with_guards(tables: ConstraintTables, guards, edge_group: np.ndarray,
   column = np.arange(len(slots)) - first[groups]
   guarded_slots[group_guarded[groups], column] = slots
   guarded_ids[group_guarded[groups], column] = guards.edge_guard[slots]
+  hashes = {}
+  if guards.token_hash is not None:  # Distinct strings: states padded as not hashing.
+    state_hashing = np.full(tables.accepting.shape[0], NO_STATE, np.int32)
+    state_hashing[:len(guards.state_hashing)] = guards.state_hashing
+    hashes = dict(hash_consts=np.asarray(guards.hash_consts, np.int32),
+                  state_hashing=state_hashing, token_hash=guards.token_hash)
   return dataclasses.replace(tables, guard_ops=np.asarray(guards.ops, np.int32),
                              group_guarded=group_guarded, guarded_slots=guarded_slots,
                              guarded_ids=guarded_ids,
-                             register_init=np.zeros(guards.num_words, np.int32))
+                             register_init=np.zeros(guards.num_words, np.int32), **hashes)
 
 
 def pack_pda_tables(token_pda, vocab, *, stack_depth: int,

@@ -41,19 +41,23 @@ the front end's construction, which never lets a `need` fail where keys may stil
 added, see `live_sets`).
 """
 
+import collections
 import dataclasses
 
 import numpy as np
 
+from constrained_decoding.automata import _unique_strings
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.tables import (GUARD_ATLEAST, GUARD_CLEAR, GUARD_COUNT, GUARD_LIVE,
-                                         GUARD_NEED, GUARD_SET, apply_guard)
+                                         GUARD_NEED, GUARD_SET, GUARD_UCLOSE, apply_guard)
 
 CLEAR, SET, NEED, LIVE = GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE
 COUNT, ATLEAST = GUARD_COUNT, GUARD_ATLEAST
-_KIND = {"clear": CLEAR, "set": SET, "need": NEED, "count": COUNT, "atleast": ATLEAST}
+UOPEN, UCLOSE = _unique_strings.UOPEN, GUARD_UCLOSE
+_KIND = {"clear": CLEAR, "set": SET, "need": NEED, "count": COUNT, "atleast": ATLEAST,
+         "uopen": UOPEN, "uclose": UCLOSE}
 # Most primitive operations one guard may hold (its crossed markers plus LIVE words).
 MAX_GUARD_OPS = 64
 
@@ -214,11 +218,19 @@ class Guards:
     ops: int32 `[G, O, 3]`; each guard's primitive ops (kind, word, operand) in order,
       padded with kind -1.
     num_words: Register words per row.
+    hash_consts: int32 `[H, 4]`; the hash rows UCLOSE and UHASH operations name.
+    state_hashing: int32 `[S]`; per token-DFA state, the first word of the block whose
+      item it is inside, -1 for none.
+    token_hash: int32 `[V, 4]`; `_unique_strings.token_hash` of the vocabulary.
   """
 
   edge_guard: np.ndarray
   ops: np.ndarray
   num_words: int
+  # Distinct strings (`_unique_strings.py`): None/empty without them.
+  hash_consts: np.ndarray | None = None
+  state_hashing: np.ndarray | None = None
+  token_hash: np.ndarray | None = None
 
 
 def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
@@ -238,8 +250,13 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
   """
   dfa = contracted.dfa
   live = live_sets(contracted)
-  tagged_states = {state for state, _ in contracted.arc_ops}
-  _check_terminals(token_dfa, byte_state, tagged_states, live)
+  blocks = _unique_strings.hashing_states(contracted)
+  # Arcs that finish a string item: states inside an item keep their terminal bitmaps,
+  # whose tokens never read those arcs (`_check_terminals` verifies it).
+  closing = {arc for arc, ops in contracted.arc_ops.items() if ops[0][0] == UCLOSE}
+  tagged_states = {state for state, _ in contracted.arc_ops} - set(blocks)
+  _check_terminals(token_dfa, byte_state, tagged_states, live, closing, dfa.transitions,
+                   token_bytes, blocks)
   tagged_bytes = np.zeros(256, bool)
   for _, byte in contracted.arc_ops:
     tagged_bytes[byte] = True
@@ -249,8 +266,21 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
   live_index = np.full(dfa.num_states, -1, np.int64)
   live_index[list(live)] = np.arange(len(live))
   needs_live = live_index[byte_state[token_dfa.edge_target]]
-  crossed = _crossed_ops(contracted, byte_state[token_dfa.edge_source], token_dfa.edge_token,
-                         np.flatnonzero(crossing), token_bytes)
+  crossed_at = _crossed_ops(contracted, byte_state[token_dfa.edge_source],
+                            token_dfa.edge_token, np.flatnonzero(crossing), token_bytes)
+  hashes = {}
+  if any(k in (UOPEN, UCLOSE) for ops in contracted.arc_ops.values() for k, _, _ in ops):
+    rows = _unique_strings.HashRows()
+    crossed = {}
+    for i, hits in crossed_at.items():
+      block = blocks.get(int(byte_state[token_dfa.edge_source[i]]))
+      crossed[i] = _unique_strings.rewrite(hits, token_bytes[token_dfa.edge_token[i]] or b"",
+                                           block, rows)
+    state_hashing = np.array([blocks.get(int(q), -1) for q in byte_state], np.int32)
+    hashes = dict(hash_consts=rows.array(), state_hashing=state_hashing,
+                  token_hash=_unique_strings.token_hash(token_bytes))
+  else:
+    crossed = {i: tuple(op for _, ops in hits for op in ops) for i, hits in crossed_at.items()}
   guard_ids: dict[tuple, int] = {}
   edge_guard = np.full(len(token_dfa.edge_token), -1, np.int32)
   for i in sorted(set(crossed) | set(np.flatnonzero(needs_live >= 0).tolist())):
@@ -268,7 +298,7 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
   for ops, gid in guard_ids.items():
     table[gid, :len(ops)] = ops
   table[..., 1:] = np.where(table[..., :1] < 0, 0, table[..., 1:])
-  return Guards(edge_guard, table, contracted.num_words)
+  return Guards(edge_guard, table, contracted.num_words, **hashes)
 
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:
@@ -279,9 +309,9 @@ def _ranges(lengths: np.ndarray) -> np.ndarray:
 
 def _crossed_ops(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray,
                  edges: np.ndarray, token_bytes) -> dict[int, tuple]:
-  """edge -> the operations its token's bytes cross from its source byte state, for the
-  `edges` given (a lockstep numpy walk, one byte position at a time); edges crossing
-  none are left out."""
+  """edge -> ((byte position, operations), ...) that its token's bytes cross from its
+  source byte state, in order, for the `edges` given (a lockstep numpy walk, one byte
+  position at a time); edges crossing none are left out."""
   if not len(edges) or not contracted.arc_ops:
     return {}
   data, starts, ends = _joined(token_bytes)
@@ -300,8 +330,8 @@ def _crossed_ops(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray
     hits += [(position, i, j) for i, j in zip(alive[found].tolist(), at[found].tolist())]
     state[alive] = trans[state[alive], byte]
   out: dict[int, tuple] = {}
-  for _, i, j in sorted(hits, key=lambda h: (h[1], h[0])):
-    out[int(edges[i])] = out.get(int(edges[i]), ()) + ops_of[j]
+  for position, i, j in sorted(hits, key=lambda h: (h[1], h[0])):
+    out[int(edges[i])] = out.get(int(edges[i]), ()) + ((position, ops_of[j]),)
   return out
 
 
@@ -343,15 +373,49 @@ def _joined(token_bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   return cached[1]
 
 
-def _check_terminals(token_dfa, byte_state, tagged_states: set, live: dict) -> None:
+def _check_terminals(token_dfa, byte_state, tagged_states: set, live: dict,
+                     closing: set = frozenset(), transitions=None, token_bytes=None,
+                     inside: dict | None = None) -> None:
   """Terminal edges (bitmaps) carry no guard: their sources must cross no operation and
-  their targets be free."""
+  their targets be free. The one exception: a state inside a string item (`inside`,
+  arrays of distinct strings) has arcs in `closing` ((state, byte) that finish the
+  item); the tokens of its bitmaps must never read one (walked, for those holding a
+  closing byte; `_unique_strings.item_borders` keeps them out by construction)."""
   for state in np.flatnonzero((token_dfa.state_terminals[..., 0] >= 0).any(axis=1)).tolist():
     targets = token_dfa.state_terminals[state][:, 1]
-    if int(byte_state[state]) in tagged_states or any(
+    source = int(byte_state[state])
+    if source in tagged_states or any(
         int(byte_state[t]) in live for t in targets[targets >= 0].tolist()):
       raise RegisterError(
           "A token bitmap (a string body or a token class) borders a register operation.")
+    if inside and source in inside:
+      _check_closing_tokens(token_dfa, state, source, closing, transitions, token_bytes)
+
+
+def _check_closing_tokens(token_dfa, state: int, source: int, closing: set, transitions,
+                          token_bytes) -> None:
+  """No token of `state`'s bitmaps crosses an arc of `closing` from byte state `source`."""
+  wanted = np.zeros(256, bool)
+  wanted[sorted({byte for _, byte in closing})] = True
+  holding = np.zeros(token_dfa.terminal_bits.shape[1] * 32, bool)
+  found = _tokens_with(token_bytes, wanted)
+  holding[:len(found)] = found
+  words = np.packbits(holding, bitorder="little").view(np.uint32)
+  for terminal in token_dfa.state_terminals[state][:, 0].tolist():
+    if terminal < 0:
+      continue
+    both = np.unpackbits((token_dfa.terminal_bits[terminal] & words).view(np.uint8),
+                         bitorder="little")
+    for token in np.flatnonzero(both).tolist():
+      here = source
+      for byte in token_bytes[token]:
+        if (here, byte) in closing:
+          raise RegisterError(
+              "A token bitmap holds a token that finishes a string item of an array"
+              " with uniqueItems.")
+        here = int(transitions[here, byte])
+        if here < 0:
+          break
 
 
 class ByteWalker:
@@ -361,24 +425,74 @@ class ByteWalker:
   the byte is not allowed (its arc's operations fail, or it leads to a dead end given
   the registers, see `live_sets`); `accepting(position)`; `moves(position)` the allowed
   (byte, next position) pairs.
+
+  With `uopen`/`uclose` markers (arrays of distinct strings) a position also holds the
+  bytes of the item being written and the items finished, per block, and `uclose`
+  compares bytes exactly: an oracle independent of the hashes the device keeps.
   """
 
   def __init__(self, dfa: ByteDfa):
     self.contracted = contract(dfa)
     self.dfa = self.contracted.dfa
     self.live = live_sets(self.contracted)
+    self.blocks = {word for ops in self.contracted.arc_ops.values()
+                   for kind, word, _ in ops if kind == UCLOSE}
+    self.in_arrays = self._array_states() if self.blocks else set()
 
-  def start(self) -> tuple[int, tuple[int, ...]]:
-    return self.dfa.start, (0,) * self.contracted.num_words
+  def _array_states(self) -> set:
+    """The states between the `[` and the `]` of an array of distinct strings (from an
+    arc that clears a block's count, up to a `]` read outside an item): elsewhere the
+    items finished are forgotten, so that positions after the array merge (the next
+    array clears them anyway)."""
+    inside = _unique_strings.hashing_states(self.contracted)
+    trans = self.dfa.transitions
+    frontier = [int(trans[state, byte]) for (state, byte), ops in self.contracted.arc_ops.items()
+                if any(k == CLEAR and w - 2 in self.blocks for k, w, _ in ops)]
+    seen = set()
+    while frontier:
+      state = frontier.pop()
+      if state in seen or state < 0:
+        continue
+      seen.add(state)
+      for byte in np.flatnonzero(trans[state] >= 0).tolist():
+        if byte != ord("]") or state in inside:
+          frontier.append(int(trans[state, byte]))
+    return seen
+
+  def start(self) -> tuple:
+    registers = (0,) * self.contracted.num_words
+    return (self.dfa.start, registers, (None, ())) if self.blocks else (self.dfa.start,
+                                                                        registers)
 
   def step(self, position, byte: int):
-    state, registers = position
+    state, registers = position[:2]
     target = int(self.dfa.transitions[state, byte])
     if target == NO_STATE:
       return None
     ops = self.contracted.arc_ops.get((state, byte), ()) + self.live.get(target, ())
-    after = apply_guard(ops, registers) if ops else registers
-    return None if after is None else (target, after)
+    plain = [op for op in ops if op[0] not in (UOPEN, UCLOSE)]
+    after = apply_guard(plain, registers) if plain else registers
+    if after is None:
+      return None
+    if not self.blocks:
+      return (target, after)
+    current, done = position[2]
+    moved = False
+    for kind, word, operand in ops:
+      if kind == CLEAR and word - 2 in self.blocks:  # A block's count: a new array.
+        done = tuple(d for d in done if d[0] != word - 2)
+      elif kind == UCLOSE:
+        mine = [d for b, d in done if b == word]
+        if current in mine or len(mine) >= operand:
+          return None
+        done, current, moved = tuple(sorted(done + ((word, current),))), None, True
+      elif kind == UOPEN:
+        current, moved = b"", True
+    if current is not None and not moved:
+      current += bytes([byte])
+    if target not in self.in_arrays:
+      done = ()
+    return (target, after, (current, done))
 
   def accepting(self, position) -> bool:
     return bool(self.dfa.accepting[position[0]])
@@ -391,6 +505,32 @@ class ByteWalker:
       if nxt is not None:
         out.append((byte, nxt))
     return out
+
+  def shortest_completion(self, position) -> bytes:
+    """The fewest bytes that take `position` to acceptance (a breadth-first search).
+    Inside a string item of distinct strings only the lowest byte that stays in the
+    item and all that leave it are tried: positions hold the item's bytes, so they never
+    merge, and a full search would branch on every body byte at every depth. Items
+    grown by one byte at a time differ by length, so one of at most 65 is new."""
+    parent = {position: None}
+    queue = collections.deque([position])
+    while queue:
+      here = queue.popleft()
+      if self.accepting(here):
+        path = bytearray()
+        while parent[here] is not None:
+          here, byte = parent[here]
+          path.append(byte)
+        return bytes(reversed(path))
+      moves = self.moves(here)
+      if self.blocks and here[2][0] is not None:
+        moves = ([m for m in moves if m[1][2][0] is None]
+                 + [m for m in moves if m[1][2][0] is not None][:1])
+      for byte, nxt in moves:
+        if nxt not in parent:
+          parent[nxt] = (here, byte)
+          queue.append(nxt)
+    raise AssertionError("A live position with no way to acceptance.")
 
   def accepts(self, data: bytes) -> bool:
     position = self.start()

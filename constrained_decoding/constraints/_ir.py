@@ -167,6 +167,11 @@ class Marker:
   and, with `operand` a number (arrays whose items are counted, `maxItems`):
     "count"  allowed only if the word is below `operand`; then adds 1 to it.
     "atleast"  allowed only if the word is at least `operand`.
+  and, for arrays of distinct strings (`automata/_unique_strings.py`), `word` the first
+  word of a block of hashes:
+    "uopen"  before the opening quote of a string item (operand 0).
+    "uclose" before its closing quote: allowed only if the item differs from the items
+             before it, and fewer than `operand` of them were written.
   """
 
   kind: str
@@ -174,7 +179,7 @@ class Marker:
   operand: int
 
 
-MARKER_KINDS = ("clear", "set", "need", "count", "atleast")
+MARKER_KINDS = ("clear", "set", "need", "count", "atleast", "uopen", "uclose")
 
 Node = _TypingUnion[Bytes, CharClass, ByteClass, Concat, Union, Repeat, Terminal, Graph,
                     RuleRef, Fragment, Marker]

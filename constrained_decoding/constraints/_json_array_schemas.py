@@ -26,6 +26,11 @@ from constrained_decoding.constraints._json_keywords import (
 
 # Most distinct item values `uniqueItems: true` is supported for (2^N subset states).
 MAX_UNIQUE_VALUES = 8
+# Arrays of distinct strings (`unique_strings`): the most items a row keeps the hashes
+# of (a `maxItems` above it is refused), and the items an array without `maxItems` may
+# hold (a narrowing: longer arrays are valid but not written).
+MAX_UNIQUE_STRINGS = 64
+DEFAULT_UNIQUE_STRINGS = 32
 # Most states of a `contains` automaton over (items written, matching items written).
 MAX_CONTAINS_STATES = 4_096
 # Most IR nodes of the item copies `minItems`/`maxItems` may write before the items are
@@ -171,13 +176,20 @@ def _lower_unique_array(lw, schema: dict, pointer: str) -> ir.Node | None:
   where = _pointer(pointer, "uniqueItems")
   positions = _unique_positions(lw, schema, pointer)
   if positions is None:
+    strings = unique_strings(lw, schema, pointer)
+    if not isinstance(strings, str) and strings is not None:
+      return strings
+    lenient = (" Or pass lenient=(\"uniqueItems\",) to allow repeats (other unsupported"
+               " keywords still raise).")
+    if isinstance(strings, str):
+      lw.unsupported(where, f"uniqueItems at {where}: {strings}{lenient}")
+      return None
     lw.unsupported(where, (
         f"uniqueItems at {where} needs items with at most {MAX_UNIQUE_VALUES} possible"
         " values, all positions together (an enum, booleans, a small integer range;"
-        " prefixItems count too, and items: false ends the array after them): distinct"
-        " values from a larger set are not a regular language. Bound the items with an"
-        " enum, or pass lenient=(\"uniqueItems\",) to allow repeats (other unsupported"
-        " keywords still raise)."))
+        " prefixItems count too, and items: false ends the array after them), or string"
+        " items: distinct values from a larger set are not a regular language. Bound the"
+        f" items with an enum.{lenient}"))
     return None
   values, spellings = positions
   min_items = _json_keywords.count(schema, "minItems", pointer) or 0
@@ -243,6 +255,121 @@ def _unique_positions(lw, schema: dict, pointer: str):
       return None
     spellings.append(at)
   return list(values), spellings
+
+
+def unique_strings(lw, schema: dict, pointer: str) -> ir.Node | str | None:
+  """An array with `uniqueItems: true` of string items, the items checked distinct on
+  the device (`automata/_unique_strings.py`): a block of register words keeps a hash of
+  each item, `uopen`/`uclose` markers around each item's body, and the items are counted
+  as in `counted_array` (at most `maxItems`, else `DEFAULT_UNIQUE_STRINGS`). Items are
+  written canonically (one spelling per string, `json.dumps`), so equal strings have
+  equal bytes.
+
+  Returns the IR; None when the items are not strings; or why such an array cannot be
+  checked (a sentence for the error message).
+  """
+  if "prefixItems" in schema:
+    return None
+  body = _string_body(lw.lower(_items(schema), _pointer(pointer, "items")))
+  if body is None:
+    return None
+  # Below a union of objects (`use_registers` off there) the markers of two alternatives
+  # that disagree meet before any byte and fail to fold (`_registers.RegisterError`):
+  # the compiler then lowers again with property_order="any_bounded", refused here.
+  if not (lw.registers_allowed and lw.options.property_order == "any"):
+    return ("string items are checked distinct in register words on the device, which a"
+            " recursive schema (or property_order='schema') does not have yet. Expected"
+            " the array outside recursion.")
+  min_items = _json_keywords.count(schema, "minItems", pointer) or 0
+  max_items = _json_keywords.count(schema, "maxItems", pointer)
+  cap = max(DEFAULT_UNIQUE_STRINGS, min_items) if max_items is None else max_items
+  if cap > MAX_UNIQUE_STRINGS:
+    keyword = "minItems" if max_items is None else "maxItems"
+    return (f"{keyword} at {_pointer(pointer, keyword)} allows {cap} distinct strings;"
+            f" a row keeps the hashes of at most {MAX_UNIQUE_STRINGS}. Expected"
+            f" {keyword} <= {MAX_UNIQUE_STRINGS}.")
+  if min_items > cap:
+    return ir.NOTHING
+  if not _endless(body):
+    return ("its string items can be finished in only finitely many ways after some"
+            " prefix (a maxLength, an enum, or a pattern with a bounded end), and a row"
+            " would have to foresee that every ending is taken. Expected items of"
+            " unbounded length, such as {\"type\": \"string\"} or a pattern ending in"
+            " + or *.")
+  block = lw.register_blocks.setdefault(("unique strings", cap), lw.register_words)
+  if block == lw.register_words:
+    lw.register_words += 3 + 2 * cap
+  count = lw.register_blocks.setdefault(("unique strings count", cap), lw.register_words)
+  if count == lw.register_words:
+    lw.register_words += 1
+  lw.log.info("JSON Schema: the array at %s keeps its strings distinct on the device.",
+              pointer)
+  item = ir.concat(ir.Marker("uopen", block, 0), ir.Bytes(b'"'), body,
+                   ir.Marker("uclose", block, cap), ir.Bytes(b'"'))
+  return ir.concat(ir.Marker("clear", block + 2, 0),
+                   counted_array(item, lw.ws, min_items, cap, count))
+
+
+def _string_body(node: ir.Node) -> ir.Node | None:
+  """The canonical bodies of the JSON strings `node` denotes (quotes off, any spelling
+  that is not `json.dumps`' left out), or None when it denotes anything but strings."""
+  def strip(node, last: bool):
+    match node:
+      case ir.Bytes(data) if data[-1:] == b'"' if last else data[:1] == b'"':
+        return ir.Bytes(data[:-1] if last else data[1:])
+      case ir.Concat(parts) if parts:
+        end = strip(parts[-1] if last else parts[0], last)
+        if end is None:
+          return None
+        return ir.concat(*parts[:-1], end) if last else ir.concat(end, *parts[1:])
+      case ir.Union(alternatives) if alternatives:
+        stripped = [strip(a, last) for a in alternatives]
+        return None if None in stripped else ir.union(*stripped)
+    return None
+
+  opened = strip(node, False)
+  body = None if opened is None else strip(opened, True)
+  return None if body is None else _canonical(body)
+
+
+_ANY_CHARACTER = jv.encode_text(ir.char_class([(0, ir.MAX_CODE_POINT)]))
+
+
+def _canonical(node: ir.Node) -> ir.Node:
+  """`node` with the full JSON string syntax (`jv.STRING_CHAR`: every escape) replaced by
+  canonical characters: a narrowing to one spelling per string."""
+  if node == jv.STRING_CHAR:
+    return _ANY_CHARACTER
+  match node:
+    case ir.Concat(parts):
+      return ir.concat(*(_canonical(p) for p in parts))
+    case ir.Union(alternatives) if alternatives:
+      return ir.union(*(_canonical(a) for a in alternatives))
+    case ir.Repeat(body, lo, hi):
+      return ir.repeat(_canonical(body), lo, hi)
+    case ir.Graph(num_states, arcs, finals):
+      return ir.Graph(num_states, tuple((a, _canonical(label), b) for a, label, b in arcs),
+                      finals)
+  return node
+
+
+def _endless(body: ir.Node) -> bool:
+  """Whether every prefix of a text of `body` has infinitely many completions (a cycle
+  is reachable from every state of its trimmed byte DFA)."""
+  from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+
+  dfa = _fsa.compile_byte_dfa(body)
+  if dfa.num_states == 0:
+    return False
+  successors = [set(row[row >= 0].tolist()) for row in dfa.transitions]
+  finite = [False] * dfa.num_states
+  changed = True
+  while changed:  # A state is finite when all its successors are.
+    changed = False
+    for q in range(dfa.num_states):
+      if not finite[q] and all(finite[t] for t in successors[q]):
+        finite[q] = changed = True
+  return not any(finite)
 
 
 def lower_array(lw, schema: dict, pointer: str) -> ir.Node:

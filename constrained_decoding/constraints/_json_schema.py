@@ -339,6 +339,9 @@ class _Lowerer:
     # Large any-order objects check their keys in register words on the device
     # (`_json_objects.register_object`); words handed out so far.
     self.use_registers = use_registers
+    # False for the whole walk when the schema is recursive (push-down tables have no
+    # registers); `use_registers` is also turned off locally, below unions of objects.
+    self.registers_allowed = use_registers
     self.register_words = 0
     self.register_blocks: dict = {}  # (members, extra) -> first word of its block.
     self.legacy_ref = _legacy_draft(root)

@@ -56,6 +56,10 @@ from constrained_decoding.tables import GUARD_COUNT as _COUNT
 from constrained_decoding.tables import GUARD_LIVE as _LIVE
 from constrained_decoding.tables import GUARD_NEED as _NEED
 from constrained_decoding.tables import GUARD_SET as _SET
+from constrained_decoding.tables import GUARD_FAIL as _FAIL
+from constrained_decoding.tables import GUARD_UCLOSE as _UCLOSE
+from constrained_decoding.tables import GUARD_UHASH as _UHASH
+from constrained_decoding.tables import HASH_PRIME, HASH_STORED, UNIQUE_CAP_RADIX
 from constrained_decoding.tables import RELATIVE
 from constrained_decoding.tables import ConstraintTables
 
@@ -367,7 +371,94 @@ def _run_guards(tables: ConstraintTables, registers: Array, guard: Array
                                                 jnp.where(k == _COUNT, value + 1, value)))
     writes.append((jnp.where((k == _CLEAR) | (k == _SET) | (k == _COUNT), word[..., i],
                              registers.shape[1]), after))
+  if tables.has_hashes:  # Static: arrays of distinct strings.
+    passes, more = _run_hash_ops(tables, registers, kind, word, operand)
+    ok &= passes
+    writes += more
   return ok & (~has_live | some_live), writes
+
+
+_PRIME = np.uint32(HASH_PRIME)
+
+
+def _mod_prime(x: Array) -> Array:
+  """x mod p for uint32 x < 2p (p = 2^31 - 1)."""
+  return jnp.where(x >= _PRIME, x - _PRIME, x)
+
+
+def _mul_add_mod(h: Array, m: Array, a: Array) -> Array:
+  """(h * m + a) mod p for uint32 h, m, a < p = 2^31 - 1, in 16-bit limbs (no 64-bit
+  product: jax's x64 is off). With h = hh 2^16 + hl, m = mh 2^16 + ml and 2^31 = 1:
+  h m = hh mh 2^32 + (hh ml + hl mh) 2^16 + hl ml, where 2^32 = 2 and a cross term
+  c = ch 2^15 + cl contributes ch + cl 2^16."""
+  hh, hl = h >> 16, h & 0xFFFF
+  mh, ml = m >> 16, m & 0xFFFF
+  fold = lambda x: _mod_prime((x & _PRIME) + (x >> 31))  # Any uint32 -> [0, p).
+  high = fold((hh * mh) << 1)  # < 2^31 before folding.
+  cross = hh * ml + hl * mh  # < 2^32.
+  cross = _mod_prime(_mod_prime(cross >> 15) + ((cross & 0x7FFF) << 16))
+  low = fold(hl * ml)
+  return _mod_prime(_mod_prime(_mod_prime(high + cross) + low) + a)
+
+
+def _run_hash_ops(tables: ConstraintTables, registers: Array, kind: Array, word: Array,
+                  operand: Array) -> tuple[Array, list]:
+  """UCLOSE, UHASH and FAIL operations (`tables.py`, "Distinct strings") of guards
+  whose operations are `[B, *N, O]`: (passes `[B, *N]`, (word, value) writes). A guard
+  holds at most one UCLOSE and one UHASH (`automata/_unique_strings.rewrite`)."""
+  num_words = registers.shape[1]
+  batch = registers.shape[0]
+  closes, hashes = kind == _UCLOSE, kind == _UHASH
+  pick = lambda where, x: jnp.sum(jnp.where(where, x, 0), axis=-1)
+  has_close, close_word, close_op = closes.any(-1), pick(closes, word), pick(closes, operand)
+  has_hash, hash_word, hash_row = hashes.any(-1), pick(hashes, word), pick(hashes, operand)
+  shape = close_word.shape
+
+  def read(words):  # [B, *N, k] register words, clamped into range.
+    flat = jnp.minimum(words.reshape(batch, -1), num_words - 1)
+    return jnp.take_along_axis(registers, flat, axis=1).reshape(words.shape).astype(
+        jnp.uint32)
+
+  row, cap = close_op // UNIQUE_CAP_RADIX, close_op % UNIQUE_CAP_RADIX
+  consts = tables.hash_consts[row].astype(jnp.uint32)  # [B, *N, 4]
+  h = read(close_word[..., None] + jnp.arange(3))  # h0, h1, n
+  n = h[..., 2].astype(jnp.int32)
+  done = [_mul_add_mod(h[..., w], consts[..., 2 * w], consts[..., 2 * w + 1]) for w in (0, 1)]
+  slots = (num_words - HASH_STORED) // 2  # Any block's pairs fit in this many.
+  stored = read(close_word[..., None] + HASH_STORED + jnp.arange(2 * slots))
+  stored = stored.reshape(shape + (slots, 2))
+  repeated = ((stored[..., 0] == done[0][..., None]) & (stored[..., 1] == done[1][..., None])
+              & (jnp.arange(slots) < n[..., None])).any(-1)
+  passes = ~(kind == _FAIL).any(-1) & ~(has_close & (repeated | (n >= cap)))
+  nowhere = jnp.int32(num_words)
+  pair = close_word + HASH_STORED + 2 * n
+  writes = [(jnp.where(has_close, pair, nowhere), done[0].astype(jnp.int32)),
+            (jnp.where(has_close, pair + 1, nowhere), done[1].astype(jnp.int32)),
+            (jnp.where(has_close, close_word + 2, nowhere), n + 1)]
+  consts = tables.hash_consts[hash_row].astype(jnp.uint32)
+  h = read(hash_word[..., None] + jnp.arange(2))
+  for w in (0, 1):
+    value = _mul_add_mod(h[..., w], consts[..., 2 * w], consts[..., 2 * w + 1])
+    writes.append((jnp.where(has_hash, hash_word + w, nowhere), value.astype(jnp.int32)))
+  return passes, writes
+
+
+def _extend_hashes(tables: ConstraintTables, registers: Array, source: Array,
+                   tokens: Array, extend: Array) -> Array:
+  """`registers` with the running hash of the rows in `extend` extended by their token
+  (a token read inside a string item that crosses no marker: `token_hash`)."""
+  block = tables.state_hashing[source]  # [B]
+  extend &= block >= 0
+  rows = jnp.arange(registers.shape[0])
+  consts = tables.token_hash[tokens].astype(jnp.uint32)  # [B, 4]
+  for w in (0, 1):
+    at = jnp.maximum(block, 0) + w
+    h = jnp.take_along_axis(registers, jnp.minimum(at, registers.shape[1] - 1)[:, None],
+                            axis=1)[:, 0].astype(jnp.uint32)
+    value = _mul_add_mod(h, consts[:, 2 * w], consts[:, 2 * w + 1]).astype(jnp.int32)
+    registers = registers.at[rows, jnp.where(extend, at, registers.shape[1])].set(
+        value, mode="drop")
+  return registers
 
 
 def _guarded_bits(tables: ConstraintTables, state: ConstraintState, deepest: Array,
@@ -549,6 +640,7 @@ def advance(
   slot = jnp.take_along_axis(slot, k, axis=1)[:, 0]
   group = jnp.take_along_axis(groups, k, axis=1)[:, 0]
   registers = written = _registers(tables, state)
+  guarded = jnp.zeros(found.shape, bool)
   if tables.has_registers:  # Static. A guarded edge is taken only if its guard passes.
     row = tables.group_guarded[group]
     listed = tables.guarded_slots[row] == slot[:, None]  # [B, Gm]
@@ -556,6 +648,7 @@ def advance(
         tables.guarded_ids[row], jnp.argmax(listed, axis=1)[:, None], axis=1)[:, 0], -1)
     passes, writes = _run_guards(tables, registers, guard)
     found &= passes
+    guarded = found & (guard >= 0)
     rows = jnp.arange(guard.shape[0])
     for word, value in writes:  # In order: a later write to a word holds the earlier.
       # Only the explicit edge taken writes (not one whose guard failed, nor a terminal's).
@@ -600,6 +693,8 @@ def advance(
   active = ~(state.done | state.error)
   stack, depth, overflow = _apply_stack(tables, state, active & found, num_pops, push)
   moved = active & found & ~overflow
+  if tables.has_hashes:  # Static. Tokens inside a string item without a guard.
+    written = _extend_hashes(tables, written, state.state, safe, ~guarded)
   if tables.has_registers:  # Static. A row that did not move keeps its registers.
     registers = jnp.where(moved[:, None], written, registers)
   return state.replace(

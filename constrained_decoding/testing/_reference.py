@@ -21,7 +21,8 @@ import random
 
 import numpy as np
 
-from constrained_decoding.tables import PAD_TOKEN, RELATIVE, ConstraintTables, apply_guard
+from constrained_decoding.tables import (HASH_PRIME, PAD_TOKEN, RELATIVE, ConstraintTables,
+                                         apply_guard)
 
 
 def zero_registers(tables: ConstraintTables) -> tuple[int, ...]:
@@ -42,7 +43,22 @@ def _after_guard(tables: ConstraintTables, guard: int, registers: tuple[int, ...
   """The registers after guard `guard` (-1: none), or None when the guard fails."""
   if guard < 0:
     return registers
-  return apply_guard(np.asarray(tables.guard_ops)[guard].tolist(), registers)
+  return apply_guard(np.asarray(tables.guard_ops)[guard].tolist(), registers,
+                     np.asarray(tables.hash_consts).tolist())
+
+
+def _extended(tables: ConstraintTables, state: int, token: int, registers: tuple[int, ...]):
+  """The registers after an unguarded `token` from `state`: a state inside a string item
+  of distinct strings extends its block's running hash by the token's `token_hash` row
+  (`tables.py`, "Distinct strings"), with Python integers."""
+  if not tables.has_hashes or int(np.asarray(tables.state_hashing)[state]) < 0:
+    return registers
+  block = int(np.asarray(tables.state_hashing)[state])
+  m0, a0, m1, a1 = (int(x) for x in np.asarray(tables.token_hash)[token])
+  out = list(registers)
+  out[block] = (out[block] * m0 + a0) % HASH_PRIME
+  out[block + 1] = (out[block + 1] * m1 + a1) % HASH_PRIME
+  return tuple(out)
 
 
 def _matching_groups(tables: ConstraintTables, state: int, stack: tuple[int, ...]):
@@ -220,10 +236,11 @@ def _step(tables: ConstraintTables, state: int, stack: tuple[int, ...], token: i
     hit = np.nonzero(edge_tokens[lo:hi] == token)[0]
     if len(hit) and token != PAD_TOKEN:
       slot = lo + hit[0]
-      after = _after_guard(tables, _guard_of(tables, group, slot), registers)
+      guard = _guard_of(tables, group, slot)
+      after = _after_guard(tables, guard, registers)
       if after is None:
         break  # A failing guard: the token may still be a terminal's.
-      registers = after
+      registers = after if guard >= 0 else _extended(tables, state, token, after)
       n = int(np.asarray(tables.group_num_pops)[group])
       push = int(np.asarray(tables.edge_pushes)[slot])
       length = int(np.asarray(tables.push_lengths)[push])
@@ -239,6 +256,7 @@ def _step(tables: ConstraintTables, state: int, stack: tuple[int, ...], token: i
       if row >= 0 and target >= 0:  # A counting entry's filter: both bitmaps hold it.
         word &= int(np.asarray(tables.terminal_bits)[target, token // 32])
       if (word >> (token % 32)) & 1:
+        registers = _extended(tables, state, token, registers)
         if row >= 0:  # Counting terminal: the state + stride * characters + bias.
           count = int(np.asarray(tables.token_counts)[row, token])
           return state + stride * count + bias, stack, registers

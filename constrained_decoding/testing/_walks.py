@@ -68,26 +68,7 @@ def _random_register_bytes(dfa, rng: random.Random, *, stop: float, soft_limit: 
                                        or not moves):
       return bytes(out)
     if len(out) >= soft_limit:
-      return bytes(out) + _shortest_completion(walker, position)
+      return bytes(out) + walker.shortest_completion(position)
     target = rng.choice(sorted({nxt for _, nxt in moves}))
     out.append(rng.choice([b for b, nxt in moves if nxt == target]))
     position = target
-
-
-def _shortest_completion(walker, position) -> bytes:
-  """The fewest bytes that take `position` to acceptance under the registers."""
-  parent = {position: None}
-  queue = collections.deque([position])
-  while queue:
-    here = queue.popleft()
-    if walker.accepting(here):
-      path = bytearray()
-      while parent[here] is not None:
-        here, byte = parent[here]
-        path.append(byte)
-      return bytes(reversed(path))
-    for byte, nxt in walker.moves(here):
-      if nxt not in parent:
-        parent[nxt] = (here, byte)
-        queue.append(nxt)
-  raise AssertionError("A live position with no way to acceptance.")

@@ -904,7 +904,7 @@ def test_errors_are_in_the_hierarchy():
 
 def test_lenient_mode_records_what_it_ignored():
   schema = {"type": "object", "properties": {
-      "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+      "tags": {"type": "array", "items": {"type": ["string", "null"]}, "uniqueItems": True},
       "p": {"type": "number", "minimum": 0.5, "maximum": 2.5},
       "s": {"type": "string", "format": "color"},
       "x": {"x-custom": 1, "type": "integer"}}, "required": ["tags", "p"]}
@@ -1224,8 +1224,8 @@ def test_unique_items_merge_under_all_of_and_lenient():
                       {"uniqueItems": True}, {"uniqueItems": False}]}
   dfa = _dfa(cd.JsonSchema(schema))
   assert dfa.accepts(b"[true,false]") and not dfa.accepts(b"[true,true]")
-  lenient = cd.JsonSchema({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-                          lenient=True)
+  lenient = cd.JsonSchema(
+      {"type": "array", "items": {"type": ["string", "null"]}, "uniqueItems": True}, lenient=True)
   assert lenient.ignored_keywords() == ("#/uniqueItems",)
   assert _dfa(lenient).accepts(b'["a","a"]')  # Ignored: wider, as documented.
 
@@ -1637,10 +1637,10 @@ def test_all_of_with_patterns_that_constrain_nothing(other):
 
 def test_lenient_names_the_keywords_it_ignores():
   schema = {"type": "object", "properties": {
-      "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+      "tags": {"type": "array", "items": {"type": ["string", "null"]}, "uniqueItems": True},
       "n": {"type": "integer", "not": {"patternProperties": {"^a": {"type": "string"}}}}}}
   with pytest.raises(cd.UnsupportedSchemaError, match=r'lenient=\("uniqueItems",\)'):
-    cd.JsonSchema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}).to_ir()
+    cd.JsonSchema({"type": "array", "items": {"type": ["string", "null"]}, "uniqueItems": True}).to_ir()
   only_unique = cd.JsonSchema(schema, lenient=["uniqueItems"])
   assert only_unique.lenient == ("uniqueItems",)
   with pytest.raises(cd.UnsupportedSchemaError, match=r"not at #/properties/n/not"):
