@@ -278,8 +278,10 @@ def unique_strings(lw, schema: dict, pointer: str) -> ir.Node | str | None:
   # the compiler then lowers again with property_order="any_bounded", refused here.
   if not (lw.registers_allowed and lw.options.property_order == "any"):
     return ("string items are checked distinct in register words on the device, which a"
-            " recursive schema (or property_order='schema') does not have yet. Expected"
-            " the array outside recursion.")
+            " recursive schema does not have yet (nor property_order other than 'any',"
+            " nor alternatives of anyOf/oneOf whose arrays differ, which the compiler"
+            " then lowers with property_order='any_bounded'). Expected the array outside"
+            " recursion, and alike in every alternative.")
   min_items = _json_keywords.count(schema, "minItems", pointer) or 0
   max_items = _json_keywords.count(schema, "maxItems", pointer)
   cap = max(DEFAULT_UNIQUE_STRINGS, min_items) if max_items is None else max_items

@@ -317,3 +317,21 @@ def test_token_hashes_compose():
     m, a = table[:, 2 * w], table[:, 2 * w + 1]
     assert (a[0] * m[1] + a[1]) % HASH_PRIME == a[2]
     assert list(table[2]) == list(_unique_strings.hash_of(token_bytes[2]))
+
+
+def test_alternatives_whose_arrays_differ_are_refused(byte_compiler):
+  """anyOf objects read in step, one with distinct strings and one without: the markers
+  cannot be folded, and the compiler's fallback refuses (never a wrong answer)."""
+  plain = {"type": "array", "items": {"type": "string"}}
+  schema = {"anyOf": [{"type": "object", "properties": {"t": STRINGS}, "required": ["t"]},
+                      {"type": "object", "properties": {"t": plain, "u": {"type": "null"}},
+                       "required": ["t", "u"]}]}
+  with pytest.raises(cd.UnsupportedSchemaError, match=r"alike in every alternative"):
+    byte_compiler.compile(cd.JsonSchema(schema))
+  same = {"anyOf": [{"type": "object", "properties": {"t": STRINGS, "a": {"const": 1}},
+                     "required": ["a"]},
+                    {"type": "object", "properties": {"t": STRINGS, "b": {"const": 2}},
+                     "required": ["b"]}]}
+  dfa = compile_byte_dfa(cd.JsonSchema(same).to_ir())
+  for value in [{"a": 1, "t": ["x", "y"]}, {"t": ["x", "x"], "b": 2}, {"b": 2, "t": []}]:
+    assert dfa.accepts(_text(value)) == _valid(same, value), value
