@@ -67,9 +67,10 @@ class RegisterError(CompileBudgetError):
 
   def __init__(self, why: str):
     super().__init__(
-        f"An object whose keys are checked on the device (too many keys for an automaton"
-        f" over the sets of keys written) cannot be compiled: {why} Pass"
-        f" property_order='schema' to write its keys in schema order instead.")
+        f"A constraint checked on the device in register words (an object's keys, an"
+        f" array's or object's count, an array's distinct string items) cannot be"
+        f" compiled: {why} Pass property_order='schema' to write objects' keys in schema"
+        f" order, or lenient=('uniqueItems',) to let string items repeat.")
 
 
 def has_markers(node: ir.Node) -> bool:
