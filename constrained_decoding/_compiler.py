@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from constrained_decoding import _cache
+from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
@@ -284,7 +285,7 @@ class Compiler:
     if contracted is not None:
       guards = _registers.attach(token_dfa, token_dfa.byte_state, contracted,
                                  self.vocab.token_bytes)
-    packed_bytes = _tables.estimate_nbytes(token_dfa, self.vocab, min_bucket=opts.min_bucket)
+    packed_bytes = _packing.estimate_nbytes(token_dfa, self.vocab, min_bucket=opts.min_bucket)
     if guards is not None and guards.token_hash is not None:  # Distinct strings.
       packed_bytes += guards.token_hash.nbytes
     if packed_bytes > opts.max_table_bytes:
@@ -295,7 +296,7 @@ class Compiler:
           f"CompileOptions.max_table_bytes={opts.max_table_bytes}. Replace bounded "
           f"repetitions of wide classes such as '[^\"]{{0,200}}' with '*', or raise the "
           f"budget.")
-    tables = _tables.pack_tables(token_dfa, self.vocab, min_bucket=opts.min_bucket,
+    tables = _packing.pack_tables(token_dfa, self.vocab, min_bucket=opts.min_bucket,
                                  guards=guards)
     t4 = time.perf_counter()
     info = CompileInfo(
@@ -451,7 +452,7 @@ class Compiler:
     if opts.streamline:
       token_pda, report = _streamline.streamline(token_pda)
     t2 = time.perf_counter()
-    tables = _tables.pack_pda_tables(token_pda, self.vocab, stack_depth=opts.stack_depth,
+    tables = _packing.pack_pda_tables(token_pda, self.vocab, stack_depth=opts.stack_depth,
                                      min_bucket=opts.min_bucket)
     nbytes = _tables.tables_nbytes(tables)
     if nbytes["total"] > opts.max_table_bytes:

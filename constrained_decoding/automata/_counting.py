@@ -60,6 +60,7 @@ import re
 
 import numpy as np
 
+from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
@@ -666,8 +667,8 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
       start=int(new_other[dfa.start]) if not in_chain[dfa.start] else -1,
       group_of=group_of, entries=entries, accepting=dfa.accepting & live,
       mask_bits=mask_bits, group_mask=group_mask, edge_start=edge_start,
-      edge_tokens=_tables._padded(e_tok, e_pad, _tables.PAD_TOKEN),
-      edge_targets=_tables._padded(e_target, e_pad, _tables.NO_STATE),
+      edge_tokens=_packing._padded(e_tok, e_pad, _tables.PAD_TOKEN),
+      edge_targets=_packing._padded(e_target, e_pad, _tables.NO_STATE),
       terminal_bits=terminal_bits, terminal_counts=terminal_counts,
       token_counts=counts.counts[None, :],
       stats=dict(byte_states=q, token_edges=e, num_terminals=len(bitmaps),

@@ -46,6 +46,7 @@ import dataclasses
 
 import numpy as np
 
+from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
@@ -355,7 +356,7 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   guards = None
   if contracted is not None:
     guards = _registers.attach(token_dfa, order, contracted, vocab.token_bytes)
-  packed = _tables.pack_tables(token_dfa, vocab, min_bucket=min_bucket, guards=guards)
+  packed = _packing.pack_tables(token_dfa, vocab, min_bucket=min_bucket, guards=guards)
   return _expand(packed, token_dfa, copies, order, new_id, copy_of, pos, slot, counting,
                  entries_of, vocab, min_bucket=min_bucket, max_table_bytes=max_table_bytes,
                  what=what, byte_states=q)
@@ -513,8 +514,8 @@ def _share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets:
   out_mask[:len(kept)] = group_mask[kept]
   return group_of, dict(
       edge_start=out_start,
-      edge_tokens=_tables._padded(edge_tokens[take], e_pad, _tables.PAD_TOKEN),  # pylint: disable=protected-access
-      edge_targets=_tables._padded(edge_targets[take], e_pad, _tables.NO_STATE),  # pylint: disable=protected-access
+      edge_tokens=_packing._padded(edge_tokens[take], e_pad, _tables.PAD_TOKEN),  # pylint: disable=protected-access
+      edge_targets=_packing._padded(edge_targets[take], e_pad, _tables.NO_STATE),  # pylint: disable=protected-access
       edge_pushes=np.zeros(e_pad, np.int32), group_mask=out_mask,
       group_pops=np.full((g_pad, 0), _tables.NO_STATE, np.int32),
       group_num_pops=np.zeros(g_pad, np.int32))

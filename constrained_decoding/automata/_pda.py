@@ -184,7 +184,7 @@ def _stack_tops(rtn: Rtn) -> tuple[frozenset[int], ...]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TokenPda:
-  """A deterministic token-level push-down automaton, ready for `tables.pack_pda_tables`.
+  """A deterministic token-level push-down automaton, ready for `_packing.pack_pda_tables`.
 
   Attributes:
     num_states: States (those of the RTN); the start state is `start`.

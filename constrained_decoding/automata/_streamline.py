@@ -13,7 +13,7 @@ is which stacks can occur in a state.
   (`p1` in `tops[q]`, `p2` in `below[p1]`, ...) never matches and is removed with its
   edges, as are the pop groups and edges of states nothing reaches. Exact: no reachable
   configuration loses an edge.
-* Always-legal groups are merged into their state's mask rows by `tables.pack_pda_tables`:
+* Always-legal groups are merged into their state's mask rows by `_packing.pack_pda_tables`:
   whenever a group matches, so does every group of its state that pops a prefix of its
   pops, so one mask row per group (its own tokens and its prefixes') makes the runtime's
   mask one gather per row instead of one per group.

@@ -272,7 +272,7 @@ def _terminal_rows(tables: ConstraintTables, state: ConstraintState) -> Array:
 def _deepest_group(tables: ConstraintTables, groups: Array, match: Array) -> tuple[Array, Array]:
   """(deepest [B], any [B]): each row's matching group that pops the most, and whether
   any group matches. The matching groups pop prefixes of one sequence (the stack's
-  top), so the deepest one's mask row holds the others' tokens (`tables._group_masks`)."""
+  top), so the deepest one's mask row holds the others' tokens (`_packing._group_masks`)."""
   rank = jnp.where(match, tables.group_num_pops[groups] + 1, 0)
   deepest = jnp.take_along_axis(groups, jnp.argmax(rank, axis=1)[:, None], axis=1)[:, 0]
   return deepest, rank.max(axis=1) > 0

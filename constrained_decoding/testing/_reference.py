@@ -151,7 +151,7 @@ _NEEDS_CACHE: dict[int, tuple[ConstraintTables, tuple[np.ndarray, np.ndarray]]] 
 
 def reference_stack_needs(tables: ConstraintTables) -> tuple[np.ndarray, np.ndarray]:
   """(need [S], need_return [S]) of push-down tables, recomputed from the packed arrays
-  state by state and group by group (the definitions of `tables.stack_needs`): need(q) is
+  state by state and group by group (the definitions of `_packing.stack_needs`): need(q) is
   0 if q accepts, else the least height q's pop-free explicit or terminal edges need;
   need_return(s) is 0 if s accepts, else the largest, over accepting states with a group
   popping exactly (s,), of that group's least edge height."""

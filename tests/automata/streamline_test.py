@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import constrained_decoding as cd
-from constrained_decoding import tables as _tables
+from constrained_decoding import _packing
 from constrained_decoding.automata import _pda
 from constrained_decoding.automata import _streamline
 from constrained_decoding.constraints import _grammar
@@ -94,8 +94,8 @@ def test_streamline_removes_exactly_the_never_legal_groups():
 
 
 def test_streamlined_tables_of_a_hand_built_automaton_walk_like_the_original(byte_vocab):
-  full = _tables.pack_pda_tables(_token_pda(**_ANBN), byte_vocab, stack_depth=8)
-  slim = _tables.pack_pda_tables(_streamline.streamline(_token_pda(**_ANBN))[0],
+  full = _packing.pack_pda_tables(_token_pda(**_ANBN), byte_vocab, stack_depth=8)
+  slim = _packing.pack_pda_tables(_streamline.streamline(_token_pda(**_ANBN))[0],
                                  byte_vocab, stack_depth=8)
   _assert_same_walks(full, slim, [[0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 0, 1, 1, 1, 1]])
 
@@ -117,7 +117,7 @@ def _gemma_pdas(compiler, name: str):
   """(TokenPda, unstreamlined tables, streamlined tables) of a built-in grammar."""
   rtn = _pda.build_rtn(cd.Grammar.builtin(name).pushdown_grammar())
   token_pda = compiler._token_pda(rtn, name, time.perf_counter() + 600)  # pylint: disable=protected-access
-  pack = functools.partial(_tables.pack_pda_tables, vocab=compiler.vocab, stack_depth=64)
+  pack = functools.partial(_packing.pack_pda_tables, vocab=compiler.vocab, stack_depth=64)
   return (token_pda, pack(token_pda),
           pack(_streamline.streamline(token_pda)[0]))
 
