@@ -1,20 +1,29 @@
 """`$dynamicRef` (2020-12) and `$recursiveRef` (2019-09), checked against `jsonschema`.
 
 Resolved statically where the target does not depend on the path that reaches the
-reference (`_json_refs._dynamic_ref`): only the static target declares the anchor, or
-the root resource (with an `$id`) does; refused otherwise.
+reference (`_json_refs._dynamic_verdict`): only the static target declares the anchor,
+or the root resource (with an `$id`) does. Elsewhere the schema is lowered per dynamic
+scope ("Dynamic scopes" in `_json_refs.py`), refused where the specification and
+`jsonschema` disagree on the target. Checked on fixed instances both ways and on random
+walks of the compiled tables.
 """
 
 import json
+import random
 
 import jsonschema
+import numpy as np
 import pytest
 import referencing
 import referencing.jsonschema
 
 import constrained_decoding as cd
+from constrained_decoding.constraints import _json_refs
 from constrained_decoding.testing import TokenIndex
 from constrained_decoding.testing import reference_accepts
+from constrained_decoding.testing import reference_allowed
+from constrained_decoding.testing import reference_end_allowed
+from constrained_decoding.testing import reference_step_stack
 
 D2020 = "https://json-schema.org/draft/2020-12/schema"
 D2019 = "https://json-schema.org/draft/2019-09/schema"
@@ -32,8 +41,79 @@ TREE_2019 = {"$schema": D2019, "$id": BASE + "tree2019", "$recursiveAnchor": Tru
              "properties": {"data": True, "children": {"type": "array",
                                                        "items": {"$recursiveRef": "#"}}}}
 
+# Strict trees: every node needs `data` (the root declares `node` and refers to TREE).
+STRICT_2019 = {"$schema": D2019, "$id": BASE + "strict2019", "$recursiveAnchor": True,
+               "$ref": "tree2019", "required": ["data"]}
+
 # A 2019-09 document using the 2020-12 keyword.
 OLD = {"$schema": D2019, "items": {"$dynamicRef": "#/$defs/a"}, "$defs": {"a": {}}}
+
+# Targets that depend on the path: (name, schema, resources, instances).
+PATHS = [
+    # Two paths, two item types (the test suite's "multiple dynamic paths").
+    ("paths", {"$schema": D2020, "$id": BASE + "paths",
+               "anyOf": [{"$ref": "numbers"}, {"$ref": "strings"}],
+               "$defs": {"list": LIST,
+                         "numbers": {"$id": "numbers", "$ref": "list",
+                                     "$defs": {"i": {"$dynamicAnchor": "item",
+                                                     "type": "number"}}},
+                         "strings": {"$id": "strings", "$ref": "list",
+                                     "$defs": {"i": {"$dynamicAnchor": "item",
+                                                     "type": "string"}}}}},
+     {}, [[1, 2.5], ["a"], [], [1, "a"], [None], "a"]),
+    # Recursive, two scopes: loose trees take any node, strict ones need `data` at
+    # every depth (one rule per (target, scope)).
+    ("forest", {"$schema": D2020, "$id": BASE + "forest", "type": "object",
+                "properties": {"loose": {"$ref": "tree"}, "strict": {"$ref": "strict"}},
+                "$defs": {"strict": {"$id": "strict", "$dynamicAnchor": "node",
+                                     "$ref": "tree", "required": ["data"]}}},
+     {BASE + "tree": TREE},
+     [{"loose": {"children": [{"children": [{}]}]}, "strict": {"data": 1}},
+      {"strict": {"data": 1, "children": [{"data": 2, "children": [{"data": 3}]}]}},
+      {"strict": {"data": 1, "children": [{"data": 2, "children": [{}]}]}},
+      {"strict": {"data": 1, "children": [{}]}}, {"loose": {"children": 1}}]),
+    # A scope left behind: `if` entered `first` (a number), `then` reaches the
+    # reference through `second` (null): only `then`'s path counts (the suite's
+    # "after leaving a dynamic scope").
+    ("left", {"$schema": D2020, "$id": BASE + "left",
+              "if": {"$id": "first", "$defs": {"t": {"$dynamicAnchor": "t",
+                                                     "type": "number"}}},
+              "then": {"$id": "second", "$ref": "start",
+                       "$defs": {"t": {"$dynamicAnchor": "t", "type": "null"}}},
+              "$defs": {"start": {"$id": "start", "$dynamicRef": "inner#t"},
+                        "inner": {"$id": "inner", "$dynamicAnchor": "t",
+                                  "type": "string"}}},
+     {}, [None, 1, "a", [], {}]),
+    # The resource enclosing the static target is not entered by a $ref to the
+    # target: its anchor does not count.
+    ("skip", {"$schema": D2020, "$id": BASE + "skip", "type": "object",
+              "properties": {"x": {"$ref": "item"}},
+              "$defs": {"bar": {"$id": "bar", "type": "array", "items": {"$ref": "item"},
+                                "$defs": {"item": {"$id": "item", "type": "object",
+                                                   "properties": {"c": {"$dynamicRef": "#c"}},
+                                                   "$defs": {"d": {"$dynamicAnchor": "c",
+                                                                   "type": "integer"}}},
+                                          "c": {"$dynamicAnchor": "c", "type": "string"}}}}},
+     {}, [{"x": {"c": 1}}, {"x": {"c": "a"}}, {"x": {}}]),
+    # A chain of $refs through four resources: the outermost declaring one wins.
+    ("chain", {"$schema": D2020, "$id": BASE + "chain", "$ref": "c1#/$defs/s",
+               "$defs": {"c1": {"$id": "c1", "$defs": {"s": {"$ref": "c2#/$defs/s"}}},
+                         "c2": {"$id": "c2", "$defs": {"s": {"$ref": "c3#/$defs/s"},
+                                                       "n": {"$dynamicAnchor": "n",
+                                                             "maxLength": 2}}},
+                         "c3": {"$id": "c3", "$defs": {"s": {"$dynamicRef": "#n"},
+                                                       "n": {"$dynamicAnchor": "n",
+                                                             "maxLength": 3}}}}},
+     {}, ["hi", "hey", "", "x"]),
+    # 2019-09: strict trees under `b` (through a $recursiveAnchor resource), trees
+    # of any node under `a` (the root has none).
+    ("recursive", {"$schema": D2019, "$id": BASE + "pair2019", "type": "object",
+                   "properties": {"a": {"$ref": "tree2019"}, "b": {"$ref": "strict2019"}}},
+     {BASE + "tree2019": TREE_2019, BASE + "strict2019": STRICT_2019},
+     [{"a": {"children": [{}]}, "b": {"data": 1, "children": [{"data": 2}]}},
+      {"b": {"data": 1, "children": [{}]}}, {"a": {"children": [{"children": [{}]}]}},
+      {"b": {"data": 1, "children": [{"data": 2, "children": [{}]}]}}]),
+]
 
 # (schema, resources, instances): every instance judged by `jsonschema` and by the tables.
 CASES = [
@@ -88,7 +168,7 @@ CASES = [
     ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
       "items": {"$dynamicRef": "#/definitions/s"}, "definitions": {"s": {"type": "string"}}},
      {}, [[1], "a"]),
-]
+] + [(schema, resources, instances) for _, schema, resources, instances in PATHS]
 
 
 def _vocab():
@@ -122,30 +202,39 @@ def test_agrees_with_jsonschema(compiler, schema, resources, instances):
 
 
 REFUSED = [
-    # Two paths, two item types (the test suite's "multiple dynamic paths").
-    ({"$schema": D2020, "$id": BASE + "paths",
-      "anyOf": [{"$ref": "numbers"}, {"$ref": "strings"}],
-      "$defs": {"list": LIST,
-                "numbers": {"$id": "numbers", "$ref": "list",
-                            "$defs": {"i": {"$dynamicAnchor": "item", "type": "number"}}},
-                "strings": {"$id": "strings", "$ref": "list",
-                            "$defs": {"i": {"$dynamicAnchor": "item", "type": "string"}}}}},
-     r"\$dynamicRef '#item' at #/\$defs/list/items/\$dynamicRef resolves through the"
-     r" dynamic scope: besides its static target 'https://example.com/list',"
-     r" 'https://example.com/numbers', 'https://example.com/strings' declare"),
     # The root declares it but has no $id: `jsonschema` then leaves it out of the scope.
     ({"$schema": D2020, "$ref": BASE + "list",
       "$defs": {"s": {"$dynamicAnchor": "item", "type": "string"},
                 "list": {**LIST, "$id": BASE + "list"}}},
-     r"\$dynamicRef '#item' .* dynamic scope"),
+     r"\$dynamicRef '#item' at #/\$defs/list/items/\$dynamicRef resolves"
+     r" through the dynamic scope, and on a path that reaches it the specification and"
+     r" jsonschema resolve it to different resources: '\(the root\)' against"
+     r" 'https://example.com/list'"),
     # The root declares it but enters the list without $ref (by `properties`).
     ({"$schema": D2020, "$id": BASE + "entered", "properties": {"l": LIST},
       "$defs": {"s": {"$dynamicAnchor": "item", "type": "string"}}},
-     r"\$dynamicRef '#item' .* dynamic scope"),
+     r"\$dynamicRef '#item' at #/properties/l/items/\$dynamicRef .* different resources:"
+     r" 'https://example.com/entered' against 'https://example.com/list'"),
     # 2019-09: a resource holding a $ref has no $recursiveAnchor (`jsonschema` stops there).
     ({"$schema": D2019, "$id": BASE + "gap", "$recursiveAnchor": True, "$ref": "middle",
       "$defs": {"middle": {"$id": "middle", "$ref": "tree2019"}}},
-     r"\$recursiveRef '#' .* dynamic scope"),
+     r"\$recursiveRef '#' .* 'https://example.com/gap' against"
+     r" 'https://example.com/tree2019' .* stops at the first one without"),
+    # The anchor reached dynamically sits below its resource's root and holds a $ref,
+    # which `jsonschema` would read against the static target's base URI.
+    ({"$schema": D2020, "$id": BASE + "deep", "$ref": "numbers",
+      "$defs": {"list": LIST,
+                "numbers": {"$id": "numbers", "$ref": "list",
+                            "$defs": {"i": {"$dynamicAnchor": "item",
+                                            "$ref": "#/$defs/n"},
+                                      "n": {"type": "number"}}},
+                "strings": {"$id": "strings", "$ref": "list",
+                            "$defs": {"i": {"$dynamicAnchor": "item",
+                                            "type": "string"}}}}},
+     r"\$dynamicRef '#item' at #/\$defs/list/items/\$dynamicRef resolves, on some path"
+     r" that reaches it, to '#/\$defs/numbers/\$defs/i', which holds references"
+     r" of its own that jsonschema would read against the base URI"
+     r" 'https://example.com/list' instead of 'https://example.com/numbers'"),
     # Documents of two drafts, one of which has the keyword.
     ({"$schema": D2020, "$ref": BASE + "old"},
      r"\$dynamicRef at https://example\.com/old#/items/\$dynamicRef is a keyword of"
@@ -164,10 +253,66 @@ def test_path_dependent_targets_are_refused(schema, message):
 
 
 def test_lenient_ignores_a_refused_dynamic_ref():
-  schema = REFUSED[0][0]
+  schema = REFUSED[1][0]
   spec = cd.JsonSchema(schema, lenient=True)
   spec.pushdown_grammar()
-  assert "#/$defs/list/items/$dynamicRef" in spec.ignored_keywords()
+  assert "#/properties/l/items/$dynamicRef" in spec.ignored_keywords()
+
+
+def _random_walk(tables, rng, token_bytes, eos, max_tokens=60):
+  """Random allowed tokens until the end is allowed and chosen (after `max_tokens`,
+  closing tokens first); the text, or None if it has not ended by 10 x `max_tokens`."""
+  state, stack, data = int(tables.start[0]), (), b""
+  for step in range(10 * max_tokens):
+    allowed = np.nonzero(reference_allowed(tables, state, stack))[0]
+    choices = [t for t in allowed.tolist() if t not in eos]
+    end = reference_end_allowed(tables, state, stack)
+    assert choices or end, (state, stack, data)
+    if end and (not choices or step >= max_tokens or rng.random() < 0.1):
+      return data
+    if step >= max_tokens:
+      closing = [t for t in choices if (token_bytes[t] or b"")[-1:] in (b"]", b"}", b'"')]
+      choices = closing or choices
+    token = rng.choice(choices)
+    state, stack = reference_step_stack(tables, state, stack, token)
+    data += token_bytes[token]
+  return None
+
+
+@pytest.mark.parametrize("name, schema, resources, instances", PATHS,
+                         ids=[p[0] for p in PATHS])
+def test_random_walks_of_path_dependent_targets_validate(compiler, name, schema, resources,
+                                                          instances):
+  """Soundness where the target depends on the path: every walk is valid for
+  `jsonschema` (the fixed instances in CASES test both ways)."""
+  del instances
+  validator = _validator(schema, resources)
+  tables = compiler.compile(cd.JsonSchema(schema, resources=resources or None))
+  vocab = _vocab()
+  rng = random.Random(f"dynamic-{name}")
+  texts = [_random_walk(tables, rng, vocab.token_bytes, set(vocab.eos_ids))
+           for _ in range(12)]
+  texts = [t for t in texts if t is not None]
+  assert len(texts) >= 6
+  for text in texts:
+    assert validator.is_valid(json.loads(text)), text
+
+
+def test_recursive_targets_become_one_rule_per_scope():
+  """The forest's tree is lowered twice, once per scope: loose nodes (the tree's rule)
+  and strict ones (the strict tree's, the tree merged with `required`)."""
+  name, schema, resources, _ = PATHS[1]
+  assert name == "forest"
+  grammar = cd.JsonSchema(schema, resources=resources).pushdown_grammar()
+  assert sorted(grammar.names) == ["#", "#/$defs/strict", BASE + "tree#"]
+
+
+def test_too_many_dynamic_scopes_is_a_budget_error(monkeypatch):
+  monkeypatch.setattr(_json_refs, "MAX_DYNAMIC_SCOPES", 2)
+  with pytest.raises(cd.CompileBudgetError, match=r"\$dynamicRef/\$recursiveRef targets"
+                     r" depend on the path in more than 2 ways .* anchor names \['item'\]"):
+    # (A schema of its own: lowerings are cached by schema.)
+    cd.JsonSchema({**PATHS[0][1], "$comment": "budget"}).pushdown_grammar()
 
 
 def test_recursive_ref_other_than_hash_is_a_schema_error():
@@ -202,8 +347,8 @@ def test_ref_hash_slash_is_the_empty_member_as_in_jsonschema(compiler):
 
 
 @pytest.mark.parametrize("schema, instance", [
-    (REFUSED[1][0], [1]),          # Root without $id: not in `jsonschema`'s scope.
-    (REFUSED[2][0], {"l": [1]}),   # List entered by `properties`: the root neither.
+    (REFUSED[0][0], [1]),          # Root without $id: not in `jsonschema`'s scope.
+    (REFUSED[1][0], {"l": [1]}),   # List entered by `properties`: the root neither.
 ])
 def test_root_rule_would_be_wrong_where_refused(schema, instance):
   """Why those two are refused: the root declares a string `item`, yet `jsonschema`
