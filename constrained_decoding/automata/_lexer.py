@@ -8,6 +8,8 @@ that contains a literal drops the terminals named in `keyword_beats` (NAME minus
 keywords). Lexing is longest match without backtracking: a lexeme ends when the next
 byte cannot extend it, its class is emitted (nothing for an ignored class) and that byte
 is re-read from the start state; text that would need a longer backup is rejected.
+A lexer with *modes* (`with_semicolon_modes`) re-reads it from a state that depends on
+the lexeme that ended (`LexerDfa.restart`): each mode has its own start state.
 
 `build_token_table` composes the lexer DFA with the vocabulary trie: for every lexer
 state s and token t, the lexeme classes t completes from s and the state it ends in, or
@@ -19,6 +21,7 @@ Public:
   Terminal                          one terminal (name, pattern, literal, priority).
   terminals_from_grammar(grammar)   the terminals of an `_lr.TerminalGrammar`.
   LexerDfa, build_lexer_dfa(...)    the lexer DFA with lexeme classes.
+  with_semicolon_modes(lexer, ...)  the same with Go's automatic semicolons (two modes).
   lex(lexer, data)                  host reference lexer (class names, or None).
   TokenTable, build_token_table(lexer, trie)   the lexer-state x token table.
   load_or_build_token_table(lexer, trie, cache_dir)   the same, cached on disk.
@@ -83,6 +86,9 @@ class LexerDfa:
     class_ignored: bool `[C]`: the class is `%ignore`d (its top member is ignored):
       it ends the previous lexeme but emits nothing.
     terminals: The terminal names, in definition order.
+    restart: int32 `[Q]` or None: the state whose row reads the byte after a lexeme that
+      ends in each state (and, for a start state, itself: the mode the text is in).
+      None: `start` for every state (a lexer without modes).
   """
   transitions: np.ndarray
   state_class: np.ndarray
@@ -92,10 +98,27 @@ class LexerDfa:
   terminals: tuple[str, ...]
   terminal_states: tuple[int, ...] = ()  # sizes of the terminals' minimal DFAs
   product_states: int = 0  # states of their product, before minimization
+  restart: np.ndarray | None = None
 
   @property
   def num_states(self) -> int:
     return int(self.state_class.shape[0])
+
+  @functools.cached_property
+  def restart_states(self) -> np.ndarray:
+    """int32 `[Q]`: `restart`, or `start` everywhere for a lexer without modes."""
+    if self.restart is None:
+      return np.full(self.num_states, self.start, np.int32)
+    return self.restart.astype(np.int32)
+
+  @functools.cached_property
+  def is_start(self) -> np.ndarray:
+    """bool `[Q]`: nothing is pending in the state (`start`, or a mode's start)."""
+    out = np.zeros(self.num_states, bool)
+    out[self.start] = True
+    if self.restart is not None:
+      out[self.restart] = True
+    return out
 
   @functools.cached_property
   def fingerprint(self) -> str:
@@ -104,6 +127,8 @@ class LexerDfa:
     for a in (self.transitions, self.state_class, self.class_ignored):
       h.update(np.ascontiguousarray(a).tobytes())
     h.update(repr((self.start, self.classes, self.terminals)).encode())
+    if self.restart is not None:  # (so that lexers without modes keep their digest)
+      h.update(np.ascontiguousarray(self.restart).tobytes())
     return h.hexdigest()
 
   @functools.cached_property
@@ -117,7 +142,7 @@ class LexerDfa:
 
   def finish(self, state: int) -> tuple[bool, int]:
     """(ok, class emitted or -1) at the end of the text in `state`."""
-    if state == self.start:
+    if 0 <= state < self.num_states and self.is_start[state]:
       return True, -1
     if state < 0 or self.state_class[state] < 0:
       return False, -1
@@ -235,6 +260,80 @@ def build_lexer_dfa(terminals, *, ignored=(), keyword_beats=("NAME",)) -> LexerD
       product_states=len(tuples))
 
 
+def _can_reach(trans: np.ndarray, marked: np.ndarray) -> np.ndarray:
+  """bool `[Q]`: a marked state is reachable from each state (itself included)."""
+  out = marked.copy()
+  while True:
+    nxt = out | (out[np.maximum(trans, 0)] & (trans >= 0)).any(axis=1)
+    if (nxt == out).all():
+      return out
+    out = nxt
+
+
+def with_semicolon_modes(lexer: LexerDfa, *, semicolon: str, triggers, newlines
+                         ) -> LexerDfa:
+  """`lexer` with Go's automatic semicolons, as two lexer modes.
+
+  Mode A follows a *trigger* lexeme (Go: an identifier, a literal, `break continue
+  fallthrough return`, `++ -- ) ] }`), mode B any other lexeme and the start of the text;
+  ignored lexemes keep the mode. A lexeme of a `newlines` class (ignored terminals that
+  act as a line break: the newline, a line comment, a general comment holding a line
+  break) is, in mode A, a lexeme of the `semicolon` class (it emits `;`, then mode B);
+  in mode B it stays ignored. So insertion is static in the lexer: the token table
+  knows it, the device does nothing extra. The end of the text in mode A also takes a
+  `;` (the compiler adds it, `state_end_tail`).
+
+  Only states from which an ignored lexeme or the start can still be reached are
+  doubled: past them the lexeme's own class decides the next mode. States 0..Q-1 are
+  `lexer`'s (mode B, and the shared ones; the text starts in `start`, mode B), the mode
+  A copies follow, and `restart` names each state's next start (A or B).
+
+  Raises:
+    ValueError: `semicolon` is no class of its own, a `newlines` terminal is not an
+      ignored class's first member, or a class mixes trigger and other terminals.
+  """
+  triggers, newlines = set(triggers), set(newlines)
+  classes = lexer.classes
+  semi = [c for c, members in enumerate(classes) if members == (semicolon,)]
+  if not semi:
+    raise ValueError(f"the semicolon terminal {semicolon!r} is not a lexeme class of its"
+                     " own (a literal that no other terminal matches)")
+  semi = semi[0]
+  is_nl = np.array([m[0] in newlines for m in classes], bool).reshape(-1)
+  missing = newlines - {m[0] for c, m in enumerate(classes) if lexer.class_ignored[c]}
+  if missing:
+    raise ValueError(f"the newline terminals {sorted(missing)} are not %ignore'd lexemes"
+                     " of their own")
+  mixed = [m for m in classes if 0 < len(triggers.intersection(m)) < len(m)]
+  if mixed:
+    raise ValueError(f"the lexeme class {mixed[0]} mixes semicolon triggers and other"
+                     " terminals")
+  is_trigger = np.array([m[0] in triggers for m in classes], bool).reshape(-1)
+  trans, cls, start = lexer.transitions, lexer.state_class, lexer.start
+  q = lexer.num_states
+  ignored = (cls >= 0) & lexer.class_ignored[np.maximum(cls, 0)]
+  at_start = np.arange(q) == start
+  doubled = _can_reach(trans, ignored | at_start)
+  a_of = np.full(q, -1, np.int64)  # the mode A copy of a doubled state
+  a_of[doubled] = q + np.arange(int(doubled.sum()))
+  a_start = int(a_of[start])
+  copies = np.nonzero(doubled)[0]
+  a_trans = trans[copies]
+  a_trans = np.where(a_trans >= 0, np.where(doubled[np.maximum(a_trans, 0)],
+                                            a_of[np.maximum(a_trans, 0)], a_trans), -1)
+  a_cls = cls[copies].copy()
+  a_cls[(a_cls >= 0) & is_nl[np.maximum(a_cls, 0)]] = semi
+  state_class = np.concatenate([cls, a_cls]).astype(np.int32)
+  mode_start = np.concatenate([np.full(q, start), np.full(len(copies), a_start)])
+  # The next mode: a kept lexeme's class decides, an ignored one keeps the mode.
+  c = np.maximum(state_class, 0)
+  kept = (state_class >= 0) & ~lexer.class_ignored[c]
+  restart = np.where(kept, np.where(is_trigger[c], a_start, start), mode_start)
+  return dataclasses.replace(
+      lexer, transitions=np.concatenate([trans, a_trans]).astype(np.int32),
+      state_class=state_class, restart=restart.astype(np.int32))
+
+
 def lex(lexer: LexerDfa, data: bytes, *, classes: bool = False, keep_ignored: bool = False):
   """Lexes `data` by longest match without backtracking (module docstring).
 
@@ -242,6 +341,7 @@ def lex(lexer: LexerDfa, data: bytes, *, classes: bool = False, keep_ignored: bo
   ignored lexemes left out unless `keep_ignored`; None when `data` does not lex.
   """
   trans, cls, start = lexer.transitions, lexer.state_class, lexer.start
+  restart, is_start = lexer.restart_states, lexer.is_start
   out = []
 
   def emit(state):
@@ -253,14 +353,14 @@ def lex(lexer: LexerDfa, data: bytes, *, classes: bool = False, keep_ignored: bo
   for b in data:
     nxt = trans[state, b]
     if nxt < 0:
-      if state == start or cls[state] < 0:
+      if is_start[state] or cls[state] < 0:
         return None
       emit(state)
-      nxt = trans[start, b]
+      nxt = trans[restart[state], b]
       if nxt < 0:
         return None
     state = nxt
-  if state != start:
+  if not is_start[state]:
     if cls[state] < 0:
       return None
     emit(state)
@@ -338,7 +438,7 @@ def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: 
   trans = lexer.transitions
   emitted = lexer.emitted
   accepting = lexer.state_class >= 0
-  start = lexer.start
+  restart_of = lexer.restart_states
   seq_parent, seq_item = [-1], [-1]
   seq_index: dict[int, int] = {}
   n_cls = max(len(lexer.classes), 1)
@@ -374,7 +474,7 @@ def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: 
     if end.any():
       idx = np.nonzero(end)[0]
       eq = cq[idx]
-      restart = np.where(accepting[eq], trans[start, b[idx]], -1)
+      restart = np.where(accepting[eq], trans[restart_of[eq], b[idx]], -1)
       nq[idx] = restart
       e = emitted[eq].astype(np.int64)
       grow = (restart >= 0) & (e >= 0)
@@ -409,7 +509,7 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   """
   if vocab_size is None:
     vocab_size = int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 0
-  trans, start = lexer.transitions, lexer.start
+  trans = lexer.transitions
   n_states = lexer.num_states
   root_lo, root_hi = int(trie.child_start[0]), int(trie.child_start[1])
   root_bytes = trie.child_byte[root_lo:root_hi].astype(np.int64)
@@ -419,9 +519,9 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   lead = np.full(q1.shape, -1, np.int64)
   ends = q1 < 0
   acc = lexer.state_class >= 0
-  restart = trans[start, root_bytes].astype(np.int64)
-  q1 = np.where(ends & acc[:, None], restart[None, :], q1)
-  lead = np.where(ends & acc[:, None] & (restart[None, :] >= 0),
+  restart = trans[lexer.restart_states[:, None], root_bytes[None, :]].astype(np.int64)
+  q1 = np.where(ends & acc[:, None], restart, q1)
+  lead = np.where(ends & acc[:, None] & (restart >= 0),
                   lexer.emitted[:, None].astype(np.int64), -1)
   live = q1 >= 0
   r_idx = np.broadcast_to(np.arange(len(root_bytes)), q1.shape)

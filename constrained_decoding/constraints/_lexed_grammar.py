@@ -22,7 +22,10 @@ A Lark grammar with terminals, `%ignore` and keywords becomes the arrays that
   the end of the text emits there;
 * Python-style indentation (`Indentation`): the newline lexeme built per indentation
   width (one lexeme class each), the bracket classes, and per parser state whether a
-  newline there opens a block (needs an INDENT, so room on the device's stack).
+  newline there opens a block (needs an INDENT, so room on the device's stack);
+* Go-style automatic semicolons (`Semicolons`): two lexer modes (after a trigger
+  lexeme, a line break is a `;`), static in the lexer and its token table
+  (`_lexer.with_semicolon_modes`); the end of the text adds the `;` that mode A owes.
 
 `LexedReference` is the host reference the device step is tested against: it walks a
 token's bytes through the lexer DFA (not through the token table) and feeds the items
@@ -32,6 +35,7 @@ beyond the two automata.
 Public:
   LexedArrays                              the numpy arrays (+ host information).
   Indentation                              INDENT/DEDENT options (Lark's PythonIndenter).
+  Semicolons                               Go's automatic semicolon insertion.
   compile_lexed_grammar(text, vocab, ...)  a Lark grammar + vocabulary -> LexedArrays.
   stack_lexed_arrays(arrays)               several grammars in one table set.
   LexedReference(arrays)                   host reference: allowed set and advance.
@@ -119,6 +123,56 @@ class Indentation:
     return out
 
 
+# Go's semicolon triggers (the spec's "Semicolons"), as `grammars/go.lark` names them.
+_GO_TRIGGERS = ("NAME", "INT", "FLOAT", "IMAG", "RUNE", "STRING", "RAW_STRING", "BREAK",
+                "CONTINUE", "FALLTHROUGH", "RETURN", "INC", "DEC", "RPAR", "RSQB", "RBRACE")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Semicolons:
+  """Go's automatic semicolon insertion, as lexer modes.
+
+  ```python
+  arrays = compile_lexed_grammar(go_text, vocab, start="source_file",
+                                 semicolons=Semicolons())
+  ```
+
+  After a lexeme of a `triggers` terminal (mode A), a lexeme of a `newlines` terminal
+  (`%ignore`d ones that act as a line break: the newline itself, a line comment, a
+  general comment holding a line break) feeds `semicolon` to the parser; anywhere else
+  (mode B) they are ignored; other ignored lexemes (blanks, one-line general comments)
+  keep the mode. The end of the text feeds `semicolon` in mode A too, as Go's scanner
+  does at EOF. The grammar's rules then take `;` where Go's do (explicit or inserted:
+  they are the same terminal). The defaults are `grammars/go.lark`'s names.
+
+  Attributes:
+    semicolon: The terminal of the `";"` literal.
+    triggers: Terminals after which a line break is a semicolon.
+    newlines: Ignored terminals that act as a line break.
+  """
+  semicolon: str = "SEMICOLON"
+  triggers: tuple[str, ...] = _GO_TRIGGERS
+  newlines: tuple[str, ...] = ("_NEWLINE", "_LINE_COMMENT", "_ML_COMMENT")
+
+  def check(self, grammar: _lr.TerminalGrammar) -> None:
+    """Raises UnsupportedGrammarFeatureError if the grammar lacks a named terminal."""
+    defined = {d.name for d in grammar.terminal_defs if d.pattern is not None}
+    for field, names in (("semicolon", (self.semicolon,)), ("triggers", self.triggers),
+                         ("newlines", self.newlines)):
+      absent = sorted(set(names) - defined)
+      if absent:
+        raise errors.UnsupportedGrammarFeatureError(
+            f"Lark grammar does not define the terminals {absent} of Semicolons.{field}."
+            " Expected terminals with a pattern (the newlines %ignore'd). Define them, or"
+            " name yours in Semicolons(...).")
+    not_ignored = sorted(set(self.newlines) - set(grammar.ignored))
+    if not_ignored:
+      raise errors.UnsupportedGrammarFeatureError(
+          f"Lark grammar does not %ignore the terminals {not_ignored} of"
+          " Semicolons.newlines. Expected the line breaks and comments %ignore'd (mode B"
+          " skips them). Add `%ignore` lines.")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LexedArrays:
   """Two-level tables of one grammar over one vocabulary, as numpy arrays.
@@ -157,7 +211,7 @@ class LexedArrays:
     state_end_item: int32 [S]: at the end of the text: the lexeme class emitted,
       `END_NOTHING`, or `END_DEAD`.
     state_end_tail: int32 [S]: the class fed after it at the end (the end newline of
-      an indentation grammar, `WIDTH_EOF`), or -1.
+      an indentation grammar, `WIDTH_EOF`; the `;` that Go's mode A owes), or -1.
     state_nl_any, state_nl_width: bool [S]: a pending lexeme can still become a
       newline lexeme (any; one with a width the parser can take).
     class_width: int32 [C + 1]: per lexeme class, the indentation a newline lexeme
@@ -223,6 +277,7 @@ class LexedArrays:
   vocab: object
   indentation: Indentation | None | tuple = None
   goto: np.ndarray | None = None
+  semicolons: Semicolons | None | tuple = None
 
   ARRAY_FIELDS = ("lex_start", "lr_start", "state_outcomes", "state_seq_lanes", "state_slot_lane", "outcome_seq", "outcome_final", "seq_items",
                   "class_members", "state_big_slot", "state_big_row", "set_bits",
@@ -288,7 +343,8 @@ def _beaten_by_keywords(terms, ignored, defs) -> tuple[str, ...]:
 
 def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                           stack_depth: int = 64, token_table=None,
-                          indentation: Indentation | None = None) -> LexedArrays:
+                          indentation: Indentation | None = None,
+                          semicolons: Semicolons | None = None) -> LexedArrays:
   """Compiles a Lark grammar with a lexer for the vocabulary `vocab`.
 
   ```python
@@ -311,13 +367,16 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
     token_table: A prebuilt `_lexer.TokenTable` of this grammar's lexer and `vocab`
       (e.g. from `_lexer.load_or_build_token_table`); built when None.
     indentation: Python-style INDENT/DEDENT (`Indentation`), or None.
+    semicolons: Go-style automatic semicolons (`Semicolons`), or None.
 
   Raises:
-    ConstraintError: `stack_depth` is not an int >= 2.
+    ConstraintError: `stack_depth` is not an int >= 2, or both `indentation` and
+      `semicolons` are given.
     GrammarSyntaxError, UnsupportedGrammarFeatureError: as `_lr.read_lark_rules`.
     UnsupportedGrammarFeatureError: a terminal the rules use has no pattern
       (`%declare`d), other than `indentation`'s; with `indentation`, its terminals
-      are missing, or a newline could need an INDENT that a reduction decides.
+      are missing, or a newline could need an INDENT that a reduction decides; with
+      `semicolons`, its terminals are missing or its newlines not ignored.
     NondeterministicGrammarError: the rules are not LR(1) (as `_lr.build_tables`), or a
       lexeme class holds two terminals that one parser state both accepts.
     GrammarError: a terminal matches the empty string or nothing.
@@ -325,8 +384,14 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   if isinstance(stack_depth, bool) or not isinstance(stack_depth, int) or stack_depth < 2:
     raise errors.ConstraintError(f"stack_depth {stack_depth!r} is not an int >= 2. Expected"
                                  " the capacity of the parser stack, e.g. 64.")
+  if indentation is not None and semicolons is not None:
+    raise errors.ConstraintError(
+        "compile_lexed_grammar got both indentation and semicolons. Expected at most one"
+        " lexer mode option (Python's or Go's). Pass one.")
   grammar = _lr.read_lark_rules(text, start=start)
   defs = {d.name: d for d in grammar.terminal_defs}
+  if semicolons is not None:
+    semicolons.check(grammar)
   built = ()
   if indentation is not None:
     indentation.check()
@@ -347,8 +412,9 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   if missing:
     raise errors.UnsupportedGrammarFeatureError(
         f"Lark grammar uses the terminals {missing} without a pattern (%declare). Expected"
-        " every terminal the rules use to be defined by a string or a regex: lexer modes"
-        " (INDENT/DEDENT, inserted semicolons) are not supported yet. Define them.")
+        " every terminal the rules use to be defined by a string or a regex (INDENT and"
+        " DEDENT come from `indentation`; Go's inserted semicolons are the `;` terminal"
+        " itself, with `semicolons`). Define them.")
   terms, ignored = _lexer.terminals_from_grammar(grammar)
   # Pattern fragments: a terminal named `_X` that no rule uses and no `%ignore` names
   # is only a piece of other terminals' patterns (already inlined there), never a
@@ -362,9 +428,14 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
     terms = terms + [_lexer.Terminal(n, rx) for n, rx in indentation.newline_terminals()]
   try:
     lexer = _lexer.build_lexer_dfa(terms, ignored=ignored, keyword_beats=beaten)
+    if semicolons is not None:
+      lexer = _lexer.with_semicolon_modes(
+          lexer, semicolon=semicolons.semicolon, triggers=semicolons.triggers,
+          newlines=semicolons.newlines)
   except ValueError as e:
     raise errors.GrammarError(f"Lark grammar's terminals cannot be lexed: {e}. Expected "
-                              "terminals that match a non-empty string. Change them.") from e
+                              "terminals that match a non-empty string, and semicolon"
+                              " terminals of their own lexeme classes. Change them.") from e
   lr = _lr.build_tables(grammar, method="lr1")
   if token_table is None:
     token_table = _lexer.build_token_table(lexer, _detokenizer.build_trie(vocab),
@@ -430,11 +501,15 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   ign = np.asarray(lexer.class_ignored, bool)
   state_free = (reach_cls[:, :len(ign)] & ign[None, :]).any(axis=1) if len(ign) else (
       np.zeros(n_states, bool))
-  state_free[lexer.start] = True
+  state_free[lexer.is_start] = True
   state_end_item = np.where(cls_of >= 0, lexer.emitted, END_DEAD).astype(np.int32)
-  state_end_item[lexer.start] = END_NOTHING
+  state_end_item[lexer.is_start] = END_NOTHING
   state_end_tail = np.full(n_states, -1, np.int32)
   lex_start = lexer.start
+  if semicolons is not None:
+    # Mode A at the end (after the pending lexeme): Go's scanner adds a `;`.
+    a_mode = lexer.restart_states != lexer.start
+    state_end_tail[a_mode] = lexer.classes.index((semicolons.semicolon,))
   if indentation is not None:
     # A newline pending at the end is trailing blank text: the end newline replaces it.
     pending_nl = (state_end_item >= 0) & (class_width[np.maximum(state_end_item, 0)]
@@ -522,7 +597,8 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
       rule_len=lr.rule_len.astype(np.int32), vocab_size=int(vocab.vocab_size),
       stack_depth=int(stack_depth),
       indent_depth=indentation.max_depth if indentation else 1, lexer=lexer,
-      token_table=tt, lr=lr, grammar=grammar, vocab=vocab, indentation=indentation)
+      token_table=tt, lr=lr, grammar=grammar, vocab=vocab, indentation=indentation,
+      semicolons=semicolons)
 
 
 def _unit_chains(lr: _lr.LrTables) -> tuple[np.ndarray, np.ndarray]:
@@ -695,7 +771,7 @@ def stack_lexed_arrays(parts) -> LexedArrays:
       indent_depth=max(p.indent_depth for p in parts), lexer=info("lexer"),
       token_table=info("token_table"), lr=info("lr"), grammar=info("grammar"),
       vocab=first.vocab, indentation=tuple(p.indentation for p in parts),
-      goto=np.concatenate(gotos))
+      goto=np.concatenate(gotos), semicolons=tuple(p.semicolons for p in parts))
 
 
 class LexedReference:
@@ -770,7 +846,7 @@ class LexedReference:
 
   def _pending_ok(self, parser: _lr.LrParser, state: int, ctx) -> bool:
     lexer = self.lexer
-    if state == lexer.start:
+    if lexer.is_start[state]:
       return True
     classes = {int(c) for c in lexer.state_class[self.reach[state]] if c >= 0}
     if any(lexer.class_ignored[c] for c in classes):
@@ -800,12 +876,12 @@ class LexedReference:
     for b in data:
       nxt = lexer.transitions[state, b]
       if nxt < 0:
-        if state == lexer.start or lexer.state_class[state] < 0:
+        if lexer.is_start[state] or lexer.state_class[state] < 0:
           return None
         e = int(lexer.emitted[state])
         if e >= 0 and not self._feed(parser, e, ctx):
           return None
-        nxt = lexer.transitions[lexer.start, b]
+        nxt = lexer.transitions[lexer.restart_states[state], b]
         if nxt < 0:
           return None
       state = int(nxt)
@@ -818,7 +894,7 @@ class LexedReference:
     ctx = [list(widths), paren]
     lexer = self.lexer
     parser = _lr.LrParser(self.arrays.lr, stack)
-    if state != lexer.start:
+    if not lexer.is_start[state]:
       if lexer.state_class[state] < 0:
         return False
       e = int(lexer.emitted[state])
@@ -826,6 +902,10 @@ class LexedReference:
       if e >= 0 and self.width[e] == WIDTH_NONE and not self._feed(parser, e, ctx):
         return False
     if self.indentation is not None and not self._feed(parser, len(self.width) - 1, ctx):
+      return False
+    # Go: the `;` that mode A owes at the end (after the pending lexeme).
+    if (self.arrays.semicolons is not None and lexer.restart_states[state] != lexer.start
+        and not self._feed(parser, int(self.arrays.state_end_tail[state]), ctx)):
       return False
     return parser.accepts_end()
 
