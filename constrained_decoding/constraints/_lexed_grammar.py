@@ -124,8 +124,9 @@ class Indentation:
 
 
 # Go's semicolon triggers (the spec's "Semicolons"), as `grammars/go.lark` names them.
-_GO_TRIGGERS = ("NAME", "INT", "FLOAT", "IMAG", "RUNE", "STRING", "RAW_STRING", "BREAK",
-                "CONTINUE", "FALLTHROUGH", "RETURN", "INC", "DEC", "RPAR", "RSQB", "RBRACE")
+_GO_TRIGGERS = ("NAME", "INT", "FLOAT", "IMAG", "RUNE", "STRING", "RAW_STRING",
+                "IMPORT_PATH", "BREAK", "CONTINUE", "FALLTHROUGH", "RETURN", "INC", "DEC",
+                "RPAR", "RSQB", "RBRACE")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
