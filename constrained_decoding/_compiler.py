@@ -453,7 +453,7 @@ class Compiler:
       token_pda, report = _streamline.streamline(token_pda)
     t2 = time.perf_counter()
     tables = _packing.pack_pda_tables(token_pda, self.vocab, stack_depth=opts.stack_depth,
-                                     min_bucket=opts.min_bucket)
+                                     min_bucket=opts.min_bucket, guards=token_pda.guards)
     nbytes = _tables.tables_nbytes(tables)
     if nbytes["total"] > opts.max_table_bytes:
       raise CompileBudgetError(
@@ -480,21 +480,27 @@ class Compiler:
       raise CompileBudgetError(
           f"{what} needs {rtn.num_states} automaton states. Expected at most "
           f"CompileOptions.max_states={opts.max_states}. Raise the budget or simplify.")
-    wide = self.wide_states.find(rtn.byte_dfa()) if opts.wide_states else {}
+    # Tokens that open or finish a distinct string item must be explicit edges (guards).
+    skip = (None if rtn.contracted is None
+            else _unique_strings.item_borders(rtn.contracted, rtn.num_states))
+    wide = self.wide_states.find(rtn.byte_dfa(), skip) if opts.wide_states else {}
     return _pda.compose_token_pda(
         rtn, self.trie, vocab_bytes=self._token_text, wide=wide,
         num_words=_tables.num_words(self.vocab.vocab_size), max_pops=opts.max_pops,
-        max_pushes=opts.max_pushes, max_edges=opts.max_edges, deadline=deadline, what=what)
+        max_pushes=opts.max_pushes, max_edges=opts.max_edges, deadline=deadline, what=what,
+        token_bytes=self.vocab.token_bytes)
 
   def _token_text(self, token: int) -> bytes:
     return self.vocab.token_bytes[token] or b""
 
 
 def _regular_ir(spec) -> ir.Node:
-  """`spec.to_ir()`, or the empty language for specs compiled as push-down grammars."""
+  """`spec.to_ir()`, or for specs compiled as push-down grammars the union of the
+  grammar's rule bodies (what `_registers.has_markers` looks into)."""
   pushdown = getattr(spec, "pushdown_grammar", None)
-  if pushdown is not None and pushdown() is not None:
-    return ir.NOTHING
+  grammar = pushdown() if pushdown is not None else None
+  if grammar is not None:
+    return ir.union(*(grammar[name] for name in grammar.names))
   return spec.to_ir()
 
 

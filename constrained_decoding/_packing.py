@@ -105,21 +105,37 @@ def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET,
 
 
 def _with_guards(tables: ConstraintTables, guards, edge_group: np.ndarray,
-                 num_groups: int) -> ConstraintTables:
-  """`tables` with the guard arrays of a token DFA's edges (groups are states)."""
+                 num_groups: int, chains: list[list[int]] | None = None) -> ConstraintTables:
+  """`tables` with the guard arrays of a token automaton's edges: for a token DFA
+  (groups are states) each group lists its own guarded edges; with `chains` (push-down
+  tables, `_prefix_groups`) group k lists those of every group of `chains[k]`."""
   slots = np.flatnonzero(guards.edge_guard >= 0)
   groups = edge_group[slots]
   per_group = np.bincount(groups, minlength=num_groups)
-  width = int(per_group.max())
   group_guarded = np.zeros(tables.group_mask.shape[0], np.int32)
-  with_guards = np.flatnonzero(per_group)
-  group_guarded[with_guards] = np.arange(1, len(with_guards) + 1)  # Row 0: none.
-  guarded_slots = np.full((len(with_guards) + 1, width), NO_STATE, np.int32)
-  guarded_ids = np.full_like(guarded_slots, NO_STATE)
-  first = np.concatenate([[0], np.cumsum(per_group)[:-1]])
-  column = np.arange(len(slots)) - first[groups]
-  guarded_slots[group_guarded[groups], column] = slots
-  guarded_ids[group_guarded[groups], column] = guards.edge_guard[slots]
+  if chains is None:
+    width = int(per_group.max())
+    with_guards = np.flatnonzero(per_group)
+    group_guarded[with_guards] = np.arange(1, len(with_guards) + 1)  # Row 0: none.
+    guarded_slots = np.full((len(with_guards) + 1, width), NO_STATE, np.int32)
+    guarded_ids = np.full_like(guarded_slots, NO_STATE)
+    first = np.concatenate([[0], np.cumsum(per_group)[:-1]])
+    column = np.arange(len(slots)) - first[groups]
+    guarded_slots[group_guarded[groups], column] = slots
+    guarded_ids[group_guarded[groups], column] = guards.edge_guard[slots]
+  else:
+    own: dict[int, list[int]] = {}
+    for slot, group in zip(slots.tolist(), groups.tolist()):
+      own.setdefault(group, []).append(slot)
+    lists = {k: [x for h in chain for x in own.get(h, ())] for k, chain in enumerate(chains)}
+    lists = {k: v for k, v in lists.items() if v}
+    width = max(map(len, lists.values()))
+    guarded_slots = np.full((len(lists) + 1, width), NO_STATE, np.int32)
+    guarded_ids = np.full_like(guarded_slots, NO_STATE)
+    for row, (k, listed) in enumerate(sorted(lists.items()), start=1):  # Row 0: none.
+      group_guarded[k] = row
+      guarded_slots[row, :len(listed)] = listed
+      guarded_ids[row, :len(listed)] = guards.edge_guard[listed]
   hashes = {}
   if guards.token_hash is not None:  # Distinct strings: states padded as not hashing.
     state_hashing = np.full(tables.accepting.shape[0], NO_STATE, np.int32)
@@ -133,8 +149,15 @@ def _with_guards(tables: ConstraintTables, guards, edge_group: np.ndarray,
 
 
 def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
-                    min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
-  """Packs a `TokenPda` (`automata/_pda.py`) with a stack of `stack_depth` symbols."""
+                    min_bucket: int = DEFAULT_MIN_BUCKET, guards=None) -> ConstraintTables:
+  """Packs a `TokenPda` (`automata/_pda.py`) with a stack of `stack_depth` symbols.
+
+  `guards` (the `_registers.Guards` of its explicit edges, `TokenPda.guards`) as in
+  `pack_tables`: guarded edges are left out of the mask rows and listed per group, a
+  group's list holding those of the groups popping a prefix of its pops too (the mask
+  gathers the deepest matching group's). The stack-aware exclusion rows count them like
+  any other edge (the device applies them after ORing in the guarded tokens).
+  """
   automaton = _Automaton(
       num_states=token_pda.num_states, accepting=np.asarray(token_pda.accepting, bool),
       group_state=token_pda.group_state, group_pops=token_pda.group_pops,
@@ -154,11 +177,35 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
         f"No input can finish within stack_depth={stack_depth}: {needed}. Expected "
         f"CompileOptions.stack_depth >= {start_need if start_need < NO_FINISH else '?'}; "
         "raise it or make the grammar's shortest completion shallower.")
-  tables = _pack(automaton, vocab, stack_depth=stack_depth, min_bucket=min_bucket)
+  guarded = guards is not None and bool((guards.edge_guard >= 0).any())
+  masked = None
+  if guarded:
+    unguarded = guards.edge_guard < 0
+    masked = dataclasses.replace(automaton, edge_group=automaton.edge_group[unguarded],
+                                 edge_token=automaton.edge_token[unguarded],
+                                 edge_target=automaton.edge_target[unguarded],
+                                 edge_push=automaton.edge_push[unguarded])
+  tables = _pack(automaton, vocab, stack_depth=stack_depth, min_bucket=min_bucket,
+                 masked=masked)
   limits, capped_rows, capped_bits = _capped_masks(
       automaton, tables.mask_bits.shape[1], vocab.vocab_size, min_bucket, needs)
-  return dataclasses.replace(tables, capped_limits=limits, capped_rows=capped_rows,
-                             capped_bits=capped_bits)
+  tables = dataclasses.replace(tables, capped_limits=limits, capped_rows=capped_rows,
+                               capped_bits=capped_bits)
+  if not guarded:
+    return tables
+  chains = _prefix_groups(automaton)
+  return _with_guards(tables, guards, automaton.edge_group, len(automaton.group_state),
+                      chains=chains)
+
+
+def _prefix_groups(a: _Automaton) -> list[list[int]]:
+  """Per group, the groups of its state popping a prefix of its pops (itself last)."""
+  pops = [tuple(int(x) for x in row[:n]) for row, n in zip(a.group_pops, a.group_num_pops)]
+  by_key = {(state, popped): k
+            for k, (state, popped) in enumerate(zip(a.group_state.tolist(), pops))}
+  return [[by_key[state, popped[:n]] for n in range(len(popped) + 1)
+           if (state, popped[:n]) in by_key]
+          for state, popped in zip(a.group_state.tolist(), pops)]
 
 
 def stack_needs(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:

@@ -44,6 +44,7 @@ import pywrapfst
 
 from constrained_decoding import errors
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _registers
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._compose import _emit
 from constrained_decoding.automata._compose import _views
@@ -78,6 +79,9 @@ class Rtn:
   rule_of_state: np.ndarray
   rule_start: tuple[int, ...]
   tops: tuple[frozenset[int], ...]
+  # Register markers folded into the byte arcs (`_registers.contract`), or None when the
+  # rules have none: `contracted.arc_ops` maps (state, byte) to the operations read with it.
+  contracted: "_registers.Contracted | None" = None
 
   @property
   def num_states(self) -> int:
@@ -100,14 +104,21 @@ class Rtn:
 _CALL_BASE = 1024  # Call symbol of rule j: the pseudo-byte _CALL_BASE + j.
 
 
-def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray]:
-  """(table [q, 256 + num_rules], accepting [q]) of a rule body over bytes + call symbols.
+def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray, list]:
+  """(table [q, 256 + num_rules], accepting [q], marker arcs) of a rule body over bytes +
+  call symbols.
 
   A `RuleRef` to rule j becomes the pseudo-byte `_CALL_BASE + j`, which the regex back
   end treats as one more byte class, so the DFA is minimal over bytes and calls alike;
-  column 256 + j of the table holds the call arcs of rule j.
+  column 256 + j of the table holds the call arcs of rule j. Register markers
+  (`ir.Marker`, pseudo-bytes below `_CALL_BASE`) come back as (state, marker, target).
   """
-  fst, edges, _ = _fsa.minimal_class_fst(body)
+  fst, edges, pseudo = _fsa.minimal_class_fst(body)
+  markers = [p for p in pseudo if isinstance(p, ir.Marker)]
+  if markers and _fsa._FRAGMENT_BASE + len(pseudo) > _CALL_BASE:  # pylint: disable=protected-access
+    raise _registers.RegisterError(
+        f"A grammar rule holds {len(pseudo)} distinct register markers. Expected at most"
+        f" {_CALL_BASE - _fsa._FRAGMENT_BASE}.")  # pylint: disable=protected-access
   # Read the (small) DFA arc by arc: class label k + 1 covers values edges[k]..edges[k+1]-1.
   start = fst.start()
   order = [start] + [s for s in range(fst.num_states()) if s != start]
@@ -115,6 +126,7 @@ def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray]:
   table = np.full((len(order), 256 + num_rules), NO_STATE, np.int32)
   accepting = np.zeros(len(order), bool)
   zero = pywrapfst.Weight.zero(fst.weight_type())
+  marker_arcs = []
   for old in order:
     q = new_id[old]
     accepting[q] = fst.final(old) != zero
@@ -124,7 +136,11 @@ def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray]:
         column = value if value < 256 else 256 + value - _CALL_BASE
         if value < 256 or _CALL_BASE <= value < _CALL_BASE + num_rules:
           table[q, column] = new_id[arc.nextstate]
-  return table, accepting
+        elif markers and _fsa._FRAGMENT_BASE <= value < _CALL_BASE:  # pylint: disable=protected-access
+          node = pseudo[value - _fsa._FRAGMENT_BASE]  # pylint: disable=protected-access
+          if isinstance(node, ir.Marker):
+            marker_arcs.append((q, node, new_id[arc.nextstate]))
+  return table, accepting, marker_arcs
 
 
 def build_rtn(grammar: "_grammar.GrammarIR") -> Rtn:
@@ -135,18 +151,19 @@ def build_rtn(grammar: "_grammar.GrammarIR") -> Rtn:
   """
   names = (grammar.start,) + tuple(n for n in grammar.names if n != grammar.start)
   index = {name: j for j, name in enumerate(names)}
-  tables, accepting = [], []
+  tables, accepting, marked = [], [], []
   for name in names:
     body = _grammar.substitute(
         grammar[name],
         lambda ref: ir.ByteClass(((_CALL_BASE + index[ref],) * 2,)))
-    table, final = _rule_dfa(body, len(names))
+    table, final, marker_arcs = _rule_dfa(body, len(names))
     if not len(final):
       raise errors.EmptyConstraintError(
           f"Grammar rule {name!r} matches no string. Expected every rule to match"
           " something; check for empty character classes.")
     tables.append(table)
     accepting.append(final)
+    marked.append(marker_arcs)
   offsets = np.cumsum([0] + [len(f) for f in accepting])
   transitions = np.concatenate([np.where(t[:, :256] >= 0, t[:, :256] + off, NO_STATE)
                                 for t, off in zip(tables, offsets)]).astype(np.int32)
@@ -158,7 +175,32 @@ def build_rtn(grammar: "_grammar.GrammarIR") -> Rtn:
   rtn = Rtn(rules=names, transitions=transitions, calls=tuple(calls),
             accepting=np.concatenate(accepting).astype(bool), rule_of_state=rule_of_state,
             rule_start=tuple(int(o) for o in offsets[:-1]), tops=())
+  if any(marked):
+    rtn = _contracted(rtn, [(q + int(off), m, t + int(off))
+                            for arcs, off in zip(marked, offsets) for q, m, t in arcs])
   return dataclasses.replace(rtn, tops=_stack_tops(rtn))
+
+
+def _contracted(rtn: Rtn, marker_arcs: list) -> Rtn:
+  """`rtn` with its register markers folded into the byte arcs after them
+  (`_registers.contract`, over all rules at once: states are numbered globally).
+
+  A marker must be followed by bytes of its own rule: a state with a call arc counts as
+  a token-class arc there (`contract` refuses a marker leading to one), and so does a
+  state final in its rule. Such constructs would keep register words live across a
+  push or a pop; the front ends write none (`_json_object_schemas._calls`).
+  """
+  markers = tuple(dict.fromkeys(m for _, m, _ in marker_arcs))
+  index = {m: k for k, m in enumerate(markers)}
+  calling = [q for q, calls in enumerate(rtn.calls) if calls]
+  dfa = ByteDfa(
+      transitions=rtn.transitions, accepting=rtn.accepting, start=rtn.start,
+      token_arcs=np.array([(q, 0, q) for q in calling], np.int32).reshape(-1, 3),
+      marker_arcs=np.array([(q, index[m], t) for q, m, t in marker_arcs],
+                           np.int32).reshape(-1, 3), markers=markers)
+  contracted = _registers.contract(dfa)
+  return dataclasses.replace(rtn, transitions=contracted.dfa.transitions,
+                             contracted=contracted)
 
 
 def _stack_tops(rtn: Rtn) -> tuple[frozenset[int], ...]:
@@ -218,6 +260,9 @@ class TokenPda:
   state_terminal: np.ndarray
   terminal_target: np.ndarray
   dropped_paths: int
+  # The `_registers.Guards` of the explicit edges (`edge_guard` in edge order), or None
+  # when the grammar has no register markers (`Rtn.contracted`).
+  guards: "_registers.Guards | None" = None
 
 
 class _Configurations:
@@ -244,6 +289,12 @@ class _Configurations:
     self.targets = np.zeros(0, np.int64)
     self.target_chunks = np.zeros(0, np.int64)
     self._byte_rows = [np.nonzero(row >= 0)[0] for row in rtn.transitions]
+    # Register operations read with a byte arc (`Rtn.contracted`): interned op tuples,
+    # 0 for none; each successor carries the id of the arc it read.
+    self.arc_ops = {} if rtn.contracted is None else rtn.contracted.arc_ops
+    self.ops: list[tuple] = [()]
+    self.ops_index: dict = {(): 0}
+    self.target_ops = np.zeros(0, np.int64)
 
   def intern(self, config) -> int:
     found = self.index.get(config)
@@ -289,7 +340,9 @@ class _Configurations:
     if not new:
       return
     keys, targets, chunks = [self.keys], [self.targets], [self.target_chunks]
+    ops = [self.target_ops]
     transitions = self.rtn.transitions
+    arc_ops = self.arc_ops
     for c in new:
       self.expanded.add(c)
       triples = set()
@@ -299,27 +352,63 @@ class _Configurations:
         if chunk == len(self.chunks):
           self.chunks.append(popped)
         for b in self._byte_rows[state].tolist():
-          triples.add((b, self.intern((int(row[b]), pushed)), chunk))
+          if arc_ops:
+            crossed = arc_ops.get((state, b), ())
+            op = self.ops_index.setdefault(crossed, len(self.ops_index))
+            if op == len(self.ops):
+              self.ops.append(crossed)
+            triples.add((b, self.intern((int(row[b]), pushed)), chunk, op))
+          else:
+            triples.add((b, self.intern((int(row[b]), pushed)), chunk, 0))
       if triples:
         found = np.array(sorted(triples), np.int64)
         keys.append(c * 256 + found[:, 0])
         targets.append(found[:, 1])
         chunks.append(found[:, 2])
+        ops.append(found[:, 3])
     key = np.concatenate(keys)
     order = np.argsort(key, kind="stable")
     self.keys = key[order]
     self.targets = np.concatenate(targets)[order]
     self.target_chunks = np.concatenate(chunks)[order]
+    self.target_ops = np.concatenate(ops)[order]
 
   def step(self, config: np.ndarray, byte: np.ndarray):
-    """(which input, successor, popped chunk) for each (config, byte) input pair."""
+    """(which input, successor, popped chunk, operations id) for each (config, byte)
+    input pair."""
     key = config.astype(np.int64) * 256 + byte
     lo = np.searchsorted(self.keys, key, "left")
     hi = np.searchsorted(self.keys, key, "right")
     count = hi - lo
     which = np.repeat(np.arange(len(key)), count)
     slot = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
-    return which, self.targets[slot], self.target_chunks[slot]
+    return which, self.targets[slot], self.target_chunks[slot], self.target_ops[slot]
+
+
+class _CrossedOps:
+  """Interned sequences ((byte position, operations), ...) of the register operations a
+  path's bytes cross, in order (id 0: none), extended in bulk as the walk goes deeper."""
+
+  def __init__(self, ops: list[tuple]):
+    self.ops = ops  # shared with `_Configurations`, which appends to it
+    self.items: list[tuple] = [()]
+    self.index: dict = {(): 0}
+
+  def extend(self, sequence: np.ndarray, op: np.ndarray, position: int) -> np.ndarray:
+    out = sequence.copy()
+    todo = np.nonzero(op > 0)[0]
+    if not len(todo):
+      return out
+    key = sequence[todo] * (1 << 32) + op[todo]
+    unique, inverse = np.unique(key, return_inverse=True)
+    ids = np.empty(len(unique), np.int64)
+    for k, value in enumerate(unique.tolist()):
+      combined = self.items[value >> 32] + ((position, self.ops[value & 0xFFFFFFFF]),)
+      ids[k] = self.index.setdefault(combined, len(self.index))
+      if ids[k] == len(self.items):
+        self.items.append(combined)
+    out[todo] = ids[inverse]
+    return out
 
 
 class _PopSequences:
@@ -355,8 +444,9 @@ class _PopSequences:
 
 def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
           origins: np.ndarray, first_bytes: np.ndarray, *, max_edges: int,
-          deadline: float, what: str):
-  """Token edges (origin, token, end configuration, pop sequence) from the given states."""
+          deadline: float, what: str, crossed_ops: _CrossedOps | None = None):
+  """Token edges (origin, token, end configuration, pop sequence, crossed operations)
+  from the given states (the last column zeros without `crossed_ops`)."""
   start_cfg = np.array([configs.intern((int(q), ())) for q in origins.tolist()], np.int64)
   configs.expand(start_cfg)
   root = slice(trie.child_start[0], trie.child_start[1])
@@ -364,24 +454,28 @@ def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
   root_nodes = trie.child_node[root]
   # Level 1: every origin with every root byte it allows.
   row, col = np.nonzero(first_bytes[:, root_bytes])
-  which, cfg, chunk = configs.step(start_cfg[row], root_bytes[col])
+  which, cfg, chunk, op = configs.step(start_cfg[row], root_bytes[col])
   node = root_nodes[col[which]]
   origin = origins[row[which]]
   popped = np.zeros(len(cfg), np.int64)
-  parts, num_edges = [], 0
+  crossed = np.zeros(len(cfg), np.int64)
+  parts, num_edges, position = [], 0, 0
   while True:
     popped = pops.extend(popped, chunk)
+    if crossed_ops is not None:
+      crossed = crossed_ops.extend(crossed, op, position)
     keep = popped >= 0
     if not keep.all():
       pops.dropped += int((~keep).sum())
       node, cfg, origin, popped = node[keep], cfg[keep], origin[keep], popped[keep]
+      crossed = crossed[keep]
     if not len(node):
       break
     # Emit with the frontier index as "state", then look the columns up.
     found = _emit(trie, _views(trie), node, np.arange(len(node)), origin)
     if found is not None:
       src, tok, at = found
-      parts.append((src, tok, cfg[at], popped[at]))
+      parts.append((src, tok, cfg[at], popped[at], crossed[at]))
       num_edges += len(src)
       if num_edges > max_edges:
         raise errors.CompileBudgetError(
@@ -394,11 +488,13 @@ def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
           "vocabulary. Raise CompileOptions.max_seconds or simplify the grammar.")
     configs.expand(cfg)
     pair, slot = trie.child_slots(node)
-    which, cfg, chunk = configs.step(cfg[pair], trie.child_byte[slot])
+    which, cfg, chunk, op = configs.step(cfg[pair], trie.child_byte[slot])
     node, origin, popped = trie.child_node[slot[which]], origin[pair[which]], popped[pair[which]]
+    crossed = crossed[pair[which]]
+    position += 1
   if not parts:
     empty = np.zeros(0, np.int64)
-    return empty, empty, empty, empty
+    return empty, empty, empty, empty, empty
   return tuple(np.concatenate(column).astype(np.int64) for column in zip(*parts))
 
 
@@ -484,6 +580,7 @@ def compose_token_pda(
     max_edges: int = 20_000_000,
     deadline: float = float("inf"),
     what: str = "The grammar",
+    token_bytes=None,
 ) -> TokenPda:
   """The token-level PDA of `rtn` composed with the vocabulary trie.
 
@@ -495,6 +592,8 @@ def compose_token_pda(
     num_words: Bitmask width, ceil(V / 32).
     max_pops, max_pushes: Most symbols one token edge may pop / push.
     max_edges, deadline, what: Budgets and the name used in errors.
+    token_bytes: The bytes of each token id: needed for the guards of a grammar with
+      register markers (`Rtn.contracted`; `TokenPda.guards`).
 
   Raises:
     NondeterministicGrammarError: Some (state, token) has two paths that the same
@@ -506,9 +605,11 @@ def compose_token_pda(
   configs = _Configurations(rtn, max_pops, max_pushes)
   budget = dict(max_edges=max_edges, deadline=deadline, what=what)
   pops = _PopSequences(configs.chunks, max_pops)
-  parts = [_walk(configs, pops, part_trie, origins, first_bytes, **budget)
+  crossed_ops = None if rtn.contracted is None else _CrossedOps(configs.ops)
+  parts = [_walk(configs, pops, part_trie, origins, first_bytes, crossed_ops=crossed_ops,
+                 **budget)
            for part_trie, origins, first_bytes in walk_plan(wide, q, trie)]
-  origin, token, cfg, popped = (np.concatenate(column) for column in zip(*parts))
+  origin, token, cfg, popped, crossed = (np.concatenate(column) for column in zip(*parts))
   _check_deterministic(rtn, configs, pops, origin, token, cfg, popped, vocab_bytes)
 
   # Edge groups: one per (origin, pop sequence); push sequences interned.
@@ -550,7 +651,7 @@ def compose_token_pda(
     terminal_target[s] = edge.target
   terminal_bits = (np.stack([np.frombuffer(b, np.uint32) for b in bitmaps]) if bitmaps
                    else np.zeros((0, num_words), np.uint32))
-  return TokenPda(
+  token_pda = TokenPda(
       num_states=q, start=rtn.start, accepting=rtn.accepting.copy(),
       group_state=np.array([k[0] for k in group_keys], np.int32), group_pops=group_pops,
       group_num_pops=np.array([len(k[1]) for k in group_keys], np.int32),
@@ -559,3 +660,37 @@ def compose_token_pda(
       edge_push=cfg_push[inverse][order].astype(np.int32), push_symbols=push_symbols,
       push_lengths=push_lengths, terminal_bits=terminal_bits, state_terminal=state_terminal,
       terminal_target=terminal_target, dropped_paths=pops.dropped)
+  if crossed_ops is None or token_bytes is None:
+    return token_pda
+  return dataclasses.replace(token_pda, guards=_guards(rtn, token_pda, crossed[order],
+                                                       crossed_ops, token_bytes))
+
+
+def _guards(rtn: Rtn, token_pda: TokenPda, crossed: np.ndarray, crossed_ops: _CrossedOps,
+            token_bytes) -> "_registers.Guards":
+  """The guards of `token_pda`'s explicit edges (`_registers.attach`, with the operations
+  each edge's path crossed, calls and returns included, as the walk recorded them).
+
+  Register blocks stay in the row's words while the stack works: the front ends write
+  no call inside a register construct, so no push or pop happens while one is open."""
+  view = _EdgeView(
+      edge_source=token_pda.group_state[token_pda.edge_group],
+      edge_token=token_pda.edge_token, edge_target=token_pda.edge_target,
+      state_terminals=np.stack([token_pda.state_terminal, token_pda.terminal_target],
+                               axis=-1)[:, None, :],
+      terminal_bits=token_pda.terminal_bits)
+  crossed_at = {int(i): crossed_ops.items[int(c)] for i, c in
+                zip(np.flatnonzero(crossed).tolist(), crossed[crossed > 0].tolist())}
+  return _registers.attach(view, np.arange(token_pda.num_states), rtn.contracted,
+                           token_bytes, crossed_at=crossed_at)
+
+
+@dataclasses.dataclass(frozen=True)
+class _EdgeView:
+  """What `_registers.attach` reads of a token automaton."""
+
+  edge_source: np.ndarray
+  edge_token: np.ndarray
+  edge_target: np.ndarray
+  state_terminals: np.ndarray
+  terminal_bits: np.ndarray

@@ -235,14 +235,18 @@ class Guards:
 
 
 def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
-           token_bytes) -> Guards:
+           token_bytes, crossed_at: dict | None = None) -> Guards:
   """The guard of every explicit edge of `token_dfa` (module doc, step 3).
 
   Args:
-    token_dfa: The composition of `contracted.dfa` with the vocabulary.
+    token_dfa: The composition of `contracted.dfa` with the vocabulary (`edge_source`,
+      `edge_token`, `edge_target`, `state_terminals`, `terminal_bits` are read).
     byte_state: int `[S]`; the byte-DFA state of each token-DFA state.
     contracted: What `contract` returned.
     token_bytes: The bytes of each token id.
+    crossed_at: edge -> ((byte position, operations), ...) its bytes cross, when the
+      caller walked them (a push-down automaton's tokens cross calls and returns,
+      `_pda.compose_token_pda`); else walked here in `contracted.dfa`.
 
   Raises:
     RegisterError: A terminal edge (a token bitmap) leaves a state whose tokens may
@@ -258,17 +262,18 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
   tagged_states = {state for state, _ in contracted.arc_ops} - set(blocks)
   _check_terminals(token_dfa, byte_state, tagged_states, live, closing, dfa.transitions,
                    token_bytes, blocks)
-  tagged_bytes = np.zeros(256, bool)
-  for _, byte in contracted.arc_ops:
-    tagged_bytes[byte] = True
-  # Only tokens holding a byte some operation is read with can cross one: walk those.
-  crossing = _tokens_with(token_bytes, tagged_bytes)[token_dfa.edge_token]
   live_needs = list(live.values())
   live_index = np.full(dfa.num_states, -1, np.int64)
   live_index[list(live)] = np.arange(len(live))
   needs_live = live_index[byte_state[token_dfa.edge_target]]
-  crossed_at = _crossed_ops(contracted, byte_state[token_dfa.edge_source],
-                            token_dfa.edge_token, np.flatnonzero(crossing), token_bytes)
+  if crossed_at is None:
+    tagged_bytes = np.zeros(256, bool)
+    for _, byte in contracted.arc_ops:
+      tagged_bytes[byte] = True
+    # Only tokens holding a byte some operation is read with can cross one: walk those.
+    crossing = _tokens_with(token_bytes, tagged_bytes)[token_dfa.edge_token]
+    crossed_at = _crossed_ops(contracted, byte_state[token_dfa.edge_source],
+                              token_dfa.edge_token, np.flatnonzero(crossing), token_bytes)
   hashes = {}
   if any(k in (UOPEN, UCLOSE) for ops in contracted.arc_ops.values() for k, _, _ in ops):
     rows = _unique_strings.HashRows()

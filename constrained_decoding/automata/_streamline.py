@@ -160,5 +160,7 @@ def streamline(token_pda):
       edge_group=new_id[token_pda.edge_group[keep_edge]].astype(np.int32),
       edge_token=token_pda.edge_token[keep_edge],
       edge_target=token_pda.edge_target[keep_edge],
-      edge_push=token_pda.edge_push[keep_edge])
+      edge_push=token_pda.edge_push[keep_edge],
+      guards=None if token_pda.guards is None else dataclasses.replace(
+          token_pda.guards, edge_guard=token_pda.guards.edge_guard[keep_edge]))
   return streamlined, report

@@ -257,6 +257,12 @@ def _unique_positions(lw, schema: dict, pointer: str):
   return list(values), spellings
 
 
+def _has_rule_call(node: ir.Node) -> bool:
+  """Whether `node` holds an `ir.RuleRef` (a call on the device stack, whose callee may
+  reuse the register words of the construct around it)."""
+  return ir.fold(node, lambda n, children: isinstance(n, ir.RuleRef) or any(children))
+
+
 def unique_strings(lw, schema: dict, pointer: str) -> ir.Node | str | None:
   """An array with `uniqueItems: true` of string items, the items checked distinct on
   the device (`automata/_unique_strings.py`): a block of register words keeps a hash of
@@ -276,12 +282,14 @@ def unique_strings(lw, schema: dict, pointer: str) -> ir.Node | str | None:
   # Below a union of objects (`use_registers` off there) the markers of two alternatives
   # that disagree meet before any byte and fail to fold (`_registers.RegisterError`):
   # the compiler then lowers again with property_order="any_bounded", refused here.
+  # Inside a recursive schema the block stays in the row's registers while the stack
+  # works: string items contain no call, so it is never live across a push.
   if not (lw.registers_allowed and lw.options.property_order == "any"):
-    return ("string items are checked distinct in register words on the device, which a"
-            " recursive schema does not have yet (nor property_order other than 'any',"
-            " nor alternatives of anyOf/oneOf whose arrays differ, which the compiler"
-            " then lowers with property_order='any_bounded'). Expected the array outside"
-            " recursion, and alike in every alternative.")
+    return ("string items are checked distinct in register words on the device, which"
+            " property_order other than 'any' does not use (nor alternatives of"
+            " anyOf/oneOf whose arrays differ, which the compiler then lowers with"
+            " property_order='any_bounded'). Expected the array alike in every"
+            " alternative, and property_order='any'.")
   min_items = _json_keywords.count(schema, "minItems", pointer) or 0
   max_items = _json_keywords.count(schema, "maxItems", pointer)
   cap = max(DEFAULT_UNIQUE_STRINGS, min_items) if max_items is None else max_items
@@ -413,7 +421,8 @@ def lower_array(lw, schema: dict, pointer: str) -> ir.Node:
   if not prefix:
     copies = max(min_items, max_items or 0) - 1
     if (copies > 0 and lw.use_registers and lw.options.property_order == "any"
-        and _json_objects.ir_size(rest) * copies > MAX_COPIED_ITEMS):
+        and _json_objects.ir_size(rest) * copies > MAX_COPIED_ITEMS
+        and not _has_rule_call(rest)):  # Its count live across no push (a call).
       key = ("array", rest, min_items, max_items)
       word = lw.register_blocks.setdefault(key, lw.register_words)
       if word == lw.register_words:

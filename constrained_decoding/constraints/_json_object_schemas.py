@@ -119,7 +119,7 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
   if not counted and (lw.options.property_order != "schema" or depends):
     any_order = _any_order(lw, members, extra, depends, pointer)
     if (any_order is None and keyed and not depends and lw.use_registers
-        and lw.options.property_order == "any"):
+        and lw.options.property_order == "any" and not _calls(keyed, extra)):
       lw.log.info("JSON Schema: the object at %s checks its %d keys on the device"
                   " (register markers).", pointer, len(keyed))
       # Equal objects share their words (and so their automaton after minimization:
@@ -168,6 +168,8 @@ def _counts_in_register(lw, keyed: list, extra: ir.Node | None, depends: dict, s
   no key is required (a full count must leave `}` open) and no additional key may count
   twice towards a minimum above 1."""
   if not (lw.use_registers and lw.options.property_order == "any") or depends:
+    return False
+  if _calls(keyed, extra):
     return False
   if any(is_required for _, _, is_required in keyed):
     return False
@@ -376,6 +378,20 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
               " recursive).", pointer, len(members), MAX_ANY_ORDER_SIZE,
               MAX_ANY_ORDER_WIDE)
   return result
+
+
+def _calls(keyed: list, extra: ir.Node | None) -> bool:
+  """Whether a member value (or the additional one) calls a grammar rule (recursion,
+  or a free-form value under `free_form_depth=None`): its register words would then be
+  live across a push and a pop of the device stack, which registers do not survive (a
+  recursive call may clear them), so such an object keeps its automaton."""
+  nodes = [node for _, node, _ in keyed] + ([] if extra is None else [extra])
+  return any(has_rule_call(node) for node in nodes)
+
+
+def has_rule_call(node: ir.Node) -> bool:
+  """Whether `node` holds an `ir.RuleRef` (memoized by node identity, linear)."""
+  return ir.fold(node, lambda n, children: isinstance(n, ir.RuleRef) or any(children))
 
 
 def _member(lw, key: str, value: ir.Node, marker: ir.Node = ir.EPSILON) -> ir.Node:

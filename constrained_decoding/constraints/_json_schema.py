@@ -301,10 +301,8 @@ def _lower(schema, options: SchemaOptions, use_registers: bool = True):
   lowerer = _Lowerer(schema, options, use_registers)
   if options.max_ref_depth is None and isinstance(schema, dict):
     node = lowerer.lower_root(schema)
-    if lowerer.rules and lowerer.register_words:
-      # Registers are per object, and a recursive object may be open at several
-      # depths at once: lower again with subset or schema-order objects only.
-      return _lower(schema, options, use_registers=False)
+    # Register constructs in a recursive schema call no rule (`_json_object_schemas._calls`,
+    # `_json_array_schemas._has_rule_call`): their words are never live across a push.
     if lowerer.rules:
       return _grammar_passes.recursive_grammar(schema, node, lowerer.rules), tuple(lowerer.ignored)
   else:
@@ -339,8 +337,8 @@ class _Lowerer:
     # Large any-order objects check their keys in register words on the device
     # (`_json_objects.register_object`); words handed out so far.
     self.use_registers = use_registers
-    # False for the whole walk when the schema is recursive (push-down tables have no
-    # registers); `use_registers` is also turned off locally, below unions of objects.
+    # False for the whole walk with `use_registers=False`; `use_registers` is also turned
+    # off locally, below unions of objects.
     self.registers_allowed = use_registers
     self.register_words = 0
     self.register_blocks: dict = {}  # (members, extra) -> first word of its block.

@@ -317,10 +317,10 @@ def _allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Ar
   deepest, any_match = _deepest_group(tables, groups, match)
   bits = jnp.where(any_match[:, None], tables.mask_bits[tables.group_mask[deepest]],
                    jnp.uint32(0))
-  if _capped(tables, state):  # Static: push-down only.
-    bits &= ~tables.capped_bits[_capped_row(tables, state, deepest)]
   if tables.has_registers:  # Static: objects whose keys the device checks.
     bits |= _guarded_bits(tables, state, deepest, any_match)
+  if _capped(tables, state):  # Static: push-down only; guarded tokens are capped too.
+    bits &= ~tables.capped_bits[_capped_row(tables, state, deepest)]
   bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
                     jnp.uint32(0))
   stopped = (state.done | state.error)[:, None]

@@ -116,6 +116,7 @@ def reference_allowed(tables: ConstraintTables, state: int,
   for group in _matching_groups(tables, state, stack):
     lo, hi = edge_start[group:group + 2]
     tokens = edge_tokens[lo:hi]
+    slots = np.arange(lo, hi)
     if tables.has_registers:  # Register tables: guards decide.
       row = int(np.asarray(tables.group_guarded)[group])
       listed = dict(zip(np.asarray(tables.guarded_slots)[row].tolist(),
@@ -123,10 +124,11 @@ def reference_allowed(tables: ConstraintTables, state: int,
       passing = np.array([_after_guard(tables, listed.get(slot, -1), registers) is not None
                           for slot in range(lo, hi)], bool)
       tokens = tokens[passing] if len(tokens) else tokens
+      slots = slots[passing] if len(slots) else slots
     allowed[tokens[tokens < tables.vocab_size]] = True
-    if capped:
+    if capped:  # Guarded tokens too (push-down tables with registers).
       base = len(stack) - int(np.asarray(tables.group_num_pops)[group])
-      heights = _edge_heights(tables, np.arange(lo, hi))
+      heights = _edge_heights(tables, slots)
       too_deep.append(tokens[(base + heights > tables.stack_depth)
                              & (tokens < tables.vocab_size)])
   if capped:
