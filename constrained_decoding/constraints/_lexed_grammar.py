@@ -156,7 +156,17 @@ class Semicolons:
   newlines: tuple[str, ...] = ("_NEWLINE", "_LINE_COMMENT", "_ML_COMMENT")
 
   def check(self, grammar: _lr.TerminalGrammar) -> None:
-    """Raises UnsupportedGrammarFeatureError if the grammar lacks a named terminal."""
+    """Raises ConstraintError for a malformed option, UnsupportedGrammarFeatureError if
+    the grammar lacks a named terminal or does not ignore a newline terminal."""
+    for field in ("triggers", "newlines"):
+      value = getattr(self, field)
+      if isinstance(value, str) or not all(isinstance(n, str) for n in value):
+        raise errors.ConstraintError(
+            f"Semicolons.{field} {value!r} is not a sequence of terminal names. Expected"
+            f" e.g. {Semicolons.__dataclass_fields__[field].default[:3]}.")
+    if not isinstance(self.semicolon, str):
+      raise errors.ConstraintError(f"Semicolons.semicolon {self.semicolon!r} is not a"
+                                   " terminal name. Expected e.g. 'SEMICOLON'.")
     defined = {d.name for d in grammar.terminal_defs if d.pattern is not None}
     for field, names in (("semicolon", (self.semicolon,)), ("triggers", self.triggers),
                          ("newlines", self.newlines)):

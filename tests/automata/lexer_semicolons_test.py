@@ -153,6 +153,10 @@ def test_semicolon_option_errors():
   with pytest.raises(errors.ConstraintError, match="both indentation and semicolons"):
     _lexed_grammar.compile_lexed_grammar(TOY, vocab, semicolons=SEMIS,
                                          indentation=_lexed_grammar.Indentation())
+  one_name = _lexed_grammar.Semicolons()
+  object.__setattr__(one_name, "triggers", "NAME")  # (the tests' type checker refuses it)
+  with pytest.raises(errors.ConstraintError, match="Semicolons.triggers 'NAME' is not"):
+    _lexed_grammar.compile_lexed_grammar(TOY, vocab, semicolons=one_name)
   no_semi = TOY.replace('stmt_list ";" [stmt]', 'stmt_list "," [stmt]')
   with pytest.raises(errors.UnsupportedGrammarFeatureError, match=r"\['SEMICOLON'\]"):
     _lexed_grammar.compile_lexed_grammar(no_semi, vocab, semicolons=SEMIS)
