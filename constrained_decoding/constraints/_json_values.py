@@ -19,7 +19,8 @@ Public functions and classes:
   const_value(value, ws)              one Python JSON value, serialized under `ws`.
   delimited(open, close, item, ws, min_count, max_count)  `[item, item, ...]`-style lists.
   separated(head, item, separator, tail, min_count)      the same, as a looping `ir.Graph`.
-Constants: JSON_NUMBER, JSON_INTEGER, JSON_BOOLEAN, JSON_NULL, STRING_CHAR, UNICODE_ESCAPE.
+Constants: JSON_NUMBER, JSON_INTEGER, JSON_BOOLEAN, JSON_NULL, STRING_CHAR, UNICODE_ESCAPE,
+SURROGATE_PAIR_ESCAPE.
 
 Formatting decisions (narrowings of JSON that make generation well defined):
 * Whitespace policies. `compact`: no whitespace at all (`{"a":1,"b":[1,2]}`).
@@ -36,13 +37,22 @@ Formatting decisions (narrowings of JSON that make generation well defined):
   are mathematical values). A validator that reads JSON numbers as binary floats may
   disagree next to a bound on texts with more than 17 significant digits
   (`0.10000000000000000001` exceeds 0.1 but reads as the float 0.1).
-* Strings. Unconstrained string values accept the full JSON string syntax (every
-  escape, `\\uXXXX` for any scalar value but never a surrogate: characters outside
-  the BMP are written as UTF-8, so lone surrogates cannot be produced). Strings whose
-  *content* is constrained (patterns, formats, constants, object keys) use the
-  canonical encoding of `json.dumps(s, ensure_ascii=False)`: only `"`, `\\` and
-  control characters are escaped (`\\n \\r \\t \\b \\f` short forms, else `\\u00xx`
-  with lowercase hex), so every value has exactly one encoding.
+* Strings. Unconstrained string values (`STRING_CHAR`: `{"type": "string"}` with or
+  without `minLength`/`maxLength`, free-form values and their keys) accept the full
+  JSON string syntax: every escape, `\\uXXXX` for any scalar value, and characters
+  above U+FFFF either as UTF-8 or as a surrogate pair escape (`\\ud83d\\ude00`, as
+  `json.dumps` writes it by default; one character for the lengths, as `json.loads` and
+  `jsonschema` count it). A lone surrogate escape (`\\ud83d` alone, a low one first, a
+  high one twice) is never accepted: RFC 8259's grammar allows it and `json.loads` reads
+  it, but it is no Unicode scalar value (no UTF-8 text holds it); a narrowing. Strings
+  whose *content* is constrained (patterns, formats, constants, declared object keys,
+  `propertyNames`, distinct string items) use the canonical encoding of
+  `json.dumps(s, ensure_ascii=False)`: only `"`, `\\` and control characters are escaped
+  (`\\n \\r \\t \\b \\f` short forms, else `\\u00xx` with lowercase hex), so every
+  value has exactly one encoding (characters above U+FFFF as UTF-8, never as a pair).
+  Keys of additional properties next to declared ones (`string_except`, without
+  `propertyNames`/`patternProperties`) are canonical too, but also take a pair once
+  the key can no longer spell a declared key, or where none goes on above U+FFFF.
 """
 
 import dataclasses
@@ -74,12 +84,23 @@ UNICODE_ESCAPE = ir.concat(
 )
 """`uXXXX` (after a backslash): a scalar value, never a surrogate D800-DFFF; any hex case."""
 
+_D = ir.char_class([(0x44, 0x44), (0x64, 0x64)])
+SURROGATE_PAIR_ESCAPE = ir.concat(
+    ir.Bytes(b"u"), _D, ir.char_class([(0x38, 0x39), (0x41, 0x42), (0x61, 0x62)]), _HEX, _HEX,
+    ir.Bytes(b"\\u"), _D, ir.char_class([(0x43, 0x46), (0x63, 0x66)]), _HEX, _HEX,
+)
+"""`uD8XX\\uDCXX` (after a backslash): a high surrogate escape then a low one, which
+JSON decoders read as one code point above U+FFFF (RFC 8259, section 7); any hex case.
+`json.dumps` (`ensure_ascii=True`, its default) writes astral characters so. A lone
+surrogate escape is never accepted (see the module docstring)."""
+
 STRING_CHAR = ir.union(
     ir.char_class(_UNESCAPED),
     ir.concat(ir.Bytes(b"\\"), ir.union(ir.char_class([(c, c) for c in b'"\\/bfnrt']),
-                                        UNICODE_ESCAPE)),
+                                        UNICODE_ESCAPE, SURROGATE_PAIR_ESCAPE)),
 )
-"""One character of a JSON string body in the full syntax (literal or any escape)."""
+"""One character of a JSON string body in the full syntax (literal or any escape; a
+surrogate pair escape is one character, as its code point)."""
 
 _QUOTE = ir.Bytes(b'"')
 
@@ -175,8 +196,9 @@ def whitespace_policy(name: str, max_run: int = 2) -> Whitespace:
 def json_string(min_length: int = 0, max_length: int | None = None) -> ir.Node:
   """JSON strings (full syntax) of `min_length..max_length` code points.
 
-  Each character is one unit: a literal scalar value or one escape (escapes of
-  surrogates are excluded, so the count is exact). Note: a bounded repeat of this
+  Each character is one unit: a literal scalar value, one escape, or one surrogate pair
+  escape (a lone surrogate escape is excluded, so the count is the code points'
+  `json.loads` gives). Note: a bounded repeat of this
   wide class costs one automaton state per allowed length, and each such state allows
   most of the vocabulary, so large `max_length` values make big token tables.
   """
@@ -278,7 +300,19 @@ def encode_text(node: ir.Node) -> ir.Node:
   )
 
 
-_ANY_CANONICAL_CHAR = _canonical_class(ir.normalize_ranges([(0, ir.MAX_CODE_POINT)]))
+_ASTRAL = ((0x10000, ir.MAX_CODE_POINT),)
+
+
+def _key_class(ranges: tuple[tuple[int, int], ...]) -> ir.Node:
+  """`_canonical_class(ranges)`, plus every surrogate pair escape when `ranges` holds
+  every code point above U+FFFF (else none: only a whole plane is cheap to spell so)."""
+  node = _canonical_class(ranges)
+  if _intersect(ranges, _ASTRAL) == _ASTRAL:
+    node = ir.union(node, ir.concat(ir.Bytes(b"\\"), SURROGATE_PAIR_ESCAPE))
+  return node
+
+
+_ANY_KEY_CHAR = _key_class(ir.normalize_ranges([(0, ir.MAX_CODE_POINT)]))
 
 
 # Code points that are not printable ASCII written literally: the escaped ones (controls,
@@ -286,7 +320,7 @@ _ANY_CANONICAL_CHAR = _canonical_class(ir.normalize_ranges([(0, ir.MAX_CODE_POIN
 # (large, UTF-8) class from every key prefix instead of building one copy per prefix.
 _LITERAL_ASCII = ir.normalize_ranges([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F)])
 _SHARED_RANGES = ir.complement_ranges(_LITERAL_ASCII)
-_SHARED_CLASS = _canonical_class(_SHARED_RANGES)
+_SHARED_CLASS = _key_class(_SHARED_RANGES)
 
 
 def string_except(texts) -> ir.Node:
@@ -294,7 +328,9 @@ def string_except(texts) -> ir.Node:
 
   Built as the complement of the trie of `texts` (size linear in their total length),
   over canonical encodings, so that no other spelling (`"\\u0061"` for `"a"`) can
-  smuggle in an excluded value. A string not in `texts` is either a proper prefix of
+  smuggle in an excluded value. The one other spelling taken is a surrogate pair escape
+  for a character above U+FFFF, once the string has left the trie or where the trie
+  continues with no such character (so it never spells a prefix of a text). A string not in `texts` is either a proper prefix of
   one that is no text itself, or leaves the trie at some prefix with a character that
   no text continues with, followed by anything. The "anything" loop, and the large class
   of non-ASCII and escaped characters at every prefix whose continuations avoid it, are
@@ -308,7 +344,7 @@ def string_except(texts) -> ir.Node:
     node[None] = True  # End of a text.
   non_texts, leave, shared_prefixes = _trie_complement(trie)
   left = ir.union(leave, ir.concat(shared_prefixes, _SHARED_CLASS))
-  body = ir.union(non_texts, ir.concat(left, ir.repeat(_ANY_CANONICAL_CHAR, 0, None)))
+  body = ir.union(non_texts, ir.concat(left, ir.repeat(_ANY_KEY_CHAR, 0, None)))
   return ir.concat(_QUOTE, body, _QUOTE)
 
 
@@ -384,7 +420,7 @@ def _leaving_classes(children: tuple[int, ...]) -> tuple[tuple[ir.Node, ...], bo
   if takes_shared:  # A text continues with one: exact class here.
     others = _intersect(_SHARED_RANGES, ir.complement_ranges(taken))
     if others:
-      classes.append(_canonical_class(others))
+      classes.append(_key_class(others))  # Pairs only if no text continues astrally.
   return tuple(classes), takes_shared
 
 
