@@ -6,8 +6,9 @@
 ```
 
 For `[^"]{0,n}`, `\\w{1,n}`, `.{0,n}`, `[a-z]{1,n}`, JSON Schema `{"type": "string",
-"maxLength": n}`, and chains inside larger constraints (a string property with
-`maxLength` n in an object, an array of such strings, a GSM-style answer
+"maxLength": n}`, the unbounded `{"type": "string", "minLength": n}` and `[a-z]{n,}`,
+and chains inside larger constraints (a string property with `maxLength` n in an
+object, one with `minLength` n, an array of such strings, a GSM-style answer
 `[^#\\n]{0,n}\\n#### -?\\d{1,6}`) with the Gemma 3 vocabulary: compile ms (median of 5, caches warm as
 in a serving process: the per-vocabulary trie and class counts are set-up; in
 parentheses, the first compile of a new chain shape, its compressed automaton not yet
@@ -43,11 +44,18 @@ def _specs(n: int):
       r"\w{1,n}": cd.Regex(r"\w{1,%d}" % n),
       ".{0,n}": cd.Regex(".{0,%d}" % n),
       "[a-z]{1,n}": cd.Regex("[a-z]{1,%d}" % n),
+      # Unbounded chains (`X{n,}`): counted up to n, then the strip.
+      "minLength": cd.JsonSchema({"type": "string", "minLength": n}),
+      "[a-z]{n,}": cd.Regex("[a-z]{%d,}" % n),
       # Chains inside larger constraints (`automata/_embedded_chains.py`).
       "object {name: maxLength}": cd.JsonSchema({
           "type": "object", "required": ["name"],
           "properties": {"name": {"type": "string", "maxLength": n},
                          "id": {"type": "integer"}}}),
+      "object {password: minLength}": cd.JsonSchema({
+          "type": "object", "required": ["user", "password"],
+          "properties": {"user": {"type": "string"},
+                         "password": {"type": "string", "minLength": n}}}),
       "array of maxLength": cd.JsonSchema({"type": "array",
                                            "items": {"type": "string", "maxLength": n}}),
       r"[^#\n]{0,n}\n#### -?\d{1,6}": cd.Regex(r"[^#\n]{0,%d}\n#### -?\d{1,6}" % n),
@@ -78,7 +86,7 @@ def _step_us(tables, batch: int, repeats: int = 30) -> float:
 
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--sizes", default="10,20,40,80,100,1000,10000")
+  parser.add_argument("--sizes", default="2,5,10,20,40,80,100,1000,10000")
   parser.add_argument("--batch-sizes", default="1,64")
   parser.add_argument("--max-plain-n", type=int, default=20,
                       help="also compile n up to this with counted_chains=False (before)")

@@ -32,6 +32,16 @@ token edges. Here:
   relative targets are the same for all of them, and `state_terminal_rows` points
   every state at its compressed position's terminal entries.
 
+Unbounded chains (`X{n,}`: `minLength` alone, `{n,}` in a pattern). Positions 0..n
+count as above, without filters (r is unbounded), and position n reads X back to itself
+(its escapes included; the inner states of positions n - 1 and n are one). A token read
+near n may overshoot it by up to L characters, so n is followed by a *strip* of 2L
+positions, each behaving as n (same group, mask row and accepting), that no token
+leaves: from n and the lower half a counting terminal moves forward by the count, from
+the upper half one with stride -1 moves back by it (`CountingTerminals.strip_down`). Two
+terminal rows, no filter, no per-count bitmap: tables as small as for `X{n,n}`.
+Explicit moves within position n (an escape read in the loop) are absolute.
+
 Mask rows hold each state's counting entries, filters applied (`CountingTerminals.fold`):
 the device gathers one row per step whatever the number of entries. States that differ
 only in how many characters remain get their own rows below the longest token (per slot
@@ -71,20 +81,21 @@ from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 
 # A repeat of fewer repetitions goes through plain composition (few states anyway).
-MIN_COUNT = 8
+MIN_COUNT = 2
 # ... and so does one whose class has fewer code points (few tokens are wholly in it).
 MIN_CLASS_SIZE = 16
 
 
 @dataclasses.dataclass(frozen=True)
 class Chain:
-  """`prefix body{min,max} suffix`, with `char_class` the body's `CharClass` alternative."""
+  """`prefix body{min,max} suffix`, with `char_class` the body's `CharClass` alternative;
+  `max` None for `body{min,}` (`minLength` alone: see "Unbounded chains")."""
 
   prefix: bytes
   body: ir.Node
   char_class: ir.CharClass
   min: int
-  max: int
+  max: int | None
   suffix: bytes
 
 
@@ -99,7 +110,8 @@ def _lead_bytes(char_class: ir.CharClass) -> np.ndarray:
 def find_chain(node: ir.Node) -> Chain | None:
   """The counted chain `node` is, or None (then plain composition applies).
 
-  Supported: `Concat` of `Bytes` around one `Repeat(X, n, m)`, m >= `MIN_COUNT`, where X
+  Supported: `Concat` of `Bytes` around one `Repeat(X, n, m)`, m >= `MIN_COUNT` (or m
+  unbounded and n >= `MIN_COUNT`), where X
   is a `CharClass` K of at least `MIN_CLASS_SIZE` code points, or a `Union` of one such
   K with alternatives that never start with a character of K (JSON escapes); the suffix
   must not start with a character of K either, so a token wholly in K is X repeated
@@ -113,7 +125,7 @@ def find_chain(node: ir.Node) -> Chain | None:
   if not all(isinstance(p, ir.Bytes) for j, p in enumerate(parts) if j != k):
     return None
   repeat = parts[k]
-  if repeat.max is None or repeat.max < MIN_COUNT:
+  if (repeat.min if repeat.max is None else repeat.max) < MIN_COUNT:
     return None
   alternatives = repeat.node.alternatives if isinstance(repeat.node, ir.Union) else (repeat.node,)
   classes = [a for a in alternatives if isinstance(a, ir.CharClass)]
@@ -253,9 +265,10 @@ def _compressed(n: int, m: int, span: int) -> tuple[int, int, np.ndarray]:
   return n2, n2 + d2, np.where(i <= n, head, tail)
 
 
-def _chain_layout(dfa, chain: Chain, length: int):
+def _chain_layout(dfa, chain: Chain, length: int, loops: bool = False):
   """(position state [length + 1], slot of each inner X state, stride), or None if the
-  byte DFA is not a clean chain (then plain composition applies)."""
+  byte DFA is not a clean chain (then plain composition applies). With `loops`, the last
+  position reads X back to itself (`X{n,}`), escapes included."""
   q = dfa.start
   for b in chain.prefix:
     q = int(dfa.transitions[q, b])
@@ -309,7 +322,9 @@ def _chain_layout(dfa, chain: Chain, length: int):
     if s == NO_STATE:
       return None
     cell[j + 1, 0] = s
-  rows = cell[:length]
+  # The positions that read X, and the position each one's finished X leads to.
+  rows = cell if loops else cell[:length]
+  heads = np.concatenate([cell[1:, :1], cell[length:, :1]]) if loops else cell[1:, :1]
   for k in range(1, stride):  # Topological order: the source slot is already known.
     before, b, _ = next(mv for mv in moves if mv[2] == k)
     rows[:, k] = np.where(rows[:, before] >= 0, trans[np.maximum(rows[:, before], 0), b],
@@ -317,17 +332,20 @@ def _chain_layout(dfa, chain: Chain, length: int):
   before, byte, after = (np.array(column, np.int64) for column in zip(*moves))
   if (rows < 0).any():
     return None
-  got = trans[rows[:, before], byte[None, :]]  # [length, moves]
-  want = np.concatenate([rows, cell[1:, :1]], axis=1)[:, after]
+  got = trans[rows[:, before], byte[None, :]]  # [positions, moves]
+  want = np.concatenate([rows, heads], axis=1)[:, after]
   if not np.array_equal(got, want):
     return None
-  # The last position reads no more X, except a suffix's first byte.
-  suffix_byte = chain.suffix[0] if chain.suffix else -1
-  last_reads = byte[(before == 0) & (byte != suffix_byte)]
-  if (trans[cell[length, 0], last_reads] != NO_STATE).any():
-    return None
-  flat = cell[cell != NO_STATE]
-  if len(np.unique(flat)) != len(flat) or (cell[:length, :] == NO_STATE).any():
+  if not loops:  # The last position reads no more X, except a suffix's first byte.
+    suffix_byte = chain.suffix[0] if chain.suffix else -1
+    last_reads = byte[(before == 0) & (byte != suffix_byte)]
+    if (trans[cell[length, 0], last_reads] != NO_STATE).any():
+      return None
+  distinct = cell.copy()
+  if loops:  # The inner states of the last two positions lead alike (to the last): one.
+    distinct[length, 1:][cell[length, 1:] == cell[length - 1, 1:]] = NO_STATE
+  flat = distinct[distinct != NO_STATE]
+  if len(np.unique(flat)) != len(flat) or (rows == NO_STATE).any():
     return None
   return cell, stride, inner, body
 
@@ -358,6 +376,7 @@ class _Compressed:
   terminal_counts: np.ndarray  # int32 [T_pad, 3]
   token_counts: np.ndarray   # int8 [1, V]
   stats: dict
+  down: np.ndarray | None = None  # int64 [R, 2]: the upper strip's entries (unbounded)
 
 
 _COMPRESSED_CACHE: dict = {}
@@ -375,8 +394,11 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
       (checked before they are allocated).
   """
   span = int(trie.node_depth.max(initial=0)) + 2  # Above the longest token, in bytes.
-  n2, m2, f = _compressed(chain.min, chain.max, span)
-  key = (vocab.fingerprint, chain.prefix, chain.body, chain.suffix, n2, m2, min_bucket)
+  unbounded = chain.max is None
+  last = chain.min if unbounded else chain.max  # The last position of the chain proper.
+  n2, m2, f = _compressed(chain.min, last, span)
+  key = (vocab.fingerprint, chain.prefix, chain.body, chain.suffix, n2, m2, unbounded,
+         min_bucket)
   if key in _COMPRESSED_CACHE:
     part = _COMPRESSED_CACHE[key]
   else:
@@ -389,17 +411,24 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
   if part is None:
     return None
   # Token-DFA numbering: the other states first, then position i, slot k of the real
-  # chain at base + i * stride + k, which behaves as compressed position f[i].
+  # chain at base + i * stride + k, which behaves as compressed position f[i]; an
+  # unbounded chain's strip of 2 * span positions after its last one behaves as it.
   stride, base = part.stride, len(part.others)
-  num_states = base + (chain.max + 1) * stride
+  strip = 2 * span if unbounded else 0
+  num_states = base + (last + 1 + strip) * stride
   # Per state: group (4 bytes), terminal row (4) and accepting (1).
   state_bytes = 9 * _tables.bucket_size(num_states, min_bucket)
   if state_bytes > max_table_bytes:
     raise CompileBudgetError(
         f"{what} needs {num_states} states ({state_bytes / 2**20:.1f} MiB for them alone)."
         f" Expected at most CompileOptions.max_table_bytes={max_table_bytes}. Lower the "
-        f"repetition bound {chain.max} or raise the budget.")
-  compressed_of = np.concatenate([part.others, part.cell[f].reshape(-1)])
+        f"repetition bound {last} or raise the budget.")
+  cells = part.cell[f]
+  if unbounded:  # The strip: slot 0 of the last position, over and over.
+    strip_cells = np.full((strip, stride), -1, np.int64)
+    strip_cells[:, 0] = part.cell[m2, 0]
+    cells = np.concatenate([cells, strip_cells])
+  compressed_of = np.concatenate([part.others, cells.reshape(-1)])
   valid = compressed_of >= 0
   safe = np.maximum(compressed_of, 0)
   s_pad = _tables.bucket_size(num_states, min_bucket)
@@ -410,17 +439,29 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
   # Terminal entries depend on the compressed state only: one row each (plus an empty
   # last row for padding and dead states), shared through `state_terminal_rows`.
   q = len(part.group_of)
-  state_terminals = np.full((q + 1,) + part.entries.shape[1:], _tables.NO_STATE, np.int32)
+  state_terminals = np.full((q + 1 + unbounded,) + part.entries.shape[1:], _tables.NO_STATE,
+                            np.int32)
   state_terminals[:q] = part.entries
   state_terminal_rows = np.full(s_pad, q, np.int32)
   state_terminal_rows[:num_states] = np.where(valid, safe, q)
+  edge_targets = part.edge_targets
+  if unbounded:
+    # The upper half of the strip moves back (its row q + 1), the lower half and the
+    # last position forward: from either, a token stays on the strip.
+    state_terminals[q + 1, :len(part.down)] = part.down
+    upper = base + (last + 1 + span + np.arange(span)) * stride
+    state_terminal_rows[upper] = q + 1
+    # Absolute targets at the last position (loops: a move back to its own slots) are
+    # compressed ids: made real.
+    edge_targets = np.where(edge_targets >= base + m2 * stride,
+                            edge_targets + (last - m2) * stride, edge_targets).astype(np.int32)
   start = part.start if part.start >= 0 else base
   tables = _tables.ConstraintTables(
       start=np.array([start], np.int32), accepting=accepting, mask_bits=part.mask_bits,
       state_groups=state_groups, group_mask=part.group_mask,
       group_pops=np.full((len(part.group_mask), 0), _tables.NO_STATE, np.int32),
       group_num_pops=np.zeros(len(part.group_mask), np.int32), edge_start=part.edge_start,
-      edge_tokens=part.edge_tokens, edge_targets=part.edge_targets,
+      edge_tokens=part.edge_tokens, edge_targets=edge_targets,
       edge_pushes=np.zeros(len(part.edge_tokens), np.int32),
       push_symbols=np.zeros((1, 0), np.int32), push_lengths=np.zeros(1, np.int32),
       eos_bits=_tables.bitmask(np.asarray(vocab.eos_ids, np.int64), vocab.vocab_size),
@@ -493,23 +534,36 @@ class CountingTerminals:
         return -1
       return self._get(("filter", klass, r), lambda: _bitmap(counts, r, w), (-1, -1, -1))
 
+    # An unbounded chain's positions read X without limit (r = inf): a token past its
+    # last position m2 lands on the strip after it (see "Unbounded chains").
+    unbounded = chain.max is None
     for j, k_slot in zip(*np.nonzero(cell >= 0)):
       j, k_slot = int(j), int(k_slot)
-      state, r = int(cell[j, k_slot]), m2 - j
+      state, r = int(cell[j, k_slot]), (max_count + 1 if unbounded else m2 - j)
+      after = int(cell[min(j + 1, m2), 0])  # For liveness only.
       entries = []
       if k_slot == 0 and r >= 1 and max_count:
-        entries.append((every, at_most(r)))
-        moves.append((state, int(cell[j + 1, 0])))
+        entries.append((every, -1 if unbounded else at_most(r)))
+        moves.append((state, after))
       if k_slot and r >= 1:
         for terminal, k in finish.get(k_slot, ()):
-          entries.append((terminal, at_most(r - 1 + k)))
-          moves.append((state, int(cell[j + 1, 0])))
+          entries.append((terminal, -1 if unbounded else at_most(r - 1 + k)))
+          moves.append((state, after))
         for terminal, k2 in inside.get(k_slot, ()):
           entries.append((terminal, -1))
           moves.append((state, int(cell[j, k2])))
       if entries:
         entries_of[state] = entries
     return True
+
+  def strip_down(self, chain: Chain, stride: int, counts: _ClassCounts) -> tuple[int, int]:
+    """The entry of an unbounded chain's upper strip positions: every token wholly in K
+    moves back by its count (stride -stride), so no position runs off the strip."""
+    klass = chain.char_class
+    max_count = int(counts.counts.max(initial=0))
+    return (self._get(("down", klass, stride),
+                      lambda: _bitmap(counts, max_count, self.num_words),
+                      (self.class_rows[klass], -stride, 0)), -1)
 
   def union(self, entries) -> np.ndarray:
     """uint32 [W]: the tokens of counting `entries` ((terminal, filter) pairs of this
@@ -558,11 +612,13 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
                         what: str, cache_dir: str | None) -> _Compressed | None:
   """The compressed chain `prefix body{n2,m2} suffix` composed with the vocabulary."""
   w = _tables.num_words(vocab.vocab_size)
-  node = ir.concat(ir.Bytes(chain.prefix), ir.repeat(chain.body, n2, m2), ir.Bytes(chain.suffix))
+  unbounded = chain.max is None
+  node = ir.concat(ir.Bytes(chain.prefix), ir.repeat(chain.body, n2, None if unbounded else m2),
+                   ir.Bytes(chain.suffix))
   dfa = _fsa.compile_byte_dfa(node)
   if dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs):
     return None
-  layout = _chain_layout(dfa, chain, m2)
+  layout = _chain_layout(dfa, chain, m2, loops=unbounded)
   if layout is None:
     return None
   cell, stride, inner, body = layout
@@ -597,6 +653,7 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   if not counting.add_chain(chain, cell, m2, stride, inner, body, counts, vocab, entries_of,
                             moves):
     return None
+  down = counting.strip_down(chain, stride, counts) if unbounded else None
   t_src, t_dst = ([a for a, _ in moves], [b for _, b in moves])
   bitmaps, counts_of_terminals = counting.bitmaps, counting.counts
   live = _compose._live_states(q, np.concatenate([src, np.array(t_src, np.int64)]),
@@ -609,7 +666,10 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   base = len(others)
   new_other = np.full(q, -1, np.int64)
   new_other[others] = np.arange(len(others))
-  relative = in_chain[src] & in_chain[dst]
+  # Moves within an unbounded chain's last position (an escape read in its loop) go
+  # back to slot 0: absolute, as that position is one real position.
+  at_last = in_chain & (position == m2) if unbounded else np.zeros(q, bool)
+  relative = in_chain[src] & in_chain[dst] & ~(at_last[src] & at_last[dst])
   offset = (position[dst] - position[src]) * stride + slot[dst] - slot[src]
   absolute = np.where(in_chain[dst], base + position[dst] * stride + slot[dst], new_other[dst])
   if (in_chain[dst] & ~in_chain[src] & (position[dst] > span)).any():
@@ -672,7 +732,8 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
       terminal_bits=terminal_bits, terminal_counts=terminal_counts,
       token_counts=counts.counts[None, :],
       stats=dict(byte_states=q, token_edges=e, num_terminals=len(bitmaps),
-                 num_masks=int(row_of_group.max(initial=0)) + 1))
+                 num_masks=int(row_of_group.max(initial=0)) + 1),
+      down=np.array([down], np.int64) if unbounded else None)
 
 
 def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,

@@ -67,7 +67,8 @@ class EmbeddedChain:
   Attributes:
     chain: The chain (`prefix` and `suffix` empty).
     n2, m2: The compressed bounds.
-    compressed_of: int64 `[m + 1]`: the compressed position of each real position.
+    compressed_of: int64 `[m + 1]`: the compressed position of each real position (for
+      an unbounded chain `X{n,}`, `[n + 1 + 2 span]`: its strip too, see `_counting.py`).
     dfa: Byte DFA of the compressed repeat `X{n', m'}`.
     cell: int64 `[m' + 1, stride]`: `dfa` state at each compressed position and slot
       (slot 0: between two X; slot k > 0: inside one X), -1 where there is none.
@@ -114,7 +115,8 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
       name = names[key] = f"{_NAME_PREFIX}{len(names)}"
       chains[name] = embedded
     embedded = chains[name]
-    return ir.Fragment(name, ir.repeat(repeat.node, embedded.n2, embedded.m2))
+    return ir.Fragment(name, ir.repeat(repeat.node, embedded.n2,
+                                       None if embedded.chain.max is None else embedded.m2))
 
   def slotted_fragment(graph: ir.Graph) -> ir.Node | None:
     # Cheap checks first: hashing a graph hashes its labels' whole subtrees, and the
@@ -140,7 +142,7 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
   def chain_or_descend(n: ir.Node) -> ir.Node | None:
     # Top-down: a repeat is judged as written, before anything inside it is replaced.
     # Bytes, classes, terminals, rule references and (schema-free) fragments stay as they are.
-    if isinstance(n, ir.Repeat) and n.max is not None:
+    if isinstance(n, ir.Repeat) and (n.max is not None or n.min >= _counting.MIN_COUNT):
       return chain_fragment(n)
     if isinstance(n, ir.Graph):
       return slotted_fragment(n)
@@ -154,11 +156,15 @@ def _embedded_chain(repeat: ir.Repeat, span: int) -> EmbeddedChain | None:
   chain = _counting.find_chain(repeat)
   if chain is None:
     return None
-  n2, m2, compressed_of = _counting._compressed(chain.min, chain.max, span)  # pylint: disable=protected-access
-  dfa = _fsa.compile_byte_dfa(ir.repeat(chain.body, n2, m2))
+  unbounded = chain.max is None
+  n2, m2, compressed_of = _counting._compressed(  # pylint: disable=protected-access
+      chain.min, chain.min if unbounded else chain.max, span)
+  dfa = _fsa.compile_byte_dfa(ir.repeat(chain.body, n2, None if unbounded else m2))
   if dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs):
     return None
-  layout = _counting._chain_layout(dfa, chain, m2)  # pylint: disable=protected-access
+  layout = _counting._chain_layout(dfa, chain, m2, loops=unbounded)  # pylint: disable=protected-access
+  if unbounded:  # The strip after the last position behaves as it (`_counting.py`).
+    compressed_of = np.concatenate([compressed_of, np.full(2 * span, m2, np.int64)])
   if layout is None:
     return None
   cell, stride, inner, body = layout
@@ -321,6 +327,9 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
     elif not counting.add_chain(e.chain, copy.cell, e.m2, e.stride, e.inner, e.body,
                                 counts_of[e.chain.char_class], vocab, entries_of, moves):
       return None
+  downs = {k: counting.strip_down(cp.chain.chain, cp.chain.stride,
+                                  counts_of[cp.chain.chain.char_class])
+           for k, cp in enumerate(copies) if cp.chain.chain.max is None}
   term_src = [s for s, listed in terminal_edges.items() for _ in listed]
   term_dst = [t for listed in terminal_edges.values() for _, t in listed]
   move_src, move_dst = (list(c) for c in zip(*moves)) if moves else ([], [])
@@ -358,14 +367,17 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
     guards = _registers.attach(token_dfa, order, contracted, vocab.token_bytes)
   packed = _packing.pack_tables(token_dfa, vocab, min_bucket=min_bucket, guards=guards)
   return _expand(packed, token_dfa, copies, order, new_id, copy_of, pos, slot, counting,
-                 entries_of, vocab, min_bucket=min_bucket, max_table_bytes=max_table_bytes,
-                 what=what, byte_states=q)
+                 entries_of, downs, vocab, min_bucket=min_bucket,
+                 max_table_bytes=max_table_bytes, what=what, byte_states=q)
 
 
 def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos, slot,
-            counting: _counting.CountingTerminals, entries_of: dict, vocab, *, min_bucket: int,
-            max_table_bytes: int, what: str, byte_states: int):
-  """The real tables: compressed `packed` with each copy's chain laid out in full."""
+            counting: _counting.CountingTerminals, entries_of: dict, downs: dict, vocab, *,
+            min_bucket: int, max_table_bytes: int, what: str, byte_states: int):
+  """The real tables: compressed `packed` with each copy's chain laid out in full.
+
+  `downs`: copy index -> the terminal entry of its strip's upper half, for the copies of
+  unbounded chains (`_counting.CountingTerminals.strip_down`)."""
   c = token_dfa.num_states
   t_copy, t_pos, t_slot = copy_of[order], pos[order], slot[order]
   outer = t_copy < 0
@@ -387,12 +399,17 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   for k, cp in enumerate(copies):
     f = cp.chain.compressed_of
     byte_cells = cp.cell[f]
+    unbounded = cp.chain.chain.max is None
+    if unbounded:  # The strip: slot 0 of the last position, which stays one real position.
+      byte_cells[cp.chain.chain.min + 1:, 1:] = -1
     comp[bases[k]:bases[k + 1]] = np.where(byte_cells >= 0, new_id[np.maximum(byte_cells, 0)],
                                            -1).reshape(-1)
     uses = np.bincount(f, minlength=cp.cell.shape[0])
     single = np.full(cp.cell.shape[0], -1, np.int64)
     once = uses[f] == 1
     single[f[once]] = np.flatnonzero(once)
+    if unbounded:
+      single[cp.chain.m2] = cp.chain.chain.min
     mine = np.flatnonzero(t_copy == k)
     i = single[t_pos[mine]]
     real_abs[mine] = np.where(i >= 0, bases[k] + i * cp.chain.stride + t_slot[mine], -1)
@@ -405,7 +422,12 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   e = len(token_dfa.edge_token)
   s_, d_ = token_dfa.edge_source.astype(np.int64), token_dfa.edge_target.astype(np.int64)
   offset = (t_pos[d_] - t_pos[s_]) * strides[t_copy[s_]] + t_slot[d_] - t_slot[s_]
-  relative = (t_copy[s_] >= 0) & (t_copy[s_] == t_copy[d_]) & (offset >= 0)
+  # Moves within an unbounded chain's last position are absolute: the strip shares its
+  # edges, and has no inner slots of its own.
+  last = np.array([cp.chain.m2 if cp.chain.chain.max is None else -2 for cp in copies] + [-2])
+  at_last = (t_copy >= 0) & (t_pos == last[t_copy])
+  relative = ((t_copy[s_] >= 0) & (t_copy[s_] == t_copy[d_]) & (offset >= 0)
+              & ~(at_last[s_] & at_last[d_]))
   absolute = real_abs[d_]
   if (~relative & (absolute < 0)).any():
     return None
@@ -417,7 +439,7 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   own = np.asarray(packed.state_terminals)[:c]
   listed = [entries_of.get(int(b), []) for b in order.tolist()]
   width = max(own.shape[1], max((len(x) for x in listed), default=0))
-  rows = np.full((c + 1, width, 2), _tables.NO_STATE, np.int32)
+  rows = np.full((c + 1 + len(downs), width, 2), _tables.NO_STATE, np.int32)
   rows[:c, :own.shape[1]] = own
   has = own[:, :, 0] >= 0
   targets = real_abs[np.maximum(own[:, :, 1], 0)]
@@ -427,6 +449,8 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   for s, entries in enumerate(listed):
     for r, (t, filt) in enumerate(entries, start=int(has[s].sum())):
       rows[s, r] = (t + nt, filt + nt if filt >= 0 else -1)
+  for j, (t, _) in enumerate(downs.values()):
+    rows[c + 1 + j, 0] = (t + nt, -1)
   total_t = nt + len(counting.bitmaps)
   t_pad = _tables.bucket_size(total_t, 1)
   terminal_bits = np.zeros((t_pad, token_dfa.terminal_bits.shape[1]), np.uint32)
@@ -443,6 +467,10 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   accepting[:num_states] = live & token_dfa.accepting[np.maximum(comp, 0)]
   state_terminal_rows = np.full(s_pad, c, np.int32)
   state_terminal_rows[:num_states] = np.where(live, comp, c)
+  for j, k in enumerate(downs):  # The upper half of each strip moves back.
+    cp = copies[k].chain
+    n, span = cp.chain.min, (len(cp.compressed_of) - cp.chain.min - 1) // 2
+    state_terminal_rows[bases[k] + (n + 1 + span + np.arange(span)) * cp.stride] = c + 1 + j
   start = int(real_abs[0])
   if start < 0:
     return None

@@ -106,6 +106,9 @@ class WideStates:
     self.num_words = num_words
     self.cache_dir = cache_dir
     self.max_cache_bytes = max_cache_bytes
+    # Bytes written since the cache was last pruned: the first write prunes, then one
+    # in every `max_cache_bytes / 16` written (a prune scans the whole directory).
+    self._unpruned = max_cache_bytes
     self._subtrie_memo: dict[str, LoopTerminal] = {}  # Key -> terminal with sub-trie.
     self._cover_memo: dict[str, InsideCover | None] = {}  # Terminal key -> its cover.
     self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
@@ -410,9 +413,13 @@ class WideStates:
     self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens, **arrays)
 
   def _write(self, path: str, **arrays) -> None:
-    """Writes `arrays` to `path` (best effort: see `write_cache_file`), then prunes."""
+    """Writes `arrays` to `path` (best effort: see `write_cache_file`), pruning the cache
+    now and then: it may exceed `max_cache_bytes` by 1/16 between two prunes."""
     if write_cache_file(self.cache_dir, path, arrays):
-      prune_cache(self.cache_dir, self.max_cache_bytes)
+      self._unpruned += sum(np.asarray(a).nbytes for a in arrays.values())
+      if self._unpruned * 16 >= self.max_cache_bytes:
+        prune_cache(self.cache_dir, self.max_cache_bytes)
+        self._unpruned = 0
 
 
 def prune_cache(cache_dir: str, max_bytes: int) -> None:

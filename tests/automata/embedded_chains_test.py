@@ -42,7 +42,8 @@ def compilers(vocab, tmp_path_factory):
 
 _OBJECT = {"type": "object", "properties": {
     "a": {"type": "string", "maxLength": 20}, "b": {"type": "integer"},
-    "c": {"type": "string", "minLength": 2, "maxLength": 9}}, "required": ["a"]}
+    "c": {"type": "string", "minLength": 2, "maxLength": 9},
+    "d": {"type": "string", "minLength": 4}}, "required": ["a"]}  # d: unbounded
 _SPECS = [
     cd.Regex(r"x[a-z]{0,20}Y[a-z]{3,30}Z"),          # two chains in sequence
     cd.Regex(r'(a[^"]{0,12}")+'),                     # one chain in a loop
@@ -51,6 +52,8 @@ _SPECS = [
     cd.JsonSchema({"anyOf": [{"type": "string", "maxLength": 15}, {"type": "null"}]}),
     cd.JsonSchema({"type": "object", "properties": {"a": {"type": "string", "maxLength": 10}},
                    "additionalProperties": True}),   # with schema-free fragments
+    cd.Regex(r'(a[^"]{3,}")+'),                      # an unbounded chain in a loop
+    cd.JsonSchema({"type": "array", "items": {"type": "string", "minLength": 5}}),
 ]
 
 
@@ -88,7 +91,7 @@ def test_object_string_lengths_match_jsonschema(compilers, vocab):
   rng = random.Random(3)
   for _ in range(150):
     value = {}
-    for key, high in (("a", 20), ("c", 9)):
+    for key, high in (("a", 20), ("c", 9), ("d", 14)):
       if key == "a" or rng.random() < 0.6:
         value[key] = json.loads('"' + "".join(rng.choice(_UNITS)
                                               for _ in range(rng.randint(0, high + 2))) + '"')
@@ -107,7 +110,8 @@ def test_device_step_agrees_with_reference(compilers, vocab):
   rng = random.Random(0)
   step = jax.jit(cd.advance)
   for text in ['{"c":"ab","a":"' + "x" * 20 + '"}', '{"a":"' + "y" * 21 + '"}',
-               '{"b":7,"a":"\\u00e4\\n"}']:
+               '{"b":7,"a":"\\u00e4\\n"}', '{"d":"' + "abc" * 9 + '","a":""}',
+               '{"a":"","d":"\\n\\u00e4b"}']:
     tokens = index.random_tokenization(text.encode(), rng)
     states, ok = ref.reference_walk(tables, tokens)
     state = cd.init_state(tables, batch_size=1)
@@ -141,6 +145,28 @@ def test_gemma_nested_max_length_is_small_and_exact(gemma_compiler, gemma_vocab)
       text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
       tokens = index.random_tokenization(text.encode(), rng)
       assert ref.reference_accepts(tables, tokens) == validator.is_valid(value), (n, tags)
+
+
+def test_gemma_nested_min_length_is_small_and_exact(gemma_compiler, gemma_vocab):
+  """`minLength` alone inside an object (a password of at least 8 characters) used to
+  cost 68 MiB and a second: now the unbounded chain's strip (`_counting.py`)."""
+  schema = {"type": "object", "properties": {
+      "user": {"type": "string", "minLength": 3},
+      "password": {"type": "string", "minLength": 8, "maxLength": 64}},
+      "required": ["user", "password"]}
+  tables, info = gemma_compiler.compile_with_info(cd.JsonSchema(schema))
+  assert tables.token_counts.shape[0] >= 1
+  assert info.nbytes["total"] <= 32 << 20
+  validator = jsonschema.Draft202012Validator(schema)
+  index = ref.TokenIndex(gemma_vocab)
+  rng = random.Random(2)
+  for n in (0, 2, 3, 7, 8, 64, 65, 400):
+    value = {"user": "u" * n + " " * (n // 2), "password": "".join(
+        rng.choice(["ab", " ", "ä", "中", "\\n", "    "]) for _ in range(n))}
+    value["password"] = json.loads('"' + value["password"] + '"')
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    tokens = index.random_tokenization(text.encode(), rng)
+    assert ref.reference_accepts(tables, tokens) == validator.is_valid(value), (n, text)
 
 
 def test_wide_state_search_stops_at_the_deadline(gemma_compiler):
