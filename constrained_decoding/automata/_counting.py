@@ -80,8 +80,11 @@ from constrained_decoding.automata._byte_dfa import NO_STATE
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 
-# A repeat of fewer repetitions goes through plain composition (few states anyway).
-MIN_COUNT = 2
+# A repeat of fewer repetitions goes through plain composition (few states anyway) ...
+MIN_COUNT = 8
+# ... except over a wide class (JSON string characters, `.`, `[^"]`), where even two
+# positions of plain composition cost ~250k token edges each: counted from 2 on.
+MIN_COUNT_WIDE, WIDE_CLASS_SIZE = 2, 128
 # ... and so does one whose class has fewer code points (few tokens are wholly in it).
 MIN_CLASS_SIZE = 16
 
@@ -111,7 +114,8 @@ def find_chain(node: ir.Node) -> Chain | None:
   """The counted chain `node` is, or None (then plain composition applies).
 
   Supported: `Concat` of `Bytes` around one `Repeat(X, n, m)`, m >= `MIN_COUNT` (or m
-  unbounded and n >= `MIN_COUNT`), where X
+  unbounded and n >= `MIN_COUNT`; `MIN_COUNT_WIDE` for K of `WIDE_CLASS_SIZE` code
+  points or more), where X
   is a `CharClass` K of at least `MIN_CLASS_SIZE` code points, or a `Union` of one such
   K with alternatives that never start with a character of K (JSON escapes); the suffix
   must not start with a character of K either, so a token wholly in K is X repeated
@@ -125,11 +129,13 @@ def find_chain(node: ir.Node) -> Chain | None:
   if not all(isinstance(p, ir.Bytes) for j, p in enumerate(parts) if j != k):
     return None
   repeat = parts[k]
-  if (repeat.min if repeat.max is None else repeat.max) < MIN_COUNT:
+  bound = repeat.min if repeat.max is None else repeat.max
+  if bound < MIN_COUNT_WIDE:
     return None
   alternatives = repeat.node.alternatives if isinstance(repeat.node, ir.Union) else (repeat.node,)
   classes = [a for a in alternatives if isinstance(a, ir.CharClass)]
-  if len(classes) != 1 or sum(hi - lo + 1 for lo, hi in classes[0].ranges) < MIN_CLASS_SIZE:
+  size = sum(hi - lo + 1 for lo, hi in classes[0].ranges) if len(classes) == 1 else 0
+  if size < MIN_CLASS_SIZE or (bound < MIN_COUNT and size < WIDE_CLASS_SIZE):
     return None
   lead = _lead_bytes(classes[0])
   for other in alternatives:  # Escapes: never starting with a character of K.

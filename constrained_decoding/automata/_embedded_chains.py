@@ -142,7 +142,7 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
   def chain_or_descend(n: ir.Node) -> ir.Node | None:
     # Top-down: a repeat is judged as written, before anything inside it is replaced.
     # Bytes, classes, terminals, rule references and (schema-free) fragments stay as they are.
-    if isinstance(n, ir.Repeat) and (n.max is not None or n.min >= _counting.MIN_COUNT):
+    if isinstance(n, ir.Repeat) and (n.max is not None or n.min >= _counting.MIN_COUNT_WIDE):
       return chain_fragment(n)
     if isinstance(n, ir.Graph):
       return slotted_fragment(n)

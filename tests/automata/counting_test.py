@@ -58,7 +58,7 @@ _CASES = [
     (r"[^\"]{30,70}", True),
     (r"[a-z\u00e4]{0,17}", True),
     (r"[^\"]{0,200}", True),
-    (r"[a-z]{2,5}", True),
+    (r"[^\"]{2,5}", True),
     (r"[a-z]{9,}", True),
     (r'"[^"]{10,}"!', True),
     (r".{3,}", True),
@@ -196,9 +196,11 @@ def test_huge_bound_trips_the_table_budget_first(vocab):
 
 def test_find_chain_shapes():
   assert _counting.find_chain(cd.Regex(r"[a-z]{1,200}").to_ir()) is not None
-  assert _counting.find_chain(cd.Regex(r"[a-z]{1,2}").to_ir()) is not None
+  assert _counting.find_chain(cd.Regex(r"[a-z]{1,8}").to_ir()) is not None
+  assert _counting.find_chain(cd.Regex(r"[a-z]{1,7}").to_ir()) is None  # short: plain
+  assert _counting.find_chain(cd.Regex(r"[^a]{1,2}").to_ir()) is not None  # ... unless wide
   assert _counting.find_chain(cd.Regex(r"[a-z]{0,1}").to_ir()) is None  # short: plain
-  assert _counting.find_chain(cd.Regex(r"[a-z]{2,}").to_ir()).max is None  # unbounded
+  assert _counting.find_chain(cd.Regex(r"[a-z]{8,}").to_ir()).max is None  # unbounded
   assert _counting.find_chain(cd.Regex(r"[a-z]+").to_ir()) is None  # a plain loop
   assert _counting.find_chain(cd.Regex(r"[0-9]{1,200}").to_ir()) is None  # narrow class
   assert _counting.find_chain(cd.Regex(r"[a-z]{1,200}b").to_ir()) is None  # suffix in K
