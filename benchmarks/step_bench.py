@@ -18,6 +18,10 @@ logits [B, V], `argmax` of the masked logits, `advance` -- at batch 1, 8 and 64,
      automaton's budget, so its keys are checked in register words on the device
      (`automata/_registers.py`: guarded tokens gathered and scattered per step).
   g  the same object with `property_order="schema"` (no registers), on the same text.
+  j  the object of f with a free-form member (nested JSON) under `free_form_depth=None`:
+     push-down tables whose guards work beside the stack (issue 14; the free-form value
+     is a call of the JSON-value rule, which touches no register).
+  k  the same with `property_order="schema"`: push-down tables without registers.
 
 Each constraint walks a valid text (`regex_bench.walk_tokens`: greedy longest tokens),
 chosen so that almost every state of the walk is inside the counted chain, up to its
@@ -90,6 +94,11 @@ LIST_20 = {"type": "array", "maxItems": 20, "items": {
                    "label": {"type": "string"}, "kind": {"enum": ["a", "b", "c"]}}}}
 _LIST_TEXT = json.dumps([{"id": 1000 + i, "ok": True, "label": _text(_WORDS, 12), "kind": "b"}
                          for i in range(20)], separators=(",", ":"))
+_FREE_TEXT = _WIDE_TEXT[:-1] + ',"meta":' + json.dumps(
+    {"tags": ["a", "b"], "nested": [{"x": 1, "y": [True, None, 2.5]}, {"z": "w"}]},
+    separators=(",", ":")) + "}"
+
+
 def cases() -> tuple:
   """(key, label, spec, text walked) per constraint. A function, not a constant: specs
   import the compiler (pynini), which `device_kit run` must not need."""
@@ -110,6 +119,10 @@ def cases() -> tuple:
       ("h", "array of <= 20 objects, counted (register)", cd.JsonSchema(LIST_20), _LIST_TEXT),
       ("i", "array of <= 20 objects, copies",
        cd.JsonSchema(LIST_20, property_order="any_bounded"), _LIST_TEXT),
+      ("j", "object of 26 keys + free-form, any order, free_form_depth=None (stack + registers)",
+       cd.JsonSchema(WIDE_OBJECT, free_form_depth=None), _FREE_TEXT),
+      ("k", "object of 26 keys + free-form, schema order, free_form_depth=None (stack)",
+       cd.JsonSchema(WIDE_OBJECT, free_form_depth=None, property_order="schema"), _FREE_TEXT),
   )
 
 

@@ -199,8 +199,81 @@ def _contracted(rtn: Rtn, marker_arcs: list) -> Rtn:
       marker_arcs=np.array([(q, index[m], t) for q, m, t in marker_arcs],
                            np.int32).reshape(-1, 3), markers=markers)
   contracted = _registers.contract(dfa)
+  _check_calls(rtn, contracted.arc_ops)
   return dataclasses.replace(rtn, transitions=contracted.dfa.transitions,
                              contracted=contracted)
+
+
+def _check_calls(rtn: Rtn, arc_ops: dict) -> None:
+  """Raises `RegisterError` if a call's callee (or a rule it calls) may touch a register
+  word that is live at the call's return address: the row's words are not saved on the
+  stack, so the caller must not need a word the callee may change.
+
+  Live words: a backward fixpoint over the byte arcs (an operation other than CLEAR
+  reads its word, UCLOSE the block's h0, h1 and n too; CLEAR kills its word) and,
+  through a call, from its return address. Touched words: those the operations of a
+  rule's arcs name, and of the rules it calls.
+  """
+  reads: dict = {}
+  kills: dict = {}
+  words_of_rule = [0] * len(rtn.rules)
+  for (state, byte), ops in arc_ops.items():
+    live, killed = 0, 0
+    for kind, word, _ in reversed(ops):  # Backwards: a later read after a clear is dead.
+      span = 3 if kind == _registers.UCLOSE else 1
+      bits = ((1 << span) - 1) << word
+      if kind == _registers.CLEAR:
+        live &= ~bits
+        killed |= bits
+      else:
+        live |= bits
+        killed &= ~bits
+      words_of_rule[int(rtn.rule_of_state[state])] |= bits
+    reads[(state, byte)], kills[(state, byte)] = live, killed
+  callees = [set() for _ in rtn.rules]
+  for state, calls in enumerate(rtn.calls):
+    for rule, _ in calls:
+      callees[int(rtn.rule_of_state[state])].add(rule)
+  touched = list(words_of_rule)
+  changed = True
+  while changed:
+    changed = False
+    for rule, called in enumerate(callees):
+      merged = touched[rule]
+      for other in called:
+        merged |= touched[other]
+      if merged != touched[rule]:
+        touched[rule], changed = merged, True
+  if not any(touched[rule] for called in callees for rule in called):
+    return  # No callee touches a register: nothing to check.
+  successors = [[] for _ in range(rtn.num_states)]  # (target, reads, kills)
+  untagged = rtn.transitions.copy()
+  for (q, b), read in reads.items():
+    successors[q].append((int(rtn.transitions[q, b]), read, kills[(q, b)]))
+    untagged[q, b] = NO_STATE
+  source, byte = np.nonzero(untagged >= 0)
+  pairs = np.unique(np.stack([source, untagged[source, byte]], axis=1), axis=0)
+  for q, t in pairs.tolist():
+    successors[q].append((t, 0, 0))
+  for q, calls in enumerate(rtn.calls):
+    successors[q] += [(ret, 0, 0) for _, ret in calls]
+  live = [0] * rtn.num_states
+  changed = True
+  while changed:
+    changed = False
+    for q in range(rtn.num_states - 1, -1, -1):
+      value = live[q]
+      for target, read, kill in successors[q]:
+        value |= read | (live[target] & ~kill)
+      if value != live[q]:
+        live[q], changed = value, True
+  for state, calls in enumerate(rtn.calls):
+    for rule, ret in calls:
+      if touched[rule] & live[ret]:
+        raise _registers.RegisterError(
+            f"Rule {rtn.rules[rule]!r} may change register words that are in use where"
+            f" rule {rtn.rules[int(rtn.rule_of_state[state])]!r} calls it (words are not"
+            " saved on the stack).")
 
 
 def _stack_tops(rtn: Rtn) -> tuple[frozenset[int], ...]:

@@ -16,6 +16,7 @@ from constrained_decoding import errors
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints import _json_negation
+from constrained_decoding.constraints import _json_object_schemas
 from constrained_decoding.constraints import _json_objects
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints._json_keywords import (
@@ -257,12 +258,6 @@ def _unique_positions(lw, schema: dict, pointer: str):
   return list(values), spellings
 
 
-def _has_rule_call(node: ir.Node) -> bool:
-  """Whether `node` holds an `ir.RuleRef` (a call on the device stack, whose callee may
-  reuse the register words of the construct around it)."""
-  return ir.fold(node, lambda n, children: isinstance(n, ir.RuleRef) or any(children))
-
-
 def unique_strings(lw, schema: dict, pointer: str) -> ir.Node | str | None:
   """An array with `uniqueItems: true` of string items, the items checked distinct on
   the device (`automata/_unique_strings.py`): a block of register words keeps a hash of
@@ -422,7 +417,8 @@ def lower_array(lw, schema: dict, pointer: str) -> ir.Node:
     copies = max(min_items, max_items or 0) - 1
     if (copies > 0 and lw.use_registers and lw.options.property_order == "any"
         and _json_objects.ir_size(rest) * copies > MAX_COPIED_ITEMS
-        and not _has_rule_call(rest)):  # Its count live across no push (a call).
+        # A callee that may use registers could clear the count (`_json_object_schemas`).
+        and not _json_object_schemas.calls_register_rule(lw, rest)):
       key = ("array", rest, min_items, max_items)
       word = lw.register_blocks.setdefault(key, lw.register_words)
       if word == lw.register_words:

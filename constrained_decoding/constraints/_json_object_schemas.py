@@ -119,7 +119,7 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
   if not counted and (lw.options.property_order != "schema" or depends):
     any_order = _any_order(lw, members, extra, depends, pointer)
     if (any_order is None and keyed and not depends and lw.use_registers
-        and lw.options.property_order == "any" and not _calls(keyed, extra)):
+        and lw.options.property_order == "any" and not _calls(lw, keyed, extra)):
       lw.log.info("JSON Schema: the object at %s checks its %d keys on the device"
                   " (register markers).", pointer, len(keyed))
       # Equal objects share their words (and so their automaton after minimization:
@@ -169,7 +169,7 @@ def _counts_in_register(lw, keyed: list, extra: ir.Node | None, depends: dict, s
   twice towards a minimum above 1."""
   if not (lw.use_registers and lw.options.property_order == "any") or depends:
     return False
-  if _calls(keyed, extra):
+  if _calls(lw, keyed, extra):
     return False
   if any(is_required for _, _, is_required in keyed):
     return False
@@ -371,7 +371,8 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
     if lw.options.property_order == "schema":
       return None
     return _any_order(lw, members, extra, {}, pointer)
-  registers = lw.options.property_order == "any" and lw.use_registers
+  registers = (lw.options.property_order == "any" and lw.use_registers
+               and not _calls(lw, members, extra))
   if result is None and lw.options.property_order != "schema" and not registers:
     lw.log.info("JSON Schema: the object at %s keeps schema order (%d members: any order"
               " would exceed %d IR nodes or %d string bodies, or a member is"
@@ -380,18 +381,22 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
   return result
 
 
-def _calls(keyed: list, extra: ir.Node | None) -> bool:
-  """Whether a member value (or the additional one) calls a grammar rule (recursion,
-  or a free-form value under `free_form_depth=None`): its register words would then be
-  live across a push and a pop of the device stack, which registers do not survive (a
-  recursive call may clear them), so such an object keeps its automaton."""
+def _calls(lw, keyed: list, extra: ir.Node | None) -> bool:
+  """Whether a member value (or the additional one) calls a grammar rule that may use
+  register words (a recursive one): the words would be live across a push and a pop of
+  the device stack, and the callee (the object itself, say) could clear them, so such
+  an object keeps its automaton. Calls of the free-form value rule
+  (`free_form_depth=None`) are fine: that rule uses no registers, so the object's words
+  are the same after it returns (`automata/_pda._check_calls` verifies it)."""
   nodes = [node for _, node, _ in keyed] + ([] if extra is None else [extra])
-  return any(has_rule_call(node) for node in nodes)
+  return any(calls_register_rule(lw, node) for node in nodes)
 
 
-def has_rule_call(node: ir.Node) -> bool:
-  """Whether `node` holds an `ir.RuleRef` (memoized by node identity, linear)."""
-  return ir.fold(node, lambda n, children: isinstance(n, ir.RuleRef) or any(children))
+def calls_register_rule(lw, node: ir.Node) -> bool:
+  """Whether `node` holds an `ir.RuleRef` other than the free-form value rule's
+  (memoized by node identity, linear)."""
+  return ir.fold(node, lambda n, children: (isinstance(n, ir.RuleRef)
+                                            and not lw.is_free_form(n)) or any(children))
 
 
 def _member(lw, key: str, value: ir.Node, marker: ir.Node = ir.EPSILON) -> ir.Node:

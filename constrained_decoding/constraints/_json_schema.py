@@ -301,8 +301,8 @@ def _lower(schema, options: SchemaOptions, use_registers: bool = True):
   lowerer = _Lowerer(schema, options, use_registers)
   if options.max_ref_depth is None and isinstance(schema, dict):
     node = lowerer.lower_root(schema)
-    # Register constructs in a recursive schema call no rule (`_json_object_schemas._calls`,
-    # `_json_array_schemas._has_rule_call`): their words are never live across a push.
+    # Register constructs in a recursive schema call no rule that uses registers
+    # (`_json_object_schemas._calls`): their words survive every push and pop.
     if lowerer.rules:
       return _grammar_passes.recursive_grammar(schema, node, lowerer.rules), tuple(lowerer.ignored)
   else:

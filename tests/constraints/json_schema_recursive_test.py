@@ -276,8 +276,9 @@ def _random_walk(tables, rng, token_bytes, eos, max_tokens=80):
   `max_tokens`, by when closing tokens are preferred); the text, or None if the walk
   has not ended after 10 x `max_tokens` tokens (recursion may keep branching)."""
   state, stack, data = int(tables.start[0]), (), b""
+  registers = (0,) * tables.register_init.shape[0]  # Objects checked in registers.
   for step in range(10 * max_tokens):
-    allowed = np.nonzero(reference_allowed(tables, state, stack))[0]
+    allowed = np.nonzero(reference_allowed(tables, state, stack, registers))[0]
     choices = [t for t in allowed.tolist() if t not in eos]
     end = reference_end_allowed(tables, state, stack)
     assert choices or end, (state, stack, data)
@@ -287,7 +288,7 @@ def _random_walk(tables, rng, token_bytes, eos, max_tokens=80):
       closing = [t for t in choices if (token_bytes[t] or b"")[-1:] in (b"]", b"}", b'"')]
       choices = closing or choices
     token = rng.choice(choices)
-    state, stack = reference_step_stack(tables, state, stack, token)
+    state, stack, registers = reference_step_stack(tables, state, stack, token, registers)
     data += token_bytes[token]
   return None
 
