@@ -1,6 +1,8 @@
 """Helpers for testing code that uses constrained_decoding (numpy references, and the
-exact distribution of a finite language for grammar-aligned sampling)."""
+exact distribution of a finite language for grammar-aligned sampling, random
+derivations of a grammar)."""
 
+from constrained_decoding.testing._derivations import random_derivation
 from constrained_decoding.testing._exact import ExactDistribution
 from constrained_decoding.testing._exact import accepted_sequences
 from constrained_decoding.testing._exact import empirical_kl
@@ -23,6 +25,7 @@ __all__ = [
     "distances_to_accept",
     "empirical_kl",
     "exact_distribution",
+    "random_derivation",
     "random_accepted_bytes",
     "reference_accepts",
     "reference_allowed",

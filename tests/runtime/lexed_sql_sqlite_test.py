@@ -20,6 +20,7 @@ import pytest
 import constrained_decoding as cd
 from constrained_decoding.constraints import _lexed_grammar
 from constrained_decoding.constraints import _lr
+from constrained_decoding.testing import random_derivation
 
 _PATH = _lr.__file__.replace("_lr.py", "grammars/sql_select_lexed.lark")
 
@@ -47,34 +48,6 @@ def _sqlite_parses(text: str) -> bool:
   except (sqlite3.ProgrammingError, sqlite3.Warning):  # Not one statement.
     return False
   return True
-
-
-def _derive(grammar, rng, depth=6) -> list[str]:
-  """A random terminal sequence of `grammar` (shortest choices past `depth`)."""
-  by_lhs = {}
-  for p in grammar.productions:
-    by_lhs.setdefault(p.lhs, []).append(p.rhs)
-  size = {}
-  for _ in range(len(by_lhs) + 1):
-    for lhs, alternatives in by_lhs.items():
-      for rhs in alternatives:
-        if all(s not in by_lhs or s in size for s in rhs):
-          n = sum(size.get(s, 1) for s in rhs)
-          size[lhs] = min(size.get(lhs, n), n)
-  out = []
-
-  def walk(symbol, level):
-    if symbol not in by_lhs:
-      out.append(symbol)
-      return
-    alternatives = by_lhs[symbol]
-    rhs = (rng.choice(alternatives) if level < depth else
-           min(alternatives, key=lambda r: sum(size.get(s, 1) for s in r)))
-    for s in rhs:
-      walk(s, level + 1)
-
-  walk(grammar.start, 0)
-  return out
 
 
 def _render(grammar, terminals, rng) -> str:
@@ -118,7 +91,7 @@ def test_derivations_parse_in_sqlite(sql):
   grammar, accepts = sql
   rng = random.Random(0)
   for _ in range(300):
-    text = _render(grammar, _derive(grammar, rng), rng)
+    text = _render(grammar, random_derivation(grammar, rng), rng)
     assert accepts(text), text
     assert _sqlite_parses(text), text
 
@@ -128,7 +101,7 @@ def test_what_the_tables_accept_sqlite_parses(sql):
   rng = random.Random(1)
   kinds = {True: 0, False: 0}
   for _ in range(600):
-    text = _mutate(_render(grammar, _derive(grammar, rng), rng), rng)
+    text = _mutate(_render(grammar, random_derivation(grammar, rng), rng), rng)
     ours = accepts(text)
     kinds[ours] += 1
     if ours:
