@@ -320,17 +320,59 @@ def _pack_bits(rows: np.ndarray, width: int) -> np.ndarray:
 
 
 def _reachable(trans: np.ndarray) -> np.ndarray:
-  """bool [S, S]: state r is reachable from s (s itself included)."""
+  """bool [S, S]: state r is reachable from s (s itself included).
+
+  Each state's set is a Python int bitset, the union of its successors' sets and itself,
+  recomputed in depth-first post-order (successors first) until a pass changes nothing:
+  one pass settles an acyclic DFA, each cycle a pass more (milliseconds for Python's
+  lexer, where squaring the int matrix took seconds: numpy's integer products are not
+  BLAS).
+  """
   n = trans.shape[0]
-  adj = np.zeros((n, n), bool)
-  src, _ = np.nonzero(trans >= 0)
-  adj[src, trans[trans >= 0]] = True
-  reach = adj | np.eye(n, dtype=bool)
-  while True:  # Squaring: log(S) boolean products.
-    nxt = reach | ((reach.astype(np.int32) @ reach.astype(np.int32)) > 0)
-    if (nxt == reach).all():
-      return reach
-    reach = nxt
+  src, col = np.nonzero(trans >= 0)
+  edges = np.unique(src.astype(np.int64) * n + trans[src, col])
+  starts = np.searchsorted(edges // n, np.arange(n + 1))
+  succ = [edges[starts[s]:starts[s + 1]] % n for s in range(n)]
+  succ = [row.tolist() for row in succ]
+  order = _post_order(succ)
+  bits = [1 << s for s in range(n)]
+  changed = True
+  while changed:
+    changed = False
+    for s in order:
+      b = bits[s]
+      for t in succ[s]:
+        b |= bits[t]
+      if b != bits[s]:
+        bits[s] = b
+        changed = True
+  width = (n + 7) // 8
+  packed = np.frombuffer(b"".join(b.to_bytes(width, "little") for b in bits), np.uint8)
+  return np.unpackbits(packed.reshape(n, width), axis=1, count=n,
+                       bitorder="little").astype(bool)
+
+
+def _post_order(succ: list) -> list:
+  """Every node of the graph `succ` (adjacency lists), each after the nodes that its
+  depth-first search from the lowest unvisited node reaches first (post-order)."""
+  seen = [False] * len(succ)
+  out = []
+  for root in range(len(succ)):
+    if seen[root]:
+      continue
+    seen[root] = True
+    stack = [(root, iter(succ[root]))]
+    while stack:
+      node, it = stack[-1]
+      for t in it:
+        if not seen[t]:
+          seen[t] = True
+          stack.append((t, iter(succ[t])))
+          break
+      else:
+        stack.pop()
+        out.append(node)
+  return out
 
 
 def _beaten_by_keywords(terms, ignored, defs) -> tuple[str, ...]:
