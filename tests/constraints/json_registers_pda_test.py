@@ -306,6 +306,41 @@ def test_save_and_load_keep_the_guards(byte_tables, byte_vocab, tmp_path):
           == [_valid("tree", v) for v in values])
 
 
+@jax.jit
+def _stacked_walk(tables, ids, tokens, lengths, eos):
+  """`_device_walk` with each row following stacked constraint `ids[row]`."""
+  state = cd.init_state(tables, constraint_ids=ids)
+
+  def step(state, i):
+    moved = cd.advance(tables, state, tokens[:, i])
+    active = i < lengths
+    return jax.tree.map(lambda a, b: jnp.where(
+        active.reshape(active.shape + (1,) * (a.ndim - 1)), a, b), moved, state), None
+
+  state, _ = jax.lax.scan(step, state, jnp.arange(tokens.shape[1]))
+  state = cd.advance(tables, state, jnp.full(tokens.shape[0], eos, jnp.int32))
+  return state.done & ~state.error
+
+
+def test_stacked_with_other_tables(byte_tables, byte_compiler, byte_vocab):
+  """Stacked after a flat register table (its words and hash rows first), the tree's
+  guards and hashes still decide."""
+  flat = byte_compiler.compile(cd.JsonSchema(RECORD))
+  stacked = cd.stack_tables([flat, byte_tables["tree"]])
+  assert stacked.is_pushdown and stacked.has_hashes
+  values = _documents("tree", 8, seed=9)
+  texts = [list(_text(v)) for v in values] + [list(b'{"k00":1,"k13":2,"k05":3}')] * 2
+  ids = [1] * len(values) + [0, 1]
+  width = 128 * -(-max(map(len, texts)) // 128)
+  tokens = np.zeros((len(texts), width), np.int32)
+  for row, ids_ in enumerate(texts):
+    tokens[row, :len(ids_)] = ids_
+  lengths = np.array([len(t) for t in texts], np.int32)
+  got = _stacked_walk(stacked, jnp.asarray(ids, jnp.int32), tokens, lengths,
+                      byte_vocab.eos_ids[0])
+  assert np.asarray(got).tolist() == [_valid("tree", v) for v in values] + [True, False]
+
+
 def test_gemma_random_tokenizations(gemma_compiler, gemma_vocab):
   """Random tokenizations (tokens crossing `","`, `"]}`, `},{"` and so calls, returns
   and register operations at once) agree with jsonschema."""
