@@ -1,0 +1,62 @@
+"""Helpers that make the lexer-state x token table fast (issue 18), each against a plain
+reference on random inputs."""
+
+import random
+
+import numpy as np
+import pytest
+
+import constrained_decoding as cd
+from constrained_decoding.automata import _detokenizer
+from constrained_decoding.automata import _lexer
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stable_order_is_a_stable_argsort(seed):
+  rng = np.random.default_rng(seed)
+  n = int(rng.integers(0, 3000))
+  top = [3, 1000, 2**40, 2**62][seed % 4]  # few keys (many ties) .. too wide to pack
+  key = rng.integers(0, top, n).astype(np.int64)
+  np.testing.assert_array_equal(_lexer._stable_order(key), np.argsort(key, kind="stable"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_pairs_matches_numpy_unique_rows(seed):
+  rng = np.random.default_rng(seed)
+  n = int(rng.integers(1, 2000))
+  a = rng.integers(0, 50, n).astype(np.uint64) * np.uint64(2**58)  # (uint64 range)
+  b = a // np.uint64(3) + np.uint64(7)
+  if seed % 2:  # collisions: equal a, different b
+    b[rng.integers(0, n, n // 3)] += np.uint64(1)
+  _, rep, inv = np.unique(np.stack([a, b], 1), axis=0, return_index=True,
+                          return_inverse=True)
+  got_rep, got_inv = _lexer._unique_pairs(a, b)
+  np.testing.assert_array_equal(got_rep, rep)
+  np.testing.assert_array_equal(got_inv, inv.reshape(-1))
+
+
+def test_ranges_concatenates_ranges():
+  lo = np.array([5, 0, 9, 3], np.int64)
+  hi = np.array([8, 0, 11, 4], np.int64)
+  np.testing.assert_array_equal(_lexer._ranges(lo, hi), [5, 6, 7, 9, 10, 3])
+
+
+def test_subtrees_match_the_token_strings():
+  rng = random.Random(0)
+  alphabet = b"ab\n\xff\x00a"
+  tokens = sorted({bytes(rng.choices(alphabet, k=rng.randrange(1, 7))) for _ in range(300)})
+  vocab = cd.Vocabulary.from_token_bytes(tokens + [None], eos_ids=[len(tokens)])
+  trie = _detokenizer.build_trie(vocab)
+  end, below = _lexer._subtrees(trie)
+  # Each node's prefix: the bytes of any token spelled at or below it, cut to its depth.
+  prefix = {}
+  for n in range(trie.num_nodes):
+    lo, hi = trie.token_start[n], trie.token_start[end[n]]
+    spelled = [vocab.token_bytes[t] for t in trie.token_ids[lo:hi]]
+    assert spelled, n  # every subtree holds a token
+    prefix[n] = spelled[0][:trie.node_depth[n]]
+    expected_tokens = [t for t in tokens if t.startswith(prefix[n])]
+    assert sorted(spelled) == expected_tokens
+    expected_bytes = {b for t in expected_tokens for b in t[len(prefix[n]):]}
+    bits = np.unpackbits(below[n].view(np.uint8), bitorder="little")
+    assert set(np.nonzero(bits)[0].tolist()) == expected_bytes
