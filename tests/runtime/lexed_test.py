@@ -498,3 +498,77 @@ def test_stacked_grammars_equal_the_individual_ones():
     assert not np.asarray(state.error).any()
   with pytest.raises(errors.VocabularyMismatchError, match="tables 1 were compiled for another vocabulary"):
     _lexed_grammar.stack_lexed_arrays([sql.arrays, _get("arith").arrays])
+
+
+def _lanes_one_by_one(tables, state):
+  """(ok, top, paren, room) [B, Ks + 1] of every lane of each row's lexer state, each
+  lane run whole from its row's stacks (P = D): what `_run_trie` must reproduce."""
+  b = state.state.shape[0]
+  length = _lexed._lane_width(tables)
+  seq = _lexed._sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
+  end, _ = _lexed._end_lane(tables, state.state, length)
+  items = jnp.concatenate([seq, end[:, None]], axis=1)
+  x = items.shape[1]
+  out = _lexed._lanes(tables, state, items.reshape(b * x, length),
+                      jnp.repeat(jnp.arange(b), x), tables.stack_depth, length)
+  return tuple(out[k].reshape(b, x) for k in ("ok", "top", "paren", "room"))
+
+
+def test_lane_trie_holds_every_lane_sequence():
+  arrays = _get("sql").arrays
+  tables = _get("sql").tables
+  item, parent = np.asarray(tables.trie_item), np.asarray(tables.trie_parent)
+  nodes = np.asarray(tables.lane_node)
+  assert item.shape[1] == sum(tables.trie_widths)
+  for s in range(nodes.shape[0]):
+    for j, q in enumerate(arrays.state_seq_lanes[s].tolist() + ["end"]):
+      if q == "end":
+        first = max(int(arrays.state_end_item[s]), -1)
+        tail = int(arrays.state_end_tail[s])
+        want = [v for v in ([first, tail] if first >= 0 else [tail]) if v >= 0]
+      elif q < 0:
+        want = []
+      else:
+        want = [v for v in arrays.seq_items[q].tolist() if v >= 0]
+      got, c = [], int(nodes[s, j])
+      while c >= 0:
+        got.append(int(item[s, c]))
+        c = int(parent[s, c])
+      assert got[::-1] == want, (s, j)
+
+
+@pytest.mark.parametrize("name", ["sql", "chain"])
+def test_lane_trie_equals_lanes_one_by_one(name):
+  # Every lane of every state a random walk visits, through the trie (short suffix,
+  # with the full-stack fallback) and whole (full stacks): ok everywhere equal, and
+  # top / bracket depth / room equal where ok.
+  if name == "sql":
+    tables = _get("sql").tables
+  else:  # 20 empty rules in a row: the short suffix overflows (the fallback runs)
+    source = ("start: " + " ".join(f"e{k}" for k in range(20)) + ' "z"\n'
+              + "".join(f'e{k}: "{c}"?\n' for k, c in enumerate("abcdefghijklmnopqrst"))
+              + '%ignore " "\n')
+    tables = _lexed.tables_from_arrays(
+        _lexed_grammar.compile_lexed_grammar(source, _byte_vocab(), stack_depth=32))
+  trie = jax.jit(_lexed._run_overlay)
+  whole = jax.jit(_lanes_one_by_one)
+  short = 2 * _lexed._lane_width(tables) + 8
+  overflowed = jax.jit(lambda t, s: _lexed._run_trie(t, s, t.lane_node[s.state], short)[1])
+  fell_back = False
+  allowed, advance = jax.jit(_lexed.allowed_bits), jax.jit(_lexed.advance)
+  rng = np.random.default_rng(5)
+  state = _lexed.init_state(tables, _BATCH)
+  for _ in range(20):
+    got = [np.asarray(v) for v in trie(tables, state)]
+    want = [np.asarray(v) for v in whole(tables, state)]
+    np.testing.assert_array_equal(got[0], want[0])
+    fell_back |= bool(overflowed(tables, state))
+    for g, w in zip(got[1:], want[1:]):
+      np.testing.assert_array_equal(np.where(want[0], g, 0), np.where(want[0], w, 0))
+    bits = np.asarray(allowed(tables, state))
+    live = [np.nonzero((bits[r, :, None] >> np.arange(32, dtype=np.uint32)) & 1)
+            for r in range(_BATCH)]
+    tokens = [int(w[0][k] * 32 + w[1][k]) for w in live
+              for k in [rng.integers(len(w[0]))]]
+    state = advance(tables, state, jnp.asarray(tokens, jnp.int32))
+  assert fell_back == (name == "chain")
