@@ -21,10 +21,13 @@ Public:
   Terminal                          one terminal (name, pattern, literal, priority).
   terminals_from_grammar(grammar)   the terminals of an `_lr.TerminalGrammar`.
   LexerDfa, build_lexer_dfa(...)    the lexer DFA with lexeme classes.
+  terminal_dfas(terminals)          each terminal's minimal byte DFA (its input).
+  dfa_accepts(dfa, data)            whether one of them matches a whole text.
   with_semicolon_modes(lexer, ...)  the same with Go's automatic semicolons (two modes).
   lex(lexer, data)                  host reference lexer (class names, or None).
   TokenTable, build_token_table(lexer, trie)   the lexer-state x token table.
   load_or_build_token_table(lexer, trie, cache_dir)   the same, cached on disk.
+  ranges(lo, hi)                    the integers of several ranges, concatenated.
 """
 
 import dataclasses
@@ -224,8 +227,34 @@ def _minimize(trans: np.ndarray, label: np.ndarray, start: int):
   return out, lab[order], 0
 
 
-def build_lexer_dfa(terminals, *, ignored=(), keyword_beats=("NAME",)) -> LexerDfa:
-  """The minimal lexer DFA of `terminals` (a sequence of `Terminal`).
+def terminal_dfas(terminals) -> list:
+  """The minimal byte DFA of each terminal (a sequence of `Terminal`): what
+  `build_lexer_dfa` composes, for callers that also read them (keywords' matches).
+
+  Raises:
+    ValueError: a terminal matches nothing or the empty string.
+  """
+  dfas = [_fsa.compile_byte_dfa(t.ir()) for t in terminals]
+  for t, d in zip(terminals, dfas):
+    if d.num_states == 0 or d.accepting[d.start]:
+      raise ValueError(f"terminal {t.name} matches nothing or the empty string")
+  return dfas
+
+
+def dfa_accepts(dfa, data: bytes) -> bool:
+  """Whether the byte DFA `dfa` (a `terminal_dfas` entry) matches all of `data`."""
+  q = dfa.start
+  for b in data:
+    q = dfa.transitions[q, b]
+    if q < 0:
+      return False
+  return bool(dfa.accepting[q])
+
+
+def build_lexer_dfa(terminals, *, ignored=(), keyword_beats=("NAME",), dfas=None
+                    ) -> LexerDfa:
+  """The minimal lexer DFA of `terminals` (a sequence of `Terminal`); `dfas`: their
+  `terminal_dfas`, when the caller has them.
 
   Raises:
     ValueError: a terminal matches nothing or the empty string, or names repeat.
@@ -234,10 +263,7 @@ def build_lexer_dfa(terminals, *, ignored=(), keyword_beats=("NAME",)) -> LexerD
   names = [t.name for t in terminals]
   if len(set(names)) != len(names):
     raise ValueError(f"terminal names repeat: {names}")
-  dfas = [_fsa.compile_byte_dfa(t.ir()) for t in terminals]
-  for t, d in zip(terminals, dfas):
-    if d.num_states == 0 or d.accepting[d.start]:
-      raise ValueError(f"terminal {t.name} matches nothing or the empty string")
+  dfas = terminal_dfas(terminals) if dfas is None else list(dfas)
   order = sorted(range(len(terminals)),
                  key=lambda i: (-terminals[i].priority, not terminals[i].literal, i))
   beaten = set(keyword_beats)
@@ -574,7 +600,7 @@ def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
   return order[new], inverse
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
   """The integers of the ranges `lo[i]:hi[i]`, concatenated in order."""
   n = hi - lo
   return np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
@@ -684,8 +710,9 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   bounds = np.append(firsts, len(ekey))
   set_list = []
   for c in rep.tolist():  # one representative class per distinct token set
-    runs = _ranges(gc_lo[e_gc[bounds[c]:bounds[c + 1]]], gc_hi[e_gc[bounds[c]:bounds[c + 1]]])
-    ids = trie.token_ids[_ranges(lo[runs], hi[runs])]
+    parts = e_gc[bounds[c]:bounds[c + 1]]
+    runs = ranges(gc_lo[parts], gc_hi[parts])
+    ids = trie.token_ids[ranges(lo[runs], hi[runs])]
     set_list.append(np.sort(ids).astype(np.int32))
   # Pack: big sets as bitmaps first, then lists.
   big = [j for j, a in enumerate(set_list) if len(a) >= BITMAP_MIN_TOKENS]

@@ -319,6 +319,56 @@ def _pack_bits(rows: np.ndarray, width: int) -> np.ndarray:
       rows.shape[0], words)
 
 
+def _pack_rows(row: np.ndarray, n_rows: int, *columns) -> list:
+  """Entries grouped by `row` (ascending) as left-aligned rows: per (values, fill) of
+  `columns`, int32 [n_rows, max(entries of a row, 1)] padded with fill."""
+  counts = np.bincount(row, minlength=n_rows)
+  width = max(int(counts.max()) if len(row) else 0, 1)
+  col = np.arange(len(row)) - (np.cumsum(counts) - counts)[row]
+  out = []
+  for values, fill in columns:
+    a = np.full((n_rows, width), fill, np.int32)
+    a[row, col] = values
+    out.append(a)
+  return out
+
+
+def _state_slots(tt: _lexer.TokenTable, n_states: int, vocab_size: int) -> dict:
+  """The per-lexer-state arrays of `LexedArrays` that lay out `tt`'s outcome classes:
+  `state_outcomes`, `state_seq_lanes`, `state_slot_lane`, `state_big_slot`,
+  `state_big_row`, `state_small_tokens`, `state_small_slot` (class k of state s is
+  slot k - class_start[s])."""
+  counts = np.diff(tt.class_start)
+  k_state = np.repeat(np.arange(n_states), counts)
+  k_slot = np.arange(len(k_state)) - tt.class_start[k_state]
+  out = {}
+  (out["state_outcomes"],) = _pack_rows(k_state, n_states, (np.arange(len(k_state)), -1))
+  big = tt.class_set < tt.num_bitmaps
+  out["state_big_slot"], out["state_big_row"] = _pack_rows(
+      k_state[big], n_states, (k_slot[big], -1), (tt.class_set[big], -1))
+  # Smaller sets: each state's tokens ascending (a token is in one class of a state),
+  # sorted as one packed key (state, token, slot).
+  small = np.nonzero(~big)[0]
+  j = tt.class_set[small] - tt.num_bitmaps
+  lo, hi = tt.set_start[j].astype(np.int64), tt.set_start[j + 1].astype(np.int64)
+  cls = np.repeat(small, hi - lo)
+  k_max = out["state_outcomes"].shape[1]
+  key = np.sort((k_state[cls] * (vocab_size + 1)
+                 + tt.set_tokens[_lexer.ranges(lo, hi)]) * k_max + k_slot[cls])
+  out["state_small_tokens"], out["state_small_slot"] = _pack_rows(
+      key // k_max // (vocab_size + 1), n_states,
+      (key // k_max % (vocab_size + 1), vocab_size), (key % k_max, -1))
+  # Distinct sequences per state: one parser lane each, ascending.
+  n_seq = len(tt.seq_start)
+  pairs, lane = np.unique(k_state * n_seq + tt.class_seq, return_inverse=True)
+  (out["state_seq_lanes"],) = _pack_rows(pairs // n_seq, n_states, (pairs % n_seq, -1))
+  lane_counts = np.bincount(pairs // n_seq, minlength=n_states)
+  out["state_slot_lane"] = np.full(out["state_outcomes"].shape, -1, np.int32)
+  out["state_slot_lane"][k_state, k_slot] = (lane.reshape(-1)
+                                             - (np.cumsum(lane_counts) - lane_counts)[k_state])
+  return out
+
+
 def _reachable(trans: np.ndarray) -> np.ndarray:
   """bool [S, S]: state r is reachable from s (s itself included).
 
@@ -375,22 +425,24 @@ def _post_order(succ: list) -> list:
   return out
 
 
-def _beaten_by_keywords(terms, ignored, defs) -> tuple[str, ...]:
+def _beaten_by_keywords(terms, dfas, defs) -> tuple[str, ...]:
   """The regex terminals that match a word literal (a keyword): NAME for `"select"`.
 
   A keyword is a whole lexeme of its own (`SELECT` never reads as NAME, `SELECTa` is
   one NAME), as Lark's basic lexer makes it. Punctuation literals do not beat regexes:
-  `*` is STAR or OPERATOR, whichever the parser can take (a lexeme class).
+  `*` is STAR or OPERATOR, whichever the parser can take (a lexeme class). `dfas`:
+  the terms' `_lexer.terminal_dfas`. (The keyword's own DFA stays live along its text,
+  so a lexer of `terms` reads it as one lexeme, of the class of every terminal that
+  matches it whole: running it through each DFA finds the same names.)
   """
-  lexer = _lexer.build_lexer_dfa(terms, ignored=ignored, keyword_beats=())
   literal = {t.name for t in terms if t.literal}
   beaten = set()
   for t in terms:
     text = defs[t.name].literal if t.name in defs else None
     if t.literal and text and all(ch.isalnum() or ch == "_" for ch in text):
-      found = _lexer.lex(lexer, text.encode("utf-8"), classes=True, keep_ignored=True)
-      if found and len(found) == 1:
-        beaten.update(n for n in lexer.classes[found[0]] if n not in literal)
+      data = text.encode("utf-8")
+      beaten.update(u.name for u, d in zip(terms, dfas)
+                    if u.name not in literal and _lexer.dfa_accepts(d, data))
   return tuple(sorted(beaten))
 
 
@@ -476,11 +528,14 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
   # rule takes (BAD_NUMBER: `1if` is one refused lexeme).
   terms = [t for t in terms if not (t.name.startswith("_") and t.name not in grammar.terminals
                                     and t.name not in ignored)]
-  beaten = _beaten_by_keywords(terms, ignored, defs)
-  if indentation is not None:
-    terms = terms + [_lexer.Terminal(n, rx) for n, rx in indentation.newline_terminals()]
+  # Python's newline lexemes (one per indentation width) join the grammar's terminals.
+  extra = ([_lexer.Terminal(n, rx) for n, rx in indentation.newline_terminals()]
+           if indentation is not None else [])
   try:
-    lexer = _lexer.build_lexer_dfa(terms, ignored=ignored, keyword_beats=beaten)
+    dfas = _lexer.terminal_dfas(terms + extra)
+    beaten = _beaten_by_keywords(terms, dfas[:len(terms)], defs)
+    lexer = _lexer.build_lexer_dfa(terms + extra, ignored=ignored, keyword_beats=beaten,
+                                   dfas=dfas)
     if semicolons is not None:
       lexer = _lexer.with_semicolon_modes(
           lexer, semicolon=semicolons.semicolon, triggers=semicolons.triggers,
@@ -574,70 +629,20 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
 
   # Outcome slots per lexer state, and their tokens.
   tt = token_table
-  counts = np.diff(tt.class_start)
-  k_max = max(int(counts.max()) if len(counts) else 0, 1)
-  state_outcomes = np.full((n_states, k_max), -1, np.int32)
-  big_slots, small_lists = [], []
-  for s in range(n_states):
-    lo, hi = int(tt.class_start[s]), int(tt.class_start[s + 1])
-    state_outcomes[s, :hi - lo] = np.arange(lo, hi)
-    bigs, toks, slots = [], [], []
-    for slot, k in enumerate(range(lo, hi)):
-      j = int(tt.class_set[k])
-      if j < tt.num_bitmaps:
-        bigs.append((slot, j))
-      else:
-        ids = tt.token_set(j)
-        toks.append(ids)
-        slots.append(np.full(len(ids), slot, np.int32))
-    big_slots.append(bigs)
-    toks = np.concatenate(toks) if toks else np.zeros(0, np.int32)
-    slots = np.concatenate(slots) if slots else np.zeros(0, np.int32)
-    order = np.argsort(toks, kind="stable")
-    small_lists.append((toks[order], slots[order]))
-  # Distinct sequences per state: one parser lane each.
-  slot_seq = np.where(state_outcomes >= 0, tt.class_seq[np.maximum(state_outcomes, 0)], -1)
-  lane_lists = [np.unique(row[row >= 0]) for row in slot_seq]
-  ks = max([len(x) for x in lane_lists] + [1])
-  state_seq_lanes = np.full((n_states, ks), -1, np.int32)
-  state_slot_lane = np.full((n_states, k_max), -1, np.int32)
-  for s, lanes in enumerate(lane_lists):
-    state_seq_lanes[s, :len(lanes)] = lanes
-    live = slot_seq[s] >= 0
-    state_slot_lane[s, live] = np.searchsorted(lanes, slot_seq[s, live])
-  kb = max([len(b) for b in big_slots] + [1])
-  state_big_slot = np.full((n_states, kb), -1, np.int32)
-  state_big_row = np.full((n_states, kb), -1, np.int32)
-  for s, bigs in enumerate(big_slots):
-    for i, (slot, row) in enumerate(bigs):
-      state_big_slot[s, i], state_big_row[s, i] = slot, row
-  n_small = max([len(t) for t, _ in small_lists] + [1])
-  state_small_tokens = np.full((n_states, n_small), vocab.vocab_size, np.int32)
-  state_small_slot = np.full((n_states, n_small), -1, np.int32)
-  for s, (toks, slots) in enumerate(small_lists):
-    state_small_tokens[s, :len(toks)] = toks
-    state_small_slot[s, :len(toks)] = slots
+  slots = _state_slots(tt, n_states, vocab.vocab_size)
   words = (vocab.vocab_size + 31) // 32
   set_bits = tt.set_bits if tt.num_bitmaps else np.zeros((1, words), np.uint32)
-
   n_seq = len(tt.seq_start) - 1
-  lens = np.diff(tt.seq_start)
-  l_max = max(int(lens.max()) if len(lens) else 0, 1)
-  seq_items = np.full((n_seq, l_max), -1, np.int32)
-  for q in range(n_seq):
-    seq_items[q, :lens[q]] = tt.seq_items[tt.seq_start[q]:tt.seq_start[q + 1]]
+  (seq_items,) = _pack_rows(np.repeat(np.arange(n_seq), np.diff(tt.seq_start)), n_seq,
+                            (tt.seq_items, -1))
 
   eos = np.zeros((1, vocab.vocab_size), bool)
   eos[0, list(vocab.eos_ids)] = True
   return LexedArrays(
       lex_start=np.array([lex_start], np.int32), lr_start=np.zeros(1, np.int32),
-      state_outcomes=state_outcomes,
-      state_seq_lanes=state_seq_lanes, state_slot_lane=state_slot_lane,
-      outcome_seq=tt.class_seq.astype(np.int32),
+      **slots, outcome_seq=tt.class_seq.astype(np.int32),
       outcome_final=tt.class_final.astype(np.int32), seq_items=seq_items,
-      class_members=class_members, state_big_slot=state_big_slot,
-      state_big_row=state_big_row, set_bits=np.asarray(set_bits, np.uint32),
-      state_small_tokens=state_small_tokens, state_small_slot=state_small_slot,
+      class_members=class_members, set_bits=np.asarray(set_bits, np.uint32),
       state_viable=state_viable, state_free=state_free,
       state_end_item=state_end_item, state_end_tail=state_end_tail,
       state_nl_any=state_nl_any, state_nl_width=state_nl_width, class_width=class_width,

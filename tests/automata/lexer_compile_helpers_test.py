@@ -38,7 +38,7 @@ def test_unique_pairs_matches_numpy_unique_rows(seed):
 def test_ranges_concatenates_ranges():
   lo = np.array([5, 0, 9, 3], np.int64)
   hi = np.array([8, 0, 11, 4], np.int64)
-  np.testing.assert_array_equal(_lexer._ranges(lo, hi), [5, 6, 7, 9, 10, 3])
+  np.testing.assert_array_equal(_lexer.ranges(lo, hi), [5, 6, 7, 9, 10, 3])
 
 
 def test_subtrees_match_the_token_strings():
