@@ -153,33 +153,58 @@ class LexerDfa:
 
 
 def _product(dfas) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-  """Breadth-first product of byte DFAs: (transitions `[P, 256]` with -1, tuples)."""
+  """Breadth-first product of byte DFAs: (transitions `[P, 256]` with -1, tuples).
+
+  States are numbered as a breadth-first search that numbers each level's new tuples
+  in ascending order. A state is handled as its live components only (component i in
+  state q is the global id `offset[i] + q`; a lexer's states have few live terminals
+  out of 100-150), and a level's successors are told apart by two additive hashes of
+  those ids, checked entry by entry against the representative of their hash.
+  """
   n = len(dfas)
-  start = tuple(d.start for d in dfas)
+  if not n:
+    return np.full((1, 256), -1, np.int64), [()]
+  sizes = [d.transitions.shape[0] for d in dfas]
+  offset = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  comp_of = np.repeat(np.arange(n), sizes)
+  trans = np.concatenate([np.where(d.transitions >= 0, d.transitions + offset[i], -1)
+                          for i, d in enumerate(dfas)]).astype(np.int64)
+  rng = np.random.default_rng(0)
+  hashes = rng.integers(0, 2**63, (2, len(trans)), dtype=np.int64).astype(np.uint64)
+
+  def full(ids) -> tuple[int, ...]:
+    out = [-1] * n
+    for g in ids:
+      out[comp_of[g]] = g - int(offset[comp_of[g]])
+    return tuple(out)
+
+  start = tuple(int(offset[i]) + d.start for i, d in enumerate(dfas))
   index = {start: 0}
-  tuples = [start]
+  tuples = [full(start)]
   rows = []
-  frontier = [0]
+  frontier = [start]
   while frontier:
-    f = np.array([tuples[i] for i in frontier], np.int64)
-    nxt = np.full((len(frontier), 256, n), -1, np.int64)
-    for i, d in enumerate(dfas):
-      ok = f[:, i] >= 0
-      nxt[ok, :, i] = d.transitions[f[ok, i]]
-    flat = nxt.reshape(-1, n)
-    alive = (flat >= 0).any(axis=1)
-    ids = np.full(flat.shape[0], -1, np.int64)
-    uniq, inv = np.unique(flat[alive], axis=0, return_inverse=True)
-    uid = np.empty(len(uniq), np.int64)
-    new = []
-    for j, row in enumerate(map(tuple, uniq.tolist())):
-      k = index.get(row)
-      if k is None:
-        k = index[row] = len(tuples)
-        tuples.append(row)
-        new.append(k)
-      uid[j] = k
-    ids[alive] = uid[inv.reshape(-1)]
+    owner = np.repeat(np.arange(len(frontier)), [len(f) for f in frontier])
+    nxt = trans[np.fromiter((g for f in frontier for g in f), np.int64, len(owner))]
+    r, b = np.nonzero(nxt >= 0)
+    order = _stable_order(owner[r] * 256 + b)  # a successor's ids stay ascending
+    key, val = (owner[r] * 256 + b)[order], nxt[r, b][order]
+    first = np.nonzero(np.diff(key, prepend=-1))[0]
+    length = np.diff(np.append(first, len(key)))
+    with np.errstate(over="ignore"):
+      h = [np.add.reduceat(x[val], first) for x in hashes]
+    rep, inv = _unique_pairs(*h)
+    group = np.repeat(np.arange(len(first)), length)
+    ref = first[rep[inv]][group] + np.arange(len(key)) - first[group]
+    if (length != length[rep[inv]]).any() or (val != val[ref]).any():
+      rep, inv = np.arange(len(first)), np.arange(len(first))  # a collision: exact keys
+    sparse = [tuple(val[first[j]:first[j] + length[j]].tolist()) for j in rep.tolist()]
+    new = sorted({t for t in sparse if t not in index}, key=full)
+    for t in new:
+      index[t] = len(tuples)
+      tuples.append(full(t))
+    ids = np.full(len(frontier) * 256, -1, np.int64)
+    ids[key[first]] = np.array([index[t] for t in sparse], np.int64)[inv]
     rows.append(ids.reshape(len(frontier), 256))
     frontier = new
   return np.concatenate(rows), tuples
