@@ -343,7 +343,7 @@ class _Lowerer:
     self.register_words = 0
     self.register_blocks: dict = {}  # (members, extra) -> first word of its block.
     self.legacy_ref = _legacy_draft(root)
-    self._anchors: tuple | None = None  # See `_json_refs._resource_index`.
+    self._anchors: tuple | None = None  # See `_json_resources._resource_index`.
     self.options = options
     self.ws = options.whitespace
     self.ignored: list[str] = []
