@@ -341,25 +341,33 @@ def _crossed_ops(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray
   return out
 
 
-# (id(token_bytes), wanted bytes) -> (token_bytes, bool [V]); the last few kept.
-_TOKENS_WITH: dict = {}
-
-
 def _tokens_with(token_bytes, wanted: np.ndarray) -> np.ndarray:
-  """bool `[V]`: whether each token's bytes hold a byte of `wanted` (bool `[256]`); the
-  last few answers are kept (a vocabulary scan, ~60 ms with Gemma 3, and the sets of
-  bytes operations are read with repeat: `,` `"` `}` `]`)."""
-  key = (id(token_bytes), wanted.tobytes())
-  cached = _TOKENS_WITH.get(key)
-  if cached is not None and cached[0] is token_bytes:  # The object too: ids are reused.
-    return cached[1]
-  data, starts, ends = _joined(token_bytes)
-  hits = np.concatenate([[0], np.cumsum(wanted[data], dtype=np.int64)])
-  out = hits[ends] - hits[starts] > 0
-  if len(_TOKENS_WITH) >= 8:
-    _TOKENS_WITH.pop(next(iter(_TOKENS_WITH)))
-  _TOKENS_WITH[key] = (token_bytes, out)
-  return out
+  """bool `[V]`: whether each token's bytes hold a byte of `wanted` (bool `[256]`): one
+  AND over the vocabulary's byte-presence bits (`_byte_presence`), a few ms with Gemma 3
+  whatever the set."""
+  present = _byte_presence(token_bytes)
+  mask = np.packbits(np.asarray(wanted, bool), bitorder="little")
+  return (present & mask).any(axis=1)
+
+
+_PRESENCE: dict[int, tuple] = {}  # id(token_bytes) -> (token_bytes, presence bits).
+
+
+def _byte_presence(token_bytes) -> np.ndarray:
+  """uint8 `[V, 32]`: bit b of row t is set when token t holds byte b (8 MiB for Gemma
+  3's 262,144 tokens); kept for the last few vocabularies (the object too, so its id
+  stays its own): one pass over the vocabulary per process, not one per set of bytes."""
+  cached = _PRESENCE.get(id(token_bytes))
+  if cached is None or cached[0] is not token_bytes:
+    data, starts, ends = _joined(token_bytes)
+    owner = np.repeat(np.arange(len(starts)), ends - starts)
+    holds = np.zeros((len(starts), 256), bool)
+    holds[owner, data] = True
+    present = np.packbits(holds, axis=1, bitorder="little")
+    if len(_PRESENCE) >= 4:
+      _PRESENCE.pop(next(iter(_PRESENCE)))
+    cached = _PRESENCE[id(token_bytes)] = (token_bytes, present)
+  return cached[1]
 
 
 _JOINED: dict[int, tuple] = {}  # id(token_bytes) -> (token_bytes, joined arrays).
