@@ -116,30 +116,43 @@ class VocabTrie:
 
 
 def build_trie(vocab: Vocabulary) -> VocabTrie:
-  """Builds the prefix trie of `vocab`'s token bytes."""
-  items = sorted((b, i) for i, b in enumerate(vocab.token_bytes) if b is not None)
-  parents = [0]
-  edge_bytes = [0]
-  depths = [0]
-  node_of_token = np.zeros(len(items), np.int64)
-  path = [0]  # path[d] = node of the current string's prefix of length d.
-  prev = b""
-  for k, (data, _) in enumerate(items):
-    if data != prev:
-      lcp = 0
-      limit = min(len(data), len(prev))
-      while lcp < limit and data[lcp] == prev[lcp]:
-        lcp += 1
-      del path[lcp + 1:]
-      node = len(parents)
-      for d in range(lcp, len(data)):
-        parents.append(path[d])
-        edge_bytes.append(data[d])
-        depths.append(d + 1)
-        path.append(node)
-        node += 1
-      prev = data
-    node_of_token[k] = path[len(data)]
+  """Builds the prefix trie of `vocab`'s token bytes.
+
+  The nodes are the distinct prefixes in ascending order (depth first, children by
+  byte): each token of the sorted vocabulary adds the prefixes past its longest common
+  prefix (LCP) with the previous one. Vectorized over the tokens (0.57 -> 0.15 s for
+  Gemma 3's 262k, so that a cold lexed-grammar compile stays short).
+  """
+  token_bytes = vocab.token_bytes
+  ids = [i for i, b in enumerate(token_bytes) if b is not None]
+  ids.sort(key=token_bytes.__getitem__)  # by bytes, then id
+  strings = [token_bytes[i] for i in ids]
+  m = len(strings)
+  lens = np.fromiter(map(len, strings), np.int64, m)
+  data = np.frombuffer(b"".join(strings), np.uint8)
+  at = np.cumsum(lens) - lens  # where each string starts in `data`
+  lcp = _adjacent_lcp(data, at, lens)
+  # String k adds the nodes of depths lcp[k] + 1 .. lens[k], numbered from base[k]
+  # (none for a repeat of the previous string).
+  count = lens - lcp
+  base = 1 + np.cumsum(count) - count
+  node_k = np.repeat(np.arange(m), count)
+  depth = lcp[node_k] + 1 + np.arange(int(count.sum())) - (base - 1)[node_k]
+  node_id = np.arange(1, len(node_k) + 1)
+  # The parent of a string's first new node is the node of its LCP prefix, added by
+  # the last string before it whose own LCP is shorter.
+  creator = _previous_smaller(lcp)
+  first = depth == lcp[node_k] + 1
+  k = node_k[first]
+  j = np.maximum(creator[k], 0)
+  parents = node_id - 1
+  parents[first] = np.where(lcp[k] > 0, base[j] + lcp[k] - lcp[j] - 1, 0)
+  parents = np.concatenate([[0], parents])
+  edge_bytes = np.concatenate([[0], data[at[node_k] + depth - 1]])
+  depths = np.concatenate([[0], depth])
+  # A token's node: the last one its string added, or its first copy's.
+  run_start = np.maximum.accumulate(np.where(count > 0, np.arange(m), 0))
+  node_of_token = np.where(lens > 0, base[run_start] + count[run_start] - 1, 0)
   parent = np.asarray(parents, np.int64)
   num_nodes = len(parents)
   # Children in creation order are already sorted by byte within each parent.
@@ -148,7 +161,7 @@ def build_trie(vocab: Vocabulary) -> VocabTrie:
   np.cumsum(np.bincount(parent[1:], minlength=num_nodes), out=child_start[1:])
   token_start = np.zeros(num_nodes + 1, np.int32)
   np.cumsum(np.bincount(node_of_token, minlength=num_nodes), out=token_start[1:])
-  token_ids = np.asarray([i for _, i in items], np.int32)
+  token_ids = np.asarray(ids, np.int32)
   token_ids = token_ids[np.argsort(node_of_token, kind="stable")]
   return VocabTrie(
       child_start=child_start,
@@ -159,6 +172,32 @@ def build_trie(vocab: Vocabulary) -> VocabTrie:
       token_ids=token_ids,
       fingerprint=vocab.fingerprint,
   )
+
+
+def _adjacent_lcp(data: np.ndarray, at: np.ndarray, lens: np.ndarray) -> np.ndarray:
+  """int64 `[m]`: the longest common prefix of string k and string k - 1 (0 for k = 0),
+  strings k being `data[at[k]:at[k] + lens[k]]`; one pass per shared byte."""
+  lcp = np.zeros(len(lens), np.int64)
+  pairs = np.arange(1, len(lens))
+  d = 0
+  while len(pairs):
+    pairs = pairs[(lens[pairs] > d) & (lens[pairs - 1] > d)]
+    pairs = pairs[data[at[pairs] + d] == data[at[pairs - 1] + d]]
+    lcp[pairs] = d + 1
+    d += 1
+  return lcp
+
+
+def _previous_smaller(a: np.ndarray) -> np.ndarray:
+  """int64 `[m]`: for each k, the largest j < k with a[j] < a[k], or -1 (pointer
+  jumping: every j between the candidate and k holds a value >= a[k])."""
+  cand = np.arange(len(a)) - 1
+  todo = np.arange(1, len(a))
+  while len(todo):
+    c = cand[todo]
+    todo = todo[(c >= 0) & (a[np.maximum(c, 0)] >= a[todo])]
+    cand[todo] = cand[cand[todo]]
+  return cand
 
 
 _UNWRITABLE: set[str] = set()  # Cache directories already warned about.
