@@ -449,7 +449,8 @@ def _beaten_by_keywords(terms, dfas, defs) -> tuple[str, ...]:
 def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                           stack_depth: int = 64, token_table=None,
                           indentation: Indentation | None = None,
-                          semicolons: Semicolons | None = None) -> LexedArrays:
+                          semicolons: Semicolons | None = None,
+                          cache_dir: str | None = None) -> LexedArrays:
   """Compiles a Lark grammar with a lexer for the vocabulary `vocab`.
 
   ```python
@@ -473,6 +474,9 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
       (e.g. from `_lexer.load_or_build_token_table`); built when None.
     indentation: Python-style INDENT/DEDENT (`Indentation`), or None.
     semicolons: Go-style automatic semicolons (`Semicolons`), or None.
+    cache_dir: Where the vocabulary trie and the lexer-state x token table are kept
+      between compiles, by (vocabulary, lexer) fingerprint: `_cache.compiler_cache_dir()`
+      (the `Compiler`'s default) shares the trie with it. None: both are built.
 
   Raises:
     ConstraintError: `stack_depth` is not an int >= 2, or both `indentation` and
@@ -546,8 +550,9 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                               " terminals of their own lexeme classes. Change them.") from e
   lr = _lr.build_tables(grammar, method="lr1")
   if token_table is None:
-    token_table = _lexer.build_token_table(lexer, _detokenizer.build_trie(vocab),
-                                           vocab.vocab_size)
+    token_table = _lexer.load_or_build_token_table(
+        lexer, _detokenizer.load_or_build_trie(vocab, cache_dir), cache_dir,
+        vocab.vocab_size)
   num_t = len(lr.terminals)
   t_words = (num_t + 31) // 32
 

@@ -6,6 +6,7 @@ import collections
 import numpy as np
 import pytest
 
+import constrained_decoding as cd
 from constrained_decoding.constraints import _lexed_grammar
 
 
@@ -41,3 +42,21 @@ def test_reachable_of_a_long_cycle_and_a_chain():
   trans[n:2 * n - 1, 0] = np.arange(n + 1, 2 * n)  # a chain n -> ... -> 2n-1
   trans[2 * n - 1, 0] = 0  # that enters the cycle
   np.testing.assert_array_equal(_lexed_grammar._reachable(trans), _bfs_reachable(trans))
+
+
+def test_cache_dir_keeps_trie_and_token_table(tmp_path):
+  grammar = """
+      start: NAME ("," NAME)*
+      NAME: /[a-z]+/
+      %ignore " "
+  """
+  tokens = [bytes([b]) for b in range(256)] + [b"ab", b", ", b"a,"]
+  vocab = cd.Vocabulary.from_token_bytes(tokens + [None], eos_ids=[len(tokens)])
+  plain = _lexed_grammar.compile_lexed_grammar(grammar, vocab)
+  cold = _lexed_grammar.compile_lexed_grammar(grammar, vocab, cache_dir=str(tmp_path))
+  names = sorted(p.name.split("-")[0] for p in tmp_path.iterdir())
+  assert names == ["lexer", "trie"]
+  warm = _lexed_grammar.compile_lexed_grammar(grammar, vocab, cache_dir=str(tmp_path))
+  for f in _lexed_grammar.LexedArrays.ARRAY_FIELDS:
+    np.testing.assert_array_equal(getattr(cold, f), getattr(plain, f), err_msg=f)
+    np.testing.assert_array_equal(getattr(warm, f), getattr(plain, f), err_msg=f)
