@@ -496,24 +496,29 @@ def _stable_order(key: np.ndarray) -> np.ndarray:
   return packed & ((1 << index_bits) - 1)
 
 
-def _byte_sets(bytes_: np.ndarray) -> np.ndarray:
-  """uint64 `[n, 4]`: each byte of `bytes_` as a 256-bit set (bit b % 64 of word b // 64)."""
-  b = bytes_.astype(np.uint64)
-  out = np.zeros((len(b), 4), np.uint64)
-  out[np.arange(len(b)), (b // 64).astype(np.int64)] = np.uint64(1) << (b % np.uint64(64))
+def _bit_sets(values: np.ndarray, words: int) -> np.ndarray:
+  """uint64 `[n, words]`: each of `values` as a one-element set (bit v % 64 of word
+  v // 64)."""
+  v = values.astype(np.uint64)
+  out = np.zeros((len(v), words), np.uint64)
+  out[np.arange(len(v)), (v // np.uint64(64)).astype(np.int64)] = (
+      np.uint64(1) << (v % np.uint64(64)))
   return out
 
 
-def _subtrees(trie: VocabTrie) -> tuple[np.ndarray, np.ndarray]:
+def _subtrees(trie: VocabTrie, byte_class: np.ndarray, words: int
+              ) -> tuple[np.ndarray, np.ndarray]:
   """(end, below) per trie node n: nodes n..end[n]-1 are its subtree (nodes are numbered
   depth first, so its tokens are `token_ids[token_start[n]:token_start[end[n]]]`), and
-  `below[n]` (uint64 `[N, 4]`, a 256-bit set) the bytes on the edges under n.
+  `below[n]` (uint64 `[N, words]`) the set of `byte_class[b]` of the bytes b on the
+  edges under n.
 
   Built a level at a time from the deepest (each node sums/ORs its children's).
   """
   n = trie.num_nodes
   size = np.ones(n, np.int64)
-  below = np.zeros((n, 4), np.uint64)
+  below = np.zeros((n, words), np.uint64)
+  edge = _bit_sets(byte_class[trie.child_byte], words)
   counts = np.diff(trie.child_start)
   depth = trie.node_depth
   by_depth = np.argsort(depth, kind="stable")
@@ -527,8 +532,7 @@ def _subtrees(trie: VocabTrie) -> tuple[np.ndarray, np.ndarray]:
     child = trie.child_node[slot]
     first = np.cumsum(counts[parents]) - counts[parents]
     size[parents] += np.add.reduceat(size[child], first)
-    below[parents] = np.bitwise_or.reduceat(below[child] | _byte_sets(trie.child_byte[slot]),
-                                            first, axis=0)
+    below[parents] = np.bitwise_or.reduceat(below[child] | edge[slot], first, axis=0)
   return np.arange(n) + size, below
 
 
@@ -545,10 +549,15 @@ def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: 
   emitted = lexer.emitted
   accepting = lexer.state_class >= 0
   restart_of = lexer.restart_states
-  end_of, below = _subtrees(trie)
-  src, col = np.nonzero(trans == np.arange(lexer.num_states)[:, None])
-  loops = np.zeros((lexer.num_states, 4), np.uint64)
-  np.bitwise_or.at(loops, src, _byte_sets(col))
+  # Bytes in classes by which states they loop on (17 classes for Python's lexer: one
+  # word per node and state instead of 256 bits).
+  loop = trans == np.arange(lexer.num_states)[:, None]
+  loop_classes, byte_class = np.unique(loop.T, axis=0, return_inverse=True)
+  words = (len(loop_classes) + 63) // 64
+  end_of, below = _subtrees(trie, byte_class.reshape(-1), words)
+  src, cls = np.nonzero(loop_classes.T)
+  loops = np.zeros((lexer.num_states, words), np.uint64)
+  np.bitwise_or.at(loops, src, _bit_sets(cls, words))
   seq_parent, seq_item = [-1], [-1]
   seq_index: dict[int, int] = {}
   n_cls = max(len(lexer.classes), 1)
@@ -732,30 +741,36 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
     c_h = [np.add.reduceat(h[e_gc], firsts) if len(firsts) else np.zeros(0, np.uint64)
            for h in gc_h]
   rep, c_set = _unique_pairs(*c_h)
+  # One representative class per distinct token set: its token runs, its size.
   bounds = np.append(firsts, len(ekey))
-  set_list = []
-  for c in rep.tolist():  # one representative class per distinct token set
-    parts = e_gc[bounds[c]:bounds[c + 1]]
-    runs = ranges(gc_lo[parts], gc_hi[parts])
-    ids = trie.token_ids[ranges(lo[runs], hi[runs])]
-    set_list.append(np.sort(ids).astype(np.int32))
-  # Pack: big sets as bitmaps first, then lists.
-  big = [j for j, a in enumerate(set_list) if len(a) >= BITMAP_MIN_TOKENS]
-  small = [j for j, a in enumerate(set_list) if len(a) < BITMAP_MIN_TOKENS]
-  new_id = np.empty(len(set_list), np.int64)
+  part_of = np.repeat(np.arange(len(rep)), bounds[rep + 1] - bounds[rep])
+  parts = e_gc[ranges(bounds[rep], bounds[rep + 1])]
+  run_of = np.repeat(part_of, gc_hi[parts] - gc_lo[parts])
+  runs = ranges(gc_lo[parts], gc_hi[parts])
+  size = np.bincount(run_of, hi[runs] - lo[runs], minlength=len(rep)).astype(np.int64)
+  run_start = np.searchsorted(run_of, np.arange(len(rep) + 1))
+  # Pack: big sets as bitmaps first (a row at a time: 332 rows of 262k bits for
+  # Python, 22M tokens, never listed), then the others as sorted lists.
+  big = np.nonzero(size >= BITMAP_MIN_TOKENS)[0]
+  small = np.nonzero(size < BITMAP_MIN_TOKENS)[0]
+  new_id = np.empty(len(rep), np.int64)
   new_id[big] = np.arange(len(big))
   new_id[small] = len(big) + np.arange(len(small))
   words = (vocab_size + 31) // 32
-  set_bits = np.zeros((len(big), words * 32), np.uint8)
-  for r, j in enumerate(big):
-    set_bits[r, set_list[j]] = 1
-  set_bits = np.packbits(set_bits, axis=1, bitorder="little").view(np.uint32).reshape(
-      len(big), words)
-  lens = np.array([len(set_list[j]) for j in small], np.int64)
+  set_bits = np.zeros((len(big), words), np.uint32)
+  row = np.zeros(words * 32, np.uint8)
+  for r, j in enumerate(big.tolist()):
+    mine = runs[run_start[j]:run_start[j + 1]]
+    row[:] = 0
+    row[trie.token_ids[ranges(lo[mine], hi[mine])]] = 1
+    set_bits[r] = np.packbits(row, bitorder="little").view(np.uint32)
+  listed = np.isin(run_of, small)
+  mine = runs[listed]
+  owner = np.repeat(new_id[run_of[listed]] - len(big), hi[mine] - lo[mine])
+  key = np.sort(owner * vocab_size + trie.token_ids[ranges(lo[mine], hi[mine])])
+  set_tokens = (key % max(vocab_size, 1)).astype(np.int32)
   set_start = np.zeros(len(small) + 1, np.int32)
-  np.cumsum(lens, out=set_start[1:])
-  set_tokens = (np.concatenate([set_list[j] for j in small]) if small
-                else np.zeros(0, np.int32)).astype(np.int32)
+  np.cumsum(size[small], out=set_start[1:])
   seq_start = np.zeros(len(seqs) + 1, np.int64)
   np.cumsum([len(t) for t in seqs], out=seq_start[1:])
   seq_items = np.fromiter((x for t in seqs for x in t), np.int32, int(seq_start[-1]))

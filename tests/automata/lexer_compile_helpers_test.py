@@ -48,7 +48,7 @@ def test_subtrees_match_the_token_strings():
   tokens = sorted({bytes(rng.choices(alphabet, k=rng.randrange(1, 7))) for _ in range(300)})
   vocab = cd.Vocabulary.from_token_bytes(tokens + [None], eos_ids=[len(tokens)])
   trie = _detokenizer.build_trie(vocab)
-  end, below = _lexer._subtrees(trie)
+  end, below = _lexer._subtrees(trie, np.arange(256), 4)
   # Each node's prefix: the bytes of any token spelled at or below it, cut to its depth.
   prefix = {}
   for n in range(trie.num_nodes):
