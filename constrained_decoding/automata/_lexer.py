@@ -572,6 +572,13 @@ def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: 
     whole = ~(below[node] & ~loops[q]).any(axis=1)
     lo = trie.token_start[node]
     hi = np.where(whole, trie.token_start[end_of[node]], trie.token_start[node + 1])
+    # A whole subtree's run joins the next sibling's when their outcomes agree (leaves
+    # of a node: 3.6M runs -> 1.2M for Python's lexer).
+    join = (whole[:-1] & (hi[:-1] == lo[1:]) & (g[:-1] == g[1:]) & (q[:-1] == q[1:])
+            & (seq[:-1] == seq[1:]))
+    first = np.nonzero(~np.concatenate([[False], join]))[0]
+    last = np.append(first[1:], len(node)) - 1
+    g, lo, hi, seq, q = g[first], lo[first], hi[last], seq[first], q[first]
     has = hi > lo
     out.append((g[has], lo[has], hi[has], seq[has], q[has]))
     return ~whole
