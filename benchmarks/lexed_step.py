@@ -5,7 +5,17 @@
 .venv/bin/python benchmarks/lexed_step.py --batch-sizes 1 --rounds 1   # smoke
 .venv/bin/python benchmarks/lexed_step.py --cases python,json          # some cases
 .venv/bin/python benchmarks/lexed_step.py --cases python --python-walks 2 --batch-sizes 1
+# before/after: the runtime of another commit, timed interleaved in the same process
+git show e9745df~1:constrained_decoding/runtime/_lexed.py > /tmp/lexed_before.py
+.venv/bin/python benchmarks/lexed_step.py --cases sql,python,go,json --rounds 2 \
+    --baseline-runtime /tmp/lexed_before.py --out benchmarks/results/lexed_step.json
 ```
+
+`--baseline-runtime FILE` loads FILE as a second `runtime/_lexed.py` (its own
+`tables_from_arrays` on the same compiled arrays) and times it as case `<name>@base`
+beside each grammar with a lexer, checking that both give the same masks and states on
+the first batch of every size. `--out` writes the JSON report (with the command line and
+the load average before and after each batch size: this machine is shared).
 
 `--python-walks N` also checks the Python tables with the Gemma vocabulary as the test
 suite does with a small one (too slow there): N rounds of 16 random walks of 80 tokens
@@ -19,6 +29,8 @@ With the Gemma 3 vocabulary (262,144 tokens):
         `runtime/_lexed.py` (lexer-state x token outcomes + canonical LR(1) lanes).
   python `constraints/grammars/python_lexed.lark` with `Indentation()` (newline
         lexemes per width, the indentation stack in the row's registers), same runtime.
+  go    `constraints/grammars/go.lark` with `Semicolons()` (automatic semicolons),
+        start `source_file`, stack depth 96 (as `tests/runtime/lexed_go_test.py`).
   json  the built-in JSON grammar (`cd.Grammar.builtin("json")`, the flat token-level
         push-down automaton of `runtime/_runtime.py`), the design's point of comparison.
 
@@ -29,6 +41,7 @@ of `allowed_bits` + `advance` by the text's token, blocked until ready, best of
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -62,6 +75,11 @@ PYTHON_TEXTS = [
     "    def push(self, item):\n        self.items.append(item)\n\n"
     "    def pop(self):\n        try:\n            return self.items.pop()\n"
     "        except IndexError:\n            raise ValueError('empty') from None\n",
+]
+GO_TEXTS = [
+    "package main\n\nimport \"fmt\"\n\nfunc sum(xs []int) int {\n\ttotal := 0\n"
+    "\tfor _, x := range xs {\n\t\tif x > 0 {\n\t\t\ttotal += x\n\t\t}\n\t}\n"
+    "\treturn total\n}\n\nfunc main() {\n\tfmt.Println(sum([]int{1, -2, 3}))\n}\n",
 ]
 JSON_TEXTS = [
     '{"name": "Ada", "tags": ["x", "y"], "age": 36, "ok": true, "nested": {"a": [1, 2,'
@@ -149,6 +167,19 @@ def _python_walks(vocab, arrays, tables, rounds, seed=0):
   return out
 
 
+def _load_runtime(path):
+  """A second copy of `runtime/_lexed.py` from `path` (another commit's version)."""
+  spec = importlib.util.spec_from_file_location("lexed_baseline", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _same(a, b):
+  return all(bool(jnp.all(x == y)) for x, y in zip(jax.tree_util.tree_leaves(a),
+                                                   jax.tree_util.tree_leaves(b)))
+
+
 def _batch(states, j, b):
   rows = [states[(j + r) % len(states)] for r in range(b)]
   state = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[s for s, _ in rows])
@@ -161,10 +192,19 @@ def main(argv=None):
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--cases", default="sql,python,json")
   parser.add_argument("--python-walks", type=int, default=0)
+  parser.add_argument("--baseline-runtime", default=None)
+  parser.add_argument("--out", default=None)
   args = parser.parse_args(argv)
   vocab = cd.Vocabulary.from_gguf(models.default_gguf_path())
   eos = vocab.eos_ids[0]
-  report = {"device": str(jax.devices()[0]), "cases": {}}
+  report = {"device": str(jax.devices()[0]),
+            "command": " ".join(["benchmarks/lexed_step.py"] + list(
+                sys.argv[1:] if argv is None else argv)),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "cases": {}, "load_average": {}}
+  base = _load_runtime(args.baseline_runtime) if args.baseline_runtime else None
+  if base is not None:
+    base_step = jax.jit(lambda t, s, k: (base.allowed_bits(t, s), base.advance(t, s, k)))
 
   grammars = os.path.join(os.path.dirname(HERE), "constrained_decoding", "constraints",
                           "grammars")
@@ -172,7 +212,10 @@ def main(argv=None):
   cases, walks = {}, {}
   lexed = {"sql": ("sql_select_lexed.lark", SQL_TEXTS, {}),
            "python": ("python_lexed.lark", PYTHON_TEXTS,
-                      dict(start="file_input", indentation=_lexed_grammar.Indentation()))}
+                      dict(start="file_input", indentation=_lexed_grammar.Indentation())),
+           "go": ("go.lark", GO_TEXTS,
+                  dict(start="source_file", stack_depth=96,
+                       semicolons=_lexed_grammar.Semicolons()))}
   for name, (file, texts, options) in lexed.items():
     if name not in wanted:
       continue
@@ -188,6 +231,9 @@ def main(argv=None):
       report["python_walks"] = _python_walks(vocab, arrays, cases[name][2],
                                              args.python_walks)
     walks[name] = [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in texts]
+    if base is not None:
+      cases[name + "@base"] = (base.init_state, base_step, base.tables_from_arrays(arrays))
+      walks[name + "@base"] = walks[name]
   if "json" in wanted:
     t0 = time.perf_counter()
     flat = cd.Compiler(vocab).compile(cd.Grammar.builtin("json"))
@@ -197,10 +243,15 @@ def main(argv=None):
   states = {k: _states(init, step, tables, walks[k])
             for k, (init, step, tables) in cases.items()}
   for b in [int(x) for x in args.batch_sizes.split(",")]:
+    load_before = os.getloadavg()
     best = {k: np.full(len(states[k]), np.inf) for k in cases}
     batches = {k: [_batch(states[k], j, b) for j in range(len(states[k]))] for k in cases}
+    outs = {}
     for k, (_, step, tables) in cases.items():  # compile
-      jax.block_until_ready(step(tables, *batches[k][0]))
+      outs[k] = jax.block_until_ready(step(tables, *batches[k][0]))
+    for k in cases:
+      if k.endswith("@base") and not _same(outs[k], outs[k[:-5]]):
+        raise AssertionError(f"{k} and {k[:-5]} differ at batch {b}")
     for _ in range(args.rounds):
       for k, (_, step, tables) in cases.items():
         for j, (state, tokens) in enumerate(batches[k]):
@@ -212,9 +263,15 @@ def main(argv=None):
       report["cases"][f"{k}/B={b}"] = {
           "states": len(ms), "median_ms": round(float(np.median(ms)), 3),
           "p90_ms": round(float(np.percentile(ms, 90)), 3), "max_ms": round(float(ms.max()), 3)}
-      print(f"{k:6s} B={b:3d}  median {np.median(ms):7.3f} ms  p90 "
+      print(f"{k:11s} B={b:3d}  median {np.median(ms):7.3f} ms  p90 "
             f"{np.percentile(ms, 90):7.3f}  max {ms.max():7.3f}  ({len(ms)} states)")
+    report["load_average"][f"B={b}"] = {"before": [round(x, 2) for x in load_before],
+                                        "after": [round(x, 2) for x in os.getloadavg()]}
+    print(f"load average {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f}")
   print(json.dumps(report, indent=1, default=str))
+  if args.out:
+    with open(args.out, "w") as f:
+      json.dump(report, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

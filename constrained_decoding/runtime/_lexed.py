@@ -424,10 +424,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "N L"]
 
   zero = jnp.zeros((n,), jnp.int32)
   if init is None:
-    false = jnp.zeros((n,), bool)
-    init = dict(base=state.depth[row], suffix=jnp.zeros((n, p_width), jnp.int32),
-                size=zero, err=false, over=false, paren=regs[row, 0], ibase=regs[row, 1],
-                isuf=jnp.zeros((n, pi), jnp.int32), isize=zero)
+    init = _row_config(state, row, p_width, pi)
   carry = (zero, init["base"], init["suffix"], init["size"], init["err"], init["over"],
            init["paren"], init["ibase"], init["isuf"], init["isize"], zero, jnp.int32(0))
   i, base, suffix, size, err, over, paren, ibase, isuf, isize, _, steps = (
@@ -439,6 +436,16 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "N L"]
   return dict(ok=~err & ~over, err=err, over=over, top=top, paren=paren, room=room,
               base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize,
               steps=steps)
+
+
+def _row_config(state: ConstraintState, row: Int[Array, "N"], p_width: int, pi: int):
+  """The configuration (`_lanes`'s `init`) of lanes starting on rows `row`' stacks."""
+  n = row.shape[0]
+  zero, regs = jnp.zeros((n,), jnp.int32), state.registers
+  return dict(base=state.depth[row], suffix=jnp.zeros((n, p_width), jnp.int32),
+              size=zero, err=jnp.zeros((n,), bool), over=jnp.zeros((n,), bool),
+              paren=regs[row, 0], ibase=regs[row, 1], isuf=jnp.zeros((n, pi), jnp.int32),
+              isize=zero)
 
 
 def _run_trie(tables: LexedTables, state: ConstraintState, lane_nodes: Int[Array, "B X"],
@@ -459,12 +466,14 @@ def _run_trie(tables: LexedTables, state: ConstraintState, lane_nodes: Int[Array
   items = tables.trie_item[state.state]  # [B, Nn]
   parents = tables.trie_parent[state.state]
   keys = ("ok", "top", "paren", "room")
+  di = state.registers.shape[1] - 2
   results, over, prev, offset, prev_width = [], jnp.zeros((), bool), None, 0, 0
   for width in tables.trie_widths:
     level = slice(offset, offset + width)
     row = jnp.repeat(jnp.arange(b), width)
-    init = None
-    if prev is not None:
+    if prev is None:
+      init = _row_config(state, row, p_width, max(min(di, length), 1))
+    else:
       # The parent's configuration (padding nodes, parent -1, have no lexeme: inert).
       flat = (jnp.arange(b)[:, None] * prev_width
               + jnp.clip(parents[:, level] - (offset - prev_width), 0, prev_width - 1))
@@ -476,7 +485,6 @@ def _run_trie(tables: LexedTables, state: ConstraintState, lane_nodes: Int[Array
     prev, offset, prev_width = out, offset + width, width
   # The root (no lexeme): the row's own top, bracket depth and indentation room.
   regs = _registers(tables, state)
-  di = regs.shape[1] - 2
   rows = jnp.arange(b)
   itop = regs[rows, 2 + jnp.clip(regs[:, 1] - 1, 0, di - 1)]
   root = dict(ok=jnp.ones((b,), bool),
@@ -490,16 +498,95 @@ def _run_trie(tables: LexedTables, state: ConstraintState, lane_nodes: Int[Array
   return tuple(out), over
 
 
+# A trie level's live nodes (parent ok, a lexeme) are gathered into 1 / _COMPACT_SHARE
+# of its batch x width nodes (on walks of the Python and SQL grammars 8-24% are live),
+# where that is at least _COMPACT_MIN_NODES; more live nodes fall back to all nodes.
+_COMPACT_SHARE = 2
+_COMPACT_MIN_NODES = 256
+
+
+def _run_trie_live(tables: LexedTables, state: ConstraintState,
+                   lane_nodes: Int[Array, "B X"], p_width: int):
+  """`_run_trie` on each level's live nodes only, gathered into a static budget.
+
+  Returns:
+    (ok, top, paren, room) [B, X], whether some node ran out of its `p_width`, and
+    whether some level had more live nodes than its budget (the results are then
+    not to be used).
+  """
+  b = state.state.shape[0]
+  length = _lane_width(tables)
+  di = state.registers.shape[1] - 2
+  items = tables.trie_item[state.state]  # [B, Nn]
+  parents = tables.trie_parent[state.state]
+  keys = ("ok", "top", "paren", "room")
+  over = overflow = jnp.zeros((), bool)
+  slots, results, base = [], [], 0
+  prev = prev_slot = None
+  offset = prev_width = 0
+  for width in tables.trie_widths:
+    n = b * width
+    cap = n if n < _COMPACT_MIN_NODES else -(-n // _COMPACT_SHARE)
+    level = items[:, offset:offset + width].reshape(-1)
+    if prev is None:
+      live = level >= 0
+    else:
+      flat = (jnp.arange(b)[:, None] * prev_width + jnp.clip(
+          parents[:, offset:offset + width] - (offset - prev_width), 0, prev_width - 1))
+      parent = prev_slot[flat.reshape(-1)]  # the parent's place among the live, or -1
+      live = (level >= 0) & (parent >= 0) & prev["ok"][jnp.maximum(parent, 0)]
+    overflow |= jnp.sum(live) > cap
+    idx = jnp.nonzero(live, size=cap, fill_value=n)[0]
+    safe = jnp.minimum(idx, n - 1)
+    row = safe // width
+    if prev is None:
+      init = _row_config(state, row, p_width, max(min(di, length), 1))
+    else:
+      init = {k: v[jnp.maximum(parent[safe], 0)] for k, v in prev.items()
+              if k not in ("ok", "top", "room", "steps")}
+    out = _lanes(tables, state, jnp.where(idx < n, level[safe], -1)[:, None], row, p_width,
+                 length, init)
+    over |= jnp.any(out["over"])
+    slot = jnp.full((n,), -1, jnp.int32).at[idx].set(jnp.arange(cap, dtype=jnp.int32),
+                                                     mode="drop")
+    slots.append(jnp.where(slot >= 0, base + slot, -1).reshape(b, width))
+    results.append(out)
+    prev, prev_slot, base = out, slot, base + cap
+    offset, prev_width = offset + width, width
+  regs = _registers(tables, state)
+  rows = jnp.arange(b)
+  itop = regs[rows, 2 + jnp.clip(regs[:, 1] - 1, 0, di - 1)]
+  # The results of all levels' live nodes, then a failed node, then each row's root.
+  dead = dict(ok=jnp.zeros((1,), bool), top=jnp.zeros((1,), jnp.int32),
+              paren=jnp.zeros((1,), jnp.int32), room=jnp.zeros((1,), bool))
+  root = dict(ok=jnp.ones((b,), bool),
+              top=state.stack[rows, jnp.clip(state.depth - 1, 0, state.stack.shape[1] - 1)],
+              paren=regs[:, 0], room=(regs[:, 1] < di) & (itop < tables.max_width))
+  node_slot = jnp.concatenate(slots, axis=1)  # [B, Nn]
+  pick = jnp.take_along_axis(node_slot, jnp.maximum(lane_nodes, 0), axis=1)
+  pick = jnp.where(lane_nodes >= 0, jnp.where(pick >= 0, pick, base), base + 1 + rows[:, None])
+  out = tuple(jnp.concatenate([r[k] for r in results] + [dead[k], root[k]])[pick]
+              for k in keys)
+  return out, over, overflow
+
+
 def _run_overlay(tables: LexedTables, state: ConstraintState):
-  """The lanes of each row's lexer state (`_run_trie`) with a short suffix (P = min(D,
-  2 L + 8)), rerun on full stacks (P = D, `lax.cond`: only then) if some node ran out
-  of it, so the result is always exact: (ok, top, paren, room), each [B, Ks + 1] (the
-  state's sequence lanes, then the end of sequence)."""
+  """The lanes of each row's lexer state, exact: (ok, top, paren, room), each [B, Ks +
+  1] (the state's sequence lanes, then the end of sequence). First the live trie
+  nodes with a short suffix (P = min(D, 2 L + 8), `_run_trie_live`); if a level had
+  more live nodes than its budget, all nodes (`_run_trie`); if some node ran out of
+  its suffix (long chains of empty rules), all nodes again on full stacks (P = D).
+  Only the first runs unless needed (`lax.cond`)."""
   d = state.stack.shape[1]
   nodes = tables.lane_node[state.state]
-  short, over = _run_trie(tables, state, nodes, min(d, 2 * _lane_width(tables) + 8))
-  # The suffix was too short for some node: run all nodes again on full stacks.
-  return jax.lax.cond(over, lambda: _run_trie(tables, state, nodes, d)[0], lambda: short)
+  short = min(d, 2 * _lane_width(tables) + 8)
+  live, over, overflow = _run_trie_live(tables, state, nodes, short)
+
+  def all_nodes():
+    out, over = _run_trie(tables, state, nodes, short)
+    return jax.lax.cond(over, lambda: _run_trie(tables, state, nodes, d)[0], lambda: out)
+
+  return jax.lax.cond(over | overflow, all_nodes, lambda: live)
 
 
 def _materialize(state: ConstraintState, lanes: dict, row):
