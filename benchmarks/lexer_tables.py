@@ -53,6 +53,10 @@ and the bytes of several encodings, with compile times.
 
 Usage: .venv/bin/python benchmarks/lexer_tables.py [--only sql,python,go] [--flat-sql]
        [--out PATH]   (all three and --flat-sql: about a minute on 2 cores)
+       .venv/bin/python benchmarks/lexer_tables.py --compile [--only ...] [--repeats N]
+         compile time of the library's `compile_lexed_grammar` with Gemma 3, each compile
+         in a fresh process: cold (an empty cache directory) then warm (the trie and the
+         token table it left there); CPU and wall seconds with the load average.
 """
 
 import argparse
@@ -62,7 +66,9 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -614,6 +620,48 @@ def flat_sql(vocab):
   return out
 
 
+# The library's grammars with a lexer: file, compile options.
+LEXED = dict(
+    python=("python_lexed.lark", "file_input", "indentation"),
+    go=("go.lark", "source_file", "semicolons"),
+    sql=("sql_select_lexed.lark", "start", None))
+
+
+def compile_once(name: str, cache_dir: str) -> dict:
+  """One `compile_lexed_grammar` of a LEXED grammar with Gemma 3 (the vocabulary loaded
+  before the clock starts): CPU and wall seconds."""
+  from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top
+  file, start, option = LEXED[name]
+  text = open(os.path.join(os.path.dirname(SQL_GRAMMAR), file)).read()
+  options = {"indentation": _lexed_grammar.Indentation(),
+             "semicolons": _lexed_grammar.Semicolons()}.get(option)
+  kwargs = {option: options} if option else {}
+  vocab = cd.Vocabulary.from_gguf(models.default_gguf_path())
+  wall, cpu = time.perf_counter(), time.process_time()
+  _lexed_grammar.compile_lexed_grammar(text, vocab, start=start, cache_dir=cache_dir,
+                                       **kwargs)
+  return dict(wall=time.perf_counter() - wall, cpu=time.process_time() - cpu,
+              load=os.getloadavg()[0])
+
+
+def compile_times(names, repeats: int) -> dict:
+  """Cold then warm compiles of each grammar, each in a fresh process."""
+  out = {}
+  for name in names:
+    runs = []
+    for _ in range(repeats):
+      with tempfile.TemporaryDirectory() as cache:
+        for kind in ("cold", "warm"):
+          line = subprocess.run(
+              [sys.executable, __file__, "--compile-child", name, cache], check=True,
+              capture_output=True, text=True).stdout.strip().splitlines()[-1]
+          runs.append(dict(json.loads(line), kind=kind))
+          print(f"{name} {kind}: {runs[-1]['cpu']:.2f} s CPU, {runs[-1]['wall']:.2f} s"
+                f" wall, load {runs[-1]['load']:.1f}", flush=True)
+    out[name] = runs
+  return out
+
+
 def main():
   global VOCAB
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -621,7 +669,17 @@ def main():
   ap.add_argument("--flat-sql", action="store_true",
                   help="also compile sql_select.lark through today's flat PDA path")
   ap.add_argument("--out", default=os.path.join(HERE, "results", "lexer_tables.json"))
+  ap.add_argument("--compile", action="store_true",
+                  help="only time compile_lexed_grammar, cold and warm (not written)")
+  ap.add_argument("--repeats", type=int, default=1)
+  ap.add_argument("--compile-child", nargs=2, help=argparse.SUPPRESS)
   args = ap.parse_args()
+  if args.compile_child:
+    print(json.dumps(compile_once(*args.compile_child)))
+    return 0
+  if args.compile:
+    compile_times(args.only.split(","), args.repeats)
+    return 0
   t0 = time.perf_counter()
   VOCAB = cd.Vocabulary.from_gguf(models.default_gguf_path())
   voc = Vocab(VOCAB)
