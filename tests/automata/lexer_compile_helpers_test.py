@@ -118,3 +118,15 @@ def test_product_without_hashes_is_exact(monkeypatch):
   want_table, want_tuples = _plain_product(dfas)
   assert tuples == want_tuples
   np.testing.assert_array_equal(table, want_table)
+
+
+@pytest.mark.parametrize("tokens, dense", [
+    # b"ac" dies after its first byte (a level of the walk with no live node).
+    ([b"ac", b"a", b"abab", None], [[-1, 0, 1, -1], [-1, -1, -1, -1], [-1, 2, 3, -1]]),
+    ([None, None], [[-1, -1]] * 3),  # no token has bytes: nothing to walk
+])
+def test_token_table_when_the_walk_dies(tokens, dense):
+  lexer = _lexer.build_lexer_dfa([_lexer.Terminal("AB", "ab")])
+  vocab = cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+  table = _lexer.build_token_table(lexer, _detokenizer.build_trie(vocab), vocab.vocab_size)
+  np.testing.assert_array_equal(table.dense(), dense)
