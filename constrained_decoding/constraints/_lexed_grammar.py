@@ -680,17 +680,17 @@ def _unit_chains(lr: _lr.LrTables) -> tuple[np.ndarray, np.ndarray]:
   goto_id[qs, ns] = np.arange(len(qs), dtype=np.int32)
   num_t = lr.action.shape[1]
   chain = np.repeat(goto[qs, ns][:, None], num_t, axis=1).astype(np.int32)
-  unit = lr.rule_len == 1
-  rows, cols = np.nonzero(np.ones_like(chain, bool))
+  # (state, lookahead) pairs that reduce by a unit production; only the chains that
+  # enter one are followed (a few of the 2.6M (entry, lookahead) pairs for Python).
+  unit_reduce = (lr.action < -1) & (lr.rule_len == 1)[np.maximum(-lr.action - 1, 0)]
+  rows, cols = np.nonzero(unit_reduce[chain[:, 0]])
   for _ in range(goto.shape[1] + 1):  # A chain visits each nonterminal at most once.
-    at = chain[rows, cols]
-    a = lr.action[np.maximum(at, 0), cols]
-    p = np.maximum(-a - 1, 0)
-    red = (at >= 0) & (a < -1) & unit[p]
-    rows, cols, p = rows[red], cols[red], p[red]
     if not len(rows):
       break
-    chain[rows, cols] = goto[qs[rows], lr.rule_lhs[p]]
+    p = -lr.action[chain[rows, cols], cols] - 1
+    chain[rows, cols] = at = goto[qs[rows], lr.rule_lhs[p]]
+    more = (at >= 0) & unit_reduce[np.maximum(at, 0), cols]
+    rows, cols = rows[more], cols[more]
   if lr.action.shape[0] < 2**15:  # Half the bytes (stacked tables widen it again).
     chain = chain.astype(np.int16)
   return goto_id, chain
