@@ -380,7 +380,9 @@ def test_sql_with_gemma_vocabulary(gemma_vocab):
   path = _lr.__file__.replace("_lr.py", "grammars/sql_select_lexed.lark")
   source = open(path, encoding="utf-8").read()
   arrays = _lexed_grammar.compile_lexed_grammar(source, gemma_vocab)
-  assert arrays.nbytes["total"] < 8 * 2**20  # 5.3 MiB measured
+  # 25.6 MiB measured: 5.7 before the reserved SQLite words became keywords (each one
+  # splits the lexer states of NAME; see the grammar).
+  assert arrays.nbytes["total"] < 32 * 2**20
   tables = _lexed.tables_from_arrays(arrays)
   allowed_fn, advance_fn = jax.jit(_lexed.allowed_tokens), jax.jit(_lexed.advance)
   oracle = lark.Lark(source, parser="lalr")  # contextual lexer: accepts a superset
