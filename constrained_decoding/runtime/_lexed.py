@@ -33,7 +33,9 @@ its pending lexeme against the lane's top state. The lanes of a state share pref
 DEDENTs), so they run as a trie (`tables_from_arrays` builds it on the host from the
 compiled arrays): level k holds the state's distinct (k + 1)-lexeme prefixes, a node
 runs one lexeme from its parent's configuration, one `lax.while_loop` per level
-(`_run_trie`). Nodes do not copy the row's stack:
+(`_run_trie`); only a level's live nodes (parent ok) run, gathered into a static budget
+of half the level, with all nodes as the fallback (`_run_trie_live`, `lax.cond`).
+Nodes do not copy the row's stack:
 they read it and keep only what they push (P = min(D, 2 L + 8) entries); if a node runs
 out of room (long chains of empty rules), all nodes are rerun on full copies
 (`lax.cond`, exact either way). The mask ORs the surviving slots' token sets: a gather
@@ -580,12 +582,15 @@ def _run_overlay(tables: LexedTables, state: ConstraintState):
   d = state.stack.shape[1]
   nodes = tables.lane_node[state.state]
   short = min(d, 2 * _lane_width(tables) + 8)
-  live, over, overflow = _run_trie_live(tables, state, nodes, short)
 
   def all_nodes():
     out, over = _run_trie(tables, state, nodes, short)
     return jax.lax.cond(over, lambda: _run_trie(tables, state, nodes, d)[0], lambda: out)
 
+  b = state.state.shape[0]
+  if all(b * w < _COMPACT_MIN_NODES for w in tables.trie_widths):  # static: no budget
+    return all_nodes()
+  live, over, overflow = _run_trie_live(tables, state, nodes, short)
   return jax.lax.cond(over | overflow, all_nodes, lambda: live)
 
 
