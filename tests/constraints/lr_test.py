@@ -12,6 +12,7 @@ import pytest
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _lr
+from constrained_decoding.testing import random_derivation
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _REPO not in sys.path:
@@ -83,41 +84,6 @@ def render(grammar: _lr.TerminalGrammar, terminals) -> str:
   return " ".join(_RENDER.get(t) or literals[t] for t in terminals)
 
 
-def random_sentence(grammar: _lr.TerminalGrammar, rng: random.Random, depth=6):
-  """A random derivation; past `depth`, the production with the shortest yield."""
-  by_lhs = {}
-  for p in grammar.productions:
-    by_lhs.setdefault(p.lhs, []).append(p.rhs)
-  shortest = {}
-  changed = True
-  while changed:
-    changed = False
-    for lhs, alternatives in by_lhs.items():
-      for rhs in alternatives:
-        if all(s not in by_lhs or s in shortest for s in rhs):
-          size = sum(shortest.get(s, 1) for s in rhs)
-          if size < shortest.get(lhs, 1 << 30):
-            shortest[lhs] = size
-            changed = True
-
-  def cost(rhs):
-    return sum(shortest.get(s, 1) if s in by_lhs else 1 for s in rhs)
-
-  out = []
-
-  def walk(symbol, level):
-    if symbol not in by_lhs:
-      out.append(symbol)
-      return
-    alternatives = by_lhs[symbol]
-    rhs = rng.choice(alternatives) if level < depth else min(alternatives, key=cost)
-    for s in rhs:
-      walk(s, level + 1)
-
-  walk(grammar.start, 0)
-  return out
-
-
 def mutate(sequence, terminals, rng):
   seq = list(sequence)
   kind = rng.randrange(4)
@@ -158,7 +124,7 @@ def lark_error_index(oracle: lark.Lark, text: str) -> int | None:
 def sequences(grammar, rng, count):
   terminals = list(grammar.terminals)
   for _ in range(count):
-    sentence = random_sentence(grammar, rng, depth=rng.randrange(2, 8))
+    sentence = random_derivation(grammar, rng, depth=rng.randrange(2, 8))
     yield sentence
     for _ in range(rng.randrange(1, 4)):
       sentence = mutate(sentence, terminals, rng)
@@ -189,7 +155,7 @@ def test_viable_agrees_with_feed_and_prefixes_of_sentences_are_viable():
   rng = random.Random(0)
   for _ in range(100):
     parser = _lr.LrParser(tables)
-    for t in random_sentence(grammar, rng):
+    for t in random_derivation(grammar, rng):
       for other in tables.terminals[1:]:
         assert parser.viable(other) == parser.copy().feed(other)
       assert parser.viable(t)

@@ -21,6 +21,7 @@ from constrained_decoding import errors
 from constrained_decoding.constraints import _lexed_grammar
 from constrained_decoding.constraints import _lr
 from constrained_decoding.runtime import _lexed
+from constrained_decoding.testing import random_derivation
 
 SQL = r"""
 start: "SELECT" columns "FROM" NAME where? ";"?
@@ -65,34 +66,6 @@ _RENDER = {
 _SEPARATORS = {"sql": ["", " ", " ", " ", "  ", "\n"], "arith": ["", " ", " ", "  "]}
 
 
-def _derive(grammar, rng, depth=5):
-  """A random terminal sequence of the grammar (shortest choices past `depth`)."""
-  by_lhs = {}
-  for p in grammar.productions:
-    by_lhs.setdefault(p.lhs, []).append(p.rhs)
-  size = {}
-  for _ in range(len(by_lhs) + 1):
-    for lhs, alternatives in by_lhs.items():
-      for rhs in alternatives:
-        if all(s not in by_lhs or s in size for s in rhs):
-          n = sum(size.get(s, 1) for s in rhs)
-          size[lhs] = min(size.get(lhs, n), n)
-  out = []
-
-  def walk(symbol, level):
-    if symbol not in by_lhs:
-      out.append(symbol)
-      return
-    alternatives = by_lhs[symbol]
-    rhs = (rng.choice(alternatives) if level < depth else
-           min(alternatives, key=lambda r: sum(size.get(s, 1) for s in r)))
-    for s in rhs:
-      walk(s, level + 1)
-
-  walk(grammar.start, 0)
-  return out
-
-
 def _render(name, grammar, terminals, rng) -> bytes:
   literals = {d.name: d.literal for d in grammar.terminal_defs}
   render = _RENDER[name]
@@ -121,7 +94,8 @@ class _Setup:
     source = {"sql": SQL, "arith": ARITH}[name]
     self.source = source
     self.grammar = _lr.read_lark_rules(source)
-    self.texts = [_render(name, self.grammar, _derive(self.grammar, rng), rng) for _ in range(60)]
+    self.texts = [_render(name, self.grammar, random_derivation(self.grammar, rng, depth=5), rng)
+                  for _ in range(60)]
     toks = {bytes([b]) for b in range(256)}
     while len(toks) < vocab_size - 1:
       t = rng.choice(self.texts)
