@@ -28,16 +28,9 @@ One step of a row in lexer state s:
 `allowed_bits` runs one lane per distinct item sequence of the row's lexer state (Ks,
 padded; outcome classes that differ only in their final state share a lane) plus the
 end lane; each of the state's K outcome slots then takes its lane's result and checks
-its pending lexeme against the lane's top state. The lanes of a state share prefixes
-(almost all start with the pending lexeme's completion, often a newline and its
-DEDENTs), so they run as a trie (`tables_from_arrays` builds it on the host from the
-compiled arrays): level k holds the state's distinct (k + 1)-lexeme prefixes, a node
-runs one lexeme from its parent's configuration, one `lax.while_loop` per level
-(`_run_trie`); only a level's live nodes (parent ok) run, gathered into a static budget
-of half the level, with all nodes as the fallback (`_run_trie_live`, `lax.cond`).
-Nodes do not copy the row's stack:
-they read it and keep only what they push (P = min(D, 2 L + 8) entries); if a node runs
-out of room (long chains of empty rules), all nodes are rerun on full copies
+its pending lexeme against the lane's top state. Lanes do not copy the row's stack:
+they read it and keep only what they push (P = min(D, 2 L + 8) entries); if a lane runs
+out of room (long chains of empty rules), all lanes are rerun on full copies
 (`lax.cond`, exact either way). The mask ORs the surviving slots' token sets: a gather
 of the few bitmap slots' rows (Kb rows of W words) and a scatter-add of the listed
 tokens (N per state; tokens of a state are distinct, so adding bits is OR-ing them).
@@ -45,12 +38,9 @@ tokens (N per state; tokens of a state are distinct, so adding bits is OR-ing th
 per bitmap slot), runs its lane and the end lane on full stacks, and takes the token
 exactly when `allowed_bits` offers it (same lanes, same tables).
 
-Cost per row and step (exact, simple; the design's viable-set classes are not built):
-`allowed_bits` works, on each trie level k, on its Nk nodes for
-as many iterations as the slowest node's micro-steps (Python, Gemma 3: Nk = 38, 257,
-321, 189, 59, ... over 16 levels, 970 nodes for 663 lanes of up to 16 lexemes; a
-walk's rows run ~6.6k node-steps against ~21k lane-steps whole), O(P) per node and
-iteration; then
+Cost per row and step (exact, simple; the design's viable-set classes and prefix-shared
+lanes are not built): `allowed_bits` works on Ks + 1 lanes for as many iterations as
+the longest surviving lane's lexemes + reductions, O(P) per lane and iteration; then
 Kb x W words of OR and N scattered ids. `advance`: log2(N) + Kb gathers, then 2 lanes
 of O(D). Ks, K, N, Kb, L are maxima over lexer states, so every row pays the worst
 state's widths.
@@ -152,99 +142,18 @@ class LexedTables:
   goto_chain: Int[Array, "E T"]
   rule_lhs: Int[Array, "R"]
   rule_len: Int[Array, "R"]
-  # Derived on the host by `tables_from_arrays` (`_lane_trie`): the state's lanes as a
-  # trie of their item sequences, levels concatenated (Nn nodes per state).
-  trie_item: Int[Array, "S Nn"]
-  trie_parent: Int[Array, "S Nn"]
-  lane_node: Int[Array, "S Ks+1"]  # the state's sequence lanes, then the end lane
-  # Static: they fix shapes (logits width, stack widths, trie level widths).
+  # Static: they fix shapes (logits width, stack widths).
   vocab_size: int = struct.field(pytree_node=False)
   stack_depth: int = struct.field(pytree_node=False)
   indent_depth: int = struct.field(pytree_node=False)
-  trie_widths: tuple[int, ...] = struct.field(pytree_node=False)
-
-
-def _lane_trie(lane_items: np.ndarray):
-  """The lanes of each lexer state as a trie of their item sequences (host, numpy).
-
-  `lane_items` [S, X, L]: each state's lanes' lexemes, padded with -1 at the end.
-
-  Lanes of a state share prefixes (almost all of them the pending lexeme's completion,
-  often a newline with its DEDENTs), so the parser runs once per distinct prefix.
-  Level k holds each state's distinct prefixes of k + 1 items, in `widths[k]` columns
-  (the most over states); levels are concatenated, level k from column sum(widths[:k]).
-
-  Returns:
-    item [S, Nn] (the node's last item, -1: padding), parent [S, Nn] (column of the
-    node's prefix one item shorter, in the whole array; -1 on level 0), lane_node
-    [S, X] (column of the lane's whole sequence; -1: empty sequence or no lane),
-    widths (tuple).
-  """
-  s_count, ks, length = lane_items.shape
-  st, lane = np.nonzero(lane_items[:, :, 0] >= 0)
-  seqs = lane_items[st, lane].astype(np.int64)  # [n, L]
-  lens = (seqs >= 0).sum(axis=1)
-  widths, levels = [], []
-  prev_key = np.full(len(st), -1, np.int64)  # the lane's node id on the level above
-  prev_col = np.full(len(st), -1, np.int64)
-  lane_col = np.full(len(st), -1, np.int64)
-  offset = 0
-  for k in range(length):
-    live = lens > k
-    if not live.any():
-      break
-    # A node: (state, parent node, item); ids by np.unique, columns by rank in the state.
-    keys = np.stack([st[live], prev_key[live], seqs[live, k]], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    first = np.searchsorted(uniq[:, 0], uniq[:, 0])  # uniq sorted by state first
-    rank = np.arange(len(uniq)) - first
-    width = int(rank.max()) + 1
-    item = np.full((s_count, width), -1, np.int64)
-    parent = np.full((s_count, width), -1, np.int64)
-    item[uniq[:, 0], rank] = uniq[:, 2]
-    node_parent = np.full(len(uniq), -1, np.int64)
-    node_parent[inverse] = prev_col[live]
-    parent[uniq[:, 0], rank] = node_parent
-    levels.append((item, parent))
-    col = offset + rank[inverse]
-    prev_key = np.full(len(st), -1, np.int64)
-    prev_key[live] = inverse
-    prev_col = np.full(len(st), -1, np.int64)
-    prev_col[live] = col
-    lane_col[lens == k + 1] = offset + rank[inverse[(lens == k + 1)[live]]]
-    widths.append(width)
-    offset += width
-  if not levels:  # no lane has an item: one padding node
-    levels, widths = [(np.full((s_count, 1), -1), np.full((s_count, 1), -1))], [1]
-  lane_node = np.full((s_count, ks), -1, np.int64)
-  lane_node[st, lane] = lane_col
-  item = np.concatenate([i for i, _ in levels], axis=1)
-  parent = np.concatenate([p for _, p in levels], axis=1)
-  return (item.astype(np.int32), parent.astype(np.int32), lane_node.astype(np.int32),
-          tuple(widths))
 
 
 def tables_from_arrays(arrays) -> LexedTables:
   """`LexedTables` (jax arrays) from a host `LexedArrays` (one grammar or stacked)."""
   fields = {f: jnp.asarray(getattr(arrays, f)) for f in arrays.ARRAY_FIELDS}
-  # Lanes: the state's sequences, then the end of sequence (as `_end_lane`).
-  seq_lanes, seq_items = np.asarray(arrays.state_seq_lanes), np.asarray(arrays.seq_items)
-  length = max(seq_items.shape[1], 2)
-  lane_items = np.full(seq_lanes.shape + (length,), -1, np.int64)
-  lane_items[..., :seq_items.shape[1]] = np.where(
-      (seq_lanes >= 0)[..., None], seq_items[np.maximum(seq_lanes, 0)], -1)
-  end_item = np.maximum(np.asarray(arrays.state_end_item), -1)
-  tail = np.asarray(arrays.state_end_tail)
-  end = np.full((len(end_item), 1, length), -1, np.int64)
-  end[:, 0, 0] = np.where(end_item >= 0, end_item, tail)
-  end[:, 0, 1] = np.where(end_item >= 0, tail, -1)
-  item, parent, lane_node, widths = _lane_trie(np.concatenate([lane_items, end], axis=1))
   return LexedTables(vocab_size=int(arrays.vocab_size),
                      stack_depth=int(arrays.stack_depth),
-                     indent_depth=int(arrays.indent_depth),
-                     trie_item=jnp.asarray(item), trie_parent=jnp.asarray(parent),
-                     lane_node=jnp.asarray(lane_node), trie_widths=widths, **fields)
+                     indent_depth=int(arrays.indent_depth), **fields)
 
 
 def init_state(tables: LexedTables, batch_size: int | None = None, *,
@@ -290,18 +199,15 @@ def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]
   return state.registers
 
 
-def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "N L"],
-           row: Int[Array, "N"], p_width: int, lane_length: int, init: dict | None = None):
-  """Runs the parser over each lane's lexemes, N lanes on the stacks of rows `row`.
+def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
+           p_width: int):
+  """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
 
   A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
   shrinks as it pops below what it pushed) and keeps what it pushes in a suffix of
   `p_width` entries (the same for the indentation stack, whose suffix holds at most one
-  push per lexeme of a lane of `lane_length` lexemes). A lane whose parser suffix would
-  pass `p_width` stops (`over`); with `p_width == D` that never happens. `init` (a dict
-  as returned, without `ok`) continues lanes where others stopped (`_run_trie`: a
-  node of the lane trie continues its parent's configuration); by default a lane
-  starts on its row's stacks. A lane that starts with `err` or `over` does nothing.
+  push per lexeme). A lane whose parser suffix would pass `p_width` stops (`over`);
+  with `p_width == D` that never happens.
 
   A newline lexeme (`class_width` >= 0) is dropped inside brackets; outside, it feeds
   the newline terminal (phase 0 -> 1), then compares its width w with the top of the
@@ -310,27 +216,29 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "N L"]
   The end-of-text class feeds the newline only where the parser takes one, then
   dedents to width 0. A lexeme of any other class shifts the first member the top
   state has an action for and moves the bracket depth. One micro-step per iteration:
-  one reduce, shift or indentation decision per lane. The phase is 0 again after each
-  lexeme, so a lane split at lexeme boundaries computes what it would whole.
+  one reduce, shift or indentation decision per lane.
 
   Returns:
-    A dict of [N] arrays: ok (every lexeme taken), err, over, top (parser state),
+    A dict of [B * X] arrays: ok (every lexeme taken), over, top (parser state),
     paren (bracket depth), room (the indentation stack can take one more level), and
     base, suffix, size, ibase, isuf, isize (the stacks, for `_materialize`).
   """
-  n, length = items.shape
+  b, x, length = items.shape
   d = state.stack.shape[1]
   regs = _registers(tables, state)
   di = regs.shape[1] - 2
   indent = di > 1  # Static: tables without indentation skip its steps.
-  pi = max(min(di, lane_length), 1)
+  pi = max(min(di, length), 1)
+  n = b * x
+  items = items.reshape(n, length)
+  row = jnp.repeat(jnp.arange(b), x)
   row_stack, row_widths = state.stack, regs[:, 2:]
   count = jnp.sum(items >= 0, axis=1)
   lanes = jnp.arange(n)
   # Safety bound on micro-steps (canonical LR(1) tables of a grammar without cycles end
   # far sooner): per lexeme, at most D reductions that pop, each after a chain of at
   # most `Nt` that do not, and the indentation steps.
-  max_steps = (lane_length + 1) * (d + di + 3) * (tables.goto_id.shape[1] + 1)
+  max_steps = (length + 1) * (d + di + 3) * (tables.goto_id.shape[1] + 1)
 
   def read(base, suffix, pos):
     own = jnp.take_along_axis(suffix, jnp.clip(pos - base, 0, p_width - 1)[:, None],
@@ -425,173 +333,32 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "N L"]
             isuf, isize, phase, step + 1)
 
   zero = jnp.zeros((n,), jnp.int32)
-  if init is None:
-    init = _row_config(state, row, p_width, pi)
-  carry = (zero, init["base"], init["suffix"], init["size"], init["err"], init["over"],
-           init["paren"], init["ibase"], init["isuf"], init["isize"], zero, jnp.int32(0))
+  false = jnp.zeros((n,), bool)
+  init = (zero, state.depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false, false,
+          regs[row, 0], regs[row, 1], jnp.zeros((n, pi), jnp.int32), zero, zero,
+          jnp.int32(0))
   i, base, suffix, size, err, over, paren, ibase, isuf, isize, _, steps = (
-      jax.lax.while_loop(cond, body, carry))
+      jax.lax.while_loop(cond, body, init))
   top = read(base, suffix, base + size - 1)
   room = (ibase + isize < di) & (itop_of(ibase, isuf, isize) < tables.max_width)
-  # A lane stopped by the safety bound is not ok, and neither is what continues it.
-  err = err | (~over & (i < count))
-  return dict(ok=~err & ~over, err=err, over=over, top=top, paren=paren, room=room,
+  return dict(ok=~err & ~over & (i >= count), over=over, top=top, paren=paren, room=room,
               base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize,
-              steps=steps)
+                        steps=steps)
 
 
-def _row_config(state: ConstraintState, row: Int[Array, "N"], p_width: int, pi: int):
-  """The configuration (`_lanes`'s `init`) of lanes starting on rows `row`' stacks."""
-  n = row.shape[0]
-  zero, regs = jnp.zeros((n,), jnp.int32), state.registers
-  return dict(base=state.depth[row], suffix=jnp.zeros((n, p_width), jnp.int32),
-              size=zero, err=jnp.zeros((n,), bool), over=jnp.zeros((n,), bool),
-              paren=regs[row, 0], ibase=regs[row, 1], isuf=jnp.zeros((n, pi), jnp.int32),
-              isize=zero)
-
-
-def _run_trie(tables: LexedTables, state: ConstraintState, lane_nodes: Int[Array, "B X"],
-              p_width: int):
-  """Each lane's result, with the parser run once per node of the state's lane trie.
-
-  Level by level (static, `tables.trie_widths`): a level's nodes take their parent's
-  configuration (level 0: the row's) and run their one lexeme in `_lanes`; a node
-  whose parent failed does nothing. Lane j of a row ends at node `lane_nodes[:, j]`
-  (-1: no lexeme: the row's own configuration, ok). Exactly the lane-by-lane result:
-  a lane is its nodes' micro-steps in order.
-
-  Returns:
-    (ok, top, paren, room) [B, X] and whether some node ran out of its `p_width`.
-  """
-  b = state.state.shape[0]
-  length = _lane_width(tables)
-  items = tables.trie_item[state.state]  # [B, Nn]
-  parents = tables.trie_parent[state.state]
-  keys = ("ok", "top", "paren", "room")
-  di = state.registers.shape[1] - 2
-  results, over, prev, offset, prev_width = [], jnp.zeros((), bool), None, 0, 0
-  for width in tables.trie_widths:
-    level = slice(offset, offset + width)
-    row = jnp.repeat(jnp.arange(b), width)
-    if prev is None:
-      init = _row_config(state, row, p_width, max(min(di, length), 1))
-    else:
-      # The parent's configuration (padding nodes, parent -1, have no lexeme: inert).
-      flat = (jnp.arange(b)[:, None] * prev_width
-              + jnp.clip(parents[:, level] - (offset - prev_width), 0, prev_width - 1))
-      init = {k: v[flat.reshape(-1)] for k, v in prev.items()
-              if k not in ("ok", "top", "room", "steps")}
-    out = _lanes(tables, state, items[:, level].reshape(-1, 1), row, p_width, length, init)
-    over |= jnp.any(out["over"])
-    results.append({k: out[k].reshape(b, width) for k in keys})
-    prev, offset, prev_width = out, offset + width, width
-  # The root (no lexeme): the row's own top, bracket depth and indentation room.
-  regs = _registers(tables, state)
-  rows = jnp.arange(b)
-  itop = regs[rows, 2 + jnp.clip(regs[:, 1] - 1, 0, di - 1)]
-  root = dict(ok=jnp.ones((b,), bool),
-              top=state.stack[rows, jnp.clip(state.depth - 1, 0, state.stack.shape[1] - 1)],
-              paren=regs[:, 0], room=(regs[:, 1] < di) & (itop < tables.max_width))
-  out = []
-  for k in keys:
-    nodes = jnp.concatenate([r[k] for r in results] + [root[k][:, None]], axis=1)
-    out.append(jnp.take_along_axis(nodes, jnp.where(lane_nodes >= 0, lane_nodes,
-                                                    nodes.shape[1] - 1), axis=1))
-  return tuple(out), over
-
-
-# A trie level's live nodes (parent ok, a lexeme) are gathered into 1 / _COMPACT_SHARE
-# of its batch x width nodes (on walks of the Python and SQL grammars 8-24% are live),
-# where that is at least _COMPACT_MIN_NODES; more live nodes fall back to all nodes.
-_COMPACT_SHARE = 2
-_COMPACT_MIN_NODES = 256
-
-
-def _run_trie_live(tables: LexedTables, state: ConstraintState,
-                   lane_nodes: Int[Array, "B X"], p_width: int):
-  """`_run_trie` on each level's live nodes only, gathered into a static budget.
-
-  Returns:
-    (ok, top, paren, room) [B, X], whether some node ran out of its `p_width`, and
-    whether some level had more live nodes than its budget (the results are then
-    not to be used).
-  """
-  b = state.state.shape[0]
-  length = _lane_width(tables)
-  di = state.registers.shape[1] - 2
-  items = tables.trie_item[state.state]  # [B, Nn]
-  parents = tables.trie_parent[state.state]
-  keys = ("ok", "top", "paren", "room")
-  over = overflow = jnp.zeros((), bool)
-  slots, results, base = [], [], 0
-  prev = prev_slot = None
-  offset = prev_width = 0
-  for width in tables.trie_widths:
-    n = b * width
-    cap = n if n < _COMPACT_MIN_NODES else -(-n // _COMPACT_SHARE)
-    level = items[:, offset:offset + width].reshape(-1)
-    if prev is None:
-      live = level >= 0
-    else:
-      flat = (jnp.arange(b)[:, None] * prev_width + jnp.clip(
-          parents[:, offset:offset + width] - (offset - prev_width), 0, prev_width - 1))
-      parent = prev_slot[flat.reshape(-1)]  # the parent's place among the live, or -1
-      live = (level >= 0) & (parent >= 0) & prev["ok"][jnp.maximum(parent, 0)]
-    overflow |= jnp.sum(live) > cap
-    idx = jnp.nonzero(live, size=cap, fill_value=n)[0]
-    safe = jnp.minimum(idx, n - 1)
-    row = safe // width
-    if prev is None:
-      init = _row_config(state, row, p_width, max(min(di, length), 1))
-    else:
-      init = {k: v[jnp.maximum(parent[safe], 0)] for k, v in prev.items()
-              if k not in ("ok", "top", "room", "steps")}
-    out = _lanes(tables, state, jnp.where(idx < n, level[safe], -1)[:, None], row, p_width,
-                 length, init)
-    over |= jnp.any(out["over"])
-    slot = jnp.full((n,), -1, jnp.int32).at[idx].set(jnp.arange(cap, dtype=jnp.int32),
-                                                     mode="drop")
-    slots.append(jnp.where(slot >= 0, base + slot, -1).reshape(b, width))
-    results.append(out)
-    prev, prev_slot, base = out, slot, base + cap
-    offset, prev_width = offset + width, width
-  regs = _registers(tables, state)
-  rows = jnp.arange(b)
-  itop = regs[rows, 2 + jnp.clip(regs[:, 1] - 1, 0, di - 1)]
-  # The results of all levels' live nodes, then a failed node, then each row's root.
-  dead = dict(ok=jnp.zeros((1,), bool), top=jnp.zeros((1,), jnp.int32),
-              paren=jnp.zeros((1,), jnp.int32), room=jnp.zeros((1,), bool))
-  root = dict(ok=jnp.ones((b,), bool),
-              top=state.stack[rows, jnp.clip(state.depth - 1, 0, state.stack.shape[1] - 1)],
-              paren=regs[:, 0], room=(regs[:, 1] < di) & (itop < tables.max_width))
-  node_slot = jnp.concatenate(slots, axis=1)  # [B, Nn]
-  pick = jnp.take_along_axis(node_slot, jnp.maximum(lane_nodes, 0), axis=1)
-  pick = jnp.where(lane_nodes >= 0, jnp.where(pick >= 0, pick, base), base + 1 + rows[:, None])
-  out = tuple(jnp.concatenate([r[k] for r in results] + [dead[k], root[k]])[pick]
-              for k in keys)
-  return out, over, overflow
-
-
-def _run_overlay(tables: LexedTables, state: ConstraintState):
-  """The lanes of each row's lexer state, exact: (ok, top, paren, room), each [B, Ks +
-  1] (the state's sequence lanes, then the end of sequence). First the live trie
-  nodes with a short suffix (P = min(D, 2 L + 8), `_run_trie_live`); if a level had
-  more live nodes than its budget, all nodes (`_run_trie`); if some node ran out of
-  its suffix (long chains of empty rules), all nodes again on full stacks (P = D).
-  Only the first runs unless needed (`lax.cond`)."""
+def _run_overlay(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
+  """`_lanes` with a short suffix (P = min(D, 2 L + 8)), rerun on full stacks (P = D,
+  `lax.cond`: only then) if some lane ran out of it, so the result is always exact:
+  (ok, top, paren, room), each [B, X]."""
+  b, x, length = items.shape
   d = state.stack.shape[1]
-  nodes = tables.lane_node[state.state]
-  short = min(d, 2 * _lane_width(tables) + 8)
-
-  def all_nodes():
-    out, over = _run_trie(tables, state, nodes, short)
-    return jax.lax.cond(over, lambda: _run_trie(tables, state, nodes, d)[0], lambda: out)
-
-  b = state.state.shape[0]
-  if all(b * w < _COMPACT_MIN_NODES for w in tables.trie_widths):  # static: no budget
-    return all_nodes()
-  live, over, overflow = _run_trie_live(tables, state, nodes, short)
-  return jax.lax.cond(over | overflow, all_nodes, lambda: live)
+  keys = ("ok", "top", "paren", "room")
+  short = _lanes(tables, state, items, min(d, 2 * length + 8))
+  # The suffix was too short for some lane: run all lanes again on full stacks.
+  out = jax.lax.cond(jnp.any(short["over"]),
+                     lambda: tuple(_lanes(tables, state, items, d)[k] for k in keys),
+                     lambda: tuple(short[k] for k in keys))
+  return tuple(v.reshape(b, x) for v in out)
 
 
 def _materialize(state: ConstraintState, lanes: dict, row):
@@ -687,8 +454,10 @@ def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "
   b, d = state.stack.shape
   slots = tables.state_outcomes[state.state]  # [B, K]
   # One lane per distinct sequence of the state, and one for the end of sequence.
-  end_reach = tables.state_end_item[state.state] != -2
-  ok, top, paren, room = _run_overlay(tables, state)
+  seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
+  end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
+  items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
+  ok, top, paren, room = _run_overlay(tables, state, items)
   end_ok = ok[:, -1] & end_reach & _end_ok(tables, top[:, -1])
   # Each slot: its sequence's lane, then the lexeme left pending in its final state.
   lane = jnp.maximum(tables.state_slot_lane[state.state], 0)  # [B, K]
@@ -772,8 +541,7 @@ def advance(tables: LexedTables, state: ConstraintState,
   final = tables.outcome_final[o]
   end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
   # Two lanes per row on full stacks: the token's lexemes, and the end of sequence.
-  lanes = _lanes(tables, state, jnp.stack([items, end_items], axis=1).reshape(2 * b, -1),
-                 jnp.repeat(jnp.arange(b), 2), d, _lane_width(tables))
+  lanes = _lanes(tables, state, jnp.stack([items, end_items], axis=1), d)
   ok = lanes["ok"].reshape(b, 2)
   top = lanes["top"].reshape(b, 2)
   moved = ok[:, 0] & (outcome >= 0) & _pending_ok(
