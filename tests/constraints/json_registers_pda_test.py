@@ -121,10 +121,12 @@ def byte_tables(byte_compiler):
 
 
 @jax.jit
-def _device_walk(tables, tokens, lengths, eos):
+def _device_walk(tables, tokens, lengths, eos, ids=None):
   """Feeds each row its tokens (`[B, L]`, the first `lengths`), then end of sequence:
-  whether each row ends `done` without `error`."""
-  state = cd.init_state(tables, tokens.shape[0])
+  whether each row ends `done` without `error`. With `ids`, row r follows stacked
+  constraint `ids[r]`."""
+  state = (cd.init_state(tables, tokens.shape[0]) if ids is None
+           else cd.init_state(tables, constraint_ids=ids))
 
   def step(state, i):
     moved = cd.advance(tables, state, tokens[:, i])
@@ -306,22 +308,6 @@ def test_save_and_load_keep_the_guards(byte_tables, byte_vocab, tmp_path):
           == [_valid("tree", v) for v in values])
 
 
-@jax.jit
-def _stacked_walk(tables, ids, tokens, lengths, eos):
-  """`_device_walk` with each row following stacked constraint `ids[row]`."""
-  state = cd.init_state(tables, constraint_ids=ids)
-
-  def step(state, i):
-    moved = cd.advance(tables, state, tokens[:, i])
-    active = i < lengths
-    return jax.tree.map(lambda a, b: jnp.where(
-        active.reshape(active.shape + (1,) * (a.ndim - 1)), a, b), moved, state), None
-
-  state, _ = jax.lax.scan(step, state, jnp.arange(tokens.shape[1]))
-  state = cd.advance(tables, state, jnp.full(tokens.shape[0], eos, jnp.int32))
-  return state.done & ~state.error
-
-
 def test_stacked_with_other_tables(byte_tables, byte_compiler, byte_vocab):
   """Stacked after a flat register table (its words and hash rows first), the tree's
   guards and hashes still decide."""
@@ -336,8 +322,8 @@ def test_stacked_with_other_tables(byte_tables, byte_compiler, byte_vocab):
   for row, ids_ in enumerate(texts):
     tokens[row, :len(ids_)] = ids_
   lengths = np.array([len(t) for t in texts], np.int32)
-  got = _stacked_walk(stacked, jnp.asarray(ids, jnp.int32), tokens, lengths,
-                      byte_vocab.eos_ids[0])
+  got = _device_walk(stacked, tokens, lengths, byte_vocab.eos_ids[0],
+                     jnp.asarray(ids, jnp.int32))
   assert np.asarray(got).tolist() == [_valid("tree", v) for v in values] + [True, False]
 
 
