@@ -27,10 +27,9 @@ A Lark grammar with terminals, `%ignore` and keywords becomes the arrays that
   lexeme, a line break is a `;`), static in the lexer and its token table
   (`_lexer.with_semicolon_modes`); the end of the text adds the `;` that mode A owes.
 
-`LexedReference` is the host reference the device step is tested against: it walks a
-token's bytes through the lexer DFA (not through the token table) and feeds the items
-to `_lr.LrParser` (explicit reductions), so it shares no table with the device path
-beyond the two automata.
+Split along concepts: the arrays and their codes are `_lexed_arrays.py`'s, the lexer
+options `_lexed_options.py`'s, the host reference stepper `_lexed_reference.py`'s (the
+device step is tested against it); their names are re-exported here.
 
 Public:
   LexedArrays                              the numpy arrays (+ host information).
@@ -48,267 +47,41 @@ import numpy as np
 from constrained_decoding import errors
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _lexer
+from constrained_decoding.automata import _token_table
 from constrained_decoding.constraints import _lr
+# Re-exported: the names this module had before the split.
+from constrained_decoding.constraints._lexed_arrays import DEDENT_ID
+from constrained_decoding.constraints._lexed_arrays import END_DEAD
+from constrained_decoding.constraints._lexed_arrays import END_NOTHING
+from constrained_decoding.constraints._lexed_arrays import INDENT_ID
+from constrained_decoding.constraints._lexed_arrays import NEWLINE_ID
+from constrained_decoding.constraints._lexed_arrays import WIDTH_BAD
+from constrained_decoding.constraints._lexed_arrays import WIDTH_EOF
+from constrained_decoding.constraints._lexed_arrays import WIDTH_NONE
+from constrained_decoding.constraints._lexed_arrays import LexedArrays
+from constrained_decoding.constraints._lexed_options import Indentation
+from constrained_decoding.constraints._lexed_options import Semicolons
+from constrained_decoding.constraints._lexed_reference import LexedReference
 
-# Values of `state_end_item`: nothing pending (start state, or an ignored lexeme), and
-# a partial lexeme that is no terminal yet (the text cannot end here).
-END_NOTHING = -1
-END_DEAD = -2
+# The lexer DFA's reachability, under the name the tests use.
+_reachable = _lexer.reachable
 
-# Values of `class_width`: an ordinary lexeme; a newline lexeme that no indentation
-# check can accept (a tab in the indentation, wider than `max_width`, or ending in a
-# comment: dropped inside brackets, an error outside); the end-of-text newline.
-WIDTH_NONE = -1
-WIDTH_BAD = -2
-WIDTH_EOF = -3
-# Parser terminal ids of the newline, INDENT and DEDENT when `indentation` is given.
-NEWLINE_ID, INDENT_ID, DEDENT_ID = 1, 2, 3
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Indentation:
-  """Python-style indentation, as Lark's `PythonIndenter` post-lexer makes it.
-
-  ```python
-  arrays = compile_lexed_grammar(python_text, vocab, start="file_input",
-                                 indentation=Indentation(max_depth=16))
-  ```
-
-  The newline lexeme is built here, not from the grammar's definition of `newline`:
-  one or more line breaks (`\r?\n`), each line's blanks and comments, then the next
-  line's indentation of spaces. Its width w is part of the lexeme's class (one class per
-  w in [0, max_width]), so the lexer-state x token table knows it. On the device, at
-  bracket depth 0 the lexeme feeds `newline`, then `indent` when w is above the top of
-  the row's indentation stack (pushed), nothing when equal, and one `dedent` per
-  popped width until it is equal (else an error: "unindent does not match"); inside
-  brackets (`open` / `close` terminals) it feeds nothing. Blank and comment-only lines
-  are part of the lexeme, so they never reach the parser. The text starts at a line
-  start (an initial newline lexeme, hence `newline` first: the grammar must allow it)
-  and its end adds a `newline` where the parser takes one, then dedents to width 0.
-  A tab in the indentation, or indentation past `max_width`, is refused outside
-  brackets (CPython's tab rules are not modelled); an indentation past `max_depth`
-  levels is masked (the row's stack is full), and the mask never leaves a row without
-  a token: a block opener (`:` then a newline) is refused when no level is left.
-
-  Attributes:
-    newline, indent, dedent: Terminal names of the grammar (`%declare` the last two).
-    open, close: Terminal names of the brackets that suppress newlines.
-    max_depth: Capacity of the indentation stack, levels including width 0.
-    max_width: Widest indentation, in columns.
-  """
-  newline: str = "_NEWLINE"
-  indent: str = "_INDENT"
-  dedent: str = "_DEDENT"
-  open: tuple[str, ...] = ("LPAR", "LSQB", "LBRACE")
-  close: tuple[str, ...] = ("RPAR", "RSQB", "RBRACE")
-  max_depth: int = 16
-  max_width: int = 64
-
-  def check(self) -> None:
-    for name in ("max_depth", "max_width"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-        raise errors.ConstraintError(
-            f"Indentation.{name} {value!r} is not an int >= 2. Expected a capacity, e.g."
-            f" {Indentation.__dataclass_fields__[name].default}.")
-
-  def newline_terminals(self) -> list:
-    """The newline lexemes: `(name@w, regex)` per width, and `name@x` (refused)."""
-    comment = r"#[^\r\n\x00]*"
-    lines = rf"({comment})?(\r?\n[ \t]*({comment})?)*\r?\n"
-    out = [(f"{self.newline}@{w}", lines + (f" {{{w}}}" if w else ""))
-           for w in range(self.max_width + 1)]
-    out.append((f"{self.newline}@x", lines + rf"([ \t]*\t[ \t]*| {{{self.max_width + 1},}}"
-                                              rf"[ \t]*|[ \t]*{comment})"))
-    return out
-
-
-# Go's semicolon triggers (the spec's "Semicolons"), as `grammars/go.lark` names them.
-_GO_TRIGGERS = ("NAME", "INT", "FLOAT", "IMAG", "RUNE", "STRING", "RAW_STRING",
-                "IMPORT_PATH", "BREAK", "CONTINUE", "FALLTHROUGH", "RETURN", "INC", "DEC",
-                "RPAR", "RSQB", "RBRACE")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Semicolons:
-  """Go's automatic semicolon insertion, as lexer modes.
-
-  ```python
-  arrays = compile_lexed_grammar(go_text, vocab, start="source_file",
-                                 semicolons=Semicolons())
-  ```
-
-  After a lexeme of a `triggers` terminal (mode A), a lexeme of a `newlines` terminal
-  (`%ignore`d ones that act as a line break: the newline itself, a line comment, a
-  general comment holding a line break) feeds `semicolon` to the parser; anywhere else
-  (mode B) they are ignored; other ignored lexemes (blanks, one-line general comments)
-  keep the mode. The end of the text feeds `semicolon` in mode A too, as Go's scanner
-  does at EOF. The grammar's rules then take `;` where Go's do (explicit or inserted:
-  they are the same terminal). The defaults are `grammars/go.lark`'s names.
-
-  Attributes:
-    semicolon: The terminal of the `";"` literal.
-    triggers: Terminals after which a line break is a semicolon.
-    newlines: Ignored terminals that act as a line break.
-  """
-  semicolon: str = "SEMICOLON"
-  triggers: tuple[str, ...] = _GO_TRIGGERS
-  newlines: tuple[str, ...] = ("_NEWLINE", "_LINE_COMMENT", "_ML_COMMENT")
-
-  def check(self, grammar: _lr.TerminalGrammar) -> None:
-    """Raises ConstraintError for a malformed option, UnsupportedGrammarFeatureError if
-    the grammar lacks a named terminal or does not ignore a newline terminal."""
-    for field in ("triggers", "newlines"):
-      value = getattr(self, field)
-      if isinstance(value, str) or not all(isinstance(n, str) for n in value):
-        raise errors.ConstraintError(
-            f"Semicolons.{field} {value!r} is not a sequence of terminal names. Expected"
-            f" e.g. {Semicolons.__dataclass_fields__[field].default[:3]}.")
-    if not isinstance(self.semicolon, str):
-      raise errors.ConstraintError(f"Semicolons.semicolon {self.semicolon!r} is not a"
-                                   " terminal name. Expected e.g. 'SEMICOLON'.")
-    defined = {d.name for d in grammar.terminal_defs if d.pattern is not None}
-    for field, names in (("semicolon", (self.semicolon,)), ("triggers", self.triggers),
-                         ("newlines", self.newlines)):
-      absent = sorted(set(names) - defined)
-      if absent:
-        raise errors.UnsupportedGrammarFeatureError(
-            f"Lark grammar does not define the terminals {absent} of Semicolons.{field}."
-            " Expected terminals with a pattern (the newlines %ignore'd). Define them, or"
-            " name yours in Semicolons(...).")
-    not_ignored = sorted(set(self.newlines) - set(grammar.ignored))
-    if not_ignored:
-      raise errors.UnsupportedGrammarFeatureError(
-          f"Lark grammar does not %ignore the terminals {not_ignored} of"
-          " Semicolons.newlines. Expected the line breaks and comments %ignore'd (mode B"
-          " skips them). Add `%ignore` lines.")
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class LexedArrays:
-  """Two-level tables of one grammar over one vocabulary, as numpy arrays.
-
-  S lexer states, K outcome slots per state, O outcome classes, Qs item sequences of at
-  most L items, C lexeme classes of at most M parser terminals, Q parser states, T
-  parser terminals (`$END` = 0) in Tw = ceil(T / 32) words, Nt nonterminals, R
-  productions, Kb bitmap slots per state, Mb bitmap rows of W = ceil(V / 32) words, N
-  listed tokens per state.
-
-  Attributes:
-    lex_start: int32 [G]: the lexer's start state of each stacked grammar (one entry
-      unless `stack_lexed_arrays` stacked several).
-    lr_start: int32 [G]: the parser's start state (the stack's bottom) of each.
-    state_outcomes: int32 [S, K]: outcome class of each slot of a state, -1 padded.
-    state_seq_lanes: int32 [S, Ks]: the distinct item sequences of a state's outcome
-      classes (the parser runs each once per step), -1 padded.
-    state_slot_lane: int32 [S, K]: the column of `state_seq_lanes` of each slot's
-      sequence, -1 padded.
-    outcome_seq: int32 [O]: the item sequence a token of the class completes.
-    outcome_final: int32 [O]: the lexer state it ends in.
-    seq_items: int32 [Qs, L]: lexeme class ids, -1 padded (row 0 is empty).
-    class_members: int32 [C, M]: parser terminal ids of a lexeme class, priority order,
-      -1 padded (members the grammar never uses are left out).
-    state_big_slot: int32 [S, Kb]: slots whose token set is a bitmap row, -1 padded.
-    state_big_row: int32 [S, Kb]: that row of `set_bits`.
-    set_bits: uint32 [Mb, W]: token sets of >= 256 tokens; token t is bit t % 32 of
-      word t // 32.
-    state_small_tokens: int32 [S, N]: the other tokens live in a state, ascending,
-      padded with `vocab_size`.
-    state_small_slot: int32 [S, N]: the slot of each, -1 padded.
-    state_viable: uint32 [S, Tw]: parser terminals a lexeme pending in the state can
-      still become (bit t % 32 of word t // 32).
-    state_free: bool [S]: the state is the start state, or its lexeme can still become
-      an ignored one (it then needs nothing of the parser).
-    state_end_item: int32 [S]: at the end of the text: the lexeme class emitted,
-      `END_NOTHING`, or `END_DEAD`.
-    state_end_tail: int32 [S]: the class fed after it at the end (the end newline of
-      an indentation grammar, `WIDTH_EOF`; the `;` that Go's mode A owes), or -1.
-    state_nl_any, state_nl_width: bool [S]: a pending lexeme can still become a
-      newline lexeme (any; one with a width the parser can take).
-    class_width: int32 [C + 1]: per lexeme class, the indentation a newline lexeme
-      carries, `WIDTH_BAD`, `WIDTH_EOF` (the last, extra class), or `WIDTH_NONE`.
-    class_paren: int32 [C + 1]: +1 for a lexeme class that opens a bracket, -1 for
-      one that closes it, else 0.
-    nl_needs_indent: bool [Q]: a newline shifted in parser state q must be followed
-      by INDENT (`_newline_needs_indent`).
-    max_width: int32 []: the widest indentation the lexer reads (0: no indentation).
-    eos_bits: uint32 [W]: the end-of-sequence tokens.
-    action, goto, rule_lhs, rule_len: the LR tables (`_lr.LrTables` encoding); `goto`
-      stays on the host: the device reads `goto_id` and `goto_chain`.
-    goto_id: int32 [Q, Nt]: the index of each goto entry (-1: none).
-    goto_chain: int16 (int32 past 32,767 states or when stacked) [E, T]: per goto entry (q, A) and lookahead t, the state after
-      `goto[q, A]` and then every reduction by a unit production (`X: Y`) that t
-      calls for (each leaves q below): one device micro-step instead of up to 20 for
-      Python's expression levels (`_unit_chains`).
-    action_bits: uint32 [Q, Tw]: `action != 0`, packed.
-    vocab_size: Width of the logits.
-    stack_depth: Capacity of the parser stack on the device.
-    indent_depth: Capacity of the indentation stack (1: no indentation).
-    lexer, token_table, lr, grammar, vocab: host information (not sent to the device;
-      for stacked arrays, tuples of the grammars' own, `vocab` shared).
-  """
-  lex_start: np.ndarray
-  lr_start: np.ndarray
-  state_outcomes: np.ndarray
-  state_seq_lanes: np.ndarray
-  state_slot_lane: np.ndarray
-  outcome_seq: np.ndarray
-  outcome_final: np.ndarray
-  seq_items: np.ndarray
-  class_members: np.ndarray
-  state_big_slot: np.ndarray
-  state_big_row: np.ndarray
-  set_bits: np.ndarray
-  state_small_tokens: np.ndarray
-  state_small_slot: np.ndarray
-  state_viable: np.ndarray
-  state_free: np.ndarray
-  state_end_item: np.ndarray
-  state_end_tail: np.ndarray
-  state_nl_any: np.ndarray
-  state_nl_width: np.ndarray
-  class_width: np.ndarray
-  class_paren: np.ndarray
-  nl_needs_indent: np.ndarray
-  max_width: np.ndarray
-  eos_bits: np.ndarray
-  action: np.ndarray
-  action_bits: np.ndarray
-  goto_id: np.ndarray
-  goto_chain: np.ndarray
-  rule_lhs: np.ndarray
-  rule_len: np.ndarray
-  vocab_size: int
-  stack_depth: int
-  indent_depth: int
-  lexer: _lexer.LexerDfa | tuple
-  token_table: _lexer.TokenTable | tuple
-  lr: _lr.LrTables | tuple
-  grammar: _lr.TerminalGrammar | tuple
-  vocab: object
-  indentation: Indentation | None | tuple = None
-  goto: np.ndarray | None = None
-  semicolons: Semicolons | None | tuple = None
-
-  ARRAY_FIELDS = ("lex_start", "lr_start", "state_outcomes", "state_seq_lanes", "state_slot_lane", "outcome_seq", "outcome_final", "seq_items",
-                  "class_members", "state_big_slot", "state_big_row", "set_bits",
-                  "state_small_tokens", "state_small_slot", "state_viable", "state_free",
-                  "state_end_item", "state_end_tail", "state_nl_any", "state_nl_width",
-                  "class_width", "class_paren", "nl_needs_indent", "max_width",
-                  "eos_bits", "action", "action_bits", "goto_id", "goto_chain", "rule_lhs",
-                  "rule_len")
-
-  @property
-  def nbytes(self) -> dict:
-    """Bytes of each device array, and their "total"."""
-    out = {f: int(getattr(self, f).nbytes) for f in self.ARRAY_FIELDS}
-    out["total"] = sum(out.values())
-    return out
-
-  @property
-  def shapes(self) -> dict:
-    return {f: tuple(getattr(self, f).shape) for f in self.ARRAY_FIELDS}
-
+__all__ = [
+    "DEDENT_ID",
+    "END_DEAD",
+    "END_NOTHING",
+    "INDENT_ID",
+    "Indentation",
+    "LexedArrays",
+    "LexedReference",
+    "NEWLINE_ID",
+    "Semicolons",
+    "WIDTH_BAD",
+    "WIDTH_EOF",
+    "WIDTH_NONE",
+    "compile_lexed_grammar",
+    "stack_lexed_arrays",
+]
 
 def _pack_bits(rows: np.ndarray, width: int) -> np.ndarray:
   """bool [R, n] -> uint32 [R, ceil(width / 32)] (bit i % 32 of word i // 32)."""
@@ -333,7 +106,7 @@ def _pack_rows(row: np.ndarray, n_rows: int, *columns) -> list:
   return out
 
 
-def _state_slots(tt: _lexer.TokenTable, n_states: int, vocab_size: int) -> dict:
+def _state_slots(tt: _token_table.TokenTable, n_states: int, vocab_size: int) -> dict:
   """The per-lexer-state arrays of `LexedArrays` that lay out `tt`'s outcome classes:
   `state_outcomes`, `state_seq_lanes`, `state_slot_lane`, `state_big_slot`,
   `state_big_row`, `state_small_tokens`, `state_small_slot` (class k of state s is
@@ -354,7 +127,7 @@ def _state_slots(tt: _lexer.TokenTable, n_states: int, vocab_size: int) -> dict:
   cls = np.repeat(small, hi - lo)
   k_max = out["state_outcomes"].shape[1]
   key = np.sort((k_state[cls] * (vocab_size + 1)
-                 + tt.set_tokens[_lexer.ranges(lo, hi)]) * k_max + k_slot[cls])
+                 + tt.set_tokens[_token_table.ranges(lo, hi)]) * k_max + k_slot[cls])
   out["state_small_tokens"], out["state_small_slot"] = _pack_rows(
       key // k_max // (vocab_size + 1), n_states,
       (key // k_max % (vocab_size + 1), vocab_size), (key % k_max, -1))
@@ -366,62 +139,6 @@ def _state_slots(tt: _lexer.TokenTable, n_states: int, vocab_size: int) -> dict:
   out["state_slot_lane"] = np.full(out["state_outcomes"].shape, -1, np.int32)
   out["state_slot_lane"][k_state, k_slot] = (lane.reshape(-1)
                                              - (np.cumsum(lane_counts) - lane_counts)[k_state])
-  return out
-
-
-def _reachable(trans: np.ndarray) -> np.ndarray:
-  """bool [S, S]: state r is reachable from s (s itself included).
-
-  Each state's set is a Python int bitset, the union of its successors' sets and itself,
-  recomputed in depth-first post-order (successors first) until a pass changes nothing:
-  one pass settles an acyclic DFA, each cycle a pass more (milliseconds for Python's
-  lexer, where squaring the int matrix took seconds: numpy's integer products are not
-  BLAS).
-  """
-  n = trans.shape[0]
-  src, col = np.nonzero(trans >= 0)
-  edges = np.unique(src.astype(np.int64) * n + trans[src, col])
-  starts = np.searchsorted(edges // n, np.arange(n + 1))
-  succ = [edges[starts[s]:starts[s + 1]] % n for s in range(n)]
-  succ = [row.tolist() for row in succ]
-  order = _post_order(succ)
-  bits = [1 << s for s in range(n)]
-  changed = True
-  while changed:
-    changed = False
-    for s in order:
-      b = bits[s]
-      for t in succ[s]:
-        b |= bits[t]
-      if b != bits[s]:
-        bits[s] = b
-        changed = True
-  width = (n + 7) // 8
-  packed = np.frombuffer(b"".join(b.to_bytes(width, "little") for b in bits), np.uint8)
-  return np.unpackbits(packed.reshape(n, width), axis=1, count=n,
-                       bitorder="little").astype(bool)
-
-
-def _post_order(succ: list) -> list:
-  """Every node of the graph `succ` (adjacency lists), each after the nodes that its
-  depth-first search from the lowest unvisited node reaches first (post-order)."""
-  seen = [False] * len(succ)
-  out = []
-  for root in range(len(succ)):
-    if seen[root]:
-      continue
-    seen[root] = True
-    stack = [(root, iter(succ[root]))]
-    while stack:
-      node, it = stack[-1]
-      for t in it:
-        if not seen[t]:
-          seen[t] = True
-          stack.append((t, iter(succ[t])))
-          break
-      else:
-        stack.pop()
-        out.append(node)
   return out
 
 
@@ -470,8 +187,8 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
     start: The start rule.
     stack_depth: Capacity of the device parser stack (a row refuses a token that
       would push past it).
-    token_table: A prebuilt `_lexer.TokenTable` of this grammar's lexer and `vocab`
-      (e.g. from `_lexer.load_or_build_token_table`); built when None.
+    token_table: A prebuilt `_token_table.TokenTable` of this grammar's lexer and `vocab`
+      (e.g. from `_token_table.load_or_build_token_table`); built when None.
     indentation: Python-style INDENT/DEDENT (`Indentation`), or None.
     semicolons: Go-style automatic semicolons (`Semicolons`), or None.
     cache_dir: Where the vocabulary trie and the lexer-state x token table are kept
@@ -550,11 +267,10 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                               " terminals of their own lexeme classes. Change them.") from e
   lr = _lr.build_tables(grammar, method="lr1")
   if token_table is None:
-    token_table = _lexer.load_or_build_token_table(
+    token_table = _token_table.load_or_build_token_table(
         lexer, _detokenizer.load_or_build_trie(vocab, cache_dir), cache_dir,
         vocab.vocab_size)
   num_t = len(lr.terminals)
-  t_words = (num_t + 31) // 32
 
   # Lexeme classes -> parser terminals; refuse a class two of whose members one state
   # accepts (which one the text means would be a guess).
@@ -596,7 +312,7 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
 
   # Lexer states: what a pending lexeme can still become, and what the end emits.
   n_states = lexer.num_states
-  reach = _reachable(lexer.transitions)
+  reach = _lexer.reachable(lexer.transitions)
   cls_of = lexer.state_class
   class_terms = np.zeros((max(len(members), 1), max(num_t, 1)), bool)
   for c, m in enumerate(members[:-1]):
@@ -837,152 +553,3 @@ def stack_lexed_arrays(parts) -> LexedArrays:
       goto=np.concatenate(gotos), semicolons=tuple(p.semicolons for p in parts))
 
 
-class LexedReference:
-  """Host reference of the device step: byte walk + `_lr.LrParser`, no token table.
-
-  ```python
-  ref = LexedReference(arrays)
-  row = ref.start()                 # (lexer state, parser stack, widths, brackets)
-  ref.allowed(row)                  # bool [V]
-  row = ref.advance(row, token_id)  # None if the token is refused
-  ```
-
-  A token is allowed iff every lexeme it completes is accepted by the parser in turn
-  (the first member of its class the parser can take; a newline lexeme as
-  `Indentation` says, with the indentation stack a list of widths) and the lexeme left
-  pending can still become an ignored lexeme or a terminal the parser can take next
-  (a newline: dropped inside brackets, else one the parser takes and after which some
-  lexeme, or INDENT with room, can come); an end-of-sequence token iff the pending
-  lexeme can end here and the parser then accepts the end (after the end's newline
-  and dedents). A push past `stack_depth` refuses the token, as on the device.
-  """
-
-  def __init__(self, arrays: LexedArrays):
-    self.arrays = arrays
-    lexer = arrays.lexer
-    self.lexer = lexer
-    self.reach = _reachable(lexer.transitions)
-    self.members = [[int(t) for t in row if t >= 0] for row in arrays.class_members]
-    self.width = [int(w) for w in arrays.class_width]
-    self.paren = [int(p) for p in arrays.class_paren]
-    self.eos = set(arrays.vocab.eos_ids)
-    self.indentation = arrays.indentation
-    num_t = len(arrays.lr.terminals)
-    self.lexeme_terms = [t for t in range(1, num_t) if self.indentation is None
-                         or t not in (INDENT_ID, DEDENT_ID)]
-
-  def start(self):
-    return (int(self.arrays.lex_start[0]), (0,), (0,), 0)
-
-  def _feed(self, parser: _lr.LrParser, cls: int, ctx: list) -> bool:
-    """Feeds lexeme class `cls`; ctx = [widths (list), bracket depth], updated."""
-    depth = self.arrays.stack_depth
-    width = self.width[cls] if cls < len(self.width) else WIDTH_NONE
-    if width == WIDTH_NONE:
-      for t in self.members[cls] if cls < len(self.members) else ():
-        if parser.viable(t):
-          ctx[1] += self.paren[cls]
-          return parser.feed(t) and len(parser.stack) <= depth
-      return False
-    if ctx[1] > 0:
-      return True  # inside brackets
-    if width == WIDTH_BAD:
-      return False
-    if width == WIDTH_EOF:
-      if parser.viable(NEWLINE_ID) and not parser.feed(NEWLINE_ID):
-        return False
-      width = 0
-    elif not parser.feed(NEWLINE_ID):
-      return False
-    widths = ctx[0]
-    if len(parser.stack) > depth:
-      return False
-    if width > widths[-1]:
-      if len(widths) >= self.indentation.max_depth or not parser.feed(INDENT_ID):
-        return False
-      widths.append(width)
-    while width < widths[-1]:
-      if not parser.feed(DEDENT_ID) or len(parser.stack) > depth:
-        return False
-      widths.pop()
-    return width == widths[-1] and len(parser.stack) <= depth
-
-  def _pending_ok(self, parser: _lr.LrParser, state: int, ctx) -> bool:
-    lexer = self.lexer
-    if lexer.is_start[state]:
-      return True
-    classes = {int(c) for c in lexer.state_class[self.reach[state]] if c >= 0}
-    if any(lexer.class_ignored[c] for c in classes):
-      return True
-    if any(parser.viable(t) for c in classes if self.width[c] == WIDTH_NONE
-           for t in self.members[c]):
-      return True
-    newlines = [self.width[c] for c in classes if self.width[c] != WIDTH_NONE]
-    if newlines and ctx[1] > 0:
-      return True
-    if any(w >= 0 for w in newlines) and parser.viable(NEWLINE_ID):
-      after = parser.copy()
-      after.feed(NEWLINE_ID)
-      widths = ctx[0]
-      room = (len(widths) < self.indentation.max_depth
-              and widths[-1] < self.indentation.max_width)
-      return (any(after.viable(t) for t in self.lexeme_terms)
-              or (room and after.viable(INDENT_ID)))
-    return False
-
-  def step(self, row, data: bytes):
-    """The row after the bytes `data`, or None if they are refused."""
-    lexer = self.lexer
-    state, stack, widths, paren = row
-    ctx = [list(widths), paren]
-    parser = _lr.LrParser(self.arrays.lr, stack)
-    for b in data:
-      nxt = lexer.transitions[state, b]
-      if nxt < 0:
-        if lexer.is_start[state] or lexer.state_class[state] < 0:
-          return None
-        e = int(lexer.emitted[state])
-        if e >= 0 and not self._feed(parser, e, ctx):
-          return None
-        nxt = lexer.transitions[lexer.restart_states[state], b]
-        if nxt < 0:
-          return None
-      state = int(nxt)
-    if not self._pending_ok(parser, state, ctx):
-      return None
-    return (state, tuple(parser.stack), tuple(ctx[0]), ctx[1])
-
-  def end_ok(self, row) -> bool:
-    state, stack, widths, paren = row
-    ctx = [list(widths), paren]
-    lexer = self.lexer
-    parser = _lr.LrParser(self.arrays.lr, stack)
-    if not lexer.is_start[state]:
-      if lexer.state_class[state] < 0:
-        return False
-      e = int(lexer.emitted[state])
-      # A pending newline lexeme is trailing blank text: the end's newline replaces it.
-      if e >= 0 and self.width[e] == WIDTH_NONE and not self._feed(parser, e, ctx):
-        return False
-    if self.indentation is not None and not self._feed(parser, len(self.width) - 1, ctx):
-      return False
-    # Go: the `;` that mode A owes at the end (after the pending lexeme).
-    if (self.arrays.semicolons is not None and lexer.restart_states[state] != lexer.start
-        and not self._feed(parser, int(self.arrays.state_end_tail[state]), ctx)):
-      return False
-    return parser.accepts_end()
-
-  def advance(self, row, token: int):
-    if token in self.eos:
-      return "done" if self.end_ok(row) else None
-    data = self.arrays.vocab.token_bytes[token]
-    return None if data is None else self.step(row, data)
-
-  def allowed(self, row) -> np.ndarray:
-    out = np.zeros(self.arrays.vocab_size, bool)
-    for t, data in enumerate(self.arrays.vocab.token_bytes):
-      if t in self.eos:
-        out[t] = self.end_ok(row)
-      elif data:
-        out[t] = self.step(row, data) is not None
-    return out
