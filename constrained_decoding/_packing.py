@@ -6,6 +6,8 @@ Functions:
   pack_pda_tables(token_pda, vocab, ...)      a token-level push-down automaton's tables,
                                               with its stack-bound (capped) mask rows.
   stack_needs(automaton)                      stack height each state needs to finish.
+  share_groups(edge_start, ...)               groups with equal rows and edges merged
+                                              (counted chains: one per distinct layer).
 
 The layout they fill is `tables.py`'s (its module doc); `_padded` pads an axis to its
 bucket for the other packers (`automata/_counting.py`, `automata/_embedded_chains.py`).
@@ -566,3 +568,51 @@ def _set_bits(bits: np.ndarray, rows: np.ndarray, tokens: np.ndarray) -> None:
 # Edges above which `_set_bits` checks whether words hold several tokens (the check costs
 # ~3% of `np.bitwise_or.at`; dense push-down groups have ~1M edges).
 _DENSE_CHECK_EDGES = 1 << 16
+
+
+def share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets: np.ndarray,
+                 group_mask: np.ndarray, c: int, min_bucket: int):
+  """Groups 0..c-1 (of a regular table set) with the same mask row and the same explicit
+  edges, targets included, merged into one: (group of each int64 [c], the replaced
+  fields: edge_start, edge_tokens, edge_targets, edge_pushes, group_mask, group_pops,
+  group_num_pops), or None when all differ.
+
+  Relative targets make the states of a chain's layers far from its ends alike (a token
+  ending in `\\` leads to the state after the backslash, one layer on, from every
+  layer): their edges are stored once.
+  """
+  bounds = edge_start[:c + 1].astype(np.int64).tolist()
+  tokens = edge_tokens[:bounds[c]].astype(np.int32).tobytes()
+  targets = edge_targets[:bounds[c]].astype(np.int32).tobytes()
+  index: dict = {}
+  keep: list[int] = []
+  group_of = np.zeros(c, np.int64)
+  for g in range(c):
+    lo, hi = 4 * bounds[g], 4 * bounds[g + 1]
+    key = (int(group_mask[g]), tokens[lo:hi], targets[lo:hi])
+    k = index.get(key)
+    if k is None:
+      k = index[key] = len(keep)
+      keep.append(g)
+    group_of[g] = k
+  if len(keep) == c:
+    return None
+  kept = np.array(keep, np.int64)
+  start = np.asarray(bounds, np.int64)
+  sizes = start[kept + 1] - start[kept]
+  new_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  e = int(new_start[-1])
+  take = np.repeat(start[kept] - new_start[:-1], sizes) + np.arange(e)
+  g_pad = bucket_size(len(kept), min_bucket)
+  e_pad = bucket_size(e, min_bucket)
+  out_start = np.full(g_pad + 1, e, np.int32)
+  out_start[:len(kept) + 1] = new_start
+  out_mask = np.zeros(g_pad, np.int32)
+  out_mask[:len(kept)] = group_mask[kept]
+  return group_of, dict(
+      edge_start=out_start,
+      edge_tokens=_padded(edge_tokens[take], e_pad, PAD_TOKEN),
+      edge_targets=_padded(edge_targets[take], e_pad, NO_STATE),
+      edge_pushes=np.zeros(e_pad, np.int32), group_mask=out_mask,
+      group_pops=np.full((g_pad, 0), NO_STATE, np.int32),
+      group_num_pops=np.zeros(g_pad, np.int32))

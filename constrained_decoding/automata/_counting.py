@@ -728,13 +728,22 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   edge_start[:g + 1] = e_start
   group_mask = np.zeros(g_pad, np.int32)
   group_mask[:g] = row_of_group
+  edges = dict(group_mask=group_mask, edge_start=edge_start,
+               edge_tokens=_packing._padded(e_tok, e_pad, _tables.PAD_TOKEN),
+               edge_targets=_packing._padded(e_target, e_pad, _tables.NO_STATE))
+  # Positions far from the chain's ends (and from its start, when n = 0) have the same
+  # edges (targets relative) and row: one group for all of them.
+  shared = _packing.share_groups(edges["edge_start"], edges["edge_tokens"],
+                                 edges["edge_targets"], group_mask, g, min_bucket)
+  if shared is not None:
+    merged, fields = shared
+    group_of = np.where(group_of >= 0, merged[np.maximum(group_of, 0)], -1)
+    edges = {name: fields[name] for name in edges}
   return _Compressed(
       cell=np.where(cell >= 0, cell, -1), stride=stride, others=others,
       start=int(new_other[dfa.start]) if not in_chain[dfa.start] else -1,
       group_of=group_of, entries=entries, accepting=dfa.accepting & live,
-      mask_bits=mask_bits, group_mask=group_mask, edge_start=edge_start,
-      edge_tokens=_packing._padded(e_tok, e_pad, _tables.PAD_TOKEN),
-      edge_targets=_packing._padded(e_target, e_pad, _tables.NO_STATE),
+      mask_bits=mask_bits, **edges,
       terminal_bits=terminal_bits, terminal_counts=terminal_counts,
       token_counts=counts.counts[None, :],
       stats=dict(byte_states=q, token_edges=e, num_terminals=len(bitmaps),

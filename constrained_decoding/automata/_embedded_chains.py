@@ -482,7 +482,7 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   groups = {}
   if (not packed.has_registers and not np.shape(packed.group_pops)[1]
       and not np.size(packed.capped_rows)):
-    shared = _share_groups(np.asarray(packed.edge_start), np.asarray(packed.edge_tokens),
+    shared = _packing.share_groups(np.asarray(packed.edge_start), np.asarray(packed.edge_tokens),
                            edge_targets, group_mask, c, min_bucket)
     if shared is not None:
       group_of, groups = shared
@@ -499,51 +499,3 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   stats = dict(byte_states=byte_states, token_states=num_states, token_edges=e,
                num_terminals=total_t, num_masks=num_masks)
   return tables, stats
-
-
-def _share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets: np.ndarray,
-                  group_mask: np.ndarray, c: int, min_bucket: int):
-  """Groups 0..c-1 (of a regular table set) with the same mask row and the same explicit
-  edges, targets included, merged into one: (group of each int64 [c], the replaced
-  fields: edge_start, edge_tokens, edge_targets, edge_pushes, group_mask, group_pops,
-  group_num_pops), or None when all differ.
-
-  Relative targets make the states of a chain's layers far from its ends alike (a token
-  ending in `\\` leads to the state after the backslash, one layer on, from every
-  layer): their edges are stored once.
-  """
-  bounds = edge_start[:c + 1].astype(np.int64).tolist()
-  tokens = edge_tokens[:bounds[c]].astype(np.int32).tobytes()
-  targets = edge_targets[:bounds[c]].astype(np.int32).tobytes()
-  index: dict = {}
-  keep: list[int] = []
-  group_of = np.zeros(c, np.int64)
-  for g in range(c):
-    lo, hi = 4 * bounds[g], 4 * bounds[g + 1]
-    key = (int(group_mask[g]), tokens[lo:hi], targets[lo:hi])
-    k = index.get(key)
-    if k is None:
-      k = index[key] = len(keep)
-      keep.append(g)
-    group_of[g] = k
-  if len(keep) == c:
-    return None
-  kept = np.array(keep, np.int64)
-  start = np.asarray(bounds, np.int64)
-  sizes = start[kept + 1] - start[kept]
-  new_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-  e = int(new_start[-1])
-  take = np.repeat(start[kept] - new_start[:-1], sizes) + np.arange(e)
-  g_pad = _tables.bucket_size(len(kept), min_bucket)
-  e_pad = _tables.bucket_size(e, min_bucket)
-  out_start = np.full(g_pad + 1, e, np.int32)
-  out_start[:len(kept) + 1] = new_start
-  out_mask = np.zeros(g_pad, np.int32)
-  out_mask[:len(kept)] = group_mask[kept]
-  return group_of, dict(
-      edge_start=out_start,
-      edge_tokens=_packing._padded(edge_tokens[take], e_pad, _tables.PAD_TOKEN),  # pylint: disable=protected-access
-      edge_targets=_packing._padded(edge_targets[take], e_pad, _tables.NO_STATE),  # pylint: disable=protected-access
-      edge_pushes=np.zeros(e_pad, np.int32), group_mask=out_mask,
-      group_pops=np.full((g_pad, 0), _tables.NO_STATE, np.int32),
-      group_num_pops=np.zeros(g_pad, np.int32))
