@@ -52,6 +52,9 @@ _TYPE_OF_KEYWORD = {
     "minItems": "array", "maxItems": "array", "uniqueItems": "array",
     "minProperties": "object", "maxProperties": "object",
     "$someUndeclared": "object",  # Internal: `not` of additionalProperties.
+    # Internal: `dependentSchemas` whose schemas bound the object's size (key -> bound,
+    # `_json_negation.rewrite_boolean`), lowered with the object (`_json_counted_objects`).
+    "$dependentMinProperties": "object", "$dependentMaxProperties": "object",
 }
 _SUPPORTED = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$notIn", "$fromNot",
@@ -82,7 +85,10 @@ _MERGE_SHAPES = {
     "properties": (dict, "an object"), "prefixItems": (list, "an array of schemas"),
     **{k: (_NUMBER, "a number") for k in ("minimum", "maximum", "exclusiveMinimum",
                                           "exclusiveMaximum", "minLength", "maxLength",
-                                          "minItems", "maxItems", "multipleOf")},
+                                          "minItems", "maxItems", "multipleOf",
+                                          "minProperties", "maxProperties")},
+    **{k: (dict, "an object") for k in ("$dependentMinProperties",
+                                        "$dependentMaxProperties")},
 }
 
 
@@ -385,11 +391,15 @@ def merge(a: dict, b: dict, pointer: str):
     elif key == "dependentRequired" and isinstance(va, dict) and isinstance(vb, dict):
       merged[key] = {k: list(dict.fromkeys([*va.get(k, []), *vb.get(k, [])]))
                      for k in dict.fromkeys([*va, *vb])}
-    elif key in ("minimum", "minLength", "minItems", "exclusiveMinimum"):
+    elif key in ("$dependentMinProperties", "$dependentMaxProperties"):
+      tighter = max if key == "$dependentMinProperties" else min
+      merged[key] = {k: tighter(va[k], vb[k]) if k in va and k in vb else va.get(k, vb.get(k))
+                     for k in dict.fromkeys([*va, *vb])}
+    elif key in ("minimum", "minLength", "minItems", "minProperties", "exclusiveMinimum"):
       if isinstance(va, bool) or isinstance(vb, bool):
         _merge_conflict(key, where, va, vb)
       merged[key] = max(va, vb)
-    elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
+    elif key in ("maximum", "maxLength", "maxItems", "maxProperties", "exclusiveMaximum"):
       if isinstance(va, bool) or isinstance(vb, bool):
         _merge_conflict(key, where, va, vb)
       merged[key] = min(va, vb)

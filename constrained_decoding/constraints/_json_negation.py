@@ -86,6 +86,8 @@ def negate(schema, resolve: Resolve, pointer: str = "#", active: tuple = ()):
     raise errors.SchemaError(
         f"Schema {schema!r} at {pointer} is a {type(schema).__name__}. Expected an object"
         " or a boolean.")
+  if "unevaluatedProperties" in schema:
+    schema = _static_unevaluated(schema, pointer)
   violations = []
   for key, value in schema.items():
     if key in _ANNOTATIONS_AND_DEFS or key.startswith("x-"):
@@ -162,6 +164,12 @@ def _violations(key: str, value, schema: dict, resolve: Resolve, where: str,
     case "dependentSchemas":
       return [_typed("object", required=[name], allOf=[sub(d, f"{where}/{name}")])
               for name, d in value.items()]
+    case "$dependentMinProperties":
+      return [_typed("object", required=[name], maxProperties=bound - 1)
+              for name, bound in value.items() if bound > 0]
+    case "$dependentMaxProperties":
+      return [_typed("object", required=[name], minProperties=bound + 1)
+              for name, bound in value.items()]
     case "properties":
       if "patternProperties" in schema:
         raise _unsupported("not", where, "properties next to patternProperties")
@@ -352,10 +360,158 @@ def rewrite_boolean(schema: dict, resolve: Resolve, pointer: str) -> dict:
       raise errors.SchemaError(
           f"dependentSchemas at {pointer}/dependentSchemas is {json.dumps(dependents)}."
           " Expected an object mapping property names to schemas. Fix the value.")
-    for name, dependent in dependents.items():
-      parts.append({"anyOf": [{"properties": {name: False}},
-                              {"required": [name], "allOf": [dependent]}]})
+    sized = _size_dependents(dependents, rest.get("dependentRequired", {}))
+    if sized is not None:
+      rest.update(sized)
+    else:
+      for name, dependent in dependents.items():
+        parts.append({"anyOf": [{"properties": {name: False}},
+                                {"required": [name], "allOf": [dependent]}]})
   if not parts:
-    return schema
+    return rest
   rest["allOf"] = [*rest.get("allOf", []), *parts]
+  return rest
+
+
+# Keywords of a dependent schema that `_size_dependents` moves into the object itself.
+_SIZE_DEPENDENT = frozenset({"required", "minProperties", "maxProperties"})
+# The keywords they become, and back (`expand_size_dependents`).
+_DEPENDENT_SIZE = {"$dependentMinProperties": "minProperties",
+                   "$dependentMaxProperties": "maxProperties"}
+
+
+def _size_dependents(dependents: dict, depends) -> dict | None:
+  """`dependentSchemas` whose schemas only bound the object's size and name required
+  keys (`{"k": {"minProperties": 4}}`, `{"k": {"required": ["j"]}}`), as keywords of
+  the object itself: `dependentRequired` and `$dependentMinProperties`/`MaxProperties`
+  (key -> bound). Equivalent, and lowered as one object that counts its members on the
+  device (`_json_counted_objects`) rather than a union of objects, below which
+  registers are off. None (the `anyOf` rewrite) when a schema has another assertion,
+  none bounds the size, or `depends` (the object's own `dependentRequired`) is
+  malformed."""
+  if not isinstance(depends, dict):
+    return None
+  required = {k: list(v) for k, v in depends.items()}
+  bounds: dict = {key: {} for key in _DEPENDENT_SIZE}
+  for name, dependent in dependents.items():
+    if dependent is True or dependent == {}:
+      continue
+    if not isinstance(dependent, dict) or any(
+        k not in _SIZE_DEPENDENT and k not in _ANNOTATIONS_AND_DEFS for k in dependent):
+      return None
+    names = dependent.get("required", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+      return None
+    for keyword, plain in _DEPENDENT_SIZE.items():
+      if plain in dependent:
+        bound = dependent[plain]
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
+          return None  # Malformed (or a float): the generic rewrite reports it.
+        bounds[keyword][name] = bound
+    if names:
+      required[name] = list(dict.fromkeys([*required.get(name, []), *names]))
+  if not any(bounds.values()):
+    return None
+  out = {k: v for k, v in bounds.items() if v}
+  if required:
+    out["dependentRequired"] = required
+  return out
+
+
+def expand_size_dependents(schema: dict) -> dict:
+  """`schema` with `$dependentMinProperties`/`$dependentMaxProperties` written back as
+  the `allOf` of `anyOf: [{"properties": {k: false}}, {"required": [k], bound}]` that
+  `rewrite_boolean` writes for other dependent schemas (for objects that cannot count
+  their members on the device)."""
+  rest = {k: v for k, v in schema.items() if k not in _DEPENDENT_SIZE}
+  parts = [{"anyOf": [{"properties": {name: False}}, {"required": [name], plain: bound}]}
+           for keyword, plain in _DEPENDENT_SIZE.items()
+           for name, bound in schema.get(keyword, {}).items()]
+  if parts:
+    rest["allOf"] = [*rest.get("allOf", []), *parts]
+  return rest
+
+
+# Keywords of a subschema that evaluate no property and that `_static_unevaluated`
+# passes over (assertions on the object as a whole or on other types).
+_NOT_EVALUATING = frozenset({
+    "type", "enum", "const", "required", "minProperties", "maxProperties",
+    "dependentRequired", "propertyNames", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "minLength", "maxLength", "pattern", "format",
+    "items", "prefixItems", "contains", "minItems", "maxItems", "uniqueItems",
+    "minContains", "maxContains"}) | _ANNOTATIONS_AND_DEFS
+
+
+def _always_evaluated(schema) -> set | None:
+  """The properties `schema` evaluates whenever it matches, if they do not depend on
+  the instance: its `properties` names and those of its `allOf` parts; None when some
+  keyword evaluates dynamically (patterns, additional properties, `anyOf`, `$ref`, ...)."""
+  if schema is True or schema is False:
+    return set()
+  if not isinstance(schema, dict):
+    return None
+  names = set()
+  for key, value in schema.items():
+    if key == "properties" and isinstance(value, dict):
+      names |= set(value)
+    elif key == "allOf" and isinstance(value, list):
+      for part in value:
+        inner = _always_evaluated(part)
+        if inner is None:
+          return None
+        names |= inner
+    elif key not in _NOT_EVALUATING and not key.startswith("x-"):
+      return None
+  return names
+
+
+def _always_matches(schema) -> bool:
+  """Whether every JSON value matches `schema` (`true`, `{}`, or only `properties` whose
+  schemas are all `true`, beside annotations)."""
+  if schema is True:
+    return True
+  return isinstance(schema, dict) and all(
+      k in _ANNOTATIONS_AND_DEFS or k.startswith("x-") or k == "properties"
+      and isinstance(v, dict) and all(s is True or s == {} for s in v.values())
+      for k, v in schema.items())
+
+
+def _static_unevaluated(schema: dict, pointer: str) -> dict:
+  """`schema` with `unevaluatedProperties` U written as `additionalProperties` U, where
+  the properties it evaluates do not depend on the instance: its own `properties`, those
+  of its `allOf` parts, and those of `anyOf` alternatives that every value matches
+  (annotations are collected from every matching alternative, 2020-12 section 10.2.1.2;
+  such an `anyOf` asserts nothing and is dropped). Other alternatives may evaluate
+  nothing. `additionalProperties` beside U evaluates every property: U is dropped.
+
+  Raises:
+    UnsupportedSchemaError: what the schema evaluates depends on the instance.
+  """
+  rest = {k: v for k, v in schema.items() if k != "unevaluatedProperties"}
+  if "additionalProperties" in rest:
+    return rest
+  where = f"{pointer}/unevaluatedProperties"
+  names = set()
+  for key in ("anyOf", "allOf"):
+    alternatives = rest.get(key, [])
+    if not isinstance(alternatives, list):
+      return rest  # Malformed: lowering reports it.
+    for alternative in alternatives:
+      inner = _always_evaluated(alternative)
+      if key == "anyOf" and not _always_matches(alternative) and inner:
+        inner = None  # Evaluated only when it matches.
+      if inner is None or "patternProperties" in rest:
+        raise _unsupported("not", where, "the properties it evaluates depend on the"
+                           " instance")
+      names |= inner
+  if "anyOf" in rest and any(_always_matches(a) for a in rest["anyOf"]):
+    rest.pop("anyOf")
+  own = _always_evaluated({k: v for k, v in rest.items() if k not in ("anyOf", "allOf")})
+  if own is None:
+    raise _unsupported("not", where, "the properties it evaluates depend on the instance")
+  properties = rest.get("properties", {})
+  if not isinstance(properties, dict):
+    return rest  # Malformed: lowering reports it.
+  rest["properties"] = {**{n: True for n in sorted(names - set(properties))}, **properties}
+  rest["additionalProperties"] = schema["unevaluatedProperties"]
   return rest

@@ -13,7 +13,9 @@ from constrained_decoding import errors
 from constrained_decoding.constraints import _grammar_passes
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_counted_objects
 from constrained_decoding.constraints import _json_keywords
+from constrained_decoding.constraints import _json_negation
 from constrained_decoding.constraints import _json_objects
 from constrained_decoding.constraints import _json_scalar_schemas
 from constrained_decoding.constraints import _json_values as jv
@@ -76,8 +78,10 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
         " it, or describe the keys with patternProperties or propertyNames.")
   patterns, regions = _pattern_properties(lw, schema, pointer)
   depends = _dependent_required(lw, schema, pointer)
+  sizes = _size_bounds(schema, pointer)
   members = []
   dependent_keys = [k for key, targets in depends.items() for k in (key, *targets)]
+  dependent_keys += [*sizes["dependent_min"], *sizes["dependent_max"]]
   for key in dict.fromkeys([*properties, *required, *dependent_keys]):
     matches = [(s, where) for text, s, where in patterns
                if _json_scalar_schemas.has_text(text, key)]
@@ -95,7 +99,7 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
       node = lw.lower(subschema, where)
     members.append((key, node, key in required))
   declared = [k for k, _, _ in members]
-  extra = None
+  extra = extra_key = extra_rest = None
   if patterns:  # Keys matching some pattern; no others (module doc).
     extra = _pattern_members(lw, patterns, regions, declared, names, pointer)
   elif extra_schema is not None:
@@ -108,13 +112,36 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
     else:
       keys = _json_scalar_schemas.quoted(jv.encode_text(_json_scalar_schemas.intersect_texts(
           [names, jv.text_except(declared)], _pointer(pointer, "propertyNames"))))
+    extra_key, extra_rest = keys, ir.concat(colon, value)
     extra = ir.concat(keys, colon, value)
   if extra == ir.NOTHING:
-    extra = None
+    extra = extra_key = None
   keyed = [(key, node, is_required) for key, node, is_required in members
            if is_required or node != ir.NOTHING]
   members = [(key, _member(lw, key, node), is_required) for key, node, is_required in keyed]
   counted = "minProperties" in schema or "maxProperties" in schema
+  if (sizes["dependent_min"] or sizes["dependent_max"] or counted and depends
+      or counted and extra is not None and sizes["min"] > len(keyed) + 1):
+    # Bounds that need several distinct additional keys, or that depend on the keys
+    # present: keys checked distinct and members counted on the device.
+    node = None
+    if not patterns and not _calls(lw, keyed, extra):
+      node = _json_counted_objects.distinct_key_object(
+          lw, keyed, extra_key, extra_rest, depends, sizes, pointer)
+    if isinstance(node, ir.Node):
+      return node
+    if sizes["dependent_min"] or sizes["dependent_max"]:
+      return lw.lower(_json_negation.expand_size_dependents(schema), pointer)
+    why = node or "a member's value is recursive, or the object has patternProperties"
+    if depends:
+      where = _pointer(pointer, "dependentRequired")
+      lw.unsupported(where, (
+          f"dependentRequired at {where} next to minProperties/maxProperties is not"
+          f" supported here: {why}. Expected one of them. Remove one, or pass"
+          " lenient=True to ignore dependentRequired."))
+      depends = {}
+  else:
+    why = None
   any_order = None
   if not counted and (lw.options.property_order != "schema" or depends):
     any_order = _any_order(lw, members, extra, depends, pointer)
@@ -149,7 +176,7 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
     body, can_be_empty = any_order
   elif counted:
     body, can_be_empty = _counted_members(
-        lw, [(m, r) for _, m, r in members], extra, schema, pointer)
+        lw, [(m, r) for _, m, r in members], extra, schema, pointer, why)
   else:
     body, can_be_empty = _json_objects.schema_order_members(
         [(m, r) for _, m, r in members], extra, ws)
@@ -336,13 +363,19 @@ def _dependent_required(lw, schema: dict, pointer: str) -> dict:
     raise errors.SchemaError(
         f"dependentRequired at {where} is {_short(depends)}. Expected an object mapping"
         " property names to arrays of property names. Fix the value.")
-  if depends and ("minProperties" in schema or "maxProperties" in schema):
-    lw.unsupported(where, (
-        f"dependentRequired at {where} next to minProperties/maxProperties is not"
-        " supported. Expected one of them. Remove one, or pass lenient=True to ignore"
-        " dependentRequired."))
-    return {}
   return {k: v for k, v in depends.items() if v}
+
+
+def _size_bounds(schema: dict, pointer: str) -> dict:
+  """`minProperties` ("min", 0 when absent), `maxProperties` ("max", None), and the
+  bounds of `dependentSchemas` that only bound the size ("dependent_min",
+  "dependent_max": key -> bound, `_json_negation._size_dependents`)."""
+  out = {"min": _json_keywords.count(schema, "minProperties", pointer) or 0,
+         "max": _json_keywords.count(schema, "maxProperties", pointer)}
+  for name, keyword in (("dependent_min", "$dependentMinProperties"),
+                        ("dependent_max", "$dependentMaxProperties")):
+    out[name] = dict(schema.get(keyword, {}))
+  return out
 
 
 def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
@@ -408,11 +441,12 @@ def _member(lw, key: str, value: ir.Node, marker: ir.Node = ir.EPSILON) -> ir.No
 
 
 def _counted_members(lw, members: list, extra: ir.Node | None, schema: dict,
-                     pointer: str) -> tuple[ir.Node, bool]:
+                     pointer: str, why: str | None = None) -> tuple[ir.Node, bool]:
   """`_members` with `minProperties`/`maxProperties`: an automaton over (member, how
   many written). Additional keys may repeat one another (keeping them distinct is not
   regular) and a parser keeps one of each, so towards `minProperties` only the first
-  additional property counts; towards `maxProperties` all do."""
+  additional property counts; towards `maxProperties` all do. A larger minimum is
+  counted on the device (`_json_counted_objects`); `why` says why it was not."""
   lo = _json_keywords.count(schema, "minProperties", pointer) or 0
   hi = _json_keywords.count(schema, "maxProperties", pointer)
   n = len(members)
@@ -420,8 +454,7 @@ def _counted_members(lw, members: list, extra: ir.Node | None, schema: dict,
     where = _pointer(pointer, "minProperties")
     lw.unsupported(where, (
         f"minProperties {lo} at {where} needs {lo - n} additional properties with"
-        " distinct keys, which cannot be guaranteed (keys that may repeat are not"
-        " regular to exclude), so only one additional property counts. Expected at most"
+        f" distinct keys, which cannot be checked here: {why}. Expected at most"
         f" {n + 1} here: declare the properties, or pass lenient=True to ignore it."))
     lo = 0
   ws = lw.ws

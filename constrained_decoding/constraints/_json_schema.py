@@ -87,7 +87,7 @@ not generated):
   cannot fold the markers (a union of objects that starts alike), the object keeps
   schema order instead (`"any_bounded"`, the compiler's fallback), as does one with
   `minProperties`/`maxProperties` or a recursive member (logged; `dependentRequired`
-  there raises).
+  beside size bounds is counted on the device, see below, or raises).
   `"schema"`: declared properties in schema order, optional ones skippable,
   additional properties only after them (linear size). Additional properties have keys
   that are any string except the declared keys; two additional properties may share a
@@ -97,8 +97,13 @@ not generated):
   (values per its schema): keys matching no pattern, which `additionalProperties`
   (absent: any value) would allow, are not generated. Towards `minProperties` only
   the first additional property counts (later ones may repeat its key, and a parser
-  keeps one), so a minimum that needs two or more additional properties raises
-  `UnsupportedSchemaError`.
+  keeps one), except where a minimum needs two or more of them, or size bounds meet
+  `dependentRequired` or `dependentSchemas` (`{"k": {"minProperties": 4}}`): then every
+  key is checked distinct and the members are counted on the device
+  (`_json_counted_objects`: additional properties after the declared ones, at most
+  `maxProperties` members, else 32); where registers are off there (below a union of
+  objects, property_order other than "any", a recursive member, patternProperties)
+  such a minimum raises `UnsupportedSchemaError`.
   `strict_properties=True` forbids additional properties in objects that declare
   `properties` or `required` unless `additionalProperties` is an explicit schema;
   `{"type": "object"}` alone stays a free-form object.

@@ -769,8 +769,11 @@ ERROR_CASES = [
     ({"type": "integer", "multipleOf": 3.000001},
      cd.UnsupportedSchemaError, r"multipleOf 3.000001 at #/multipleOf .* too large"),
     ({"type": "integer", "multipleOf": -2}, cd.SchemaError, r"multipleOf -2 at #/multipleOf is"),
-    ({"type": "object", "minProperties": 2}, cd.UnsupportedSchemaError,
+    ({"type": "object", "minProperties": 2, "patternProperties": {"^x": {}}},
+     cd.UnsupportedSchemaError,
      r"minProperties 2 at #/minProperties needs 2 additional properties with distinct keys"),
+    ({"type": "object", "minProperties": 65}, cd.UnsupportedSchemaError,
+     r"minProperties 65 at #/minProperties .* a row keeps the hashes of at most 64 keys"),
     ({"type": "object", "properties": {"a": {}}, "additionalProperties": False,
       "minProperties": 2}, cd.SchemaError, r"accepts no JSON value"),
     ({"type": "object", "maxProperties": -1}, cd.SchemaError,
@@ -855,7 +858,8 @@ ERROR_CASES = [
      cd.SchemaError, r"both prefixItems and array-form items"),
     ({"type": "object", "dependentRequired": {"a": "b"}}, cd.SchemaError,
      r"dependentRequired at #/dependentRequired is \{\"a\": \"b\"\}. Expected an object"),
-    ({"type": "object", "dependentRequired": {"a": ["b"]}, "minProperties": 1},
+    ({"type": "object", "dependentRequired": {"a": ["b"]}, "minProperties": 1,
+      "patternProperties": {"^x": {}}},
      cd.UnsupportedSchemaError, r"dependentRequired at #/dependentRequired next to"),
 ]
 
