@@ -184,9 +184,9 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int, int], .
     frontier = np.unique(preds[~free[preds]])
     free[frontier] = True
   successors: dict[int, list] = {}
-  for a, b in zip(src.tolist(), dst.tolist()):
-    if not free[a]:
-      successors.setdefault(a, []).append(b)
+  stuck = ~free[src]  # Arcs of the states left, the few inside keys.
+  for a, b in zip(src[stuck].tolist(), dst[stuck].tolist()):
+    successors.setdefault(a, []).append(b)
   memo: dict[int, dict] = {}
   for root in np.flatnonzero(~free).tolist():  # Post-order, iteratively (long keys).
     stack = [(root, False)]
@@ -333,18 +333,24 @@ def _crossed_ops(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray
   trans = contracted.dfa.transitions
   state = sources[edges].astype(np.int64)
   first, length = starts[tokens[edges]], (ends - starts)[tokens[edges]]
-  hits = []  # (position, edge index, op list index)
+  # Per position: the hits' edge indices and op list indices (empty arrays for none).
+  hit_position, hit_edge, hit_ops = ([np.zeros(0, np.int64)] for _ in range(3))
   for position in range(int(length.max())):
     alive = np.flatnonzero(length > position)
     byte = data[first[alive] + position].astype(np.int64)
     key = state[alive] * 256 + byte
     at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
     found = keys[at] == key
-    hits += [(position, i, j) for i, j in zip(alive[found].tolist(), at[found].tolist())]
+    hit_position.append(np.full(int(found.sum()), position))
+    hit_edge.append(alive[found])
+    hit_ops.append(at[found])
     state[alive] = trans[state[alive], byte]
+  hit_position, hit_edge, hit_ops = map(np.concatenate, (hit_position, hit_edge, hit_ops))
+  order = np.lexsort((hit_position, hit_edge))  # By edge, then position.
   out: dict[int, tuple] = {}
-  for position, i, j in sorted(hits, key=lambda h: (h[1], h[0])):
-    out[int(edges[i])] = out.get(int(edges[i]), ()) + ((position, ops_of[j]),)
+  for edge, position, j in zip(edges[hit_edge[order]].tolist(), hit_position[order].tolist(),
+                               hit_ops[order].tolist()):
+    out[edge] = out.get(edge, ()) + ((position, ops_of[j]),)
   return out
 
 
