@@ -17,6 +17,18 @@ beside each grammar with a lexer, checking that both give the same masks and sta
 the first batch of every size. `--out` writes the JSON report (with the command line and
 the load average before and after each batch size: this machine is shared).
 
+On an accelerator lent for a few minutes (no pynini, no GGUF: see `device_kit.py`), the
+work splits in two: `--save-kit DIR` compiles the cases here and writes their arrays
+(compressed), the walks' tokens and the JSON grammar's tables to DIR; `--kit DIR` times
+them there with nothing but jax and numpy. Each row also reports `jit_s`, the first call
+of the jitted step at that batch size (trace + compile + run), since a design that
+shortens the step can lengthen the compile (see docs/lexer_runtime.md).
+
+```sh
+.venv/bin/python benchmarks/lexed_step.py --cases sql,python,go,json --save-kit .devkit/lexed
+python3 benchmarks/lexed_step.py --kit .devkit/lexed --batch-sizes 1,8,64,256 --out $OUT/l.json
+```
+
 `--python-walks N` also checks the Python tables with the Gemma vocabulary as the test
 suite does with a small one (too slow there): N rounds of 16 random walks of 80 tokens
 (closing tokens favoured in the second half), every finished text must pass
@@ -55,10 +67,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import constrained_decoding as cd  # noqa: E402
-from constrained_decoding import models  # noqa: E402
-from constrained_decoding.constraints import _lexed_grammar  # noqa: E402
 from constrained_decoding.runtime import _lexed  # noqa: E402
-from benchmarks import regex_bench  # noqa: E402
 
 SQL_TEXTS = [
     "SELECT name, count(*) AS n FROM users AS u LEFT JOIN orders AS o ON u.id = o.uid"
@@ -93,6 +102,17 @@ def _lexed_step(tables, state, tokens):
 
 
 @jax.jit
+def _lexed_mask(tables, state, tokens):
+  del tokens
+  return _lexed.allowed_bits(tables, state)
+
+
+@jax.jit
+def _lexed_advance(tables, state, tokens):
+  return _lexed.advance(tables, state, tokens)
+
+
+@jax.jit
 def _flat_step(tables, state, tokens):
   return cd.runtime.allowed_bits(tables, state), cd.runtime.advance(tables, state, tokens)
 
@@ -114,6 +134,7 @@ def _python_walks(vocab, arrays, tables, rounds, seed=0):
   """Random walks over the Python tables' masks (see the module docstring)."""
   import ast  # pylint: disable=g-import-not-at-top
   import warnings  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top
   reference = _lexed_grammar.LexedReference(arrays)
   allowed_fn, advance_fn = jax.jit(_lexed.allowed_tokens), jax.jit(_lexed.advance)
   eos = vocab.eos_ids[0]
@@ -186,30 +207,22 @@ def _batch(states, j, b):
   return state, jnp.asarray([t for _, t in rows], jnp.int32)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--batch-sizes", default="1,8,64")
-  parser.add_argument("--rounds", type=int, default=3)
-  parser.add_argument("--cases", default="sql,python,json")
-  parser.add_argument("--python-walks", type=int, default=0)
-  parser.add_argument("--baseline-runtime", default=None)
-  parser.add_argument("--out", default=None)
-  args = parser.parse_args(argv)
+_FLAT_INIT = lambda t, b: cd.runtime.init_state(t, b)  # noqa: E731
+
+
+def _compile_cases(wanted, report, python_walks, base):
+  """Compiles the wanted cases here: {name: (init, step, tables)}, their walks, and
+  per lexed case its `LexedArrays` (for `--save-kit`)."""
+  from constrained_decoding import models  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top
+  from benchmarks import regex_bench  # pylint: disable=g-import-not-at-top
   vocab = cd.Vocabulary.from_gguf(models.default_gguf_path())
   eos = vocab.eos_ids[0]
-  report = {"device": str(jax.devices()[0]),
-            "command": " ".join(["benchmarks/lexed_step.py"] + list(
-                sys.argv[1:] if argv is None else argv)),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "cases": {}, "load_average": {}}
-  base = _load_runtime(args.baseline_runtime) if args.baseline_runtime else None
   if base is not None:
-    base_step = jax.jit(lambda t, s, k: (base.allowed_bits(t, s), base.advance(t, s, k)))
-
+    base_step = _base_step(base)
   grammars = os.path.join(os.path.dirname(HERE), "constrained_decoding", "constraints",
                           "grammars")
-  wanted = args.cases.split(",")
-  cases, walks = {}, {}
+  cases, walks, compiled = {}, {}, {}
   lexed = {"sql": ("sql_select_lexed.lark", SQL_TEXTS, {}),
            "python": ("python_lexed.lark", PYTHON_TEXTS,
                       dict(start="file_input", indentation=_lexed_grammar.Indentation())),
@@ -226,10 +239,10 @@ def main(argv=None):
     report[f"{name}_tables"] = {"compile_s": round(compile_s, 2), "bytes": arrays.nbytes,
                                 "shapes": arrays.shapes}
     print(f"{name}: compile {compile_s:.2f} s, {arrays.nbytes['total'] / 2**20:.1f} MiB")
+    compiled[name] = arrays
     cases[name] = (_lexed.init_state, _lexed_step, _lexed.tables_from_arrays(arrays))
-    if name == "python" and args.python_walks:
-      report["python_walks"] = _python_walks(vocab, arrays, cases[name][2],
-                                             args.python_walks)
+    if name == "python" and python_walks:
+      report["python_walks"] = _python_walks(vocab, arrays, cases[name][2], python_walks)
     walks[name] = [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in texts]
     if base is not None:
       cases[name + "@base"] = (base.init_state, base_step, base.tables_from_arrays(arrays))
@@ -238,17 +251,112 @@ def main(argv=None):
     t0 = time.perf_counter()
     flat = cd.Compiler(vocab).compile(cd.Grammar.builtin("json"))
     report["json_tables"] = {"compile_s": round(time.perf_counter() - t0, 2)}
-    cases["json"] = (lambda t, b: cd.runtime.init_state(t, b), _flat_step, flat)
+    cases["json"] = (_FLAT_INIT, _flat_step, flat)
     walks["json"] = [regex_bench.walk_tokens(vocab.token_bytes, t, eos) for t in JSON_TEXTS]
+  return cases, walks, compiled, vocab
+
+
+def _save_kit(kit, cases, walks, compiled, vocab, report):
+  """Writes what `--kit` needs: per lexed case its arrays (npz, compressed), the JSON
+  grammar's tables file, the walks, and the compile report."""
+  os.makedirs(kit, exist_ok=True)
+  for name, arrays in compiled.items():
+    np.savez_compressed(
+        os.path.join(kit, f"{name}.npz"),
+        **{f: getattr(arrays, f) for f in arrays.ARRAY_FIELDS},
+        vocab_size=arrays.vocab_size, stack_depth=arrays.stack_depth,
+        indent_depth=arrays.indent_depth)
+  if "json" in cases:
+    cases["json"][2].save(os.path.join(kit, "json.cdt"), vocab=vocab)
+  with open(os.path.join(kit, "kit.json"), "w") as f:
+    json.dump({"walks": {k: walks[k] for k in cases}, "compiled_here": report}, f,
+              default=str)
+  total = sum(os.path.getsize(os.path.join(kit, n)) for n in os.listdir(kit))
+  print(f"kit {kit}: {total / 2**20:.1f} MiB")
+
+
+def _load_kit(kit, report, base=None):
+  """The cases of a kit written by `--save-kit`, with nothing but jax and numpy (and
+  each lexed case again as `<name>@base` under the runtime module `base`)."""
+  with open(os.path.join(kit, "kit.json")) as f:
+    saved = json.load(f)
+  report["compiled_elsewhere"] = saved["compiled_here"]
+  cases = {}
+  for name in saved["walks"]:
+    if name == "json":
+      # On the device once: numpy tables would be copied to it at every call.
+      cases[name] = (_FLAT_INIT, _flat_step, jax.device_put(
+          cd.load_tables(os.path.join(kit, "json.cdt"), vocab=None)))
+      continue
+    with np.load(os.path.join(kit, f"{name}.npz")) as z:
+      sizes = {f: int(z[f]) for f in ("vocab_size", "stack_depth", "indent_depth")}
+      fields = {f: jnp.asarray(z[f]) for f in z.files if f not in sizes}
+    cases[name] = (_lexed.init_state, _lexed_step, _lexed.LexedTables(**sizes, **fields))
+    if base is not None:
+      cases[name + "@base"] = (base.init_state, _base_step(base),
+                               base.LexedTables(**sizes, **fields))
+  walks = saved["walks"]
+  walks.update({k: walks[k[:-5]] for k in cases if k.endswith("@base")})
+  return cases, walks
+
+
+def _base_step(base):
+  return jax.jit(lambda t, s, k: (base.allowed_bits(t, s), base.advance(t, s, k)))
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--batch-sizes", default="1,8,64")
+  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--cases", default="sql,python,json")
+  parser.add_argument("--python-walks", type=int, default=0)
+  parser.add_argument("--baseline-runtime", default=None)
+  parser.add_argument("--save-kit", default=None,
+                      help="compile the cases, write them to this folder and stop")
+  parser.add_argument("--kit", default=None,
+                      help="time the cases of a folder written by --save-kit")
+  parser.add_argument("--parts", action="store_true",
+                      help="also time allowed_bits and advance of lexed cases apart")
+  parser.add_argument("--lane-unroll", type=int, default=None,
+                      help="micro-steps per lane-loop iteration off CPU (runtime default: "
+                           "_lexed.LANE_UNROLL)")
+  parser.add_argument("--out", default=None)
+  args = parser.parse_args(argv)
+  if args.lane_unroll is not None:
+    _lexed.LANE_UNROLL = {**_lexed.LANE_UNROLL, "default": args.lane_unroll}
+  report = {"device": str(jax.devices()[0]),
+            "command": " ".join(["benchmarks/lexed_step.py"] + list(
+                sys.argv[1:] if argv is None else argv)),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "jax": jax.__version__, "lane_unroll": getattr(_lexed, "LANE_UNROLL", None),
+            "cases": {}, "load_average": {}}
+  base = _load_runtime(args.baseline_runtime) if args.baseline_runtime else None
+  if args.kit:
+    cases, walks = _load_kit(args.kit, report, base)
+  else:
+    cases, walks, compiled, vocab = _compile_cases(args.cases.split(","), report,
+                                                   args.python_walks, base)
+    if args.save_kit:
+      _save_kit(args.save_kit, cases, walks, compiled, vocab, report)
+      return
   states = {k: _states(init, step, tables, walks[k])
             for k, (init, step, tables) in cases.items()}
+  if args.parts:  # the two halves of each lexed step, timed apart on the same states
+    for k, (init, step, tables) in list(cases.items()):
+      if step is _lexed_step:
+        for part, fn in ((":mask", _lexed_mask), (":advance", _lexed_advance)):
+          cases[k + part], states[k + part] = (init, fn, tables), states[k]
   for b in [int(x) for x in args.batch_sizes.split(",")]:
     load_before = os.getloadavg()
     best = {k: np.full(len(states[k]), np.inf) for k in cases}
     batches = {k: [_batch(states[k], j, b) for j in range(len(states[k]))] for k in cases}
     outs = {}
-    for k, (_, step, tables) in cases.items():  # compile
+    jit_s = {}
+    jax.clear_caches()  # the walks already compiled batch 1
+    for k, (_, step, tables) in cases.items():  # trace, compile and run once
+      t0 = time.perf_counter()
       outs[k] = jax.block_until_ready(step(tables, *batches[k][0]))
+      jit_s[k] = time.perf_counter() - t0
     for k in cases:
       if k.endswith("@base") and not _same(outs[k], outs[k[:-5]]):
         raise AssertionError(f"{k} and {k[:-5]} differ at batch {b}")
@@ -262,9 +370,11 @@ def main(argv=None):
       ms = best[k] * 1e3
       report["cases"][f"{k}/B={b}"] = {
           "states": len(ms), "median_ms": round(float(np.median(ms)), 3),
-          "p90_ms": round(float(np.percentile(ms, 90)), 3), "max_ms": round(float(ms.max()), 3)}
+          "p90_ms": round(float(np.percentile(ms, 90)), 3), "max_ms": round(float(ms.max()), 3),
+          "jit_s": round(jit_s[k], 2)}
       print(f"{k:11s} B={b:3d}  median {np.median(ms):7.3f} ms  p90 "
-            f"{np.percentile(ms, 90):7.3f}  max {ms.max():7.3f}  ({len(ms)} states)")
+            f"{np.percentile(ms, 90):7.3f}  max {ms.max():7.3f}  ({len(ms)} states, "
+            f"first call {jit_s[k]:.2f} s)")
     report["load_average"][f"B={b}"] = {"before": [round(x, 2) for x in load_before],
                                         "after": [round(x, 2) for x in os.getloadavg()]}
     print(f"load average {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f}")

@@ -123,6 +123,8 @@ def cases() -> tuple:
        cd.JsonSchema(WIDE_OBJECT, free_form_depth=None), _FREE_TEXT),
       ("k", "object of 26 keys + free-form, schema order, free_form_depth=None (stack)",
        cd.JsonSchema(WIDE_OBJECT, free_form_depth=None, property_order="schema"), _FREE_TEXT),
+      ("l", '{"type":"string","minLength":20} (counted, then a strip)',
+       cd.JsonSchema({"type": "string", "minLength": 20}), json.dumps(_text(_WORDS, 195))),
   )
 
 
