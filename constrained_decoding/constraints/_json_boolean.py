@@ -72,8 +72,9 @@ _PLACES = ("$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor")
 def _conditions_with_unevaluated(lw, schema: dict, pointer: str) -> dict | None:
   """`not` and `if`/`then`/`else` next to `unevaluatedProperties` U, as an `anyOf` of
   branches that each carry U over what they evaluate: `if I then T else E` is
-  "I and T" (both evaluate) or "not I, and E" (only E does); `not N` evaluates
-  nothing. A negation (`_json_negation.negate`) is written in disjunctive normal form,
+  "I and T" (both evaluate) or "not I, and E" (only E does); `if I` alone is "I" or
+  "anything" (no negation: see below); `not N` evaluates nothing. A negation
+  (`_json_negation.negate`) is written in disjunctive normal form,
   each property it names held to U unless the branch evaluates it anyway
   (`_carry_unevaluated`). None (the caller refuses) where a part evaluates dynamically
   (`_evaluated_names`), a negation is not plain object keywords, or the schema has
@@ -88,7 +89,12 @@ def _conditions_with_unevaluated(lw, schema: dict, pointer: str) -> dict | None:
   options = [([], [])]  # (positive parts, negated parts) of each branch.
   if "not" in schema:
     options = [(p, [*n, schema["not"]]) for p, n in options]
-  if "if" in schema:
+  if "if" in schema and "then" not in schema and "else" not in schema:
+    # `if` alone asserts nothing, but where it matches its annotations count:
+    # (I and U over less) or (not I and U over all), which is (I and U over less) or
+    # (U over all), as U over all implies U over less: no negation.
+    options = [o for p, n in options for o in (([*p, schema["if"]], n), (p, n))]
+  elif "if" in schema:
     condition = schema["if"]
     then, otherwise = schema.get("then", True), schema.get("else", True)
     options = [o for p, n in options

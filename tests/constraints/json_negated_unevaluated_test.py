@@ -1,7 +1,9 @@
-"""`not` of a schema with `unevaluatedProperties` whose evaluated properties do not
-depend on the instance (`_json_negation._static_unevaluated`): exact, against
-`jsonschema` on every small object (in some order of its members); refused where
-they depend on it."""
+"""`unevaluatedProperties` beside `not` and `if`: `not` of a schema with
+`unevaluatedProperties` whose evaluated properties do not depend on the instance
+(`_json_negation._static_unevaluated`), and `if` without `then`/`else` beside
+`unevaluatedProperties` (its annotations count where it matches; no negation needed,
+`_json_boolean._conditions_with_unevaluated`): exact, against `jsonschema` on every
+small object (in some order of its members); refused where inexact."""
 
 import itertools
 import json
@@ -35,9 +37,19 @@ def _instances():
         yield dict(zip(keys, values))
 
 
-@pytest.mark.parametrize("name", NEGATED)
-def test_negated_unevaluated_agrees_with_jsonschema(name):
-  schema = {"not": NEGATED[name]}
+# `if` alone next to unevaluatedProperties.
+CONDITIONS = {
+    "patterns": {"if": {"patternProperties": {"^a": {"type": "string"}}},
+                 "unevaluatedProperties": False},
+    "properties": {"if": {"properties": {"foo": {"const": 1}}, "required": ["foo"]},
+                   "properties": {"bar": True}, "unevaluatedProperties": {"type": "string"}},
+}
+SCHEMAS = {**{f"not_{k}": {"not": v} for k, v in NEGATED.items()}, **CONDITIONS}
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_agrees_with_jsonschema(name):
+  schema = SCHEMAS[name]
   dfa = compile_byte_dfa(cd.JsonSchema(schema, implied_types=False).to_ir())
   validator = jsonschema.Draft202012Validator(schema)
   for instance in _instances():

@@ -1398,7 +1398,8 @@ UNEVALUATED_CASES = [
      "unevaluatedProperties": False},
     # A negated `if` whose violations are not expressible (exact `not`/`if` branches:
     # json_unevaluated_regions_test.py).
-    {"if": {"patternProperties": {"^a": {"type": "string"}}}, "unevaluatedProperties": False},
+    {"if": {"patternProperties": {"^a": {"type": "string"}}}, "then": {"required": ["b"]},
+     "unevaluatedProperties": False},
     {"allOf": [{"not": {"required": ["a"]}}], "unevaluatedProperties": False},
     # Items evaluated through a nested anyOf (exact next to contains, not, if and flat
     # alternatives: json_unevaluated_items_test.py).
