@@ -76,6 +76,9 @@ _EXPORTS = {
     # Grammars.
     "Grammar": "constrained_decoding.constraints",
     "GrammarIR": "constrained_decoding.constraints",
+    "Indentation": "constrained_decoding.constraints",
+    "Semicolons": "constrained_decoding.constraints",
+    "LexedTables": "constrained_decoding.lexed_tables",
     "GrammarError": "constrained_decoding.errors",
     "GrammarSyntaxError": "constrained_decoding.errors",
     "UnsupportedGrammarFeatureError": "constrained_decoding.errors",
@@ -90,7 +93,8 @@ _EXPORTS = {
     "SchemaError": "constrained_decoding.errors",
     "UnsupportedSchemaError": "constrained_decoding.errors",
 }
-_SUBMODULES = ("models", "runtime", "sampling", "tables", "errors", "vocab", "constraints", "automata")
+_SUBMODULES = ("models", "runtime", "sampling", "tables", "lexed_tables", "errors", "vocab",
+               "constraints", "automata")
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 

@@ -1,7 +1,9 @@
 """`Compiler`: the host front door, bound to one vocabulary.
 
 spec -> constraint IR -> minimal byte DFA (pynini) -> token DFA (composition with the
-vocabulary trie, Alg. 2) -> `ConstraintTables`.
+vocabulary trie, Alg. 2) -> `ConstraintTables`. A grammar with a lexer
+(`Grammar(..., lexer=True)`) takes its own path instead: lexer DFA x vocabulary trie and
+LR(1) tables (`constraints/_lexed_grammar.py`) -> `LexedTables`.
 """
 
 import collections
@@ -15,6 +17,7 @@ import numpy as np
 from constrained_decoding import _cache
 from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
+from constrained_decoding import lexed_tables as _lexed_tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _detokenizer
@@ -26,6 +29,7 @@ from constrained_decoding.automata import _streamline
 from constrained_decoding.automata import _unique_strings
 from constrained_decoding.automata import _wide
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints._specs import Grammar
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.errors import EmptyConstraintError
 from constrained_decoding.vocab._vocabulary import Vocabulary
@@ -128,6 +132,10 @@ class CompileInfo:
       are cut while exploring and not counted).
     streamlined: Groups and edges before and after streamlining (push-down tables
       compiled with `CompileOptions.streamline`), else None.
+
+  For `LexedTables` (a grammar with a lexer): `byte_states` and `token_states` are the
+  lexer DFA's states, `token_edges` the tokens listed per lexer state, `num_terminals`
+  the parser's terminals, `num_masks` the token-set bitmap rows; `seconds` has the total.
   """
 
   description: str
@@ -176,8 +184,13 @@ class Compiler:
     # Shared fragments (schema-free JSON values) composed with the vocabulary, by name.
     self._fragments: collections.OrderedDict = collections.OrderedDict()
 
-  def compile(self, spec: Spec) -> _tables.ConstraintTables:
-    """Compiles `spec` into tables for this vocabulary (memoized by spec)."""
+  def compile(self, spec: Spec) -> _tables.ConstraintTables | _lexed_tables.LexedTables:
+    """Compiles `spec` into tables for this vocabulary (memoized by spec).
+
+    `ConstraintTables`, or `LexedTables` for a grammar with a lexer
+    (`Grammar(..., lexer=True)`, `Grammar.builtin("python")`); the runtime functions
+    and decode loops take either.
+    """
     if self.options.memoize and spec in self._memo:
       self._memo.move_to_end(spec)
       return self._memo[spec]
@@ -188,7 +201,8 @@ class Compiler:
         self._memo.popitem(last=False)
     return tables
 
-  def compile_with_info(self, spec: Spec) -> tuple[_tables.ConstraintTables, CompileInfo]:
+  def compile_with_info(self, spec: Spec) -> tuple[
+      _tables.ConstraintTables | _lexed_tables.LexedTables, CompileInfo]:
     """Compiles `spec` (never memoized) and reports sizes and stage timings.
 
     Raises:
@@ -212,10 +226,13 @@ class Compiler:
       return self._compile_with_info(fallback, deadline)
 
   def _compile_with_info(self, spec: Spec, deadline: float
-                         ) -> tuple[_tables.ConstraintTables, CompileInfo]:
+                         ) -> tuple[_tables.ConstraintTables | _lexed_tables.LexedTables,
+                                    CompileInfo]:
     opts = self.options
     what = spec.describe()
     t0 = time.perf_counter()
+    if isinstance(spec, Grammar) and spec.lexer:
+      return self._compile_lexed(spec, what, t0)
     pushdown = getattr(spec, "pushdown_grammar", None)
     grammar = pushdown() if pushdown is not None else None
     if grammar is not None:
@@ -489,6 +506,36 @@ class Compiler:
         num_words=_tables.num_words(self.vocab.vocab_size), max_pops=opts.max_pops,
         max_pushes=opts.max_pushes, max_edges=opts.max_edges, deadline=deadline, what=what,
         token_bytes=self.vocab.token_bytes)
+
+  def _compile_lexed(self, spec, what: str, t0: float
+                     ) -> tuple[_lexed_tables.LexedTables, CompileInfo]:
+    """A Lark grammar with a lexer -> `LexedTables`: the lexer-state x token table
+    (cached in `cache_dir`) and canonical LR(1) tables, stepped by `runtime/_lexed.py`
+    with a parser stack of `stack_depth` entries. Not bounded by `max_seconds`."""
+    from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top
+
+    opts = self.options
+    arrays = _lexed_grammar.compile_lexed_grammar(
+        spec.text, self.vocab, start=spec.start_rule, stack_depth=opts.stack_depth,
+        indentation=spec.indentation, semicolons=spec.semicolons,
+        cache_dir=opts.cache_dir, trie=self.trie)
+    tables = _lexed_tables.lexed_tables_from_arrays(
+        arrays, vocab_fingerprint=self.vocab.fingerprint)
+    nbytes = tables.nbytes
+    if nbytes["total"] > opts.max_table_bytes:
+      raise CompileBudgetError(
+          f"{what} needs {nbytes['total'] / 2**20:.1f} MiB of tables "
+          f"({arrays.lexer.num_states} lexer states, {arrays.action.shape[0]} parser "
+          f"states). Expected at most CompileOptions.max_table_bytes="
+          f"{opts.max_table_bytes}. Raise the budget, or lower Indentation.max_width.")
+    total = time.perf_counter() - t0
+    info = CompileInfo(
+        description=what, byte_states=arrays.lexer.num_states,
+        token_states=arrays.lexer.num_states,
+        token_edges=int((arrays.state_small_tokens < arrays.vocab_size).sum()),
+        num_terminals=len(arrays.lr.terminals), num_masks=int(arrays.set_bits.shape[0]),
+        nbytes=nbytes, seconds={"total": total})
+    return tables, info
 
   def _token_text(self, token: int) -> bytes:
     return self.vocab.token_bytes[token] or b""

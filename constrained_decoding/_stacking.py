@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from constrained_decoding.errors import UnsupportedFeatureError
 from constrained_decoding.errors import VocabularyMismatchError
+from constrained_decoding.lexed_tables import LexedTables
 from constrained_decoding.tables import (CAP_PAD, DEFAULT_MIN_BUCKET, GUARD_UCLOSE, GUARD_UHASH,
                                          NO_STATE, PAD_TOKEN, UNIQUE_CAP_RADIX,
                                          RELATIVE, ConstraintTables, bucket_size)
@@ -74,7 +76,7 @@ def _pad_columns(array: np.ndarray, width: int) -> np.ndarray:
   return out
 
 
-def stack_tables(tables: Sequence[ConstraintTables], *,
+def stack_tables(tables: Sequence[ConstraintTables | LexedTables], *,
                  min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
   """Stacks several constraints into one table set, so each batch row can follow its own.
 
@@ -88,9 +90,17 @@ def stack_tables(tables: Sequence[ConstraintTables], *,
     VocabularyMismatchError: If the tables were built for different vocabularies
       (fingerprints, logits widths or end-of-sequence ids).
     ValueError: If `tables` is empty.
+    UnsupportedFeatureError: If some are `LexedTables` (a grammar with a lexer): they
+      have their own layout and are not stacked with other constraints.
   """
   if not tables:
     raise ValueError("stack_tables got no tables. Expected at least one ConstraintTables.")
+  lexed = [i for i, t in enumerate(tables) if isinstance(t, LexedTables)]
+  if lexed:
+    raise UnsupportedFeatureError(
+        f"stack_tables: tables {lexed[0]} are LexedTables (a grammar with a lexer), which"
+        " are not stacked with other constraints. Expected ConstraintTables only. Give"
+        " the grammar with a lexer to every row of its own batch instead.")
   first = tables[0]
   known = next((t.vocab_fingerprint for t in tables if t.vocab_fingerprint), "")
   for i, t in enumerate(tables):

@@ -3,6 +3,8 @@
 from constrained_decoding.constraints._specs import Regex
 from constrained_decoding.constraints._specs import Grammar
 from constrained_decoding.constraints._grammar import GrammarIR
+from constrained_decoding.constraints._lexed_options import Indentation
+from constrained_decoding.constraints._lexed_options import Semicolons
 from constrained_decoding.constraints._specs import JsonSchema
 from constrained_decoding.constraints._specs import Json
 from constrained_decoding.constraints._specs import Dataclass
@@ -13,6 +15,8 @@ __all__ = [
     "Regex",
     "Grammar",
     "GrammarIR",
+    "Indentation",
+    "Semicolons",
     "JsonSchema",
     "Json",
     "Dataclass",

@@ -167,7 +167,7 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                           stack_depth: int = 64, token_table=None,
                           indentation: Indentation | None = None,
                           semicolons: Semicolons | None = None,
-                          cache_dir: str | None = None) -> LexedArrays:
+                          cache_dir: str | None = None, trie=None) -> LexedArrays:
   """Compiles a Lark grammar with a lexer for the vocabulary `vocab`.
 
   ```python
@@ -194,6 +194,8 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
     cache_dir: Where the vocabulary trie and the lexer-state x token table are kept
       between compiles, by (vocabulary, lexer) fingerprint: `_cache.compiler_cache_dir()`
       (the `Compiler`'s default) shares the trie with it. None: both are built.
+    trie: The vocabulary's `_detokenizer.VocabTrie` when the caller has it (a
+      `Compiler` does); loaded or built from `cache_dir` when None.
 
   Raises:
     ConstraintError: `stack_depth` is not an int >= 2, or both `indentation` and
@@ -267,9 +269,10 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
                               " terminals of their own lexeme classes. Change them.") from e
   lr = _lr.build_tables(grammar, method="lr1")
   if token_table is None:
-    token_table = _token_table.load_or_build_token_table(
-        lexer, _detokenizer.load_or_build_trie(vocab, cache_dir), cache_dir,
-        vocab.vocab_size)
+    if trie is None:
+      trie = _detokenizer.load_or_build_trie(vocab, cache_dir)
+    token_table = _token_table.load_or_build_token_table(lexer, trie, cache_dir,
+                                                         vocab.vocab_size)
   num_t = len(lr.terminals)
 
   # Lexeme classes -> parser terminals; refuse a class two of whose members one state

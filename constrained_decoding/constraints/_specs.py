@@ -9,6 +9,7 @@ import functools
 import importlib.resources
 
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints._lexed_options import Indentation, Semicolons
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,8 @@ class Grammar:
   ```python
   spec = Grammar('root ::= "(" root ")" | [a-z]+', max_depth=4)
   spec = Grammar.builtin("json", max_depth=3)
+  spec = Grammar.builtin("python")   # Lark grammar with a lexer, INDENT/DEDENT
+  spec = Grammar(lark_text, syntax="lark", lexer=True, start="start")
   ```
 
   A grammar without recursion (after inlining, see `constraints/_grammar.py`) is
@@ -78,17 +81,34 @@ class Grammar:
   Syntaxes: `constraints/_gbnf.py` (llama.cpp's GBNF) and `constraints/_lark.py` (the
   supported Lark subset, with how `%ignore` is applied).
 
+  With `lexer=True` a Lark grammar is read as Lark's LALR parser reads it: terminals
+  (regexes and strings) are lexemes, matched longest first with priorities, keywords
+  beating NAME and `%ignore`d terminals between any two; the rules must be LR(1) over
+  the terminals. It compiles to `LexedTables` (`constraints/_lexed_grammar.py`: a
+  lexer-state x token table and LR(1) tables) that the same runtime functions and
+  decode loops step, with the parser stack on the device (`CompileOptions.stack_depth`
+  entries). `indentation` adds Python's INDENT/DEDENT, `semicolons` Go's automatic
+  semicolons. Such tables are not stacked with other constraints (one grammar for the
+  whole batch). Built in: "python", "go", "sql" (`builtin`).
+
   Attributes:
     text: The grammar source.
     syntax: "gbnf" or "lark".
     start: The start rule; None means "root" for GBNF and "start" for Lark.
-    max_depth: None, or the recursion depth at which to cut a recursive grammar.
+    max_depth: None, or the recursion depth at which to cut a recursive grammar
+      (grammars without a lexer only).
+    lexer: Whether the Lark grammar has a lexer (terminals as lexemes; see above).
+    indentation: `Indentation` options (Python's INDENT/DEDENT), or None; needs `lexer`.
+    semicolons: `Semicolons` options (Go's automatic semicolons), or None; needs `lexer`.
   """
 
   text: str
   syntax: str = "gbnf"
   start: str | None = None
   max_depth: int | None = None
+  lexer: bool = False
+  indentation: Indentation | None = None
+  semicolons: Semicolons | None = None
 
   def __post_init__(self):
     if not isinstance(self.text, str):
@@ -113,11 +133,52 @@ class Grammar:
           f"Grammar max_depth {self.max_depth!r} is invalid. Expected None or an int >= 0."
           " Pass the recursion depth at which to cut, e.g. max_depth=3."
       )
+    self._check_lexer_options()
+
+  def _check_lexer_options(self) -> None:
+    """Raises for options of grammars with a lexer that do not fit together."""
+    if not isinstance(self.lexer, bool):
+      raise TypeError(f"Grammar lexer {self.lexer!r} is a {type(self.lexer).__name__}."
+                      " Expected True or False.")
+    for name, kind in (("indentation", Indentation), ("semicolons", Semicolons)):
+      value = getattr(self, name)
+      if value is not None and not isinstance(value, kind):
+        raise TypeError(
+            f"Grammar {name} {value!r:.60} is a {type(value).__name__}. Expected None or"
+            f" cd.{kind.__name__}(...).")
+      if value is not None and not self.lexer:
+        raise ValueError(
+            f"Grammar {name}={value!r:.60} needs a grammar with a lexer. Expected"
+            f" lexer=True (and syntax='lark') with {name}. Pass lexer=True.")
+    if not self.lexer:
+      return
+    if self.syntax != "lark":
+      raise ValueError(
+          f"Grammar lexer=True reads Lark grammars, but syntax is {self.syntax!r}."
+          " Expected syntax='lark'. Write the grammar in Lark, or pass lexer=False.")
+    if self.max_depth is not None:
+      raise ValueError(
+          f"Grammar max_depth={self.max_depth} cuts the recursion of a grammar without a"
+          " lexer; a grammar with a lexer keeps its parser stack on the device. Expected"
+          " max_depth=None with lexer=True. Set the stack size with"
+          " CompileOptions(stack_depth=...) instead.")
+    if self.indentation is not None and self.semicolons is not None:
+      raise ValueError(
+          "Grammar got both indentation and semicolons. Expected at most one lexer mode"
+          " option (Python's or Go's). Pass one.")
 
   @classmethod
   def builtin(cls, name: str, *, max_depth: int | None = None) -> "Grammar":
-    """A grammar shipped in `constraints/grammars/` ("json", "arithmetic", "sexpr",
-    "sql_select"), by file name without extension; the extension gives the syntax."""
+    """A grammar shipped in `constraints/grammars/`, by file name without extension
+    (the extension gives the syntax): "json", "arithmetic", "sexpr", "sql_select"; or
+    one of the grammars with a lexer (`lexer=True`, with their start rule and lexer
+    options): "python" (`python_lexed.lark`, INDENT/DEDENT), "go" (`go.lark`,
+    automatic semicolons), "sql" (`sql_select_lexed.lark`)."""
+    if isinstance(name, str) and name in _LEXED_BUILTINS:
+      file, start, options = _LEXED_BUILTINS[name]
+      text, syntax = _read_builtin_grammar(file)
+      return cls(text, syntax=syntax, start=start, max_depth=max_depth, lexer=True,
+                 **options)
     text, syntax = _read_builtin_grammar(name)
     return cls(text, syntax=syntax, max_depth=max_depth)
 
@@ -143,11 +204,17 @@ class Grammar:
     """A regular IR node: the grammar's language, or its strings of depth <= max_depth.
 
     Raises:
-      UnsupportedFeatureError: The grammar is recursive and `max_depth` is None.
+      UnsupportedFeatureError: The grammar is recursive and `max_depth` is None, or it
+        has a lexer (`Compiler.compile` builds `LexedTables` for it instead).
       GrammarRecursionError: `max_depth` is too small for any string.
     """
     from constrained_decoding.constraints import _grammar  # pylint: disable=g-import-not-at-top
 
+    if self.lexer:
+      raise _errors.UnsupportedFeatureError(
+          f"{self.describe()} has a lexer, so it has no regular constraint IR. Expected"
+          " a grammar without a lexer here. Compile it with cd.Compiler(vocab).compile,"
+          " which builds LexedTables for it.")
     grammar = self.grammar_ir()
     if self.max_depth is None or not _grammar.recursive_rules(grammar):
       return _grammar.to_regular(grammar)
@@ -161,6 +228,8 @@ class Grammar:
     """
     from constrained_decoding.constraints import _grammar  # pylint: disable=g-import-not-at-top
 
+    if self.lexer:
+      return None
     grammar = self.grammar_ir()
     if self.max_depth is None and _grammar.recursive_rules(grammar):
       return grammar
@@ -170,6 +239,8 @@ class Grammar:
     first = next((line.strip() for line in self.text.splitlines()
                   if line.strip() and not line.strip().startswith(("#", "//"))), "")
     depth = "" if self.max_depth is None else f", max_depth={self.max_depth}"
+    if self.lexer:
+      depth += ", lexer=True"
     return f"Grammar({self.syntax}: {first[:40]!r}{depth})"
 
 
@@ -221,6 +292,14 @@ def _normalized_grammar(text: str, syntax: str, start: str):
 
 
 _BUILTIN_EXTENSIONS = {".gbnf": "gbnf", ".lark": "lark"}
+# Built-in grammars with a lexer: name -> (file, start rule, lexer options). Their file
+# names (`python_lexed`, `go`, `sql_select_lexed`) mean the same: these grammars are
+# written for a lexer and do not compile without one.
+_PYTHON = ("python_lexed", "file_input", {"indentation": Indentation()})
+_GO = ("go", "source_file", {"semicolons": Semicolons()})
+_SQL = ("sql_select_lexed", "start", {})
+_LEXED_BUILTINS = {"python": _PYTHON, "python_lexed": _PYTHON, "go": _GO, "sql": _SQL,
+                   "sql_select_lexed": _SQL}
 
 
 def _read_builtin_grammar(name: str) -> tuple[str, str]:

@@ -3,6 +3,10 @@
 `init_state`, `allowed_tokens`, `allowed_bits`, `mask_logits` and `advance` check their
 arguments' dtypes and shapes (at trace time inside jit) and, outside jit, the values of
 token ids and `constraint_ids`, raising `errors.DecodingArgumentError` (`_runtime.py`).
+
+They take `ConstraintTables` (regular and push-down constraints, `_runtime.py`) or
+`LexedTables` (grammars with a lexer, `_lexed.py`): which one is a Python type check at
+trace time, so each kind compiles only its own code.
 """
 
 from constrained_decoding.runtime._forced import allowed_or_lowest

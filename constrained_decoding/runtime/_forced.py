@@ -12,10 +12,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int, UInt32
 
 from constrained_decoding.runtime import _runtime
-from constrained_decoding.tables import ConstraintTables
 
 
-def forced_tokens(tables: ConstraintTables, state: _runtime.ConstraintState
+def forced_tokens(tables: _runtime.AnyTables, state: _runtime.ConstraintState
                   ) -> Int[Array, "B"]:
   """The token each row's constraint forces next, or -1 (a choice, or row stopped).
 
@@ -40,7 +39,7 @@ def forced_tokens(tables: ConstraintTables, state: _runtime.ConstraintState
   return jnp.where(forced, lowest_token(pick), -1)
 
 
-def allowed_or_lowest(tables: ConstraintTables, state: _runtime.ConstraintState,
+def allowed_or_lowest(tables: _runtime.AnyTables, state: _runtime.ConstraintState,
                       tokens: ArrayLike) -> Int[Array, "B"]:
   """`tokens` where the constraint allows them; elsewhere each row's lowest allowed id.
 

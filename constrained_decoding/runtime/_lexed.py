@@ -81,11 +81,12 @@ Public:
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Int, UInt32
 
 from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.lexed_tables import LexedTables
+from constrained_decoding.lexed_tables import lexed_tables_from_arrays
 from constrained_decoding.runtime._runtime import ConstraintState
 from constrained_decoding.runtime._runtime import _check_int_array
 
@@ -96,64 +97,11 @@ _NEWLINE, _INDENT, _DEDENT = 1, 2, 3
 _WIDTH_NONE, _WIDTH_BAD, _WIDTH_EOF = -1, -2, -3
 
 
-@struct.dataclass(kw_only=True)
-class LexedTables:
-  """Two-level tables of a grammar with a lexer, for the device (an immutable pytree).
-
-  ```python
-  arrays = compile_lexed_grammar(grammar_text, vocab)   # host
-  tables = tables_from_arrays(arrays)
-  state = init_state(tables, 4)
-  state = advance(tables, state, tokens)
-  ```
-
-  Fields: as `constraints._lexed_grammar.LexedArrays` (S lexer states, K outcome slots
-  per state, L lexemes per token, Q parser states, T terminals in Tw words, W = ceil(V
-  / 32) words).
-  """
-  lex_start: Int[Array, "G"]
-  lr_start: Int[Array, "G"]
-  state_outcomes: Int[Array, "S K"]
-  state_seq_lanes: Int[Array, "S Ks"]
-  state_slot_lane: Int[Array, "S K"]
-  outcome_seq: Int[Array, "O"]
-  outcome_final: Int[Array, "O"]
-  seq_items: Int[Array, "Qs L"]
-  class_members: Int[Array, "C M"]
-  state_big_slot: Int[Array, "S Kb"]
-  state_big_row: Int[Array, "S Kb"]
-  set_bits: UInt32[Array, "Mb W"]
-  state_small_tokens: Int[Array, "S N"]
-  state_small_slot: Int[Array, "S N"]
-  state_viable: UInt32[Array, "S Tw"]
-  state_free: Bool[Array, "S"]
-  state_end_item: Int[Array, "S"]
-  state_end_tail: Int[Array, "S"]
-  state_nl_any: Bool[Array, "S"]
-  state_nl_width: Bool[Array, "S"]
-  class_width: Int[Array, "C"]
-  class_paren: Int[Array, "C"]
-  nl_needs_indent: Bool[Array, "Q"]
-  max_width: Int[Array, ""]
-  eos_bits: UInt32[Array, "W"]
-  action: Int[Array, "Q T"]
-  action_bits: UInt32[Array, "Q Tw"]
-  goto_id: Int[Array, "Q Nt"]
-  goto_chain: Int[Array, "E T"]
-  rule_lhs: Int[Array, "R"]
-  rule_len: Int[Array, "R"]
-  # Static: they fix shapes (logits width, stack widths).
-  vocab_size: int = struct.field(pytree_node=False)
-  stack_depth: int = struct.field(pytree_node=False)
-  indent_depth: int = struct.field(pytree_node=False)
-
-
 def tables_from_arrays(arrays) -> LexedTables:
   """`LexedTables` (jax arrays) from a host `LexedArrays` (one grammar or stacked)."""
-  fields = {f: jnp.asarray(getattr(arrays, f)) for f in arrays.ARRAY_FIELDS}
-  return LexedTables(vocab_size=int(arrays.vocab_size),
-                     stack_depth=int(arrays.stack_depth),
-                     indent_depth=int(arrays.indent_depth), **fields)
+  fingerprint = getattr(arrays.vocab, "fingerprint", "") or ""
+  return jax.tree_util.tree_map(
+      jnp.asarray, lexed_tables_from_arrays(arrays, vocab_fingerprint=fingerprint))
 
 
 def init_state(tables: LexedTables, batch_size: int | None = None, *,

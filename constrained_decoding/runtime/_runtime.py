@@ -50,6 +50,7 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.lexed_tables import LexedTables
 from constrained_decoding.tables import GUARD_ATLEAST as _ATLEAST
 from constrained_decoding.tables import GUARD_CLEAR as _CLEAR
 from constrained_decoding.tables import GUARD_COUNT as _COUNT
@@ -64,7 +65,13 @@ from constrained_decoding.tables import RELATIVE
 from constrained_decoding.tables import ConstraintTables
 
 
-def _on_device(tables: ConstraintTables) -> ConstraintTables:
+# What the public functions step: flat / push-down tables here, or the two-level
+# tables of a grammar with a lexer (`_lexed.py`). Which one is a Python type check at
+# trace time, so the flat runtime's jitted code and per-step cost stay as they were.
+AnyTables = ConstraintTables | LexedTables
+
+
+def _on_device(tables: AnyTables) -> AnyTables:
   """Tables as jax arrays (a no-op for traced or device tables; numpy ones convert)."""
   return jax.tree_util.tree_map(jnp.asarray, tables)
 
@@ -177,7 +184,7 @@ def _check_state(fn: str, tables: ConstraintTables, state) -> int:
 
 
 def init_state(
-    tables: ConstraintTables,
+    tables: AnyTables,
     batch_size: int | None = None,
     *,
     constraint_ids: ArrayLike | Sequence | None = None,
@@ -199,6 +206,8 @@ def init_state(
       constraint of `tables`.
   """
   fn = "init_state"
+  if isinstance(tables, LexedTables):  # Static: a grammar with a lexer.
+    return _lexed.init_state(_on_device(tables), batch_size, constraint_ids=constraint_ids)
   if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
       batch_size, (int, np.integer)) or batch_size < 1):
     raise DecodingArgumentError(
@@ -295,7 +304,7 @@ def _capped(tables: ConstraintTables, state: ConstraintState) -> bool:
   return bool(tables.capped_limits.shape[-1]) and bool(state.stack.shape[-1])
 
 
-def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Array, "B W"]:
+def allowed_bits(tables: AnyTables, state: ConstraintState) -> UInt32[Array, "B W"]:
   """The allowed set of each row, packed: token t is bit t % 32 of word t // 32.
 
   What `allowed_tokens` unpacks; 32x smaller, for callers that count or combine sets
@@ -306,6 +315,8 @@ def allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Arr
     DecodingArgumentError: If `state` is not a `ConstraintState` of one batch axis
       whose stack is `tables.stack_depth` wide (checked at trace time inside jit).
   """
+  if isinstance(tables, LexedTables):  # Static: a grammar with a lexer.
+    return _lexed.allowed_bits(_on_device(tables), state)
   _check_state("allowed_bits", tables, state)
   return _allowed_bits(tables, state)
 
@@ -478,12 +489,14 @@ def _guarded_bits(tables: ConstraintTables, state: ConstraintState, deepest: Arr
       rows, words].add(bits, mode="drop")
 
 
-def allowed_tokens(tables: ConstraintTables, state: ConstraintState) -> Bool[Array, "B V"]:
+def allowed_tokens(tables: AnyTables, state: ConstraintState) -> Bool[Array, "B V"]:
   """Which tokens each row may produce next.
 
   Raises:
     DecodingArgumentError: As `allowed_bits`, for a `state` that does not fit `tables`.
   """
+  if isinstance(tables, LexedTables):  # Static: a grammar with a lexer.
+    return _lexed.allowed_tokens(_on_device(tables), state)
   _check_state("allowed_tokens", tables, state)
   return _allowed_tokens(tables, state)
 
@@ -496,7 +509,7 @@ def _allowed_tokens(tables: ConstraintTables, state: ConstraintState) -> Bool[Ar
 
 
 def mask_logits(
-    tables: ConstraintTables, state: ConstraintState, logits: ArrayLike
+    tables: AnyTables, state: ConstraintState, logits: ArrayLike
 ) -> Float[Array, "B V"]:
   """`logits` with -inf wherever the constraint forbids the token.
 
@@ -513,7 +526,8 @@ def mask_logits(
       Checked at trace time inside jit.
   """
   fn = "mask_logits"
-  batch = _check_state(fn, tables, state)
+  lexed = isinstance(tables, LexedTables)  # Static: a grammar with a lexer.
+  batch = (_lexed._check_state if lexed else _check_state)(fn, tables, state)
   logits = _as_array(logits)
   if not jnp.issubdtype(logits.dtype, jnp.floating):
     raise DecodingArgumentError(
@@ -528,7 +542,8 @@ def mask_logits(
   # elementwise fusion that XLA merges into whatever consumes the logits: inside the
   # decode loop the gather form cost ~4 ms per step at batch 8, this form nothing.
   width = logits.shape[-1]
-  allowed = _allowed_tokens(tables, state)
+  allowed = (_lexed.allowed_tokens(_on_device(tables), state) if lexed
+             else _allowed_tokens(tables, state))
   if width > tables.vocab_size:
     allowed = jnp.pad(allowed, ((0, 0), (0, width - tables.vocab_size)))
   return jnp.where(allowed, logits, jnp.asarray(-jnp.inf, logits.dtype))
@@ -597,7 +612,7 @@ def _apply_stack(tables: ConstraintTables, state: ConstraintState, moved: Array,
 
 
 def advance(
-    tables: ConstraintTables, state: ConstraintState, tokens: ArrayLike | Sequence
+    tables: AnyTables, state: ConstraintState, tokens: ArrayLike | Sequence
 ) -> ConstraintState:
   """Consumes one token per row.
 
@@ -623,6 +638,8 @@ def advance(
       are checked at trace time inside jit, so a jitted step does not retrace.
   """
   fn = "advance"
+  if isinstance(tables, LexedTables):  # Static: a grammar with a lexer.
+    return _lexed.advance(_on_device(tables), state, tokens)
   batch = _check_state(fn, tables, state)
   tokens = _check_int_array(fn, "tokens", tokens, (batch,), tables.vocab_size, "token ids")
   tables = _on_device(tables)
@@ -702,3 +719,7 @@ def advance(
       registers=registers,
       done=state.done | (active & end),
       error=state.error | (active & ~found & ~end) | overflow)
+
+
+# Last: `_lexed` imports `ConstraintState` and the argument checks from this module.
+from constrained_decoding.runtime import _lexed  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position

@@ -29,7 +29,9 @@ import numpy as np
 
 from constrained_decoding._stacking import stack_tables
 from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.errors import UnsupportedFeatureError
 from constrained_decoding.errors import VocabularyMismatchError
+from constrained_decoding.lexed_tables import LexedTables
 from constrained_decoding.models import _protocol
 from constrained_decoding.sampling._methods import SamplingConfig
 from constrained_decoding.tables import DEFAULT_MIN_BUCKET, ConstraintTables, bucket_size
@@ -145,7 +147,7 @@ def check_constraint_ids(constraint_ids, batch: int, num_constraints: int) -> np
   return ids.astype(np.int32)
 
 
-def check_logits_width(tables: ConstraintTables, model, where: str = "The constraint") -> None:
+def check_logits_width(tables: ConstraintTables | LexedTables, model, where: str = "The constraint") -> None:
   """Raises unless the tables were compiled for the model's vocabulary (fingerprints,
   when both are known) and its logits cover every token id of the tables' vocabulary.
 
@@ -223,7 +225,7 @@ def left_pad(encoded: Sequence[Sequence[int]], width: int) -> tuple[np.ndarray, 
 
 def is_spec(constraint) -> bool:
   """Whether `constraint` is a spec (anything `Compiler.compile` takes), not tables."""
-  return (not isinstance(constraint, ConstraintTables)
+  return (not isinstance(constraint, (ConstraintTables, LexedTables))
           and callable(getattr(constraint, "to_ir", None))
           and callable(getattr(constraint, "describe", None)))
 
@@ -265,7 +267,13 @@ def stack_constraints(model, constraint, constraint_ids, batch: int,
 
   Returns:
     (tables or None, int32 [batch] ids: zeros when unconstrained).
+
+  Raises:
+    UnsupportedFeatureError: A per-row list that holds `LexedTables` (a grammar with a
+      lexer) beside other constraints: they are not stacked (one grammar with a lexer
+      may serve every row). `table_bucket` does not pad `LexedTables`.
   """
+  constraint = _one_lexed(constraint)
   if isinstance(constraint, (list, tuple)):
     if len(constraint) != batch:
       raise ValueError(
@@ -277,7 +285,7 @@ def stack_constraints(model, constraint, constraint_ids, batch: int,
     constraint = stack_tables([constraint], min_bucket=table_bucket)  # pads, keeps ids
   if constraint is None:
     return None, np.zeros(batch, np.int32)
-  if not isinstance(constraint, ConstraintTables):
+  if not isinstance(constraint, (ConstraintTables, LexedTables)):
     raise TypeError(f"constraint is a {type(constraint).__name__}. Expected "
                     f"ConstraintTables from cd.Compiler(vocab).compile(spec), a spec "
                     f"(cd.Regex, cd.JsonSchema, cd.Json, cd.Dataclass, cd.Grammar), or a "
@@ -286,6 +294,27 @@ def stack_constraints(model, constraint, constraint_ids, batch: int,
   if constraint_ids is None:
     constraint_ids = np.zeros(batch, np.int32)
   return constraint, check_constraint_ids(constraint_ids, batch, constraint.num_constraints)
+
+
+def _one_lexed(constraint):
+  """`constraint`, or its one `LexedTables` when it is a per-row list of the same
+  tables (a spec repeated per row compiles to one memoized object).
+
+  Raises:
+    UnsupportedFeatureError: the list mixes `LexedTables` with other constraints.
+  """
+  if not isinstance(constraint, (list, tuple)) or not any(
+      isinstance(c, LexedTables) for c in constraint):
+    return constraint
+  first = constraint[0]
+  if all(c is first for c in constraint):
+    return first
+  row = next(i for i, c in enumerate(constraint) if c is not first)
+  raise UnsupportedFeatureError(
+      f"Constraint {row} differs from constraint 0 in a per-row list that holds tables of"
+      " a grammar with a lexer (LexedTables). Expected one grammar with a lexer for every"
+      " row: such tables are not stacked with other constraints. Run the rows in"
+      " separate generate calls.")
 
 
 # ------------------------------------------------------------------- after the loop

@@ -1,0 +1,145 @@
+"""`LexedTables`: the host -> device contract of grammars with a lexer (issue 18).
+
+What `cd.Compiler(vocab).compile(cd.Grammar(..., lexer=True))` returns, and what the
+public runtime functions (`cd.init_state`, `cd.allowed_bits`, `cd.advance`, ...) step
+with `runtime/_lexed.py` when they are given it instead of `ConstraintTables`: the
+two-level tables of `constraints/_lexed_arrays.LexedArrays` (a lexer-state x token
+table and canonical LR(1) tables), without the host information. Like
+`ConstraintTables` it holds numpy arrays on the host and jax arrays (or tracers) on the
+device, and is registered as a JAX pytree right here, so it goes straight into
+`jax.jit`, `jax.device_put` and the decode loops; importing this module imports jax,
+never pynini.
+
+Public:
+  LexedTables                               the tables (an immutable pytree).
+  lexed_tables_from_arrays(arrays, ...)     them from a host `LexedArrays`.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+from jaxtyping import Array, Bool, Int, UInt32
+
+from constrained_decoding import errors
+
+# numpy on the host, jax arrays (or tracers) on the device.
+_Arr = np.ndarray | Array
+
+# The device arrays, in `LexedArrays.ARRAY_FIELDS` order.
+_ARRAY_FIELDS = (
+    "lex_start", "lr_start", "state_outcomes", "state_seq_lanes", "state_slot_lane",
+    "outcome_seq", "outcome_final", "seq_items", "class_members", "state_big_slot",
+    "state_big_row", "set_bits", "state_small_tokens", "state_small_slot",
+    "state_viable", "state_free", "state_end_item", "state_end_tail", "state_nl_any",
+    "state_nl_width", "class_width", "class_paren", "nl_needs_indent", "max_width",
+    "eos_bits", "action", "action_bits", "goto_id", "goto_chain", "rule_lhs", "rule_len")
+# Static: they fix shapes (logits width, stack widths), or name the vocabulary (one
+# value per vocabulary, so grammars of one vocabulary still share compiled steps).
+_META_FIELDS = ("vocab_size", "stack_depth", "indent_depth", "vocab_fingerprint")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class LexedTables:
+  """Two-level tables of a grammar with a lexer, for the device (an immutable pytree).
+
+  ```python
+  tables = cd.Compiler(vocab).compile(cd.Grammar.builtin("python"))
+  state = cd.init_state(tables, batch_size=4)
+  state = cd.advance(tables, state, tokens)
+  ```
+
+  Fields: as `constraints._lexed_arrays.LexedArrays` (S lexer states, K outcome slots
+  per state, L lexemes per token, Q parser states, T terminals in Tw words, W = ceil(V
+  / 32) words).
+  """
+  lex_start: Int[_Arr, "G"]
+  lr_start: Int[_Arr, "G"]
+  state_outcomes: Int[_Arr, "S K"]
+  state_seq_lanes: Int[_Arr, "S Ks"]
+  state_slot_lane: Int[_Arr, "S K"]
+  outcome_seq: Int[_Arr, "O"]
+  outcome_final: Int[_Arr, "O"]
+  seq_items: Int[_Arr, "Qs L"]
+  class_members: Int[_Arr, "C M"]
+  state_big_slot: Int[_Arr, "S Kb"]
+  state_big_row: Int[_Arr, "S Kb"]
+  set_bits: UInt32[_Arr, "Mb W"]
+  state_small_tokens: Int[_Arr, "S N"]
+  state_small_slot: Int[_Arr, "S N"]
+  state_viable: UInt32[_Arr, "S Tw"]
+  state_free: Bool[_Arr, "S"]
+  state_end_item: Int[_Arr, "S"]
+  state_end_tail: Int[_Arr, "S"]
+  state_nl_any: Bool[_Arr, "S"]
+  state_nl_width: Bool[_Arr, "S"]
+  class_width: Int[_Arr, "C"]
+  class_paren: Int[_Arr, "C"]
+  nl_needs_indent: Bool[_Arr, "Q"]
+  max_width: Int[_Arr, ""]
+  eos_bits: UInt32[_Arr, "W"]
+  action: Int[_Arr, "Q T"]
+  action_bits: UInt32[_Arr, "Q Tw"]
+  goto_id: Int[_Arr, "Q Nt"]
+  goto_chain: Int[_Arr, "E T"]
+  rule_lhs: Int[_Arr, "R"]
+  rule_len: Int[_Arr, "R"]
+  vocab_size: int
+  stack_depth: int
+  indent_depth: int
+  # `Vocabulary.fingerprint` of the vocabulary the tables were compiled for ("" when
+  # unknown): `generate` checks it against the model's, as for `ConstraintTables`.
+  vocab_fingerprint: str = ""
+
+  @property
+  def num_constraints(self) -> int:
+    """Number of stacked grammars (rows pick theirs with `constraint_ids`)."""
+    return int(np.shape(self.lex_start)[0])
+
+  @property
+  def shape_key(self) -> tuple:
+    """Tables with equal keys share one compiled step function."""
+    return (tuple(np.shape(getattr(self, f)) for f in _ARRAY_FIELDS), self.vocab_size,
+            self.stack_depth, self.indent_depth)
+
+  @property
+  def nbytes(self) -> dict:
+    """Bytes of each device array, and their "total"."""
+    out = {f: int(np.asarray(getattr(self, f)).nbytes) for f in _ARRAY_FIELDS}
+    out["total"] = sum(out.values())
+    return out
+
+  def replace(self, **changes) -> "LexedTables":
+    return dataclasses.replace(self, **changes)
+
+  def save(self, path, *, vocab, description: str = "") -> None:
+    """Not supported yet: the tables file (`cd.load_tables`) holds `ConstraintTables`.
+
+    Raises:
+      UnsupportedFeatureError: always; compile the grammar where it is used (the
+        lexer-state x token table is cached on disk by the `Compiler`).
+    """
+    del path, vocab, description
+    raise errors.UnsupportedFeatureError(
+        "LexedTables.save: tables of a grammar with a lexer cannot be saved yet. Expected"
+        " ConstraintTables (the tables file format holds those). Compile the grammar"
+        " where it is used: its lexer-state x token table is cached in"
+        " CompileOptions.cache_dir.")
+
+  def __repr__(self) -> str:
+    return (f"LexedTables(grammars={self.num_constraints}, "
+            f"lexer_states={np.shape(self.state_free)[0]}, "
+            f"parser_states={np.shape(self.action)[0]}, vocab_size={self.vocab_size}, "
+            f"stack_depth={self.stack_depth}, indent_depth={self.indent_depth})")
+
+
+jax.tree_util.register_dataclass(
+    LexedTables, data_fields=list(_ARRAY_FIELDS), meta_fields=list(_META_FIELDS))
+
+
+def lexed_tables_from_arrays(arrays, *, vocab_fingerprint: str = "") -> LexedTables:
+  """`LexedTables` (numpy arrays, on the host) from a host `LexedArrays`."""
+  return LexedTables(
+      **{f: np.asarray(getattr(arrays, f)) for f in _ARRAY_FIELDS},
+      vocab_size=int(arrays.vocab_size), stack_depth=int(arrays.stack_depth),
+      indent_depth=int(arrays.indent_depth), vocab_fingerprint=vocab_fingerprint)
