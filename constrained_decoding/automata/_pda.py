@@ -458,54 +458,26 @@ class _Configurations:
     return which, self.targets[slot], self.target_chunks[slot], self.target_ops[slot]
 
 
-class _CrossedOps:
-  """Interned sequences ((byte position, operations), ...) of the register operations a
-  path's bytes cross, in order (id 0: none), extended in bulk as the walk goes deeper."""
+class _Interned:
+  """Interned tuples (id 0: the empty one), each extended in bulk by a piece id."""
 
-  def __init__(self, ops: list[tuple]):
-    self.ops = ops  # shared with `_Configurations`, which appends to it
+  def __init__(self):
     self.items: list[tuple] = [()]
     self.index: dict = {(): 0}
 
-  def extend(self, sequence: np.ndarray, op: np.ndarray, position: int) -> np.ndarray:
+  def _extend(self, sequence: np.ndarray, piece: np.ndarray, combine) -> np.ndarray:
+    """The ids of `combine(items[sequence], piece)` where piece > 0 (sequence unchanged
+    elsewhere); -1 where `combine` gives None. Each distinct pair is combined once."""
     out = sequence.copy()
-    todo = np.nonzero(op > 0)[0]
+    todo = np.nonzero(piece > 0)[0]
     if not len(todo):
       return out
-    key = sequence[todo] * (1 << 32) + op[todo]
+    key = sequence[todo] * (1 << 32) + piece[todo]
     unique, inverse = np.unique(key, return_inverse=True)
     ids = np.empty(len(unique), np.int64)
     for k, value in enumerate(unique.tolist()):
-      combined = self.items[value >> 32] + ((position, self.ops[value & 0xFFFFFFFF]),)
-      ids[k] = self.index.setdefault(combined, len(self.index))
-      if ids[k] == len(self.items):
-        self.items.append(combined)
-    out[todo] = ids[inverse]
-    return out
-
-
-class _PopSequences:
-  """Interned pop sequences (top of stack first), extended chunk by chunk in bulk."""
-
-  def __init__(self, chunks: list[tuple[int, ...]], max_pops: int):
-    self.chunks = chunks  # shared with `_Configurations`, which appends to it
-    self.max_pops = max_pops
-    self.items: list[tuple[int, ...]] = [()]
-    self.index: dict = {(): 0}
-    self.dropped = 0
-
-  def extend(self, sequence: np.ndarray, chunk: np.ndarray) -> np.ndarray:
-    """The ids of sequence + chunk, or -1 where that pops more than `max_pops`."""
-    out = sequence.copy()
-    todo = np.nonzero(chunk > 0)[0]
-    if not len(todo):
-      return out
-    key = sequence[todo] * (1 << 32) + chunk[todo]
-    unique, inverse = np.unique(key, return_inverse=True)
-    ids = np.empty(len(unique), np.int64)
-    for k, value in enumerate(unique.tolist()):
-      combined = self.items[value >> 32] + self.chunks[value & 0xFFFFFFFF]
-      if len(combined) > self.max_pops:
+      combined = combine(self.items[value >> 32], value & 0xFFFFFFFF)
+      if combined is None:
         ids[k] = -1
         continue
       ids[k] = self.index.setdefault(combined, len(self.index))
@@ -513,6 +485,36 @@ class _PopSequences:
         self.items.append(combined)
     out[todo] = ids[inverse]
     return out
+
+
+class _CrossedOps(_Interned):
+  """Interned sequences ((byte position, operations), ...) of the register operations a
+  path's bytes cross, in order (id 0: none), extended in bulk as the walk goes deeper."""
+
+  def __init__(self, ops: list[tuple]):
+    super().__init__()
+    self.ops = ops  # shared with `_Configurations`, which appends to it
+
+  def extend(self, sequence: np.ndarray, op: np.ndarray, position: int) -> np.ndarray:
+    return self._extend(sequence, op,
+                        lambda prefix, o: prefix + ((position, self.ops[o]),))
+
+
+class _PopSequences(_Interned):
+  """Interned pop sequences (top of stack first), extended chunk by chunk in bulk."""
+
+  def __init__(self, chunks: list[tuple[int, ...]], max_pops: int):
+    super().__init__()
+    self.chunks = chunks  # shared with `_Configurations`, which appends to it
+    self.max_pops = max_pops
+    self.dropped = 0
+
+  def extend(self, sequence: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+    """The ids of sequence + chunk, or -1 where that pops more than `max_pops`."""
+    def combine(prefix, c):
+      combined = prefix + self.chunks[c]
+      return combined if len(combined) <= self.max_pops else None
+    return self._extend(sequence, chunk, combine)
 
 
 def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
