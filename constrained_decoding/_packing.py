@@ -571,11 +571,13 @@ _DENSE_CHECK_EDGES = 1 << 16
 
 
 def share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets: np.ndarray,
-                 group_mask: np.ndarray, c: int, min_bucket: int):
-  """Groups 0..c-1 (of a regular table set) with the same mask row and the same explicit
-  edges, targets included, merged into one: (group of each int64 [c], the replaced
-  fields: edge_start, edge_tokens, edge_targets, edge_pushes, group_mask, group_pops,
-  group_num_pops), or None when all differ.
+                 group_mask: np.ndarray, c: int, min_bucket: int, *,
+                 group_excluded: np.ndarray | None = None):
+  """Groups 0..c-1 (of a regular table set) with the same mask row (and exclusion row,
+  when `group_excluded` is given) and the same explicit edges, targets included, merged
+  into one: (group of each int64 [c], the replaced fields: edge_start, edge_tokens,
+  edge_targets, edge_pushes, group_mask, group_pops, group_num_pops, and group_excluded
+  when given), or None when all differ.
 
   Relative targets make the states of a chain's layers far from its ends alike (a token
   ending in `\\` leads to the state after the backslash, one layer on, from every
@@ -584,12 +586,14 @@ def share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets: 
   bounds = edge_start[:c + 1].astype(np.int64).tolist()
   tokens = edge_tokens[:bounds[c]].astype(np.int32).tobytes()
   targets = edge_targets[:bounds[c]].astype(np.int32).tobytes()
+  excluded = ([0] * c if group_excluded is None
+              else np.asarray(group_excluded[:c]).tolist())
   index: dict = {}
   keep: list[int] = []
   group_of = np.zeros(c, np.int64)
   for g in range(c):
     lo, hi = 4 * bounds[g], 4 * bounds[g + 1]
-    key = (int(group_mask[g]), tokens[lo:hi], targets[lo:hi])
+    key = (int(group_mask[g]), excluded[g], tokens[lo:hi], targets[lo:hi])
     k = index.get(key)
     if k is None:
       k = index[key] = len(keep)
@@ -609,7 +613,10 @@ def share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets: 
   out_start[:len(kept) + 1] = new_start
   out_mask = np.zeros(g_pad, np.int32)
   out_mask[:len(kept)] = group_mask[kept]
-  return group_of, dict(
+  more = {}
+  if group_excluded is not None:
+    more["group_excluded"] = _padded(np.asarray(group_excluded)[kept], g_pad, 0)
+  return group_of, dict(**more,
       edge_start=out_start,
       edge_tokens=_padded(edge_tokens[take], e_pad, PAD_TOKEN),
       edge_targets=_padded(edge_targets[take], e_pad, NO_STATE),

@@ -2,7 +2,8 @@
 
 Split from `tables.py` (the format and the packers): stacking offsets the state, group,
 edge, mask, terminal and push-sequence ids of each part, keeps counted chains' shared
-terminal rows and push-down tables' stack-bound rows, and checks that the parts were
+terminal rows, their rows excluded near their ends, and push-down tables' stack-bound
+rows, and checks that the parts were
 compiled for one vocabulary.
 
 Public names:
@@ -172,12 +173,13 @@ def stack_tables(tables: Sequence[ConstraintTables | LexedTables], *,
     out["terminal_counts"][t_off:t_off + n_t] = counts
     n_rows = row_counts[len(starts) - 1]
     terms = t.state_terminals[:n_rows]
-    # A counting entry's second field is a filter terminal, not a state.
+    # A counting entry's second field is a filter terminal, not a state (or a bound,
+    # AT_MOST - r, which stays as it is, as does padding).
     counting = np.asarray(t.terminal_counts)[np.maximum(terms[..., 0], 0), 0] >= 0
     offset = np.stack([np.full(counting.shape, t_off, np.int32),
                        np.where(counting, t_off, s_off).astype(np.int32)], axis=-1)
     out["state_terminals"][r_off:r_off + n_rows, :terms.shape[1]] = np.where(
-        terms >= 0, terms + offset, NO_STATE)
+        terms >= 0, terms + offset, np.where(terms < NO_STATE, terms, NO_STATE))
     if shared:
       own = np.asarray(t.state_terminal_rows)[:s] if len(t.state_terminal_rows) else np.arange(s)
       out["state_terminal_rows"][s_off:s_off + s] = own + r_off
@@ -190,6 +192,7 @@ def stack_tables(tables: Sequence[ConstraintTables | LexedTables], *,
     t_off += n_t
     c_off += t.token_counts.shape[0]
   out.update(_stacked_capped_masks(tables, used, g_pad, w, min_bucket))
+  out.update(_stacked_exclusions(tables, used, g_pad, w, min_bucket))
   out.update(_stacked_guards(tables, used, g_pad))
   out.update(_stacked_hashes(tables, used, s_pad, out.get("guard_ops")))
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
@@ -266,6 +269,30 @@ def _stacked_hashes(tables: Sequence[ConstraintTables], used: list, s_pad: int,
     s_off += s
   return dict(guard_ops=guard_ops, hash_consts=np.concatenate(consts),
               state_hashing=hashing, token_hash=token_hash)
+
+
+def _stacked_exclusions(tables: Sequence[ConstraintTables], used: list, g_pad: int,
+                        w: int, min_bucket: int) -> dict[str, np.ndarray]:
+  """The rows removed near counted chains' ends (`tables.py`) of stacked tables: each
+  part's exclusion rows after the others' (row 0 stays the empty row), its groups'
+  row ids offset; empty when no part has any."""
+  if not any(t.group_excluded.shape[0] for t in tables):
+    return {}
+  group_excluded = np.zeros(g_pad, np.int32)
+  bits = [np.zeros((1, w), np.uint32)]
+  g_off, x_off = 0, 1
+  for t, u in zip(tables, used):
+    g = u[1]
+    if t.group_excluded.shape[0]:
+      own = np.asarray(t.group_excluded)[:g]
+      group_excluded[g_off:g_off + g] = np.where(own > 0, own + x_off - 1, 0)
+      bits.append(np.asarray(t.excluded_bits)[1:])
+      x_off += t.excluded_bits.shape[0] - 1
+    g_off += g
+  excluded_bits = np.concatenate(bits)
+  padded = np.zeros((bucket_size(len(excluded_bits), min_bucket), w), np.uint32)
+  padded[:len(excluded_bits)] = excluded_bits
+  return dict(group_excluded=group_excluded, excluded_bits=padded)
 
 
 def _stacked_capped_masks(tables: Sequence[ConstraintTables], used: list, g_pad: int,

@@ -38,15 +38,17 @@ from constrained_decoding.vocab._vocabulary import Vocabulary
 # 2: stack-aware masks (capped_*); 3: register guards, and counted chains' counting
 # entries folded into the mask rows (the device no longer ORs them in); 4: counting guards
 # (COUNT, ATLEAST: arrays whose items are counted in a register); 5: distinct strings
-# (UCLOSE, UHASH, FAIL guards, hash_consts, state_hashing, token_hash)
-TABLES_FILE_VERSION = 5
+# (UCLOSE, UHASH, FAIL guards, hash_consts, state_hashing, token_hash); 6: counting
+# bounds (filters AT_MOST - r) and rows excluded near counted chains' ends
+# (group_excluded, excluded_bits)
+TABLES_FILE_VERSION = 6
 _FORMAT = "constrained_decoding.ConstraintTables"
 _HEADER = "__header__"
 # The dtype of every array field (see the layout in `tables.py`).
 _DTYPES = {name: np.dtype(np.int32) for name in _tables._ARRAY_FIELDS}  # pylint: disable=protected-access
 _DTYPES.update(accepting=np.dtype(bool), mask_bits=np.dtype(np.uint32),
                eos_bits=np.dtype(np.uint32), terminal_bits=np.dtype(np.uint32),
-               capped_bits=np.dtype(np.uint32),
+               capped_bits=np.dtype(np.uint32), excluded_bits=np.dtype(np.uint32),
                token_counts=np.dtype(np.int8))
 
 

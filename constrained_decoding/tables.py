@@ -62,6 +62,10 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
                                state's tokens extend the running hash of (-1: none)
   token_hash    int32  [V, 4] or [0, 4]  (B^n, hash of the bytes) per token and hash word:
                                what a token read inside a string item adds to the hash
+  group_excluded int32 [G] or [0]  row of `excluded_bits` removed from g's mask row (0,
+                               the empty row, for most); counted chains only (below)
+  excluded_bits uint32 [X, W] or [0, 0]  the tokens of more than r characters of a
+                               counted class, one row per (class, r) in use; row 0 empty
 
 Distinct strings (`uniqueItems` of string items, `automata/_unique_strings.py`). A
 block of register words [h0, h1, n, then n stored pairs] keeps the running hash of the
@@ -83,12 +87,21 @@ Relative targets (counted repetitions, `automata/_counting.py`). An explicit edg
 target is `RELATIVE - k` (k >= 0, so at most -2) leads from state q to q + k. A counting
 terminal t with (row c, stride s, bias b) leads from q to q + s * token_counts[c, token]
 + b, and the second field of a state's entry (t, f) is a *filter*, not a target: the
-entry holds the tokens of `terminal_bits[t]` that are also in `terminal_bits[f]` (all of
-them when f = -1). Like every terminal entry, counting entries are part of the state's
-mask row, filters applied (`_counting.CountingTerminals.fold`), so the mask costs one row
-gather whatever R is; `advance` reads one word of each entry's bitmap and filter. States
-near a chain's end get a row per slot and remaining count below the longest token (~100
-rows of 32 KiB for JSON strings with Gemma 3). The states of a
+entry holds the tokens of `terminal_bits[t]` that are also in `terminal_bits[f]` when
+f >= 0, those of at most r characters (`token_counts[c, token] <= r`) when
+f = AT_MOST - r <= -2, all of them when f = -1. Like every terminal entry, counting
+entries are part of the state's mask row, filters applied
+(`_counting.CountingTerminals.fold`), so the mask costs one row gather whatever R is;
+`advance` reads one word of each entry's bitmap and filter (or the token's count, for a
+bound). Near a chain's end, where r characters remain, a
+state whose entries share one bound r has the mask row of its tokens without the
+bound, and `group_excluded` names the row of `excluded_bits` (tokens of more than r
+characters) that the device removes from it: the rows of the last positions are then
+shared across r (one exclusion row per r below the longest token, for all slots) instead
+of one row per slot and r (~140 rows of 32 KiB for JSON strings with Gemma 3). Other
+states (entries with several bounds: a backslash, then `n...` or `u0041...`) keep a
+row per r.
+The states of a
 counted chain `X{n,m}` are numbered position by position, so the middle positions of a
 long chain share one edge group (`state_groups` points them at it), one mask row and
 the same terminal entries: tables grow with the longest token, not with m.
@@ -153,6 +166,9 @@ PAD_TOKEN = np.iinfo(np.int32).max
 NO_STATE = -1
 # Explicit edge targets <= RELATIVE are relative: `RELATIVE - k` leads from q to q + k.
 RELATIVE = -2
+# A counting entry's filter <= AT_MOST is a bound: `AT_MOST - r` keeps the tokens of at
+# most r characters (of the terminal's `token_counts` row), with no bitmap.
+AT_MOST = -2
 # Padding of `capped_limits`: no free capacity is that low.
 CAP_PAD = np.iinfo(np.int32).max
 # need(q) of a state that cannot finish with any stack (larger than any capacity).
@@ -225,7 +241,8 @@ _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask"
                  "state_terminals", "state_terminal_rows", "terminal_counts",
                  "token_counts", "capped_limits", "capped_rows", "capped_bits",
                  "guard_ops", "group_guarded", "guarded_slots", "guarded_ids",
-                 "register_init", "hash_consts", "state_hashing", "token_hash")
+                 "register_init", "hash_consts", "state_hashing", "token_hash",
+                 "group_excluded", "excluded_bits")
 # Fields added for push-down tables only: left out of a regular table's `shape_key`.
 _CAPPED_FIELDS = ("capped_limits", "capped_rows", "capped_bits")
 _META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint")
@@ -285,6 +302,9 @@ class ConstraintTables:
   hash_consts: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 4), np.int32))
   state_hashing: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
   token_hash: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 4), np.int32))
+  # Rows removed near counted chains' ends (module docstring); empty otherwise.
+  group_excluded: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+  excluded_bits: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.uint32))
 
   @property
   def num_constraints(self) -> int:

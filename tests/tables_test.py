@@ -40,11 +40,15 @@ def test_invariants(pattern, gemma_compiler, gemma_vocab):
       assert np.isin(edges, allowed_ids).all()
     else:
       np.testing.assert_array_equal(allowed_ids, edges)
-  # Padding is dead and unreachable.
+  # Padding is dead and unreachable: its states have no group, padding groups no edges
+  # (a counted chain's states share groups: fewer groups than states).
   padding = np.arange(len(live), s_pad)
   assert not t.accepting[padding].any()
-  assert (t.edge_start[padding] == t.edge_start[padding + 1]).all()
-  assert (t.edge_tokens[t.edge_start[len(live)]:] == tables_lib.PAD_TOKEN).all()
+  assert (t.state_groups[padding] == tables_lib.NO_STATE).all()
+  groups = int(t.state_groups.max()) + 1
+  padding_groups = np.arange(groups, len(t.edge_start) - 1)
+  assert (t.edge_start[padding_groups] == t.edge_start[padding_groups + 1]).all()
+  assert (t.edge_tokens[t.edge_start[groups]:] == tables_lib.PAD_TOKEN).all()
   assert t.edge_targets.max() < len(live)
 
 

@@ -10,12 +10,12 @@ token edges. Here:
   (`X`'s one `CharClass` alternative) moves q_i -> q_{i+c}, valid iff i + c <= m. It is
   one terminal edge whose target is relative (`tables.py`): state + stride * c, c read
   from a per-(vocabulary, K) token character-count table (`token_counts`). Near the end
-  its entry carries a filter, the bitmap of the tokens with c <= m - i: one per value
-  of m - i below the longest token, shared by every chain over K.
+  its entry carries a bound, "at most m - i characters" (`tables.AT_MOST - r`, checked
+  against `token_counts` by `advance`: no bitmap).
 * Inside an X. A state inside an escape (after `\` or `\u0`) reads tokens wholly in K
   that finish the escape after k bytes and go on in K (`nthe`): one counting terminal
-  per (inner state, k), target q + stride * c + a constant bias, filtered by the same
-  "at most r characters" bitmaps; tokens that end inside the escape (`u00`) get one
+  per (inner state, k), target q + stride * c + a constant bias, with the same
+  "at most r characters" bounds; tokens that end inside the escape (`u00`) get one
   terminal per inner state they end in. A UTF-8 lead byte's state reads no token
   wholly in K (they start with a lead byte): its tokens are explicit edges.
 * Explicit edges. Every other token the chain may read (one that leaves the chain,
@@ -42,10 +42,14 @@ the upper half one with stride -1 moves back by it (`CountingTerminals.strip_dow
 terminal rows, no filter, no per-count bitmap: tables as small as for `X{n,n}`.
 Explicit moves within position n (an escape read in the loop) are absolute.
 
-Mask rows hold each state's counting entries, filters applied (`CountingTerminals.fold`):
-the device gathers one row per step whatever the number of entries. States that differ
-only in how many characters remain get their own rows below the longest token (per slot
-and remaining count); all farther positions share one.
+Mask rows hold each state's counting entries, bounds applied (`CountingTerminals.fold`):
+the device gathers one row per step whatever the number of entries. Near the end, a
+state whose entries share one bound r stores its row without the bound, and the device
+removes the row of tokens longer than r (`excluded_bits`, one per r below the longest
+token, shared by every slot): with Gemma 3, 42 rows and 31 exclusion rows for a JSON
+string instead of 138 rows. States with several bounds (a backslash: `n...` finishes
+the escape after 1 byte, `u0041...` after 5) keep a row per remaining count; all
+farther positions share one row, one edge group and one terminal row.
 
 Exact: a token may still cross the chain's end (`abc",`), every tokenization is kept,
 and positions f maps together behave alike for every token. Tables grow with the
@@ -53,14 +57,15 @@ longest token; m only adds states (9 bytes each: group, terminal row, accepting)
 
 Chains inside larger constraints (a string property with `maxLength` inside an object)
 reuse these pieces in `_embedded_chains.py`. Not yet: `maxItems` of non-trivial items.
-A state of a JSON string chain has up to 7 terminal entries (escapes under way); `advance`
-gathers one word of each entry's bitmap and of its filter.
+A state of a JSON string chain has up to 9 terminal entries (escapes under way); `advance`
+gathers one word of each entry's bitmap (and of its filter, or its count for a bound).
 
 Public names:
   Chain, find_chain(node)        the supported shape, recognized in IR.
   compile_chain(chain, trie, vocab, ...)  -> (ConstraintTables, stats dict) or None.
-  CountingTerminals              the counting terminals and filters of chain states
-                                 (also used by `_embedded_chains.py`).
+  CountingTerminals              the counting terminals and bounds of chain states, and
+                                 the folded mask rows (`_counting_terminals.py`; also
+                                 used by `_embedded_chains.py`).
 """
 
 import dataclasses
@@ -73,6 +78,7 @@ import numpy as np
 from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
+from constrained_decoding.automata._counting_terminals import CountingTerminals  # Public here too.
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _loops
@@ -241,14 +247,6 @@ def _load_counts(path: str | None, vocab_size: int) -> tuple[np.ndarray, np.ndar
   return counts, next_byte
 
 
-def _bitmap(counts: _ClassCounts, r: int, num_words: int) -> np.ndarray:
-  bits = counts.bitmaps.get(r)
-  if bits is None:
-    tokens = np.flatnonzero((counts.counts > 0) & (counts.counts <= r))
-    bits = counts.bitmaps[r] = _loops.token_bits(tokens, num_words)
-  return bits
-
-
 def _compressed(n: int, m: int, span: int) -> tuple[int, int, np.ndarray]:
   """(n', m', f): compressed bounds and the compressed position f[i] of each i <= m.
 
@@ -371,10 +369,12 @@ class _Compressed:
   others: np.ndarray         # compressed states outside the chain, in token-DFA order
   start: int                 # token-DFA id of the start if outside the chain, else -1
   group_of: np.ndarray       # int64 [Q]
-  entries: np.ndarray        # int64 [Q, R, 2]: counting terminal entries (id, filter)
+  entry_rows: np.ndarray     # int64 [U, R, 2]: distinct counting entry lists (id, filter)
+  entry_row_of: np.ndarray   # int64 [Q]: each state's row of `entry_rows`
   accepting: np.ndarray      # bool [Q]
   mask_bits: np.ndarray      # uint32 [M_pad, W]
   group_mask: np.ndarray     # int32 [G_pad]
+  excluded_bits: np.ndarray  # uint32 [X_pad, W] ([0, 0]: none; then group_excluded is [0])
   edge_start: np.ndarray     # int32 [G_pad + 1]
   edge_tokens: np.ndarray    # int32 [E_pad]
   edge_targets: np.ndarray   # int32 [E_pad]; absolute ones index the `others` first
@@ -383,6 +383,8 @@ class _Compressed:
   token_counts: np.ndarray   # int8 [1, V]
   stats: dict
   down: np.ndarray | None = None  # int64 [R, 2]: the upper strip's entries (unbounded)
+  group_excluded: np.ndarray = dataclasses.field(  # int32 [G_pad] or [0]
+      default_factory=lambda: np.zeros(0, np.int32))
 
 
 _COMPRESSED_CACHE: dict = {}
@@ -442,14 +444,15 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
   state_groups[:num_states, 0] = np.where(valid, part.group_of[safe], -1)
   accepting = np.zeros(s_pad, bool)
   accepting[:num_states] = valid & part.accepting[safe]
-  # Terminal entries depend on the compressed state only: one row each (plus an empty
-  # last row for padding and dead states), shared through `state_terminal_rows`.
-  q = len(part.group_of)
-  state_terminals = np.full((q + 1 + unbounded,) + part.entries.shape[1:], _tables.NO_STATE,
-                            np.int32)
-  state_terminals[:q] = part.entries
+  # Terminal entries depend on the compressed state only: one row per distinct list
+  # (plus an empty last row for padding and dead states), shared through
+  # `state_terminal_rows`.
+  q = len(part.entry_rows)
+  state_terminals = np.full((_tables.bucket_size(q + 1 + unbounded, min_bucket),)
+                            + part.entry_rows.shape[1:], _tables.NO_STATE, np.int32)
+  state_terminals[:q] = part.entry_rows
   state_terminal_rows = np.full(s_pad, q, np.int32)
-  state_terminal_rows[:num_states] = np.where(valid, safe, q)
+  state_terminal_rows[:num_states] = np.where(valid, part.entry_row_of[safe], q)
   edge_targets = part.edge_targets
   if unbounded:
     # The upper half of the strip moves back (its row q + 1), the lower half and the
@@ -475,142 +478,9 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
       state_terminal_rows=state_terminal_rows,
       terminal_counts=part.terminal_counts,
       token_counts=part.token_counts, vocab_size=vocab.vocab_size, stack_depth=0,
-      vocab_fingerprint=vocab.fingerprint)
+      vocab_fingerprint=vocab.fingerprint, group_excluded=part.group_excluded,
+      excluded_bits=part.excluded_bits)
   return tables, dict(part.stats, token_states=num_states)
-
-
-class CountingTerminals:
-  """The counting terminals and "at most r characters" filters of one compile, as
-  parallel lists (bitmap, (class row of `token_counts`, stride, bias); filters -1), and
-  the classes' count rows. Chains that agree (class, body, stride) share terminals."""
-
-  def __init__(self, num_words: int):
-    self.num_words = num_words
-    self.bitmaps: list[np.ndarray] = []
-    self.counts: list[tuple[int, int, int]] = []
-    self.class_rows: dict = {}  # char class -> row of token_counts
-    self.class_counts: list[np.ndarray] = []
-    self._ids: dict = {}
-
-  def _get(self, key, bits_of, count) -> int:
-    k = self._ids.get(key)
-    if k is None:
-      k = self._ids[key] = len(self.bitmaps)
-      self.bitmaps.append(bits_of())
-      self.counts.append(count)
-    return k
-
-  def add_chain(self, chain: Chain, cell: np.ndarray, m2: int, stride: int, inner: list,
-                body, counts: _ClassCounts, vocab, entries_of: dict, moves: list) -> bool:
-    """Adds the counting entries of the chain states in `cell` (`[m2 + 1, stride]`
-    byte-DFA states, -1 for none) to `entries_of` (state -> [(terminal, filter)]) and
-    their moves (source, target) to `moves` (for liveness); False if the chain's
-    escapes cannot be counted (`_inner_tokens`).
-
-    From a boundary, c characters of K lead c positions on; from an inner state x,
-    tokens finishing X after k bytes lead to position + 1 + c - k, those ending inside
-    X to the inner state x' they end in.
-    """
-    klass, w = chain.char_class, self.num_words
-    if klass not in self.class_rows:
-      self.class_rows[klass] = len(self.class_counts)
-      self.class_counts.append(counts.counts)
-    row = self.class_rows[klass]
-    pieces = _inner_tokens(counts, body, chain.body, inner, vocab)
-    if pieces is None:
-      return False
-    max_count = int(counts.counts.max(initial=0))
-    slot_of_x = {x: k + 1 for k, x in enumerate(inner)}
-    every = self._get(("every", klass, stride), lambda: _bitmap(counts, max_count, w),
-                      (row, stride, 0))
-    finish, inside = {}, {}  # slot -> [(terminal, k)], [(terminal, slot after)]
-    for (x, k), tokens in pieces["finish"].items():
-      t = self._get(("finish", klass, chain.body, stride, x, k),
-                    lambda tokens=tokens: _loops.token_bits(tokens, w),
-                    (row, stride, stride * (1 - k) - slot_of_x[x]))
-      finish.setdefault(slot_of_x[x], []).append((t, k))
-    for (x, x2), tokens in pieces["inside"].items():
-      t = self._get(("inside", klass, chain.body, stride, x, x2),
-                    lambda tokens=tokens: _loops.token_bits(tokens, w),
-                    (row, 0, slot_of_x[x2] - slot_of_x[x]))
-      inside.setdefault(slot_of_x[x], []).append((t, slot_of_x[x2]))
-
-    def at_most(r: int) -> int:
-      if r >= max_count:
-        return -1
-      return self._get(("filter", klass, r), lambda: _bitmap(counts, r, w), (-1, -1, -1))
-
-    # An unbounded chain's positions read X without limit (r = inf): a token past its
-    # last position m2 lands on the strip after it (see "Unbounded chains").
-    unbounded = chain.max is None
-    for j, k_slot in zip(*np.nonzero(cell >= 0)):
-      j, k_slot = int(j), int(k_slot)
-      state, r = int(cell[j, k_slot]), (max_count + 1 if unbounded else m2 - j)
-      after = int(cell[min(j + 1, m2), 0])  # For liveness only.
-      entries = []
-      if k_slot == 0 and r >= 1 and max_count:
-        entries.append((every, -1 if unbounded else at_most(r)))
-        moves.append((state, after))
-      if k_slot and r >= 1:
-        for terminal, k in finish.get(k_slot, ()):
-          entries.append((terminal, -1 if unbounded else at_most(r - 1 + k)))
-          moves.append((state, after))
-        for terminal, k2 in inside.get(k_slot, ()):
-          entries.append((terminal, -1))
-          moves.append((state, int(cell[j, k2])))
-      if entries:
-        entries_of[state] = entries
-    return True
-
-  def strip_down(self, chain: Chain, stride: int, counts: _ClassCounts) -> tuple[int, int]:
-    """The entry of an unbounded chain's upper strip positions: every token wholly in K
-    moves back by its count (stride -stride), so no position runs off the strip."""
-    klass = chain.char_class
-    max_count = int(counts.counts.max(initial=0))
-    return (self._get(("down", klass, stride),
-                      lambda: _bitmap(counts, max_count, self.num_words),
-                      (self.class_rows[klass], -stride, 0)), -1)
-
-  def union(self, entries) -> np.ndarray:
-    """uint32 [W]: the tokens of counting `entries` ((terminal, filter) pairs of this
-    object's ids, filter -1 for none), each filter applied."""
-    bits = np.zeros(self.num_words, np.uint32)
-    for terminal, filt in entries:
-      if filt >= 0:
-        bits |= self.bitmaps[terminal] & self.bitmaps[filt]
-      else:
-        bits |= self.bitmaps[terminal]
-    return bits
-
-  def fold(self, mask_bits: np.ndarray, row_of_group: np.ndarray, entries_of_group: list,
-           min_bucket: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mask rows with each group's counting entries ORed in, deduplicated again:
-    (mask_bits [M_pad, W], row of each group int32 [G]).
-
-    `row_of_group[k]` is group k's row of `mask_bits` (its explicit tokens and ordinary
-    terminals), `entries_of_group[k]` its state's counting entries (a tuple of
-    (terminal, filter) pairs, empty for none). One row per distinct union: the rows of
-    states that differ only in how many characters remain differ near the chain's end
-    (one per remaining count below the longest token, per slot), and the device gathers
-    no bitmap but the row.
-    """
-    rows: dict[bytes, int] = {}
-    out: list[np.ndarray] = []
-    row_of: dict[tuple, int] = {}
-    new_row = np.zeros(len(row_of_group), np.int32)
-    for k, (row, entries) in enumerate(zip(np.asarray(row_of_group).tolist(), entries_of_group)):
-      key = (row, entries)
-      r = row_of.get(key)
-      if r is None:
-        bits = mask_bits[row] | self.union(entries) if entries else mask_bits[row]
-        r = row_of[key] = rows.setdefault(bits.tobytes(), len(rows))
-        if r == len(out):
-          out.append(bits)
-      new_row[k] = r
-    folded = np.zeros((_tables.bucket_size(len(out), min_bucket), mask_bits.shape[1]), np.uint32)
-    if out:
-      folded[:len(out)] = out
-    return folded, new_row
 
 
 def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, *,
@@ -695,6 +565,9 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   for state, listed in entries_of.items():
     if live[state]:
       entries[state, :len(listed)] = listed
+  # Far from the chain's ends the lists repeat (relative targets): stored once each.
+  entry_rows, entry_row_of = np.unique(entries.reshape(q, -1), axis=0, return_inverse=True)
+  entry_rows, entry_row_of = entry_rows.reshape(-1, width, 2), entry_row_of.reshape(-1)
   # Masks: the explicit tokens of each group, deduplicated, then each group's counting
   # entries ORed in (`CountingTerminals.fold`).
   e_start = np.searchsorted(e_group, np.arange(g + 1))
@@ -718,9 +591,10 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
     toks = e_tok[bounds[k]:bounds[k + 1]]
     if len(toks):
       np.bitwise_or.at(mask_bits[row], toks >> 5, np.uint32(1) << (toks & 31).astype(np.uint32))
-  mask_bits, row_of_group = counting.fold(
+  folded = counting.fold(
       mask_bits, row_of_group, [tuple(entries_of.get(s, ())) for s in live_states.tolist()],
       min_bucket)
+  mask_bits, row_of_group = folded.mask_bits, folded.group_mask
   g_pad = _tables.bucket_size(g, min_bucket)
   e = len(e_tok)
   e_pad = _tables.bucket_size(e, min_bucket)
@@ -731,10 +605,13 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   edges = dict(group_mask=group_mask, edge_start=edge_start,
                edge_tokens=_packing._padded(e_tok, e_pad, _tables.PAD_TOKEN),
                edge_targets=_packing._padded(e_target, e_pad, _tables.NO_STATE))
+  if len(folded.group_excluded):
+    edges["group_excluded"] = _packing._padded(folded.group_excluded, g_pad, 0)
   # Positions far from the chain's ends (and from its start, when n = 0) have the same
-  # edges (targets relative) and row: one group for all of them.
+  # edges (targets relative) and rows: one group for all of them.
   shared = _packing.share_groups(edges["edge_start"], edges["edge_tokens"],
-                                 edges["edge_targets"], group_mask, g, min_bucket)
+                                 edges["edge_targets"], group_mask, g, min_bucket,
+                                 group_excluded=edges.get("group_excluded"))
   if shared is not None:
     merged, fields = shared
     group_of = np.where(group_of >= 0, merged[np.maximum(group_of, 0)], -1)
@@ -742,62 +619,15 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   return _Compressed(
       cell=np.where(cell >= 0, cell, -1), stride=stride, others=others,
       start=int(new_other[dfa.start]) if not in_chain[dfa.start] else -1,
-      group_of=group_of, entries=entries, accepting=dfa.accepting & live,
-      mask_bits=mask_bits, **edges,
+      group_of=group_of, entry_rows=entry_rows, entry_row_of=entry_row_of,
+      accepting=dfa.accepting & live,
+      mask_bits=mask_bits, excluded_bits=folded.excluded_bits, **edges,
       terminal_bits=terminal_bits, terminal_counts=terminal_counts,
       token_counts=counts.counts[None, :],
-      stats=dict(byte_states=q, token_edges=e, num_terminals=len(bitmaps),
+      stats=dict(byte_states=q, token_edges=int(edges["edge_start"][-1]),
+                 num_terminals=len(bitmaps),
                  num_masks=int(row_of_group.max(initial=0)) + 1),
       down=np.array([down], np.int64) if unbounded else None)
-
-
-def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,
-                  vocab) -> dict | None:
-  """Tokens wholly in K read from each inner state x of X (an escape under way):
-  {"finish": {(x, k): ids finishing X after k bytes}, "inside": {(x, x'): ids ending
-  inside X at x'}}; None if a finishing prefix is not ASCII (then a character of K
-  would not be one byte, and the count of what follows would be off)."""
-  key = (body_node, tuple(inner))
-  hit = counts.inner.get(key)
-  if hit is not None:
-    return hit
-  trans = body.transitions
-  depth = 8
-  wholly = np.flatnonzero(counts.counts > 0)
-  if "prefix" not in counts.inner:  # First bytes of the tokens wholly in K, zero padded.
-    data = [vocab.token_bytes[t] for t in wholly.tolist()]
-    first = np.frombuffer(b"".join(d[:depth].ljust(depth, b"\0") for d in data),
-                          np.uint8).reshape(-1, depth).astype(np.int64)
-    length = np.array([len(d) for d in data], np.int64)
-    # Whether a byte >= 0x80 occurs among the first p + 1 bytes.
-    non_ascii = np.logical_or.accumulate(first >= 0x80, axis=1)
-    counts.inner["prefix"] = (first, length, non_ascii)
-  first, length, non_ascii = counts.inner["prefix"]
-  out = {"finish": {}, "inside": {}}
-  all_first, all_length, all_non_ascii, all_wholly = first, length, non_ascii, wholly
-  for x in inner:
-    # Only tokens whose first byte x reads (none, after a UTF-8 lead byte).
-    take = np.flatnonzero(trans[x, all_first[:, 0]] >= 0)
-    first, length, non_ascii, wholly = (all_first[take], all_length[take],
-                                        all_non_ascii[take], all_wholly[take])
-    state = np.full(len(wholly), x, np.int64)
-    done = np.zeros(len(wholly), np.int64)  # k once X is finished, else 0
-    for p in range(depth):
-      going = (state >= 0) & (done == 0) & (p < length)
-      nxt = np.where(going, trans[np.maximum(state, 0), first[:, p]], state)
-      finished = going & (nxt >= 0) & body.accepting[np.maximum(nxt, 0)]
-      if (finished & non_ascii[:, p]).any():
-        return None
-      done[finished] = p + 1
-      state = np.where(going, nxt, state)
-    for k in np.unique(done[done > 0]).tolist():
-      out["finish"][(x, k)] = wholly[done == k]
-    ends = (done == 0) & (state >= 0) & (length <= depth)
-    for x2 in np.unique(state[ends]).tolist():
-      if not body.accepting[x2]:
-        out["inside"][(x, x2)] = wholly[ends & (state == x2)]
-  counts.inner[key] = out
-  return out
 
 
 def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):

@@ -448,7 +448,7 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   rows[:c, :own.shape[1], 1] = np.where(has, targets, _tables.NO_STATE)
   for s, entries in enumerate(listed):
     for r, (t, filt) in enumerate(entries, start=int(has[s].sum())):
-      rows[s, r] = (t + nt, filt + nt if filt >= 0 else -1)
+      rows[s, r] = (t + nt, filt + nt if filt >= 0 else filt)  # A bound stays.
   for j, (t, _) in enumerate(downs.values()):
     rows[c + 1 + j, 0] = (t + nt, -1)
   total_t = nt + len(counting.bitmaps)
@@ -474,22 +474,35 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   start = int(real_abs[0])
   if start < 0:
     return None
+  # Far from the chains' ends the entry lists repeat (relative targets): stored once.
+  distinct, row_of = np.unique(rows.reshape(len(rows), -1), axis=0, return_inverse=True)
+  rows = np.full((_tables.bucket_size(len(distinct), min_bucket),) + rows.shape[1:],
+                 _tables.NO_STATE, np.int32)
+  rows[:len(distinct)] = distinct.reshape((-1,) + rows.shape[1:])
+  state_terminal_rows = row_of.reshape(-1)[state_terminal_rows].astype(np.int32)
   # Mask rows: each compressed state's counting entries ORed into its row (the device
   # gathers the row alone).
   group_mask = np.array(packed.group_mask)
-  mask_bits, group_mask[:c] = counting.fold(np.asarray(packed.mask_bits), group_mask[:c],
-                                            [tuple(x) for x in listed], min_bucket)
+  folded = counting.fold(np.asarray(packed.mask_bits), group_mask[:c],
+                         [tuple(x) for x in listed], min_bucket)
+  mask_bits, group_mask[:c] = folded.mask_bits, folded.group_mask
+  # Rows removed near the chains' ends (`tables.py`); groups past c remove none.
+  excluded = {}
+  if len(folded.group_excluded):
+    excluded = dict(excluded_bits=folded.excluded_bits, group_excluded=_packing._padded(  # pylint: disable=protected-access
+        folded.group_excluded, len(group_mask), 0))
   groups = {}
   if (not packed.has_registers and not np.shape(packed.group_pops)[1]
       and not np.size(packed.capped_rows)):
     shared = _packing.share_groups(np.asarray(packed.edge_start), np.asarray(packed.edge_tokens),
-                           edge_targets, group_mask, c, min_bucket)
+                                   edge_targets, group_mask, c, min_bucket,
+                                   group_excluded=excluded.get("group_excluded"))
     if shared is not None:
       group_of, groups = shared
       state_groups[:num_states, 0] = np.where(live, group_of[np.maximum(comp, 0)],
                                               _tables.NO_STATE)
   num_masks = int(group_mask[:c].max(initial=0)) + 1
-  groups = dict(dict(group_mask=group_mask, edge_targets=edge_targets), **groups)
+  groups = dict(dict(group_mask=group_mask, edge_targets=edge_targets, **excluded), **groups)
   tables = dataclasses.replace(
       packed, start=np.array([start], np.int32), accepting=accepting,
       mask_bits=mask_bits, state_groups=state_groups, terminal_bits=terminal_bits,

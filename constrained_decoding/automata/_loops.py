@@ -324,6 +324,10 @@ def _subtrie(trie: VocabTrie, special: np.ndarray, fingerprint: str
 def token_bits(tokens: np.ndarray, num_words: int) -> np.ndarray:
   """uint32 `[num_words]`: the bitmap of token ids `tokens`."""
   tokens = np.asarray(tokens, np.int64)
+  if len(tokens) > num_words:  # Many: a bool row packed (~10x faster than scattering).
+    dense = np.zeros(32 * num_words, bool)
+    dense[tokens] = True
+    return np.packbits(dense, bitorder="little").view("<u4").astype(np.uint32)
   bits = np.zeros(num_words, np.uint32)
   np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
   return bits

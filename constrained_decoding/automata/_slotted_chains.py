@@ -37,8 +37,8 @@ vocabulary each of those ~126 states gets ~33k token edges. Here:
   (`00` after `\u`) one per (a, x, x'). In the full product the path from a present
   cell to a present cell only crosses present cells, so a token is allowed iff the cell
   it lands on is present (and live at token level): a filter of the counts that land on
-  such cells, "at most r characters" when it is a prefix of the counts (shared with
-  `_counting`), else a bitmap of its own.
+  such cells, "at most r characters" when it is a prefix of the counts (a bound,
+  `tables.AT_MOST - r`: no bitmap), else a bitmap of its own.
 
 Every other token (one that leaves the chain, `abc",`, or holds an escape or part of a
 character) is walked explicitly, as for the other chains
@@ -60,6 +60,7 @@ import json
 
 import numpy as np
 
+from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _loops
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
@@ -721,13 +722,8 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
   `cell` is `[L + 1, stride]` in the composed DFA's numbering; `counts` the
   `_counting._ClassCounts` of K.
   """
-  from constrained_decoding.automata import _counting  # pylint: disable=g-import-not-at-top
-
   klass, w, s, stride = slotted.char_class, counting.num_words, slotted.num_slots, slotted.stride
-  if klass not in counting.class_rows:
-    counting.class_rows[klass] = len(counting.class_counts)
-    counting.class_counts.append(counts.counts)
-  row = counting.class_rows[klass]
+  row = counting.class_row(klass, counts)
   tokens = _tokens(counts, vocab)
   max_count = int(counts.counts.max(initial=0))
   fkey = _key(slotted)
@@ -738,11 +734,7 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
       return -1
     r = int(allowed.max())
     if np.array_equal(allowed, every[every <= r]):
-      if r >= max_count:
-        return -1
-      return counting._get(  # pylint: disable=protected-access
-          ("filter", klass, r), lambda: _counting._bitmap(counts, r, w),  # pylint: disable=protected-access
-          (-1, -1, -1))
+      return -1 if r >= max_count else _tables.AT_MOST - r  # A bound: no bitmap.
     key = ("count set", klass, allowed.tobytes())
     return counting._get(key, lambda: _loops.token_bits(  # pylint: disable=protected-access
         np.flatnonzero(np.isin(counts.counts, allowed)), w), (-1, -1, -1))

@@ -61,6 +61,7 @@ from constrained_decoding.tables import GUARD_FAIL as _FAIL
 from constrained_decoding.tables import GUARD_UCLOSE as _UCLOSE
 from constrained_decoding.tables import GUARD_UHASH as _UHASH
 from constrained_decoding.tables import HASH_PRIME, HASH_STORED, UNIQUE_CAP_RADIX
+from constrained_decoding.tables import AT_MOST
 from constrained_decoding.tables import RELATIVE
 from constrained_decoding.tables import ConstraintTables
 
@@ -328,6 +329,8 @@ def _allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Ar
   deepest, any_match = _deepest_group(tables, groups, match)
   bits = jnp.where(any_match[:, None], tables.mask_bits[tables.group_mask[deepest]],
                    jnp.uint32(0))
+  if tables.group_excluded.shape[0]:  # Static: counted chains, tokens too long for r.
+    bits &= ~tables.excluded_bits[tables.group_excluded[deepest]]
   if tables.has_registers:  # Static: objects whose keys the device checks.
     bits |= _guarded_bits(tables, state, deepest, any_match)
   if _capped(tables, state):  # Static: push-down only; guarded tokens are capped too.
@@ -683,11 +686,15 @@ def advance(
   terminal = tables.state_terminals[_terminal_rows(tables, state)]
   term_ids = jnp.maximum(terminal[..., 0], 0)
   bits = tables.terminal_bits[term_ids, (safe >> 5)[:, None]]
-  if tables.token_counts.shape[0]:  # A counting entry's filter ANDs another bitmap.
-    filters = jnp.where(tables.terminal_counts[term_ids, 0] >= 0, terminal[..., 1], -1)
+  if tables.token_counts.shape[0]:  # A counting entry's filter ANDs another bitmap ...
+    count_rows = tables.terminal_counts[term_ids, 0]  # [B, R]
+    filters = jnp.where(count_rows >= 0, terminal[..., 1], -1)
     bits &= jnp.where(filters >= 0,
                       tables.terminal_bits[jnp.maximum(filters, 0), (safe >> 5)[:, None]],
                       jnp.uint32(0xFFFFFFFF))
+    # ... or bounds the token's characters: AT_MOST - r keeps counts <= r.
+    counts = tables.token_counts[jnp.maximum(count_rows, 0), safe[:, None]].astype(jnp.int32)
+    bits = jnp.where((filters <= AT_MOST) & (counts > AT_MOST - filters), jnp.uint32(0), bits)
   hit = ((bits >> (safe & 31).astype(jnp.uint32)[:, None]) & 1) == 1
   hit &= terminal[..., 0] >= 0
   first = jnp.argmax(hit, axis=1)[:, None]

@@ -21,8 +21,8 @@ import random
 
 import numpy as np
 
-from constrained_decoding.tables import (HASH_PRIME, PAD_TOKEN, RELATIVE, ConstraintTables,
-                                         apply_guard)
+from constrained_decoding.tables import (AT_MOST, HASH_PRIME, PAD_TOKEN, RELATIVE,
+                                         ConstraintTables, apply_guard)
 
 
 def zero_registers(tables: ConstraintTables) -> tuple[int, ...]:
@@ -103,8 +103,13 @@ def reference_allowed(tables: ConstraintTables, state: int,
   for terminal, field in _terminals(tables, state):
     if terminal >= 0:
       term = np.asarray(tables.terminal_bits)[terminal]
-      if np.asarray(tables.terminal_counts)[terminal, 0] >= 0 and field >= 0:  # Filter.
+      row = np.asarray(tables.terminal_counts)[terminal, 0]
+      if row >= 0 and field >= 0:  # Filter.
         term = term & np.asarray(tables.terminal_bits)[field]
+      if row >= 0 and field <= AT_MOST:  # Bound: at most AT_MOST - field characters.
+        fits = np.zeros(32 * len(term), bool)
+        fits[:tables.vocab_size] = np.asarray(tables.token_counts)[row] <= AT_MOST - field
+        term = term & np.packbits(fits, bitorder="little").view(np.uint32)
       bits |= term
   allowed = np.unpackbits(bits.view(np.uint8), bitorder="little")[:tables.vocab_size]
   allowed = allowed.astype(bool)
@@ -257,6 +262,9 @@ def _step(tables: ConstraintTables, state: int, stack: tuple[int, ...], token: i
       row, stride, bias = (int(x) for x in np.asarray(tables.terminal_counts)[terminal])
       if row >= 0 and target >= 0:  # A counting entry's filter: both bitmaps hold it.
         word &= int(np.asarray(tables.terminal_bits)[target, token // 32])
+      if row >= 0 and target <= AT_MOST:  # A bound: at most AT_MOST - target characters.
+        if int(np.asarray(tables.token_counts)[row, token]) > AT_MOST - target:
+          word = 0
       if (word >> (token % 32)) & 1:
         registers = _extended(tables, state, token, registers)
         if row >= 0:  # Counting terminal: the state + stride * characters + bias.

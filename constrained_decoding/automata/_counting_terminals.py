@@ -1,0 +1,276 @@
+"""Counting terminals: the terminal entries of counted chains' states, and their rows.
+
+Split from `_counting.py` (which recognizes and lays out chains): here a chain's states
+get their counting entries (a terminal whose target is the state plus stride times the
+token's characters, and a bound "at most r characters" near the end, `tables.AT_MOST -
+r`), and `CountingTerminals.fold` ORs each state's entries into its mask row, stored
+near the end as the row without the bound minus the row of longer tokens
+(`tables.py`, `group_excluded`).
+
+Public names:
+  CountingTerminals   the terminals, bitmaps and class rows of one compile.
+  Folded              what `CountingTerminals.fold` returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import numpy as np
+
+from constrained_decoding import tables as _tables
+from constrained_decoding.automata import _loops
+from constrained_decoding.constraints import _ir as ir
+
+if typing.TYPE_CHECKING:
+  from constrained_decoding.automata._counting import Chain, _ClassCounts  # pylint: disable=g-bad-import-order
+
+
+def _bitmap(counts: _ClassCounts, r: int, num_words: int) -> np.ndarray:
+  bits = counts.bitmaps.get(r)
+  if bits is None:
+    tokens = np.flatnonzero((counts.counts > 0) & (counts.counts <= r))
+    bits = counts.bitmaps[r] = _loops.token_bits(tokens, num_words)
+  return bits
+
+
+@dataclasses.dataclass(frozen=True)
+class Folded:
+  """`CountingTerminals.fold`'s mask rows (uint32 [M_pad, W]), row of each group (int32
+  [G]), exclusion rows (uint32 [X_pad, W], [0, 0] when none is used) and exclusion row
+  of each group (int32 [G], [0] when none is used)."""
+
+  mask_bits: np.ndarray
+  group_mask: np.ndarray
+  excluded_bits: np.ndarray
+  group_excluded: np.ndarray
+
+
+class CountingTerminals:
+  """The counting terminals and bitmap filters of one compile, as parallel lists
+  (bitmap, (class row of `token_counts`, stride, bias); filters -1), and the classes'
+  count rows. Chains that agree (class, body, stride) share terminals. "At most r
+  characters" is a bound, `tables.AT_MOST - r` in an entry's filter field: no bitmap."""
+
+  def __init__(self, num_words: int):
+    self.num_words = num_words
+    self.bitmaps: list[np.ndarray] = []
+    self.counts: list[tuple[int, int, int]] = []
+    self.class_rows: dict = {}  # char class -> row of token_counts
+    self.class_counts: list[np.ndarray] = []
+    self._ids: dict = {}
+    self._sources: dict = {}  # class row -> its `_ClassCounts` (bound bitmaps cached)
+    self._bodies: dict = {}  # chain body -> a small id for the keys of `_ids`
+
+  def class_row(self, klass: ir.CharClass, counts: _ClassCounts) -> int:
+    """The row of `token_counts` of class `klass` (added on first use)."""
+    if klass not in self.class_rows:
+      self.class_rows[klass] = len(self.class_counts)
+      self.class_counts.append(counts.counts)
+      self._sources[self.class_rows[klass]] = counts
+    return self.class_rows[klass]
+
+  def _get(self, key, bits_of, count) -> int:
+    k = self._ids.get(key)
+    if k is None:
+      k = self._ids[key] = len(self.bitmaps)
+      self.bitmaps.append(bits_of())
+      self.counts.append(count)
+    return k
+
+  def add_chain(self, chain: Chain, cell: np.ndarray, m2: int, stride: int, inner: list,
+                body, counts: _ClassCounts, vocab, entries_of: dict, moves: list) -> bool:
+    """Adds the counting entries of the chain states in `cell` (`[m2 + 1, stride]`
+    byte-DFA states, -1 for none) to `entries_of` (state -> [(terminal, filter)]) and
+    their moves (source, target) to `moves` (for liveness); False if the chain's
+    escapes cannot be counted (`_inner_tokens`).
+
+    From a boundary, c characters of K lead c positions on; from an inner state x,
+    tokens finishing X after k bytes lead to position + 1 + c - k, those ending inside
+    X to the inner state x' they end in.
+    """
+    klass, w = chain.char_class, self.num_words
+    row = self.class_row(klass, counts)
+    pieces = _inner_tokens(counts, body, chain.body, inner, vocab)
+    if pieces is None:
+      return False
+    max_count = int(counts.counts.max(initial=0))
+    slot_of_x = {x: k + 1 for k, x in enumerate(inner)}
+    # The class row and a body id stand for the class and body in the keys (IR nodes
+    # hash their whole tree on every lookup).
+    body_id = self._bodies.setdefault(chain.body, len(self._bodies))
+    every = self._get(("every", row, stride), lambda: _bitmap(counts, max_count, w),
+                      (row, stride, 0))
+    finish, inside = {}, {}  # slot -> [(terminal, k)], [(terminal, slot after)]
+    for (x, k), tokens in pieces["finish"].items():
+      t = self._get(("finish", row, body_id, stride, x, k),
+                    lambda tokens=tokens: _loops.token_bits(tokens, w),
+                    (row, stride, stride * (1 - k) - slot_of_x[x]))
+      finish.setdefault(slot_of_x[x], []).append((t, k))
+    for (x, x2), tokens in pieces["inside"].items():
+      t = self._get(("inside", row, body_id, stride, x, x2),
+                    lambda tokens=tokens: _loops.token_bits(tokens, w),
+                    (row, 0, slot_of_x[x2] - slot_of_x[x]))
+      inside.setdefault(slot_of_x[x], []).append((t, slot_of_x[x2]))
+
+    def at_most(r: int) -> int:
+      return -1 if r >= max_count else _tables.AT_MOST - r
+
+    # An unbounded chain's positions read X without limit (r = inf): a token past its
+    # last position m2 lands on the strip after it (see "Unbounded chains").
+    unbounded = chain.max is None
+    for j, k_slot in zip(*np.nonzero(cell >= 0)):
+      j, k_slot = int(j), int(k_slot)
+      state, r = int(cell[j, k_slot]), (max_count + 1 if unbounded else m2 - j)
+      after = int(cell[min(j + 1, m2), 0])  # For liveness only.
+      entries = []
+      if k_slot == 0 and r >= 1 and max_count:
+        entries.append((every, -1 if unbounded else at_most(r)))
+        moves.append((state, after))
+      if k_slot and r >= 1:
+        for terminal, k in finish.get(k_slot, ()):
+          entries.append((terminal, -1 if unbounded else at_most(r - 1 + k)))
+          moves.append((state, after))
+        for terminal, k2 in inside.get(k_slot, ()):
+          entries.append((terminal, -1))
+          moves.append((state, int(cell[j, k2])))
+      if entries:
+        entries_of[state] = entries
+    return True
+
+  def strip_down(self, chain: Chain, stride: int, counts: _ClassCounts) -> tuple[int, int]:
+    """The entry of an unbounded chain's upper strip positions: every token wholly in K
+    moves back by its count (stride -stride), so no position runs off the strip."""
+    klass = chain.char_class
+    max_count = int(counts.counts.max(initial=0))
+    return (self._get(("down", self.class_rows[klass], stride),
+                      lambda: _bitmap(counts, max_count, self.num_words),
+                      (self.class_rows[klass], -stride, 0)), -1)
+
+  def union(self, entries) -> np.ndarray:
+    """uint32 [W]: the tokens of counting `entries` ((terminal, filter) pairs of this
+    object's ids, filter -1 for none, or a bound), each filter applied."""
+    bits = np.zeros(self.num_words, np.uint32)
+    for terminal, filt in entries:
+      if filt >= 0:
+        bits |= self.bitmaps[terminal] & self.bitmaps[filt]
+      elif filt <= _tables.AT_MOST:
+        bits |= self.bitmaps[terminal] & self._bound_bits(self.counts[terminal][0],
+                                                          _tables.AT_MOST - filt)
+      else:
+        bits |= self.bitmaps[terminal]
+    return bits
+
+  def _bound_bits(self, row: int, r: int) -> np.ndarray:
+    """uint32 [W]: the tokens of 1..r characters of class row `row` (cached with the
+    class's counts, for every compile)."""
+    return _bitmap(self._sources[row], r, self.num_words)
+
+  def fold(self, mask_bits: np.ndarray, row_of_group: np.ndarray, entries_of_group: list,
+           min_bucket: int) -> "Folded":
+    """Mask rows with each group's counting entries ORed in, deduplicated again.
+
+    `row_of_group[k]` is group k's row of `mask_bits` (its explicit tokens and ordinary
+    terminals), `entries_of_group[k]` its state's counting entries (a tuple of
+    (terminal, filter) pairs, empty for none). The exact allowed set of a group whose
+    bounded entries all have one bound r is stored as the row without the bound minus
+    the exclusion row "more than r characters" (`tables.py`), when that is equal to it:
+    rows near the chain's end are then shared across r. Other groups get one row per
+    distinct set (a row per remaining count below the longest token, per slot).
+    """
+    rows: dict[bytes, int] = {}
+    out: list[np.ndarray] = []
+    excluded: dict[tuple[int, int], int] = {}  # (class row, r) -> row of excluded_bits
+    row_of: dict[tuple, tuple[int, int]] = {}
+    new_row = np.zeros(len(row_of_group), np.int32)
+    new_excluded = np.zeros(len(row_of_group), np.int32)
+    for k, (row, entries) in enumerate(zip(np.asarray(row_of_group).tolist(), entries_of_group)):
+      key = (row, entries)
+      hit = row_of.get(key)
+      if hit is None:
+        bits, exclusion = self._split(mask_bits[row], entries)
+        x = 0 if exclusion is None else excluded.setdefault(exclusion, len(excluded) + 1)
+        r = rows.setdefault(bits.tobytes(), len(rows))
+        if r == len(out):
+          out.append(bits)
+        hit = row_of[key] = (r, x)
+      new_row[k], new_excluded[k] = hit
+    folded = np.zeros((_tables.bucket_size(len(out), min_bucket), mask_bits.shape[1]), np.uint32)
+    if out:
+      folded[:len(out)] = out
+    if not excluded:
+      return Folded(folded, new_row, np.zeros((0, 0), np.uint32), np.zeros(0, np.int32))
+    excluded_bits = np.zeros((_tables.bucket_size(len(excluded) + 1, min_bucket),
+                              mask_bits.shape[1]), np.uint32)
+    for (class_row, r), x in excluded.items():
+      excluded_bits[x] = self._over_bits(class_row, r)
+    return Folded(folded, new_row, excluded_bits, new_excluded)
+
+  def _split(self, explicit: np.ndarray, entries) -> tuple[np.ndarray, tuple | None]:
+    """(row, (class row, r) or None): the allowed set of a group with mask row `explicit`
+    and counting `entries` is row minus the tokens of more than r characters of the
+    class, or the row itself (None) when no single bound r makes that exact."""
+    exact = explicit | self.union(entries) if entries else explicit
+    bounds = {(self.counts[t][0], _tables.AT_MOST - f) for t, f in entries if f <= _tables.AT_MOST}
+    if len(bounds) != 1:
+      return exact, None
+    (class_row, r), = bounds
+    loose = explicit | self.union(tuple((t, -1 if f <= _tables.AT_MOST else f)
+                                        for t, f in entries))
+    if not np.array_equal(loose & ~self._over_bits(class_row, r), exact):
+      return exact, None
+    return loose, (class_row, r)
+
+  def _over_bits(self, row: int, r: int) -> np.ndarray:
+    """uint32 [W]: the tokens of more than r characters of class row `row`."""
+    return self._bound_bits(row, np.iinfo(np.int8).max) & ~self._bound_bits(row, r)
+
+
+def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,
+                  vocab) -> dict | None:
+  """Tokens wholly in K read from each inner state x of X (an escape under way):
+  {"finish": {(x, k): ids finishing X after k bytes}, "inside": {(x, x'): ids ending
+  inside X at x'}}; None if a finishing prefix is not ASCII (then a character of K
+  would not be one byte, and the count of what follows would be off)."""
+  key = (body_node, tuple(inner))
+  hit = counts.inner.get(key)
+  if hit is not None:
+    return hit
+  trans = body.transitions
+  depth = 8
+  wholly = np.flatnonzero(counts.counts > 0)
+  if "prefix" not in counts.inner:  # First bytes of the tokens wholly in K, zero padded.
+    data = [vocab.token_bytes[t] for t in wholly.tolist()]
+    first = np.frombuffer(b"".join(d[:depth].ljust(depth, b"\0") for d in data),
+                          np.uint8).reshape(-1, depth).astype(np.int64)
+    length = np.array([len(d) for d in data], np.int64)
+    # Whether a byte >= 0x80 occurs among the first p + 1 bytes.
+    non_ascii = np.logical_or.accumulate(first >= 0x80, axis=1)
+    counts.inner["prefix"] = (first, length, non_ascii)
+  first, length, non_ascii = counts.inner["prefix"]
+  out = {"finish": {}, "inside": {}}
+  all_first, all_length, all_non_ascii, all_wholly = first, length, non_ascii, wholly
+  for x in inner:
+    # Only tokens whose first byte x reads (none, after a UTF-8 lead byte).
+    take = np.flatnonzero(trans[x, all_first[:, 0]] >= 0)
+    first, length, non_ascii, wholly = (all_first[take], all_length[take],
+                                        all_non_ascii[take], all_wholly[take])
+    state = np.full(len(wholly), x, np.int64)
+    done = np.zeros(len(wholly), np.int64)  # k once X is finished, else 0
+    for p in range(depth):
+      going = (state >= 0) & (done == 0) & (p < length)
+      nxt = np.where(going, trans[np.maximum(state, 0), first[:, p]], state)
+      finished = going & (nxt >= 0) & body.accepting[np.maximum(nxt, 0)]
+      if (finished & non_ascii[:, p]).any():
+        return None
+      done[finished] = p + 1
+      state = np.where(going, nxt, state)
+    for k in np.unique(done[done > 0]).tolist():
+      out["finish"][(x, k)] = wholly[done == k]
+    ends = (done == 0) & (state >= 0) & (length <= depth)
+    for x2 in np.unique(state[ends]).tolist():
+      if not body.accepting[x2]:
+        out["inside"][(x, x2)] = wholly[ends & (state == x2)]
+  counts.inner[key] = out
+  return out
