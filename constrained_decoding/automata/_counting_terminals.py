@@ -47,6 +47,30 @@ class Folded:
   group_excluded: np.ndarray
 
 
+class _Rows:
+  """Distinct uint32 [W] rows, numbered in order of first appearance."""
+
+  def __init__(self):
+    self._index: dict[bytes, int] = {}
+    self._rows: list[np.ndarray] = []
+
+  def __len__(self) -> int:
+    return len(self._rows)
+
+  def add(self, bits: np.ndarray) -> int:
+    k = self._index.setdefault(bits.tobytes(), len(self._rows))
+    if k == len(self._rows):
+      self._rows.append(bits)
+    return k
+
+  def padded(self, bucket, num_words: int) -> np.ndarray:
+    """uint32 [bucket(len), W]: the rows, then empty ones."""
+    out = np.zeros((bucket(len(self._rows)), num_words), np.uint32)
+    if self._rows:
+      out[:len(self._rows)] = self._rows
+    return out
+
+
 class CountingTerminals:
   """The counting terminals and bitmap filters of one compile, as parallel lists
   (bitmap, (class row of `token_counts`, stride, bias); filters -1), and the classes'
@@ -177,50 +201,50 @@ class CountingTerminals:
     bounded entries all have one bound r is stored as the row without the bound minus
     the exclusion row "more than r characters" (`tables.py`), when that is equal to it:
     rows near the chain's end are then shared across r. Other groups get one row per
-    distinct set (a row per remaining count below the longest token, per slot).
+    distinct set (a row per remaining count below the longest token, per slot). When
+    exclusion rows would not make the padded rows fewer (short chains), every group
+    keeps its exact row and the device gathers no exclusion row.
     """
-    rows: dict[bytes, int] = {}
-    out: list[np.ndarray] = []
+    exact_rows, split_rows = _Rows(), _Rows()
     excluded: dict[tuple[int, int], int] = {}  # (class row, r) -> row of excluded_bits
-    row_of: dict[tuple, tuple[int, int]] = {}
-    new_row = np.zeros(len(row_of_group), np.int32)
-    new_excluded = np.zeros(len(row_of_group), np.int32)
+    row_of: dict[tuple, tuple[int, int, int]] = {}
+    groups = np.zeros((len(row_of_group), 3), np.int32)  # exact row, split row, exclusion
     for k, (row, entries) in enumerate(zip(np.asarray(row_of_group).tolist(), entries_of_group)):
       key = (row, entries)
       hit = row_of.get(key)
       if hit is None:
-        bits, exclusion = self._split(mask_bits[row], entries)
+        exact, loose, exclusion = self._split(mask_bits[row], entries)
         x = 0 if exclusion is None else excluded.setdefault(exclusion, len(excluded) + 1)
-        r = rows.setdefault(bits.tobytes(), len(rows))
-        if r == len(out):
-          out.append(bits)
-        hit = row_of[key] = (r, x)
-      new_row[k], new_excluded[k] = hit
-    folded = np.zeros((_tables.bucket_size(len(out), min_bucket), mask_bits.shape[1]), np.uint32)
-    if out:
-      folded[:len(out)] = out
-    if not excluded:
-      return Folded(folded, new_row, np.zeros((0, 0), np.uint32), np.zeros(0, np.int32))
-    excluded_bits = np.zeros((_tables.bucket_size(len(excluded) + 1, min_bucket),
-                              mask_bits.shape[1]), np.uint32)
+        hit = row_of[key] = (exact_rows.add(exact), split_rows.add(exact if x == 0 else loose),
+                             x)
+      groups[k] = hit
+    w = mask_bits.shape[1]
+    bucket = lambda n: _tables.bucket_size(n, min_bucket)  # pylint: disable=unnecessary-lambda-assignment
+    if not excluded or bucket(len(exact_rows)) <= bucket(len(split_rows)) + bucket(
+        len(excluded) + 1):
+      return Folded(exact_rows.padded(bucket, w), groups[:, 0], np.zeros((0, 0), np.uint32),
+                    np.zeros(0, np.int32))
+    excluded_bits = np.zeros((bucket(len(excluded) + 1), w), np.uint32)
     for (class_row, r), x in excluded.items():
       excluded_bits[x] = self._over_bits(class_row, r)
-    return Folded(folded, new_row, excluded_bits, new_excluded)
+    return Folded(split_rows.padded(bucket, w), groups[:, 1], excluded_bits, groups[:, 2])
 
-  def _split(self, explicit: np.ndarray, entries) -> tuple[np.ndarray, tuple | None]:
-    """(row, (class row, r) or None): the allowed set of a group with mask row `explicit`
-    and counting `entries` is row minus the tokens of more than r characters of the
-    class, or the row itself (None) when no single bound r makes that exact."""
+  def _split(self, explicit: np.ndarray, entries) -> tuple[np.ndarray, np.ndarray | None,
+                                                           tuple | None]:
+    """(exact, row, (class row, r)): the allowed set of a group with mask row `explicit`
+    and counting `entries`, and the row that equals it less the tokens of more than r
+    characters of the class; (exact, None, None) when no single bound r makes that
+    exact."""
     exact = explicit | self.union(entries) if entries else explicit
     bounds = {(self.counts[t][0], _tables.AT_MOST - f) for t, f in entries if f <= _tables.AT_MOST}
     if len(bounds) != 1:
-      return exact, None
+      return exact, None, None
     (class_row, r), = bounds
     loose = explicit | self.union(tuple((t, -1 if f <= _tables.AT_MOST else f)
                                         for t, f in entries))
     if not np.array_equal(loose & ~self._over_bits(class_row, r), exact):
-      return exact, None
-    return loose, (class_row, r)
+      return exact, None, None
+    return exact, loose, (class_row, r)
 
   def _over_bits(self, row: int, r: int) -> np.ndarray:
     """uint32 [W]: the tokens of more than r characters of class row `row`."""

@@ -211,10 +211,10 @@ def test_find_chain_shapes():
 def test_gemma_counted_chains_are_small_and_exact(pattern, gemma_compiler, gemma_vocab):
   tables, info = gemma_compiler.compile_with_info(cd.Regex(pattern))
   assert tables.token_counts.shape[0] == 1
-  # Most of it are mask rows near the end (one per slot and remaining count below the
-  # longest token, counting entries folded in; surrogate-pair escapes add slots):
-  # whatever the bound, not growing with it.
-  assert info.nbytes["total"] <= 18 << 20
+  # Most of it are mask rows near the end (without the bound, plus one exclusion row
+  # per count of characters left below the longest token: `tables.py`), terminals and
+  # one word per state: whatever the bound, not growing with it.
+  assert info.nbytes["total"] <= 8 << 20
   index = ref.TokenIndex(gemma_vocab)
   rng = random.Random(pattern)
   low, high = (int(x) for x in re.findall(r"\{(\d+),(\d+)\}", pattern)[0])
@@ -270,10 +270,10 @@ def test_gemma_json_max_length(low, high, gemma_compiler, gemma_vocab):
   schema = {"type": "string", "minLength": low, "maxLength": high}
   tables, info = gemma_compiler.compile_with_info(cd.JsonSchema(schema))
   assert tables.token_counts.shape[0] == 1
-  # Most of it are mask rows near the end (one per slot and remaining count below the
-  # longest token, counting entries folded in; surrogate-pair escapes add slots):
-  # whatever the bound, not growing with it.
-  assert info.nbytes["total"] <= 18 << 20
+  # Most of it are mask rows near the end (without the bound, plus one exclusion row
+  # per count of characters left below the longest token: `tables.py`), terminals and
+  # one word per state: whatever the bound, not growing with it.
+  assert info.nbytes["total"] <= 8 << 20
   index = ref.TokenIndex(gemma_vocab)
   rng = random.Random(high)
   for length in sorted({0, 1, low - 1, low, high - 1, high, high + 1}):
