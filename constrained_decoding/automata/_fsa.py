@@ -428,10 +428,52 @@ def _add_concat(nfa: _Nfa, node: ir.Concat, src: int, dst: int) -> None:
   state = src
   last = len(parts) - 1
   adders = _ADDERS
+  loops = _separated_lists(parts) if ir.Repeat in map(type, parts) else None
+  if loops:
+    _add_concat_with_loops(nfa, parts, loops, src, dst)
+    return
   for i, part in enumerate(parts):
     nxt = dst if i == last else nfa.new_state()
     adders.get(type(part), _add_unknown)(nfa, part, state, nxt)
     state = nxt
+
+
+def _separated_lists(parts: tuple) -> dict[int, tuple[int, tuple]]:
+  """Where `parts` spell a separated list `X (Y X)*` (JSON members and items): first
+  index of X -> (number of parts in X, the parts of Y). Found by X's parts being (equal
+  to) the last parts of the starred concatenation that follows them."""
+  found = {}
+  for j, part in enumerate(parts):
+    if (type(part) is ir.Repeat and part.min == 0 and part.max is None
+        and type(part.node) is ir.Concat):
+      inner = part.node.parts
+      for k in range(min(j, len(inner) - 1), 0, -1):
+        if all(a is b or a == b for a, b in zip(parts[j - k:j], inner[-k:])):
+          found[j - k] = (k, inner[:-k])
+          break
+  return found
+
+
+def _add_concat_with_loops(nfa: _Nfa, parts: tuple, loops: dict, src: int, dst: int) -> None:
+  """`_add_concat` building each separated list `X (Y X)*` as one loop a -X-> b -Y-> a
+  (b left for dst), with one copy of X instead of two. The language is the same; the
+  NFA is smaller, and much smaller for nested objects, whose members were copied twice
+  per level: determinizing and minimizing it is several times faster (k8s_deployment:
+  35,146 determinized states for 1,574 minimal ones before, 3,631 now)."""
+  state, i, last = src, 0, len(parts) - 1
+  while i <= last:
+    k, separator = loops.get(i, (0, ()))
+    end = i + k  # The last part consumed: the starred repeat, or part i itself.
+    nxt = dst if end == last else nfa.new_state()
+    if not k:
+      _add_node(nfa, parts[i], state, nxt)
+    else:
+      enter, leave = nfa.new_state(), nfa.new_state()  # Fresh: the loop closes on them.
+      nfa.add_epsilon(state, enter)
+      _add_node(nfa, ir.Concat(parts[i:end]) if k > 1 else parts[i], enter, leave)
+      _add_node(nfa, ir.Concat(separator), leave, enter)
+      nfa.add_epsilon(leave, nxt)
+    state, i = nxt, end + 1
 
 
 def _add_union(nfa: _Nfa, node: ir.Union, src: int, dst: int) -> None:
@@ -546,7 +588,8 @@ def nfa_size(node: ir.Node, fragments: bool = False) -> int:
   """About how many NFA states `_build_nfa(node, fragments)` creates, without building it.
 
   Counts what the adders create (a repeat's body once per copy, a `Graph`'s states, a
-  non-ASCII class's template), in time linear in the number of distinct IR nodes: a
+  non-ASCII class's template; separated lists as if X were built twice, so budgets do
+  not depend on `_separated_lists`), in time linear in the number of distinct IR nodes: a
   budget check that trips in milliseconds where building the NFA of, say, 200 nested
   copies of 200 copies of an object would run for minutes and exhaust memory.
   """
