@@ -25,8 +25,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from constrained_decoding import runtime
+from constrained_decoding.lexed_tables import LexedTables
+from constrained_decoding.runtime import _forced
 from constrained_decoding.sampling._methods import SamplingConfig, sample_tokens
-from constrained_decoding.tables import ConstraintTables
 
 
 @flax.struct.dataclass(kw_only=True)
@@ -167,11 +168,21 @@ def _step(params, tables, s: DecodeState, *, eos_ids, temperature, top_p, networ
   """One token per row: mask, sample, advance the constraint, run the model on it."""
   pad = eos_ids[0]
   logits = s.logits
-  if tables is not None:
-    logits = runtime.mask_logits(tables, s.constraint, logits)
-  token, rng = _sample(logits, s.rng, sampling, temperature, top_p)
-  if tables is not None:
-    token = runtime.allowed_or_lowest(tables, s.constraint, token)
+  if isinstance(tables, LexedTables):  # Static.
+    # A grammar with a lexer: its allowed set (parser lanes) is costly to compute and to
+    # compile, so the mask and the fallback share one `allowed_bits`. XLA does not merge
+    # two calls: this loop compiled ~17% faster for Python (18.0 / 15.5 s against
+    # 21.1 / 19.5 s on a loaded CPU). Flat tables keep their calls (their jaxpr as was).
+    bits = runtime.allowed_bits(tables, s.constraint)
+    token, rng = _sample(_forced.masked(bits, logits, tables.vocab_size), s.rng, sampling,
+                         temperature, top_p)
+    token = _forced.or_lowest(bits, token)
+  else:
+    if tables is not None:
+      logits = runtime.mask_logits(tables, s.constraint, logits)
+    token, rng = _sample(logits, s.rng, sampling, temperature, top_p)
+    if tables is not None:
+      token = runtime.allowed_or_lowest(tables, s.constraint, token)
   token = jnp.where(s.done, pad, token)
   constraint = s.constraint
   if tables is not None:
