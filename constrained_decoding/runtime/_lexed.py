@@ -96,6 +96,36 @@ _END = 0  # The parser terminal id of `$END`.
 _NEWLINE, _INDENT, _DEDENT = 1, 2, 3
 _WIDTH_NONE, _WIDTH_BAD, _WIDTH_EOF = -1, -2, -3
 
+# Per platform (`lax.platform_dependent` keys): micro-steps per iteration of the lanes'
+# `while_loop`, and whether lanes write their stacks by select instead of scatter. On a
+# GPU each iteration of a while loop costs kernel launches and a read-back of its
+# predicate (the flat runtime's edge search lost 0.25-0.38 ms a step to ~20 of them on
+# an H200), and a scatter is a kernel of its own; Python's mask takes a median of 17
+# micro-steps with Gemma 3 (Go's 29, SQL's 5), so 4 an iteration, with selects fused
+# into the rest, cut its iterations to ~5. Not yet timed on a GPU: the H200 baseline of
+# one micro-step an iteration is in benchmarks/results/lexed_step_h200.json (Python 1.5
+# ms a step at batch 1, 2.1 ms at 64); `benchmarks/lexed_step.py --kit` times this. On
+# CPU one micro-step and scatters are cheapest (a select writes every column).
+LANE_UNROLL = {"cpu": 1, "default": 4}
+LANE_SELECT_WRITES = {"cpu": False, "default": True}
+# `jnp.searchsorted` method for `advance`'s listed tokens: its default ("scan") is a
+# loop of log2(N) iterations, each a kernel launch and read-back on a GPU.
+SEARCH_METHOD = {"cpu": "scan", "default": "scan_unrolled"}
+
+
+def _per_platform(fn, table: dict, *operands):
+  """`fn(value, *operands)` with this platform's value from `table`."""
+  return jax.lax.platform_dependent(
+      *operands, **{platform: (lambda v: lambda *ops: fn(v, *ops))(value)
+                    for platform, value in table.items()})
+
+
+def _write_column(a, col, value, select: bool):
+  """`a` [N, P] with `a[i, col[i]] = value[i]` where `col[i] < P` (else unchanged)."""
+  if select:
+    return jnp.where(jnp.arange(a.shape[1])[None, :] == col[:, None], value[:, None], a)
+  return a.at[jnp.arange(a.shape[0]), col].set(value, mode="drop")
+
 
 def tables_from_arrays(arrays) -> LexedTables:
   """`LexedTables` (jax arrays) from a host `LexedArrays` (one grammar or stacked)."""
@@ -182,7 +212,6 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   row = jnp.repeat(jnp.arange(b), x)
   row_stack, row_widths = state.stack, regs[:, 2:]
   count = jnp.sum(items >= 0, axis=1)
-  lanes = jnp.arange(n)
   # Safety bound on micro-steps (canonical LR(1) tables of a grammar without cycles end
   # far sooner): per lexeme, at most D reductions that pop, each after a chain of at
   # most `Nt` that do not, and the indentation steps.
@@ -203,7 +232,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     # Some lane has lexemes left, no error and room, within the safety bound.
     return jnp.any((i < count) & ~err & ~over) & (step < max_steps)
 
-  def body(carry):
+  def body(carry, select):
     i, base, suffix, size, err, over, paren, ibase, isuf, isize, phase, step = carry
     active = (i < count) & ~err & ~over
     depth = base + size
@@ -259,13 +288,13 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     no_room = active & ~bad & moves & (slot >= p_width)
     ok = active & ~bad & ~no_room
     moved = ok & moves
-    suffix = suffix.at[lanes, jnp.where(moved, slot, p_width)].set(target, mode="drop")
+    suffix = _write_column(suffix, jnp.where(moved, slot, p_width), target, select)
     shifted = ok & shift
     if indent:
       # Indentation: push on INDENT, pop on DEDENT.
       push = shifted & want_indent
       pop = shifted & resolving & ~want_indent
-      isuf = isuf.at[lanes, jnp.where(push, isize, pi)].set(w, mode="drop")
+      isuf = _write_column(isuf, jnp.where(push, isize, pi), w, select)
       own_pop = pop & (isize > 0)
       isize = jnp.where(push, isize + 1, jnp.where(own_pop, isize - 1, isize))
       ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
@@ -285,8 +314,19 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   init = (zero, state.depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false, false,
           regs[row, 0], regs[row, 1], jnp.zeros((n, pi), jnp.int32), zero, zero,
           jnp.int32(0))
+  def run(config, *carry):
+    unroll, select = config
+
+    def body_unrolled(carry):
+      for _ in range(unroll):  # finished lanes are left as they are by `body`
+        carry = body(carry, select)
+      return carry
+
+    return jax.lax.while_loop(cond, body_unrolled, carry)
+
+  configs = {p: (LANE_UNROLL[p], LANE_SELECT_WRITES[p]) for p in LANE_UNROLL}
   i, base, suffix, size, err, over, paren, ibase, isuf, isize, _, steps = (
-      jax.lax.while_loop(cond, body, init))
+      _per_platform(run, configs, *init))
   top = read(base, suffix, base + size - 1)
   room = (ibase + isize < di) & (itop_of(ibase, isuf, isize) < tables.max_width)
   return dict(ok=~err & ~over & (i >= count), over=over, top=top, paren=paren, room=room,
@@ -444,7 +484,9 @@ def allowed_tokens(tables: LexedTables, state: ConstraintState) -> Bool[Array, "
 def _find_slot(tables: LexedTables, lex: Int[Array, "B"], tokens: Int[Array, "B"]):
   """The outcome slot of each row's token in its lexer state, -1 if dead there."""
   listed = tables.state_small_tokens[lex]  # [B, N], ascending, padded with V
-  pos = jax.vmap(jnp.searchsorted)(listed, tokens)
+  search = lambda method, listed, tokens: jax.vmap(
+      lambda a, v: jnp.searchsorted(a, v, method=method))(listed, tokens)
+  pos = _per_platform(search, SEARCH_METHOD, listed, tokens)
   pos = jnp.minimum(pos, listed.shape[1] - 1)
   hit = jnp.take_along_axis(listed, pos[:, None], axis=1)[:, 0] == tokens
   small_slot = jnp.take_along_axis(tables.state_small_slot[lex], pos[:, None], axis=1)[:, 0]

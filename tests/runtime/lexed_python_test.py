@@ -227,9 +227,10 @@ def test_syntax_errors_are_refused_at_the_right_byte(setup):
   assert not wrong
 
 
-def _walk(setup, steps, seed, check_reference=0):
+def _walk(setup, steps, seed, check_reference=0, compare_with=None):
   """Random walks over allowed tokens, winding down in the last half (tokens that close
-  brackets, lines and blocks favoured): the texts that ended."""
+  brackets, lines and blocks favoured): the texts that ended. `compare_with`: a pair
+  (allowed, advance) of other step functions that must agree at every step."""
   rng = np.random.default_rng(seed)
   closers = np.array([setup.by_bytes[b] for b in (b")", b"]", b"}", b"\n", b"0", b"x",
                                                   b" ", b"'", b":", b"pass", b"\n ")
@@ -265,7 +266,14 @@ def _walk(setup, steps, seed, check_reference=0):
       if r < check_reference:
         rows[r] = setup.reference.advance(rows[r], int(tokens[r]))
         assert rows[r] is not None, texts[r]
+    if compare_with is not None:
+      other_allowed, other_advance = compare_with
+      np.testing.assert_array_equal(np.asarray(other_allowed(setup.tables, state)), allowed)
+      other = other_advance(setup.tables, state, jnp.asarray(tokens))
     state = setup.advance(setup.tables, state, jnp.asarray(tokens))
+    if compare_with is not None:
+      for a, b in zip(jax.tree_util.tree_leaves(other), jax.tree_util.tree_leaves(state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert not np.asarray(state.error).any()
   return finished
 
@@ -281,6 +289,17 @@ def test_random_walks_never_dead_end_and_finished_texts_parse(setup):
 
 def test_device_agrees_with_host_reference(setup):
   _walk(setup, steps=25, seed=7, check_reference=2)
+
+
+def test_accelerator_lane_settings_agree_with_cpu_ones(setup, monkeypatch):
+  # What a GPU or TPU traces (several micro-steps per loop iteration, stack writes by
+  # select, an unrolled token search), forced on CPU: the same masks and states.
+  monkeypatch.setattr(_lexed, "LANE_UNROLL", {"cpu": 2})
+  monkeypatch.setattr(_lexed, "LANE_SELECT_WRITES", {"cpu": True})
+  monkeypatch.setattr(_lexed, "SEARCH_METHOD", {"cpu": "scan_unrolled"})
+  other = (jax.jit(lambda t, s: _lexed.allowed_tokens(t, s)),
+           jax.jit(lambda t, s, k: _lexed.advance(t, s, k)))
+  _walk(setup, steps=20, seed=11, compare_with=other)
 
 
 def _fields_in_subset(node: ast.JoinedStr) -> bool:
