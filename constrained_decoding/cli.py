@@ -13,7 +13,8 @@ stderr. Exit status: 0 when every line was evaluated, 1 when some lines had an e
 the job (bad flags, unreadable input, a model that does not load).
 
 `compile`: one constraint compiled for a model's vocabulary and saved with `-o FILE`
-(`ConstraintTables.save`), for `cd.load_tables` on machines without pynini.
+(`ConstraintTables.save`, or `LexedTables.save` for a grammar with a lexer:
+`--builtin-grammar python|go|sql`, `--grammar FILE.lark --lexer`), for `cd.load_tables` on machines without pynini.
 """
 
 import argparse
@@ -108,8 +109,15 @@ def _add_spec_arguments(parser, *, required: bool = False) -> None:
                     help="GBNF (or Lark, for a .lark file) grammar; see --max-depth")
   spec.add_argument("--json", action="store_true",
                     help="the output is any JSON value (the built-in JSON grammar)")
+  spec.add_argument("--builtin-grammar", choices=("python", "go", "sql"), default=None,
+                    help="the output is a program in this language (a built-in grammar "
+                         "with a lexer, cd.Grammar.builtin)")
   spec.add_argument("--dataclass", metavar="MODULE:NAME",
                     help="the output is a constructor call of this dataclass")
+  parser.add_argument("--lexer", action="store_true",
+                      help="--grammar FILE.lark is read with a lexer: its terminals are "
+                           "lexemes, %%ignore'd ones skipped between them (cd.Grammar("
+                           "lexer=True))")
   parser.add_argument("--max-depth", type=int, default=None,
                       help="nesting bound that makes a recursive --grammar or --json regular "
                            "(default: unbounded, with the nesting stack on the device)")
@@ -189,6 +197,12 @@ def _spec(args, cd):
   if args.max_depth is not None and args.grammar is None and not args.json:
     raise ValueError(f"--max-depth {args.max_depth} applies to --grammar and --json only. "
                      f"Expected it with one of them, or no --max-depth.")
+  if args.lexer and (args.grammar is None or not args.grammar.endswith(".lark")):
+    raise ValueError("--lexer applies to a Lark grammar only. Expected it with --grammar "
+                     "FILE.lark, or no --lexer.")
+  if args.lexer and args.max_depth is not None:
+    raise ValueError(f"--max-depth {args.max_depth} does not apply with --lexer (the "
+                     f"parser's stack is on the device). Expected one of them.")
   for flag, given in (("--strict-properties", args.strict_properties),
                       ("--whitespace", args.whitespace is not None)):
     if given and args.json_schema is None:
@@ -196,6 +210,8 @@ def _spec(args, cd):
                        f"--json-schema FILE, or no {flag}.")
   if args.json:
     return cd.Grammar.builtin("json", max_depth=args.max_depth)
+  if args.builtin_grammar is not None:
+    return cd.Grammar.builtin(args.builtin_grammar)
   if args.choices is not None:
     return cd.Regex(_choices_regex(args.choices))
   if args.regex is not None:
@@ -207,6 +223,8 @@ def _spec(args, cd):
   if args.grammar is not None:
     with open(args.grammar, encoding="utf-8") as f:
       syntax = "lark" if args.grammar.endswith(".lark") else "gbnf"
+      if args.lexer:
+        return cd.Grammar(f.read(), syntax="lark", lexer=True)
       return cd.Grammar(f.read(), syntax=syntax, max_depth=args.max_depth)
   if args.dataclass is not None:
     return _dataclass_spec(args.dataclass, cd, "--dataclass")

@@ -21,7 +21,6 @@ import jax
 import numpy as np
 from jaxtyping import Array, Bool, Int, UInt32
 
-from constrained_decoding import errors
 
 # numpy on the host, jax arrays (or tracers) on the device.
 _Arr = np.ndarray | Array
@@ -113,18 +112,18 @@ class LexedTables:
     return dataclasses.replace(self, **changes)
 
   def save(self, path, *, vocab, description: str = "") -> None:
-    """Not supported yet: the tables file (`cd.load_tables`) holds `ConstraintTables`.
+    """Writes the tables to one file that `cd.load_tables` reads without pynini.
+
+    As `ConstraintTables.save`: `vocab` is the `Vocabulary` they were compiled for (its
+    fingerprint is stored and checked on load); `description` is free text, e.g.
+    `spec.describe()`. The format is in `_tables_file.py`.
 
     Raises:
-      UnsupportedFeatureError: always; compile the grammar where it is used (the
-        lexer-state x token table is cached on disk by the `Compiler`).
+      VocabularyMismatchError: `vocab` is not the vocabulary of the tables.
     """
-    del path, vocab, description
-    raise errors.UnsupportedFeatureError(
-        "LexedTables.save: tables of a grammar with a lexer cannot be saved yet. Expected"
-        " ConstraintTables (the tables file format holds those). Compile the grammar"
-        " where it is used: its lexer-state x token table is cached in"
-        " CompileOptions.cache_dir.")
+    from constrained_decoding import _tables_file  # pylint: disable=g-import-not-at-top  (cycle)
+
+    _tables_file.save_tables(self, path, vocab=vocab, description=description)
 
   def __repr__(self) -> str:
     return (f"LexedTables(grammars={self.num_constraints}, "

@@ -52,3 +52,39 @@ def test_compile_reports_a_bad_regex_in_one_line(tmp_path, capsys):
   assert cli.main(["compile", "--regex", "a(b", "-o", str(tmp_path / "t.cdt")]) == 2
   assert "error: RegexSyntaxError" in capsys.readouterr().err
   assert not (tmp_path / "t.cdt").exists()
+
+
+
+_LEXED_GRAMMAR = 'start: NAME ("," NAME)*\nNAME: /[a-z]+/\n%ignore " "\n'
+
+
+def test_compile_saves_a_grammar_with_a_lexer(byte_compiler, byte_vocab, tmp_path, capsys,
+                                              monkeypatch):
+  (tmp_path / "g.lark").write_text(_LEXED_GRAMMAR)
+  out = tmp_path / "tables.cdt"
+  monkeypatch.setattr(cd.Vocabulary, "from_gguf", lambda path: byte_vocab)
+  # The session's compiler (its memo holds what the command compiled).
+  monkeypatch.setattr(cd, "Compiler", lambda vocab: byte_compiler)
+  assert cli.main(["compile", "--grammar", str(tmp_path / "g.lark"), "--lexer", "-o",
+                   str(out)]) == 0
+  assert "wrote" in capsys.readouterr().err
+  spec = cd.Grammar(_LEXED_GRAMMAR, syntax="lark", lexer=True)
+  loaded, expected = cd.load_tables(out, vocab=byte_vocab), byte_compiler.compile(spec)
+  assert isinstance(loaded, cd.LexedTables) and loaded.shape_key == expected.shape_key
+  for field in ("state_outcomes", "set_bits", "state_small_tokens", "action", "goto_chain"):
+    np.testing.assert_array_equal(getattr(loaded, field),
+                                  np.asarray(getattr(expected, field)), err_msg=field)
+  assert cd.read_tables_header(out).description == spec.describe()
+
+
+def test_builtin_grammar_flag_names_the_builtin_spec(tmp_path):
+  args = cli._parser().parse_args(  # pylint: disable=protected-access
+      ["compile", "--builtin-grammar", "go", "-o", str(tmp_path / "t.cdt")])
+  assert cli._spec(args, cd) == cd.Grammar.builtin("go")  # pylint: disable=protected-access
+
+
+def test_lexer_needs_a_lark_grammar(tmp_path, capsys):
+  (tmp_path / "g.gbnf").write_text(_GRAMMAR)
+  assert cli.main(["compile", "--grammar", str(tmp_path / "g.gbnf"), "--lexer", "-o",
+                   str(tmp_path / "t.cdt")]) == 2
+  assert "--lexer applies to a Lark grammar only" in capsys.readouterr().err
