@@ -468,11 +468,12 @@ class ByteWalker:
     self.in_arrays = self._array_states() if self.blocks else set()
 
   def _array_states(self) -> set:
-    """The states between the `[` and the `]` of an array of distinct strings (from an
-    arc that clears a block's count, up to a `]` read outside an item): elsewhere the
-    items finished are forgotten, so that positions after the array merge (the next
-    array clears them anyway)."""
-    inside = _unique_strings.hashing_states(self.contracted)
+    """The states where a block's finished items may still matter: every state reached
+    from an arc that clears a block's count (the `[` of an array of distinct strings,
+    the `{` of an object whose keys are hashed). Elsewhere the items finished are
+    forgotten, so that positions before any block merge. A block's end is not a place
+    in the DFA (an object's `}` and a nested array's `]` can share it), so nothing after
+    a clear forgets: the next clear of the same block empties it anyway."""
     trans = self.dfa.transitions
     frontier = [int(trans[state, byte]) for (state, byte), ops in self.contracted.arc_ops.items()
                 if any(k == CLEAR and w - 2 in self.blocks for k, w, _ in ops)]
@@ -482,9 +483,7 @@ class ByteWalker:
       if state in seen or state < 0:
         continue
       seen.add(state)
-      for byte in np.flatnonzero(trans[state] >= 0).tolist():
-        if byte != ord("]") or state in inside:
-          frontier.append(int(trans[state, byte]))
+      frontier.extend(trans[state][trans[state] >= 0].tolist())
     return seen
 
   def start(self) -> tuple:

@@ -7,9 +7,7 @@ Oracles: `jsonschema` on the parsed object, and a duplicate-key check on the tex
 parser keeps one value per key, so a repeated key would overstate the count). The
 byte language is the register-aware `ByteDfa.accepts` (it compares key bytes exactly,
 no hashes); the token tables are walked by `testing.reference_accepts` (guards and
-hashes in Python integers) and by the jitted device step. Values here hold no `]`: the
-byte reference forgets the keys finished once it reads one outside a key (it was
-written for arrays of distinct strings).
+hashes in Python integers) and by the jitted device step.
 """
 
 import itertools
@@ -103,6 +101,22 @@ def test_repeated_additional_keys_do_not_reach_the_minimum(dfas):
   assert not dfa.accepts(b'{"k":1,"a":2,"a":3,"c":4}')
   assert not dfa.accepts(b'{"k":1,"a":2,"b":3}')
   assert not dfa.accepts(b'{"k":1,"a":2,"b":3,"k":4}')
+
+
+def test_keys_after_an_array_value_are_still_distinct():
+  # An array value's `]` inside the object does not end the object's block of keys.
+  schema = {"type": "object", "minProperties": 3,
+            "additionalProperties": {"type": ["integer", "array"], "items": {"type": "array"}}}
+  dfa = compile_byte_dfa(cd.JsonSchema(schema).to_ir())
+  assert dfa.accepts(b'{"a":[],"b":2,"c":3}')
+  assert dfa.accepts(b'{"a":[[]],"b":[],"c":3}')
+  assert not dfa.accepts(b'{"a":[],"b":2,"a":3}')
+  assert not dfa.accepts(b'{"a":[[]],"b":[],"b":3}')
+  assert not dfa.accepts(b'{"a":[[],[]],"b":2,"a":3}')  # after the inner `]`
+  tables = cd.Compiler(cd.Vocabulary.from_token_bytes(
+      [bytes([b]) for b in range(256)] + [None], eos_ids=[256])).compile(cd.JsonSchema(schema))
+  for text, want in ((b'{"a":[],"b":2,"c":3}', True), (b'{"a":[],"b":2,"a":3}', False)):
+    assert reference_accepts(tables, list(text)) == want, text
 
 
 def test_escaped_keys_of_the_suite():
