@@ -473,7 +473,7 @@ def _on_alarm(signum, frame):
 
 def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: float,
                  free_form_depth: int = 2, implied_types: bool = True,
-                 resources=None, lenient=False) -> dict:
+                 resources=None, lenient=False, shared_definitions="inline") -> dict:
   """Compiles one schema: {"status": compiled|refused|crashed, "seconds", "tables",
   "error": "Class: first line", "empty": whether the refusal says that the schema
   accepts nothing}. The limit is `CompileOptions.max_seconds` inside the compiler and
@@ -486,7 +486,8 @@ def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: 
     tables = compiler.compile(cd.JsonSchema(schema, whitespace=whitespace,
                                             free_form_depth=free_form_depth,
                                             implied_types=implied_types,
-                                            resources=resources, lenient=lenient))
+                                            resources=resources, lenient=lenient,
+                                            shared_definitions=shared_definitions))
   except CaseTimeout:
     status, error = "refused", f"Timeout: compile ran past {time_limit * 1.5 + 1:.0f} s"
   except cd.ConstraintError as e:

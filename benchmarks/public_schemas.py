@@ -228,7 +228,7 @@ def run_schema(compiler, speller, entry: dict, *, args, resources: dict) -> dict
   lenient = tuple(args.lenient) or False
   result = suite.compile_case(compiler, schema, whitespace="compact",
                               time_limit=args.time_limit, resources=resources or None,
-                              lenient=lenient)
+                              lenient=lenient, shared_definitions=args.shared_definitions)
   row.update(status=result["status"], error=result["error"], compile_s=result["seconds"])
   if result["status"] != "compiled":
     return row
@@ -318,6 +318,8 @@ def parse_args(argv=None):
   parser.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
                       help="measure only the files whose name contains it (repeatable;"
                       " all files are still read as resources)")
+  parser.add_argument("--shared-definitions", choices=("inline", "call"),
+                      default="inline", help="JsonSchema(shared_definitions=...)")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir)
   parser.add_argument("--out", default=None,
                       help="default: benchmarks/results/public_schemas[_bytes].json")
@@ -353,7 +355,8 @@ def main(argv=None) -> int:
     print(f"{row['compile_s']:7.2f} s {row['status']:8s} {entry['source']}: {entry['name']}"
           f"{extra}", flush=True)
   summary = summarize(rows)
-  meta = {"vocab": args.vocab, "roots": roots, "time_limit_s": args.time_limit,
+  meta = {"vocab": args.vocab, "shared_definitions": args.shared_definitions,
+          "roots": roots, "time_limit_s": args.time_limit,
           "lenient": args.lenient,
           "samples": args.samples, "wall_s": time.time() - start,
           "load_average_start": load_start, "load_average_end": os.getloadavg(),

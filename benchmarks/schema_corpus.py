@@ -86,7 +86,7 @@ class _SchemaOrderLog(logging.Handler):
 
 
 def run_schema(compiler, speller, name: str, entry: dict, *, whitespace: str,
-               time_limit: float) -> dict:
+               time_limit: float, shared_definitions: str = "inline") -> dict:
   """Compiles one schema and judges its instances; returns its row."""
   row = {"name": name, "style": entry["style"], "corpus_errors": corpus_errors(entry),
          "valid": len(entry["valid"]), "invalid": len(entry["invalid"]), "verdicts": {},
@@ -97,7 +97,8 @@ def run_schema(compiler, speller, name: str, entry: dict, *, whitespace: str,
   front_end.setLevel(logging.INFO)
   try:
     result = suite.compile_case(compiler, entry["schema"], whitespace=whitespace,
-                                time_limit=time_limit)
+                                time_limit=time_limit,
+                                shared_definitions=shared_definitions)
   finally:
     front_end.removeHandler(notes)
     front_end.setLevel(level)
@@ -170,6 +171,8 @@ def parse_args(argv=None):
   parser.add_argument("--time-limit", type=float, default=60.0,
                       help="seconds per compile (CompileOptions.max_seconds; default 60)")
   parser.add_argument("--random-tokenizations", type=int, default=2)
+  parser.add_argument("--shared-definitions", choices=("inline", "call"),
+                      default="inline", help="JsonSchema(shared_definitions=...)")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir)
   parser.add_argument("--out", default=None,
                       help="default: benchmarks/results/schema_corpus[_bytes].json")
@@ -191,7 +194,8 @@ def main(argv=None) -> int:
   rows = []
   for name, entry in corpus.items():
     row = run_schema(compiler, speller, name, entry, whitespace=args.whitespace,
-                     time_limit=args.time_limit)
+                     time_limit=args.time_limit,
+                     shared_definitions=args.shared_definitions)
     rows.append(row)
     print(f"{name}: {row['status']} in {row['compile_s']:.2f} s {row['verdicts']}"
           f"{' ' + row['error'] if row['error'] else ''}", flush=True)
@@ -223,7 +227,7 @@ def main(argv=None) -> int:
       print(f"WRONG {w['verdict']}: {r['name']}: {w['text'][:100]}")
     for e in r["corpus_errors"]:
       print(f"CORPUS {r['name']}: {e}")
-  meta = {"vocab": args.vocab, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
+  meta = {"vocab": args.vocab, "shared_definitions": args.shared_definitions, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
           "time_limit_s": args.time_limit, "random_tokenizations": speller.num_random,
           "wall_s": time.time() - start, "load_average_start": load_start,
           "load_average_end": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

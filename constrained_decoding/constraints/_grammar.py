@@ -484,10 +484,12 @@ def remove_unproductive(grammar: GrammarIR) -> GrammarIR:
   return prune_unreachable(grammar.replace_rules(rules))
 
 
-def inline_nonrecursive(grammar: GrammarIR) -> GrammarIR:
-  """Substitutes every rule that is not recursive, except the start rule, into its users."""
+def inline_nonrecursive(grammar: GrammarIR, keep=frozenset()) -> GrammarIR:
+  """Substitutes every rule that is not recursive, except the start rule and `keep`,
+  into its users."""
   recursive = recursive_rules(grammar)
-  names = [n for n in grammar.names if n not in recursive and n != grammar.start]
+  names = [n for n in grammar.names
+           if n not in recursive and n != grammar.start and n not in keep]
   if not names:
     return grammar
   return grammar.replace_rules(_inline(grammar.rule_map, names))
@@ -585,8 +587,9 @@ def eliminate_left_recursion(grammar: GrammarIR) -> GrammarIR:
   return grammar.replace_rules(rules)
 
 
-def normalize(grammar: GrammarIR) -> GrammarIR:
-  """The equivalent grammar in which only true recursion is left as rules.
+def normalize(grammar: GrammarIR, keep=frozenset()) -> GrammarIR:
+  """The equivalent grammar in which only true recursion (and the rules in `keep`,
+  called rather than copied though not recursive) is left as rules.
 
   Steps: drop unreachable rules; drop rules without finite strings; then until nothing
   changes: inline non-recursive rules, collapse cycles (`collapse_recursion`), eliminate
@@ -602,7 +605,7 @@ def normalize(grammar: GrammarIR) -> GrammarIR:
   grammar = remove_unproductive(prune_unreachable(grammar))
   while True:
     before = grammar
-    grammar = collapse_recursion(inline_nonrecursive(grammar))
+    grammar = collapse_recursion(inline_nonrecursive(grammar, keep))
     grammar = prune_unreachable(eliminate_left_recursion(grammar))
     if grammar == before:
       break

@@ -15,11 +15,13 @@ from constrained_decoding.constraints import _grammar
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_keywords
 
-def recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node]):
+def recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node],
+                      keep: frozenset[str] = frozenset()):
   """The normalized grammar of the root's IR and the rules of recursive `$ref` targets.
 
   Returns a regular IR node instead when normalization leaves no recursion (as for
-  `{"anyOf": [{"$ref": "#"}, {"type": "null"}]}`, which is just `null`).
+  `{"anyOf": [{"$ref": "#"}, {"type": "null"}]}`, which is just `null`). The rules in
+  `keep` (shared definitions, `_json_shared.py`) stay rules though not recursive.
 
   Raises:
     SchemaError: The start derives no finite JSON text (recursion that never ends).
@@ -46,8 +48,8 @@ def recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node]):
         " optional property, a possibly empty array or an anyOf branch that ends the"
         " recursion. Add one."
     )
-  grammar = _grammar.normalize(_lift_overlapping_unions(grammar))
-  if not _grammar.recursive_rules(grammar):
+  grammar = _grammar.normalize(_lift_overlapping_unions(grammar), keep=keep)
+  if not _grammar.recursive_rules(grammar) and not set(grammar.names) & keep:
     return _grammar.to_regular(grammar)
   return grammar
 

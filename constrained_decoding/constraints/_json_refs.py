@@ -42,6 +42,7 @@ from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_boolean
 from constrained_decoding.constraints import _json_conditionals
 from constrained_decoding.constraints import _json_keywords
+from constrained_decoding.constraints import _json_shared
 from constrained_decoding.constraints import _json_unevaluated_items
 from constrained_decoding.constraints._json_resources import (
     _NOT_SCHEMAS,
@@ -855,6 +856,8 @@ def _lower_rule(lw, flat: list | None, hint: str, merged: dict, where: str) -> i
     lw.active.discard(key)
   name = lw.names.get(key)
   if name is None:
+    if flat is not None:
+      _json_shared.record(lw, key, hint, body)
     return body
   lw.rules[name] = body
   return ir.RuleRef(name)

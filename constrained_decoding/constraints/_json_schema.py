@@ -161,6 +161,9 @@ not generated):
   is rejected with `UnsupportedSchemaError`. A `$ref` into another document resolves
   (RFC 3986, against the enclosing `$id`s) only to a document passed in
   `JsonSchema(resources={uri: schema})`; any other is refused, naming its URI.
+  With `shared_definitions="call"`, a non-recursive target lowered to the same IR in
+  several places becomes a rule as well, called where it was inlined (same language;
+  `_json_shared.py`, which also says why inlining stays the default).
 * `pattern` has search semantics, as in JSON Schema: `p` accepts strings containing a
   match, i.e. `(?s:.*)(?:p)(?s:.*)`, except that `^`/`\\A` at the start and `$`/`\\Z` at
   the end of the pattern (or of one of its top-level alternatives) anchor that side;
@@ -211,6 +214,7 @@ from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints import _json_object_schemas
 from constrained_decoding.constraints import _json_refs
 from constrained_decoding.constraints import _json_scalar_schemas
+from constrained_decoding.constraints import _json_shared
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints._json_keywords import (
     _NO_CONSTRAINT,
@@ -257,6 +261,9 @@ class SchemaOptions:
       False: every other type too, as the specification says.
     resources: (absolute URI, canonical JSON text) pairs: the other documents a `$ref`
       may point into (`JsonSchema.resources`, read by `_json_refs`).
+    shared_definitions: "inline": every non-recursive `$ref` target lowered at each
+      use; "call": one lowered to the same IR in several places becomes a grammar
+      rule called on the device stack (`_json_shared.py`). Needs `max_ref_depth=None`.
   """
 
   whitespace: jv.Whitespace = jv.Whitespace()
@@ -267,6 +274,7 @@ class SchemaOptions:
   property_order: str = "any"
   implied_types: bool = True
   resources: tuple[tuple[str, str], ...] = ()
+  shared_definitions: str = "inline"
 
 
 # The grammar rule every free-form value calls when `free_form_depth=None`.
@@ -308,8 +316,10 @@ def _lower(schema, options: SchemaOptions, use_registers: bool = True):
     node = lowerer.lower_root(schema)
     # Register constructs in a recursive schema call no rule that uses registers
     # (`_json_object_schemas._calls`): their words survive every push and pop.
-    if lowerer.rules:
-      return _grammar_passes.recursive_grammar(schema, node, lowerer.rules), tuple(lowerer.ignored)
+    node, rules, called = _json_shared.share(lowerer, node, lowerer.rules)
+    if rules:
+      return (_grammar_passes.recursive_grammar(schema, node, rules, keep=called),
+              tuple(lowerer.ignored))
   else:
     node = lowerer.lower(schema, "#")
   if node == ir.NOTHING:
@@ -373,6 +383,8 @@ class _Lowerer:
     self.active: set[str] = set()  # Keys of the conjunctions being lowered.
     self.names: dict[str, str] = {}  # Key -> rule name, once met inside itself.
     self.rules: dict[str, ir.Node] = {}  # Rule name -> body, once lowered.
+    # Key -> ($ref, [IR of each inlined lowering]): the candidates for a shared rule.
+    self.inlined: dict[str, tuple[str, list]] = {}
     self.root_flat: list | None = None  # The root's conjuncts, and their key ("#").
     self.root_key: str | None = None
     # Records keep this module's logger name wherever the code that logs lives

@@ -329,6 +329,7 @@ from constrained_decoding import errors as _errors  # noqa: E402
 from constrained_decoding.constraints import _dataclass  # noqa: E402
 from constrained_decoding.constraints import _grammar  # noqa: E402
 from constrained_decoding.constraints import _json_schema  # noqa: E402
+from constrained_decoding.constraints import _json_shared  # noqa: E402
 from constrained_decoding.constraints import _json_values  # noqa: E402
 
 
@@ -515,6 +516,14 @@ class JsonSchema:
       keywords apply to (`{"properties": ...}` generates objects only), which is what
       generation usually wants. False: as the specification says, it accepts every
       value of the other types too (`{"minLength": 2}` accepts `12`).
+    shared_definitions: `inline` (default): a non-recursive `$ref` target is
+      lowered again at each use (a regular language when nothing recurses). `call`: a
+      target lowered alike in two places or more becomes a rule called on the device
+      stack, like a recursive one (the schema then compiles to a push-down automaton;
+      the language is the same). Targets that use register words stay inlined. Calls
+      measured slower to compile and no smaller on real schemas, and they may make
+      the grammar nondeterministic (`NondeterministicGrammarError`); see
+      `constraints/_json_shared.py`. Needs `max_ref_depth=None`.
     resources: Other documents that `$ref`s may point to: a mapping from absolute URI
       (without fragment, e.g. `https://example.com/policy.json`) to a schema (dict,
       bool or JSON text). A `$ref` is resolved (RFC 3986) against the base URI where it
@@ -542,6 +551,7 @@ class JsonSchema:
   property_order: str = "any"
   implied_types: bool = True
   resources: typing.Any = ()
+  shared_definitions: str = "inline"
   model: typing.Any = dataclasses.field(default=None, compare=False, repr=False)
 
   def __post_init__(self):
@@ -554,6 +564,15 @@ class JsonSchema:
     object.__setattr__(self, "schema", _canonical_schema(self.schema))
     object.__setattr__(self, "resources", _canonical_resources(self.resources))
     object.__setattr__(self, "lenient", _canonical_lenient(self.lenient))
+    if self.shared_definitions not in _json_shared.SHARED_DEFINITIONS:
+      raise ValueError(f"JsonSchema shared_definitions is {self.shared_definitions!r}."
+                       f" Expected one of {_json_shared.SHARED_DEFINITIONS}.")
+    if self.shared_definitions != "inline" and self.max_ref_depth is not None:
+      raise ValueError(
+          f"JsonSchema shared_definitions={self.shared_definitions!r} (definitions"
+          f" called on the device stack) needs max_ref_depth=None, not"
+          f" {self.max_ref_depth}. Pass shared_definitions='inline' for a regular"
+          f" language.")
     if self.property_order not in PROPERTY_ORDERS:
       raise ValueError(f"JsonSchema property_order is {self.property_order!r}. Expected"
                        f" one of {PROPERTY_ORDERS}.")
@@ -587,6 +606,7 @@ class JsonSchema:
         strict_properties=self.strict_properties, lenient=self.lenient,
         max_ref_depth=self.max_ref_depth, free_form_depth=self.free_form_depth,
         property_order=self.property_order, implied_types=self.implied_types,
+        shared_definitions=self.shared_definitions,
         **({"resources": self.resources} if self.resources else {}))
 
   def to_ir(self) -> ir.Node:
@@ -642,6 +662,8 @@ class JsonSchema:
       flags += f", max_ref_depth={self.max_ref_depth}"
     if self.resources:
       flags += f", resources=[{', '.join(uri for uri, _ in self.resources)}]"
+    if self.shared_definitions != "inline":
+      flags += f", shared_definitions={self.shared_definitions!r}"
     return f"JsonSchema({schema}, whitespace={self.whitespace!r}{flags})"
 
 
