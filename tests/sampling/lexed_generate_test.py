@@ -130,5 +130,3 @@ def test_lexed_tables_are_not_stacked_with_other_constraints(model, compiler):
     cd.generate(model, ["x", "y"], constraint=[lexed, regex], max_new_tokens=4)
   with pytest.raises(cd.UnsupportedFeatureError, match="has a lexer"):
     cd.Grammar(_NAMES, syntax="lark", lexer=True).to_ir()
-  with pytest.raises(cd.UnsupportedFeatureError, match="cannot be saved"):
-    lexed.save("/nonexistent/x.tables", vocab=model.vocab)
