@@ -29,9 +29,9 @@ One step of a row in lexer state s:
 padded; outcome classes that differ only in their final state share a lane) plus the
 end lane; each of the state's K outcome slots then takes its lane's result and checks
 its pending lexeme against the lane's top state. Lanes do not copy the row's stack:
-they read it and keep only what they push (P = min(D, 2 L + 8) entries); if a lane runs
-out of room (long chains of empty rules), all lanes are rerun on full copies
-(`lax.cond`, exact either way). The mask ORs the surviving slots' token sets: a gather
+they read it and keep only what they push (up to D entries, so one run is exact; a
+shorter suffix with a rerun on full stacks under `lax.cond` compiled the lane loop a
+second time for no faster a step). The mask ORs the surviving slots' token sets: a gather
 of the few bitmap slots' rows (Kb rows of W words) and a scatter-add of the listed
 tokens (N per state; tokens of a state are distinct, so adding bits is OR-ing them).
 `advance` finds the token's slot (a binary search of the state's listed tokens, one bit
@@ -177,15 +177,15 @@ def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]
   return state.registers
 
 
-def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
-           p_width: int):
+def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
   """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
 
   A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
-  shrinks as it pops below what it pushed) and keeps what it pushes in a suffix of
-  `p_width` entries (the same for the indentation stack, whose suffix holds at most one
-  push per lexeme). A lane whose parser suffix would pass `p_width` stops (`over`);
-  with `p_width == D` that never happens.
+  shrinks as it pops below what it pushed) and keeps what it pushes in a suffix of D
+  entries (the same for the indentation stack, whose suffix holds at most one push per
+  lexeme), so it never runs out of room. (A shorter suffix with a rerun on full stacks
+  under `lax.cond` when a lane overflowed it was no faster a step, and compiled the
+  loop twice: docs/lexer_runtime.md "Time to first token".)
 
   A newline lexeme (`class_width` >= 0) is dropped inside brackets; outside, it feeds
   the newline terminal (phase 0 -> 1), then compares its width w with the top of the
@@ -197,12 +197,12 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   one reduce, shift or indentation decision per lane.
 
   Returns:
-    A dict of [B * X] arrays: ok (every lexeme taken), over, top (parser state),
+    A dict of [B * X] arrays: ok (every lexeme taken), top (parser state),
     paren (bracket depth), room (the indentation stack can take one more level), and
     base, suffix, size, ibase, isuf, isize (the stacks, for `_materialize`).
   """
   b, x, length = items.shape
-  d = state.stack.shape[1]
+  d = p_width = state.stack.shape[1]
   regs = _registers(tables, state)
   di = regs.shape[1] - 2
   indent = di > 1  # Static: tables without indentation skip its steps.
@@ -227,14 +227,13 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     return jnp.where(isize > 0, own, row_widths[row, jnp.clip(ibase - 1, 0, di - 1)])
 
   def cond(carry):
-    i, _, _, _, err, over = carry[:6]
-    step = carry[-1]
-    # Some lane has lexemes left, no error and room, within the safety bound.
-    return jnp.any((i < count) & ~err & ~over) & (step < max_steps)
+    i, err, step = carry[0], carry[4], carry[-1]
+    # Some lane has lexemes left and no error, within the safety bound.
+    return jnp.any((i < count) & ~err) & (step < max_steps)
 
   def body(carry, select):
-    i, base, suffix, size, err, over, paren, ibase, isuf, isize, phase, step = carry
-    active = (i < count) & ~err & ~over
+    i, base, suffix, size, err, paren, ibase, isuf, isize, phase, step = carry
+    active = (i < count) & ~err
     depth = base + size
     cls = jnp.take_along_axis(items, jnp.minimum(i, length - 1)[:, None], axis=1)[:, 0]
     c = jnp.maximum(cls, 0)
@@ -285,8 +284,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     if indent:
       bad |= active & ((feeding & (width == _WIDTH_BAD))
                        | (want_indent & ((phase == 2) | (ibase + isize >= di))))
-    no_room = active & ~bad & moves & (slot >= p_width)
-    ok = active & ~bad & ~no_room
+    ok = active & ~bad
     moved = ok & moves
     suffix = _write_column(suffix, jnp.where(moved, slot, p_width), target, select)
     shifted = ok & shift
@@ -306,12 +304,12 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     else:
       done_item = shifted
     return (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base), suffix,
-            jnp.where(moved, slot + 1, size), err | bad, over | no_room, paren, ibase,
+            jnp.where(moved, slot + 1, size), err | bad, paren, ibase,
             isuf, isize, phase, step + 1)
 
   zero = jnp.zeros((n,), jnp.int32)
   false = jnp.zeros((n,), bool)
-  init = (zero, state.depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false, false,
+  init = (zero, state.depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false,
           regs[row, 0], regs[row, 1], jnp.zeros((n, pi), jnp.int32), zero, zero,
           jnp.int32(0))
   def run(config, *carry):
@@ -325,28 +323,13 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     return jax.lax.while_loop(cond, body_unrolled, carry)
 
   configs = {p: (LANE_UNROLL[p], LANE_SELECT_WRITES[p]) for p in LANE_UNROLL}
-  i, base, suffix, size, err, over, paren, ibase, isuf, isize, _, steps = (
+  i, base, suffix, size, err, paren, ibase, isuf, isize, _, steps = (
       _per_platform(run, configs, *init))
   top = read(base, suffix, base + size - 1)
   room = (ibase + isize < di) & (itop_of(ibase, isuf, isize) < tables.max_width)
-  return dict(ok=~err & ~over & (i >= count), over=over, top=top, paren=paren, room=room,
+  return dict(ok=~err & (i >= count), top=top, paren=paren, room=room,
               base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize,
                         steps=steps)
-
-
-def _run_overlay(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
-  """`_lanes` with a short suffix (P = min(D, 2 L + 8)), rerun on full stacks (P = D,
-  `lax.cond`: only then) if some lane ran out of it, so the result is always exact:
-  (ok, top, paren, room), each [B, X]."""
-  b, x, length = items.shape
-  d = state.stack.shape[1]
-  keys = ("ok", "top", "paren", "room")
-  short = _lanes(tables, state, items, min(d, 2 * length + 8))
-  # The suffix was too short for some lane: run all lanes again on full stacks.
-  out = jax.lax.cond(jnp.any(short["over"]),
-                     lambda: tuple(_lanes(tables, state, items, d)[k] for k in keys),
-                     lambda: tuple(short[k] for k in keys))
-  return tuple(v.reshape(b, x) for v in out)
 
 
 def _materialize(state: ConstraintState, lanes: dict, row):
@@ -445,7 +428,8 @@ def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "
   seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
   end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
   items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
-  ok, top, paren, room = _run_overlay(tables, state, items)
+  lanes = _lanes(tables, state, items)
+  ok, top, paren, room = (lanes[k].reshape(b, -1) for k in ("ok", "top", "paren", "room"))
   end_ok = ok[:, -1] & end_reach & _end_ok(tables, top[:, -1])
   # Each slot: its sequence's lane, then the lexeme left pending in its final state.
   lane = jnp.maximum(tables.state_slot_lane[state.state], 0)  # [B, K]
@@ -531,7 +515,7 @@ def advance(tables: LexedTables, state: ConstraintState,
   final = tables.outcome_final[o]
   end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
   # Two lanes per row on full stacks: the token's lexemes, and the end of sequence.
-  lanes = _lanes(tables, state, jnp.stack([items, end_items], axis=1), d)
+  lanes = _lanes(tables, state, jnp.stack([items, end_items], axis=1))
   ok = lanes["ok"].reshape(b, 2)
   top = lanes["top"].reshape(b, 2)
   moved = ok[:, 0] & (outcome >= 0) & _pending_ok(
