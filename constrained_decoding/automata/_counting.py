@@ -70,6 +70,7 @@ Public names:
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import re
 
@@ -147,7 +148,7 @@ def find_chain(node: ir.Node) -> Chain | None:
   for other in alternatives:  # Escapes: never starting with a character of K.
     if other is classes[0]:
       continue
-    dfa = _fsa.compile_byte_dfa(other)
+    dfa = _small_dfa(other)
     if (dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs)
         or (lead & (dfa.transitions[dfa.start] != NO_STATE)).any()):
       return None
@@ -156,6 +157,22 @@ def find_chain(node: ir.Node) -> Chain | None:
     return None
   return Chain(prefix=b"".join(p.data for p in parts[:k]), body=repeat.node,
                char_class=classes[0], min=repeat.min, max=repeat.max, suffix=suffix)
+
+
+_SMALL_DFA_CACHE: dict = {}
+_SMALL_DFA_CACHE_SIZE = 64
+
+
+def _small_dfa(node: ir.Node):
+  """`_fsa.compile_byte_dfa(node)` of a chain's body or escape, kept for the process
+  (a few per class, ~0.5 ms each): every new chain shape over one body asks again.
+  Callers only read the arrays."""
+  hit = _SMALL_DFA_CACHE.get(node)
+  if hit is None:
+    if len(_SMALL_DFA_CACHE) >= _SMALL_DFA_CACHE_SIZE:
+      _SMALL_DFA_CACHE.pop(next(iter(_SMALL_DFA_CACHE)))
+    hit = _SMALL_DFA_CACHE[node] = _fsa.compile_byte_dfa(node)
+  return hit
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -278,7 +295,7 @@ def _chain_layout(dfa, chain: Chain, length: int, loops: bool = False):
     q = int(dfa.transitions[q, b])
     if q == NO_STATE:
       return None
-  body = _fsa.compile_byte_dfa(chain.body)
+  body = _small_dfa(chain.body)
   finals = np.flatnonzero(body.accepting)
   if (body.transitions[finals] != NO_STATE).any() or body.accepting[body.start]:
     return None  # X must be prefix-free and non-empty.
@@ -532,9 +549,8 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   down = counting.strip_down(chain, stride, counts) if unbounded else None
   t_src, t_dst = ([a for a, _ in moves], [b for _, b in moves])
   bitmaps, counts_of_terminals = counting.bitmaps, counting.counts
-  live = _compose._live_states(q, np.concatenate([src, np.array(t_src, np.int64)]),
-                               np.concatenate([dst, np.array(t_dst, np.int64)]),
-                               dfa.start, dfa.accepting)
+  live = _live_states(q, np.concatenate([src, np.array(t_src, np.int64)]),
+                      np.concatenate([dst, np.array(t_dst, np.int64)]), dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return None  # Let plain composition report the empty constraint.
   keep = live[src] & live[dst]
@@ -558,16 +574,14 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   live_states = np.flatnonzero(live)
   group_of[live_states] = np.arange(len(live_states))
   g = len(live_states)
-  order = np.lexsort((tok, group_of[src]))
+  # By group, then token (a stable sort of one combined key: lexsort's order, faster).
+  order = np.argsort(group_of[src] * vocab.vocab_size + tok, kind="stable")
   e_group, e_tok, e_target = group_of[src][order], tok[order], target[order]
   width = max((len(v) for v in entries_of.values()), default=1)
-  entries = np.full((q, width, 2), -1, np.int64)
-  for state, listed in entries_of.items():
-    if live[state]:
-      entries[state, :len(listed)] = listed
+  entries = _entry_table(entries_of, live, width)
   # Far from the chain's ends the lists repeat (relative targets): stored once each.
-  entry_rows, entry_row_of = np.unique(entries.reshape(q, -1), axis=0, return_inverse=True)
-  entry_rows, entry_row_of = entry_rows.reshape(-1, width, 2), entry_row_of.reshape(-1)
+  entry_rows, entry_row_of = _unique_rows(entries.reshape(q, -1))
+  entry_rows = entry_rows.reshape(-1, width, 2)
   # Masks: the explicit tokens of each group, deduplicated, then each group's counting
   # entries ORed in (`CountingTerminals.fold`).
   e_start = np.searchsorted(e_group, np.arange(g + 1))
@@ -591,9 +605,11 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
     toks = e_tok[bounds[k]:bounds[k + 1]]
     if len(toks):
       np.bitwise_or.at(mask_bits[row], toks >> 5, np.uint32(1) << (toks & 31).astype(np.uint32))
-  folded = counting.fold(
-      mask_bits, row_of_group, [tuple(entries_of.get(s, ())) for s in live_states.tolist()],
-      min_bucket)
+  # Each live state's entries as `entry_rows` holds them (one tuple per distinct list).
+  listed = [tuple((t, f) for t, f in row if t >= 0) for row in entry_rows.tolist()]
+  ids = entry_row_of[live_states]
+  folded = counting.fold(mask_bits, row_of_group, [listed[u] for u in ids.tolist()],
+                         min_bucket, entry_ids=ids)
   mask_bits, row_of_group = folded.mask_bits, folded.group_mask
   g_pad = _tables.bucket_size(g, min_bucket)
   e = len(e_tok)
@@ -628,6 +644,67 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
                  num_terminals=len(bitmaps),
                  num_masks=int(row_of_group.max(initial=0)) + 1),
       down=np.array([down], np.int64) if unbounded else None)
+
+
+def _live_states(num_states: int, src: np.ndarray, dst: np.ndarray, start: int,
+                 accepting: np.ndarray) -> np.ndarray:
+  """`_compose._live_states` (reachable from `start` and co-reachable from `accepting`)
+  by breadth-first search in numpy instead of a Python loop per state pair: a
+  compressed chain has few levels (a token moves up to `span` positions), so the
+  per-level numpy calls cost less than visiting its thousands of pairs in Python."""
+  pairs = np.sort(src.astype(np.int64) * num_states + dst)
+  pairs = pairs[np.diff(pairs, prepend=-1) != 0]
+  heads, tails = pairs // num_states, pairs % num_states
+  back = np.argsort(tails, kind="stable")
+  return (_reached(np.array([start]), heads, tails, num_states)
+          & _reached(np.flatnonzero(accepting), tails[back], heads[back], num_states))
+
+
+def _reached(seeds: np.ndarray, heads: np.ndarray, tails: np.ndarray,
+             num_states: int) -> np.ndarray:
+  """bool [num_states]: the states reachable from `seeds` by arcs heads -> tails
+  (`heads` sorted), one level a step."""
+  first = np.searchsorted(heads, np.arange(num_states + 1))
+  seen = np.zeros(num_states, bool)
+  seen[seeds] = True
+  frontier = np.flatnonzero(seen)
+  while len(frontier):
+    lo, count = first[frontier], first[frontier + 1] - first[frontier]
+    reached = tails[np.arange(int(count.sum())) + (lo - (np.cumsum(count) - count)).repeat(count)]
+    reached = reached[~seen[reached]]
+    seen[reached] = True
+    frontier = np.unique(reached)
+  return seen
+
+
+def _entry_table(entries_of: dict, live: np.ndarray, width: int) -> np.ndarray:
+  """int64 [Q, width, 2]: each live state's counting entries (terminal, filter) from
+  `entries_of`, padded with -1 (dead states and states without entries: all -1)."""
+  table = np.full((len(live), width, 2), -1, np.int64)
+  if not entries_of:
+    return table
+  states = np.fromiter(entries_of, np.int64, len(entries_of))
+  lengths = np.fromiter(map(len, entries_of.values()), np.int64, len(entries_of))
+  flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(
+      entries_of.values())), np.int64, 2 * int(lengths.sum())).reshape(-1, 2)
+  state_of = states.repeat(lengths)
+  column = np.arange(len(flat)) - (np.cumsum(lengths) - lengths).repeat(lengths)
+  keep = live[state_of]
+  table[state_of[keep], column[keep]] = flat[keep]
+  return table
+
+
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(distinct rows in lexicographic order, index of each row among them): what
+  `np.unique(rows, axis=0, return_inverse=True)` returns, by one lexsort over the
+  columns (np.unique sorts the rows as structured scalars, several times slower)."""
+  order = np.lexsort(rows.T[::-1])
+  ordered = rows[order]
+  first = np.ones(len(rows), bool)
+  first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+  inverse = np.empty(len(rows), np.int64)
+  inverse[order] = np.cumsum(first) - 1
+  return ordered[first], inverse
 
 
 def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):

@@ -57,8 +57,11 @@ class _Rows:
   def __len__(self) -> int:
     return len(self._rows)
 
-  def add(self, bits: np.ndarray) -> int:
-    k = self._index.setdefault(bits.tobytes(), len(self._rows))
+  def add(self, bits: np.ndarray, key: bytes | None = None) -> int:
+    """The number of `bits` (`key`, when given, is `bits.tobytes()`: hashing a row of
+    a large vocabulary is the cost of this call, so a caller that adds one row to two
+    `_Rows` passes it)."""
+    k = self._index.setdefault(bits.tobytes() if key is None else key, len(self._rows))
     if k == len(self._rows):
       self._rows.append(bits)
     return k
@@ -86,6 +89,7 @@ class CountingTerminals:
     self._ids: dict = {}
     self._sources: dict = {}  # class row -> its `_ClassCounts` (bound bitmaps cached)
     self._bodies: dict = {}  # chain body -> a small id for the keys of `_ids`
+    self._over: dict = {}  # (class row, r) -> `_over_bits`; (.., "not") -> its complement
 
   def class_row(self, klass: ir.CharClass, counts: _ClassCounts) -> int:
     """The row of `token_counts` of class `klass` (added on first use)."""
@@ -144,23 +148,44 @@ class CountingTerminals:
     # An unbounded chain's positions read X without limit (r = inf): a token past its
     # last position m2 lands on the strip after it (see "Unbounded chains").
     unbounded = chain.max is None
-    for j, k_slot in zip(*np.nonzero(cell >= 0)):
-      j, k_slot = int(j), int(k_slot)
-      state, r = int(cell[j, k_slot]), (max_count + 1 if unbounded else m2 - j)
-      after = int(cell[min(j + 1, m2), 0])  # For liveness only.
+
+    def entries_at(k_slot: int, r: int) -> list:
       entries = []
       if k_slot == 0 and r >= 1 and max_count:
         entries.append((every, -1 if unbounded else at_most(r)))
-        moves.append((state, after))
       if k_slot and r >= 1:
-        for terminal, k in finish.get(k_slot, ()):
-          entries.append((terminal, -1 if unbounded else at_most(r - 1 + k)))
-          moves.append((state, after))
-        for terminal, k2 in inside.get(k_slot, ()):
-          entries.append((terminal, -1))
-          moves.append((state, int(cell[j, k2])))
+        entries += [(terminal, -1 if unbounded else at_most(r - 1 + k))
+                    for terminal, k in finish.get(k_slot, ())]
+        entries += [(terminal, -1) for terminal, _ in inside.get(k_slot, ())]
+      return entries
+
+    # The entries depend on the slot and on r up to max_count + 1 (past it no bound is
+    # left): built once per pair, one list shared by the states that have them.
+    js, ks = np.nonzero(cell >= 0)
+    states = cell[js, ks]
+    rs = (np.full(len(js), max_count + 1) if unbounded
+          else np.minimum(m2 - js, max_count + 1))
+    shared: dict[tuple[int, int], list] = {}
+    has = np.zeros(len(js), bool)
+    for i, (state, k_slot, r) in enumerate(zip(states.tolist(), ks.tolist(), rs.tolist())):
+      entries = shared.get((k_slot, r))
+      if entries is None:
+        entries = shared[(k_slot, r)] = entries_at(k_slot, r)
       if entries:
         entries_of[state] = entries
+        has[i] = True
+    # Moves (for liveness only): each entry finishing X to the next position, each one
+    # ending inside X to the slot it ends in.
+    js, ks, states = js[has], ks[has], states[has]
+    finishing = np.array([1] + [len(finish.get(k, ())) for k in range(1, stride)], np.int64)
+    src = [states.repeat(finishing[ks])]
+    dst = [cell[np.minimum(js + 1, m2), 0].repeat(finishing[ks])]
+    for k_slot, listed in inside.items():
+      at = ks == k_slot
+      for _, k2 in listed:
+        src.append(states[at])
+        dst.append(cell[js[at], k2])
+    moves += zip(np.concatenate(src).tolist(), np.concatenate(dst).tolist())
     return True
 
   def strip_down(self, chain: Chain, stride: int, counts: _ClassCounts) -> tuple[int, int]:
@@ -192,7 +217,7 @@ class CountingTerminals:
     return _bitmap(self._sources[row], r, self.num_words)
 
   def fold(self, mask_bits: np.ndarray, row_of_group: np.ndarray, entries_of_group: list,
-           min_bucket: int) -> "Folded":
+           min_bucket: int, *, entry_ids: np.ndarray | None = None) -> "Folded":
     """Mask rows with each group's counting entries ORed in, deduplicated again.
 
     `row_of_group[k]` is group k's row of `mask_bits` (its explicit tokens and ordinary
@@ -204,20 +229,43 @@ class CountingTerminals:
     distinct set (a row per remaining count below the longest token, per slot). When
     exclusion rows would not make the padded rows fewer (short chains), every group
     keeps its exact row and the device gathers no exclusion row.
+
+    `entry_ids` (int64 [G], optional) are equal exactly where the groups' entries are:
+    then the groups are deduplicated in numpy, and `entries_of_group` is read only at
+    the first group of each distinct (row, entries).
     """
+    row_of_group = np.asarray(row_of_group)
+    first_groups, inverse = None, None
+    if entry_ids is not None and len(row_of_group):
+      key = row_of_group.astype(np.int64) * (int(entry_ids.max()) + 1) + entry_ids
+      _, first_groups, inverse = np.unique(key, return_index=True, return_inverse=True)
+      # In order of first appearance, as the loop below numbers rows.
+      by_first = np.argsort(first_groups)
+      rank = np.empty(len(by_first), np.int64)
+      rank[by_first] = np.arange(len(by_first))
+      first_groups, inverse = first_groups[by_first], rank[inverse.reshape(-1)]
     exact_rows, split_rows = _Rows(), _Rows()
     excluded: dict[tuple[int, int], int] = {}  # (class row, r) -> row of excluded_bits
     row_of: dict[tuple, tuple[int, int, int]] = {}
     groups = np.zeros((len(row_of_group), 3), np.int32)  # exact row, split row, exclusion
-    for k, (row, entries) in enumerate(zip(np.asarray(row_of_group).tolist(), entries_of_group)):
+    parts: dict[tuple, tuple] = {}  # `_split`'s pieces shared across r
+    visited = (range(len(row_of_group)) if first_groups is None
+               else first_groups.tolist())
+    rows = row_of_group.tolist()
+    for k in visited:
+      row, entries = rows[k], entries_of_group[k]
       key = (row, entries)
       hit = row_of.get(key)
       if hit is None:
-        exact, loose, exclusion = self._split(mask_bits[row], entries)
+        exact, loose, exclusion = self._split(mask_bits, row, entries, parts)
         x = 0 if exclusion is None else excluded.setdefault(exclusion, len(excluded) + 1)
-        hit = row_of[key] = (exact_rows.add(exact), split_rows.add(exact if x == 0 else loose),
+        exact_key = exact.tobytes()
+        hit = row_of[key] = (exact_rows.add(exact, exact_key),
+                             split_rows.add(exact, exact_key) if x == 0 else split_rows.add(*loose),
                              x)
       groups[k] = hit
+    if first_groups is not None:
+      groups = groups[first_groups][inverse]
     w = mask_bits.shape[1]
     bucket = lambda n: _tables.bucket_size(n, min_bucket)  # pylint: disable=unnecessary-lambda-assignment
     if not excluded or bucket(len(exact_rows)) <= bucket(len(split_rows)) + bucket(
@@ -229,26 +277,55 @@ class CountingTerminals:
       excluded_bits[x] = self._over_bits(class_row, r)
     return Folded(split_rows.padded(bucket, w), groups[:, 1], excluded_bits, groups[:, 2])
 
-  def _split(self, explicit: np.ndarray, entries) -> tuple[np.ndarray, np.ndarray | None,
-                                                           tuple | None]:
-    """(exact, row, (class row, r)): the allowed set of a group with mask row `explicit`
-    and counting `entries`, and the row that equals it less the tokens of more than r
-    characters of the class; (exact, None, None) when no single bound r makes that
-    exact."""
-    exact = explicit | self.union(entries) if entries else explicit
+  def _split(self, mask_bits: np.ndarray, row: int, entries, parts: dict
+             ) -> tuple[np.ndarray, tuple[np.ndarray, bytes] | None, tuple | None]:
+    """(exact, (row, its bytes), (class row, r)): the allowed set of a group with mask
+    row `row` and counting `entries`, and the row that equals it less the tokens of more
+    than r characters of the class; (exact, None, None) when no single bound r makes
+    that exact.
+
+    Groups near a chain's end differ only in r: the tokens of their entries without the
+    bound (`parts`, keyed by row and entries less bounds) are ORed once for all r, and
+    exact = those without a bound | (those with one & 1..r characters), as & distributes
+    over |.
+    """
+    explicit = mask_bits[row]
+    if not entries:
+      return explicit, None, None
     bounds = {(self.counts[t][0], _tables.AT_MOST - f) for t, f in entries if f <= _tables.AT_MOST}
     if len(bounds) != 1:
-      return exact, None, None
+      return explicit | self.union(entries), None, None
     (class_row, r), = bounds
-    loose = explicit | self.union(tuple((t, -1 if f <= _tables.AT_MOST else f)
-                                        for t, f in entries))
-    if not np.array_equal(loose & ~self._over_bits(class_row, r), exact):
+    unbounded = tuple(e for e in entries if e[1] > _tables.AT_MOST)
+    bounded = tuple(t for t, f in entries if f <= _tables.AT_MOST)
+    key = (row, unbounded, bounded)
+    hit = parts.get(key)
+    if hit is None:
+      free = explicit | self.union(unbounded) if unbounded else explicit
+      capped = self.union(tuple((t, -1) for t in bounded))
+      loose = free | capped
+      hit = parts[key] = (free, capped, (loose, loose.tobytes()))
+    free, capped, loose = hit
+    exact = free | (capped & self._bound_bits(class_row, r))
+    if not np.array_equal(loose[0] & self._not_over_bits(class_row, r), exact):
       return exact, None, None
     return exact, loose, (class_row, r)
 
+  def _not_over_bits(self, row: int, r: int) -> np.ndarray:
+    """uint32 [W]: `~_over_bits(row, r)` (cached per compile, like it)."""
+    bits = self._over.get((row, r, "not"))
+    if bits is None:
+      bits = self._over[(row, r, "not")] = ~self._over_bits(row, r)
+    return bits
+
   def _over_bits(self, row: int, r: int) -> np.ndarray:
-    """uint32 [W]: the tokens of more than r characters of class row `row`."""
-    return self._bound_bits(row, np.iinfo(np.int8).max) & ~self._bound_bits(row, r)
+    """uint32 [W]: the tokens of more than r characters of class row `row` (cached per
+    compile: `fold` asks once per group shape)."""
+    bits = self._over.get((row, r))
+    if bits is None:
+      bits = self._over[(row, r)] = (self._bound_bits(row, np.iinfo(np.int8).max)
+                                     & ~self._bound_bits(row, r))
+    return bits
 
 
 def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,
