@@ -176,8 +176,8 @@ def _header(archive, path) -> TablesHeader:
   if version != _VERSIONS[kind]:
     raise TablesVersionError(
         f"{where!r} has tables format version {version!r}. Expected version "
-        f"{_VERSIONS[kind]} (this library's {kind.rsplit('.', 1)[1]} files). Recompile the constraint with this "
-        f"version (`constrained-decoding compile ... -o FILE`).")
+        f"{_VERSIONS[kind]} (this library's {kind.rsplit('.', 1)[1]} files). Recompile "
+        f"the constraint with this version (`constrained-decoding compile ... -o FILE`).")
   try:
     return TablesHeader(format_version=int(version),
                         vocab_fingerprint=str(raw["vocab_fingerprint"]),

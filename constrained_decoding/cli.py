@@ -14,7 +14,8 @@ the job (bad flags, unreadable input, a model that does not load).
 
 `compile`: one constraint compiled for a model's vocabulary and saved with `-o FILE`
 (`ConstraintTables.save`, or `LexedTables.save` for a grammar with a lexer:
-`--builtin-grammar python|go|sql`, `--grammar FILE.lark --lexer`), for `cd.load_tables` on machines without pynini.
+`--builtin-grammar python|go|sql`, `--grammar FILE.lark --lexer`), for `cd.load_tables`
+on machines without pynini.
 """
 
 import argparse
