@@ -31,6 +31,7 @@ import hashlib
 
 import numpy as np
 
+from constrained_decoding import _arrays
 from constrained_decoding.automata import _fsa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _regex
@@ -208,7 +209,7 @@ def _minimize(trans: np.ndarray, label: np.ndarray, start: int):
   block = block.reshape(-1)
   while True:
     sig = np.concatenate([block[:, None], block[full]], axis=1)
-    _, new = np.unique(sig, axis=0, return_inverse=True)
+    _, new = _arrays.unique_rows(sig, return_inverse=True)
     new = new.reshape(-1)
     if new.max() == block.max():
       break
@@ -454,7 +455,7 @@ def reachable(trans: np.ndarray) -> np.ndarray:
   """
   n = trans.shape[0]
   src, col = np.nonzero(trans >= 0)
-  edges = np.unique(src.astype(np.int64) * n + trans[src, col])
+  edges = _arrays.sorted_unique(src.astype(np.int64) * n + trans[src, col])
   starts = np.searchsorted(edges // n, np.arange(n + 1))
   succ = [edges[starts[s]:starts[s + 1]] % n for s in range(n)]
   succ = [row.tolist() for row in succ]

@@ -24,6 +24,7 @@ import hashlib
 
 import numpy as np
 
+from constrained_decoding import _arrays
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 
@@ -463,7 +464,7 @@ def state_predecessors(table: np.ndarray) -> list[np.ndarray]:
   src = np.repeat(np.arange(q, dtype=np.int64), table.shape[1])
   dst = table.reshape(-1).astype(np.int64)
   keep = dst >= 0
-  pairs = np.unique(dst[keep] * q + src[keep])
+  pairs = _arrays.sorted_unique(dst[keep] * q + src[keep])
   bounds = np.searchsorted(pairs // q, np.arange(q + 1))
   sources = (pairs % q).astype(np.int64)
   return [sources[bounds[r]:bounds[r + 1]] for r in range(q)]

@@ -42,6 +42,7 @@ import time
 import numpy as np
 import pywrapfst
 
+from constrained_decoding import _arrays
 from constrained_decoding import errors
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _registers
@@ -690,11 +691,12 @@ def compose_token_pda(
   # Edge groups: one per (origin, pop sequence); push sequences interned.
   items = configs.items
   push_ids: dict[tuple[int, ...], int] = {(): 0}
-  unique_cfg, inverse = np.unique(cfg, return_inverse=True)
+  unique_cfg, inverse = _arrays.sorted_unique(cfg, return_inverse=True)
   cfg_target = np.array([items[int(c)][0] for c in unique_cfg], np.int64)
   cfg_push = np.array([push_ids.setdefault(items[int(c)][1], len(push_ids))
                        for c in unique_cfg], np.int64)
-  pair, group_of_edge = np.unique(origin * (1 << 32) + popped, return_inverse=True)
+  pair, group_of_edge = _arrays.sorted_unique(origin * (1 << 32) + popped,
+                                              return_inverse=True)
   group_ids = {(int(v >> 32), pops.items[int(v & 0xFFFFFFFF)]): g
                for g, v in enumerate(pair.tolist())}
   edge_group = group_of_edge.astype(np.int64)

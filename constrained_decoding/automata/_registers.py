@@ -46,6 +46,7 @@ import dataclasses
 
 import numpy as np
 
+from constrained_decoding import _arrays
 from constrained_decoding.automata import _unique_strings
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
@@ -181,7 +182,7 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int, int], .
   while len(frontier):
     lo, hi = pred_start[frontier], pred_start[frontier + 1]
     preds = pred_src[np.repeat(lo, hi - lo) + _ranges(hi - lo)]
-    frontier = np.unique(preds[~free[preds]])
+    frontier = _arrays.sorted_unique(preds[~free[preds]])
     free[frontier] = True
   successors: dict[int, list] = {}
   stuck = ~free[src]  # Arcs of the states left, the few inside keys.

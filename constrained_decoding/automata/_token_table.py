@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from constrained_decoding import _arrays
 from constrained_decoding.automata import _lexer
 from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_file
 from constrained_decoding.automata._lexer import LexerDfa
@@ -143,7 +144,7 @@ def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: 
   # Bytes in classes by which states they loop on (17 classes for Python's lexer: one
   # word per node and state instead of 256 bits).
   loop = trans == np.arange(lexer.num_states)[:, None]
-  loop_classes, byte_class = np.unique(loop.T, axis=0, return_inverse=True)
+  loop_classes, byte_class = _arrays.unique_rows(loop.T, return_inverse=True)
   words = (len(loop_classes) + 63) // 64
   end_of, below = _subtrees(trie, byte_class.reshape(-1), words)
   src, cls = np.nonzero(loop_classes.T)
@@ -196,7 +197,7 @@ def _walk_subtrees(lexer: LexerDfa, trie: VocabTrie, nodes: np.ndarray, states: 
       if grow.any():
         w = idx[grow]
         keys = cs[w] * n_cls + e[grow]
-        uniq, inv = np.unique(keys, return_inverse=True)
+        uniq, inv = _arrays.sorted_unique(keys, return_inverse=True)
         ids = np.empty(len(uniq), np.int64)
         for j, key in enumerate(uniq.tolist()):
           k = seq_index.get(key)
@@ -247,7 +248,7 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   live = q1 >= 0
   r_idx = np.broadcast_to(np.arange(len(root_bytes)), q1.shape)
   pair_key = r_idx * n_states + np.maximum(q1, 0)
-  roots, group_of = np.unique(pair_key[live], return_inverse=True)
+  roots, group_of = _arrays.sorted_unique(pair_key[live], return_inverse=True)
   group = np.full(q1.shape, -1, np.int64)
   group[live] = group_of.reshape(-1)
   g, lo, hi, seq, fin, seq_parent, seq_item = _walk_subtrees(
@@ -291,8 +292,8 @@ def build_token_table(lexer: LexerDfa, trie: VocabTrie, vocab_size: int | None =
   seq_id = {t: k for k, t in enumerate(seqs)}
   has_lead = e_lead >= 0
   if has_lead.any():
-    pair_keys, inv = np.unique(e_lead[has_lead] * len(seqs) + e_seq[has_lead],
-                               return_inverse=True)
+    pair_keys, inv = _arrays.sorted_unique(e_lead[has_lead] * len(seqs) + e_seq[has_lead],
+                                           return_inverse=True)
     mapped = np.empty(len(pair_keys), np.int64)
     n_old = len(seqs)
     for j, key in enumerate(pair_keys.tolist()):

@@ -44,6 +44,7 @@ import dataclasses
 
 import numpy as np
 
+from constrained_decoding import _arrays
 from constrained_decoding import errors
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _lexer
@@ -133,7 +134,7 @@ def _state_slots(tt: _token_table.TokenTable, n_states: int, vocab_size: int) ->
       (key // k_max % (vocab_size + 1), vocab_size), (key % k_max, -1))
   # Distinct sequences per state: one parser lane each, ascending.
   n_seq = len(tt.seq_start)
-  pairs, lane = np.unique(k_state * n_seq + tt.class_seq, return_inverse=True)
+  pairs, lane = _arrays.sorted_unique(k_state * n_seq + tt.class_seq, return_inverse=True)
   (out["state_seq_lanes"],) = _pack_rows(pairs // n_seq, n_states, (pairs % n_seq, -1))
   lane_counts = np.bincount(pairs // n_seq, minlength=n_states)
   out["state_slot_lane"] = np.full(out["state_outcomes"].shape, -1, np.int32)
