@@ -13,15 +13,21 @@ or `np.lexsort`, never to a different answer.
 import numpy as np
 
 _KEY_BITS = 63  # Packed keys stay non-negative int64.
+# Sizes below which np.unique itself is faster (its fixed cost is smaller): measured with
+# numpy 2.4.6, ~2-5 us a call either way there.
+SMALL_VALUES = 64  # Values (or rows) alone.
+SMALL_POSITIONS = 1500  # With return_index or return_inverse.
 
 
 def sorted_unique(values: np.ndarray, *, return_index: bool = False,
                   return_inverse: bool = False, return_counts: bool = False):
   """`np.unique(values, return_index=..., return_inverse=..., return_counts=...)` for an
   integer or bool array: the same arrays, dtypes and shapes (the inverse has `values`'
-  shape), by sorting instead of hashing. Other dtypes go to `np.unique` itself."""
+  shape), by sorting instead of hashing. Other dtypes, and inputs small enough for
+  `np.unique` to be faster, go to `np.unique` itself."""
   values = np.asarray(values)
-  if values.size == 0 or values.dtype.kind not in "biu":
+  small = SMALL_POSITIONS if return_index or return_inverse else SMALL_VALUES
+  if values.size < max(small, 1) or values.dtype.kind not in "biu":
     return np.unique(values, return_index=return_index, return_inverse=return_inverse,
                      return_counts=return_counts)
   flat = values.reshape(-1)
@@ -53,7 +59,8 @@ def unique_rows(rows: np.ndarray, *, return_index: bool = False,
   arrays and dtypes. Rows whose columns' ranges fit in one int64 become one key each
   (`sorted_unique`); wider rows are ordered by `np.lexsort`."""
   rows = np.asarray(rows)
-  if rows.ndim != 2 or rows.size == 0 or rows.dtype.kind not in "biu":
+  if (rows.ndim != 2 or rows.size == 0 or len(rows) < SMALL_VALUES
+      or rows.dtype.kind not in "biu"):
     return np.unique(rows, axis=0, return_index=return_index,
                      return_inverse=return_inverse, return_counts=return_counts)
   packed = _packed_rows(rows)

@@ -12,6 +12,13 @@ import pytest
 
 from constrained_decoding import _arrays
 
+@pytest.fixture(name="no_small_cutoff")
+def fixture_no_small_cutoff(monkeypatch):
+  """Every input, however small, takes the sorting paths (not np.unique's)."""
+  monkeypatch.setattr(_arrays, "SMALL_VALUES", 0)
+  monkeypatch.setattr(_arrays, "SMALL_POSITIONS", 0)
+
+
 _FLAGS = [dict(zip(("return_index", "return_inverse", "return_counts"), bits))
           for bits in itertools.product([False, True], repeat=3)]
 
@@ -44,7 +51,7 @@ def _arrays_1d(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("flags", _FLAGS, ids=str)
-def test_sorted_unique_equals_np_unique(seed, flags):
+def test_sorted_unique_equals_np_unique(seed, flags, no_small_cutoff):
   for values in _arrays_1d(seed):
     _assert_same(_arrays.sorted_unique(values, **flags), np.unique(values, **flags))
 
@@ -64,6 +71,17 @@ def _rows(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("flags", _FLAGS, ids=str)
-def test_unique_rows_equals_np_unique_axis0(seed, flags):
+def test_unique_rows_equals_np_unique_axis0(seed, flags, no_small_cutoff):
   for rows in _rows(seed):
+    _assert_same(_arrays.unique_rows(rows, **flags), np.unique(rows, axis=0, **flags))
+
+
+@pytest.mark.parametrize("flags", _FLAGS, ids=str)
+def test_sizes_around_the_small_cutoffs(flags):
+  rng = np.random.default_rng(0)
+  for n in (_arrays.SMALL_VALUES - 1, _arrays.SMALL_VALUES, _arrays.SMALL_POSITIONS - 1,
+            _arrays.SMALL_POSITIONS, 3000):
+    values = rng.integers(-n, n, n)
+    _assert_same(_arrays.sorted_unique(values, **flags), np.unique(values, **flags))
+    rows = rng.integers(-3, 3, (n, 2))
     _assert_same(_arrays.unique_rows(rows, **flags), np.unique(rows, axis=0, **flags))
