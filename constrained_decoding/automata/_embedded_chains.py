@@ -46,6 +46,7 @@ import dataclasses
 
 import numpy as np
 
+from constrained_decoding import _arrays
 from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
@@ -475,7 +476,7 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   if start < 0:
     return None
   # Far from the chains' ends the entry lists repeat (relative targets): stored once.
-  distinct, row_of = np.unique(rows.reshape(len(rows), -1), axis=0, return_inverse=True)
+  distinct, row_of = _arrays.unique_rows(rows.reshape(len(rows), -1), return_inverse=True)
   rows = np.full((_tables.bucket_size(len(distinct), min_bucket),) + rows.shape[1:],
                  _tables.NO_STATE, np.int32)
   rows[:len(distinct)] = distinct.reshape((-1,) + rows.shape[1:])
