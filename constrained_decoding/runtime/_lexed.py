@@ -76,6 +76,8 @@ Public:
   init_state(tables, batch_size, constraint_ids=)   the start state of each row.
   allowed_bits / allowed_tokens(tables, state)   packed uint32 [B, W] / bool [B, V].
   advance(tables, state, tokens)            consume one token per row.
+  allowed_bits_and_advance(tables, state)   both from one run of the lanes (the decode
+                                            loop's step).
 """
 
 import jax
@@ -422,14 +424,26 @@ def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "
     DecodingArgumentError: `state` does not fit `tables` (at trace time inside jit).
   """
   _check_state("allowed_bits", tables, state)
-  b, d = state.stack.shape
-  slots = tables.state_outcomes[state.state]  # [B, K]
-  # One lane per distinct sequence of the state, and one for the end of sequence.
+  return _bits_of_lanes(tables, state, _state_lanes(tables, state))
+
+
+def _state_lanes(tables: LexedTables, state: ConstraintState) -> dict:
+  """`_lanes` of each row's lexer state: one per distinct sequence of the state, then
+  one for the end of sequence; each value [B, Ks + 1, ...]."""
+  b = state.stack.shape[0]
   seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
-  end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
+  end_items, _ = _end_lane(tables, state.state, _lane_width(tables))
   items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
   lanes = _lanes(tables, state, items)
-  ok, top, paren, room = (lanes[k].reshape(b, -1) for k in ("ok", "top", "paren", "room"))
+  return {k: v.reshape(b, -1, *v.shape[1:]) for k, v in lanes.items() if k != "steps"}
+
+
+def _bits_of_lanes(tables: LexedTables, state: ConstraintState, lanes: dict):
+  """`allowed_bits` from the rows' `_state_lanes`."""
+  b = state.stack.shape[0]
+  slots = tables.state_outcomes[state.state]  # [B, K]
+  end_reach = tables.state_end_item[state.state] != -2
+  ok, top, paren, room = (lanes[k] for k in ("ok", "top", "paren", "room"))
   end_ok = ok[:, -1] & end_reach & _end_ok(tables, top[:, -1])
   # Each slot: its sequence's lane, then the lexeme left pending in its final state.
   lane = jnp.maximum(tables.state_slot_lane[state.state], 0)  # [B, K]
@@ -499,7 +513,50 @@ def advance(tables: LexedTables, state: ConstraintState,
   batch = _check_state("advance", tables, state)
   tokens = _check_int_array("advance", "tokens", tokens, (batch,), tables.vocab_size,
                             "token ids")
-  b, d = state.stack.shape
+  b = state.stack.shape[0]
+  is_eos, _, outcome = _token_outcome(tables, state, tokens)
+  items = _sequence_items(
+      tables, jnp.where(outcome >= 0, tables.outcome_seq[jnp.maximum(outcome, 0)], -1))
+  end_items, _ = _end_lane(tables, state.state, _lane_width(tables))
+  # Two lanes per row: the token's lexemes, and the end of sequence.
+  lanes = _lanes(tables, state, jnp.stack([items, end_items], axis=1))
+  lanes = {k: v.reshape(b, 2, *v.shape[1:]) for k, v in lanes.items() if k != "steps"}
+  return _take_lane(tables, state, is_eos, outcome, {k: v[:, 0] for k, v in lanes.items()},
+                    {k: v[:, 1] for k, v in lanes.items()})
+
+
+def allowed_bits_and_advance(tables: LexedTables, state: ConstraintState):
+  """`(allowed_bits(tables, state), step)` where `step(tokens)` equals
+  `advance(tables, state, tokens)`, from one run of the lanes.
+
+  A token's lexemes are the sequence of one of its lexer state's lanes (the lane its
+  outcome slot takes in `allowed_bits`), and the end of sequence is the last lane, so
+  `step` picks those lanes' results instead of running the parser again: a decode step
+  (mask, sample, advance) compiles and runs the lanes' loop once, not twice.
+
+  Raises:
+    DecodingArgumentError: as `allowed_bits`; `step` as `advance`.
+  """
+  batch = _check_state("allowed_bits", tables, state)
+  lanes = _state_lanes(tables, state)
+
+  def step(tokens: ArrayLike) -> ConstraintState:
+    tokens = _check_int_array("advance", "tokens", tokens, (batch,), tables.vocab_size,
+                              "token ids")
+    is_eos, slot, outcome = _token_outcome(tables, state, tokens)
+    lane = jnp.take_along_axis(tables.state_slot_lane[state.state],
+                               jnp.maximum(slot, 0)[:, None], axis=1)[:, 0]
+    rows = jnp.arange(batch)
+    token_lane = {k: v[rows, jnp.maximum(lane, 0)] for k, v in lanes.items()}
+    return _take_lane(tables, state, is_eos, outcome, token_lane,
+                      {k: v[:, -1] for k, v in lanes.items()})
+
+  return _bits_of_lanes(tables, state, lanes), step
+
+
+def _token_outcome(tables: LexedTables, state: ConstraintState, tokens):
+  """(is_eos, slot, outcome) [B] of each row's token in its lexer state: slot and
+  outcome -1 for an end of sequence or a token dead there (or out of range)."""
   tokens = jnp.asarray(tokens, jnp.int32)
   in_range = (tokens >= 0) & (tokens < tables.vocab_size)
   safe = jnp.where(in_range, tokens, 0)
@@ -510,22 +567,21 @@ def advance(tables: LexedTables, state: ConstraintState,
       slot >= 0,
       jnp.take_along_axis(tables.state_outcomes[state.state], jnp.maximum(slot, 0)[:, None],
                           axis=1)[:, 0], -1)
-  o = jnp.maximum(outcome, 0)
-  items = _sequence_items(tables, jnp.where(outcome >= 0, tables.outcome_seq[o], -1))
-  final = tables.outcome_final[o]
-  end_items, end_reach = _end_lane(tables, state.state, _lane_width(tables))
-  # Two lanes per row on full stacks: the token's lexemes, and the end of sequence.
-  lanes = _lanes(tables, state, jnp.stack([items, end_items], axis=1))
-  ok = lanes["ok"].reshape(b, 2)
-  top = lanes["top"].reshape(b, 2)
-  moved = ok[:, 0] & (outcome >= 0) & _pending_ok(
-      tables, top[:, 0], final, lanes["paren"].reshape(b, 2)[:, 0],
-      lanes["room"].reshape(b, 2)[:, 0])
-  end = is_eos & ok[:, 1] & end_reach & _end_ok(tables, top[:, 1])
+  return is_eos, slot, outcome
+
+
+def _take_lane(tables: LexedTables, state: ConstraintState, is_eos, outcome, pick: dict,
+               end_lane: dict) -> ConstraintState:
+  """The rows after their token: `pick` is the lane of its lexemes, `end_lane` the end
+  of sequence's (each a dict of [B, ...] `_lanes` results)."""
+  b = state.stack.shape[0]
+  final = tables.outcome_final[jnp.maximum(outcome, 0)]
+  end_reach = tables.state_end_item[state.state] != -2
+  moved = pick["ok"] & (outcome >= 0) & _pending_ok(tables, pick["top"], final,
+                                                    pick["paren"], pick["room"])
+  end = is_eos & end_lane["ok"] & end_reach & _end_ok(tables, end_lane["top"])
   active = ~(state.done | state.error)
   take = active & moved
-  first = jnp.arange(b) * 2
-  pick = {k: v[first] for k, v in lanes.items() if k != "steps"}
   stack, widths = _materialize(state, pick, jnp.arange(b))
   registers = jnp.concatenate(
       [pick["paren"][:, None], (pick["ibase"] + pick["isize"])[:, None], widths], axis=1)

@@ -302,6 +302,20 @@ def test_accelerator_lane_settings_agree_with_cpu_ones(setup, monkeypatch):
   _walk(setup, steps=20, seed=11, compare_with=other)
 
 
+def test_advance_from_the_mask_lanes_agrees_with_advance(setup):
+  # The decode loop's step: `advance` from the lanes `allowed_bits` ran (the token's
+  # sequence lane and the end lane), not a run of its own. Same states on random walks
+  # (indentation included), and on refused, end-of-sequence and out-of-range tokens.
+  fused = jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(t, s)[1](k))
+  _walk(setup, steps=16, seed=12, compare_with=(setup.allowed, fused))
+  state = _lexed.init_state(setup.tables, _BATCH)
+  refused = int(np.flatnonzero(~np.asarray(setup.allowed(setup.tables, state))[0])[0])
+  tokens = jnp.array(([refused, setup.eos, setup.vocab.vocab_size + 5, -1] * _BATCH)[:_BATCH])
+  for a, b in zip(jax.tree_util.tree_leaves(fused(setup.tables, state, tokens)),
+                  jax.tree_util.tree_leaves(setup.advance(setup.tables, state, tokens))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def _fields_in_subset(node: ast.JoinedStr) -> bool:
   """Whether an f-string's fields are names with attributes and name or integer
   subscripts, without nested fields in the format spec (`_FSTRING`)."""
