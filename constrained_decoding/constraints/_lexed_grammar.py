@@ -298,6 +298,7 @@ def compile_lexed_grammar(text: str, vocab, *, start: str = "start",
           class_paren[c] = sign
   members.append([])
   nl_needs_indent = _newline_needs_indent(lr, indentation)
+  _check_newline_first(lr, indentation)
   goto_id, goto_chain = _unit_chains(lr)
   width = max([len(m) for m in members] + [1])
   class_members = np.full((max(len(members), 1), width), -1, np.int32)
@@ -414,6 +415,19 @@ def _unit_chains(lr: _lr.LrTables) -> tuple[np.ndarray, np.ndarray]:
   if lr.action.shape[0] < 2**15:  # Half the bytes (stacked tables widen it again).
     chain = chain.astype(np.int16)
   return goto_id, chain
+
+
+def _check_newline_first(lr: _lr.LrTables, indentation) -> None:
+  """With indentation the text starts at a line start: the parser's first terminal is
+  the newline (`Indentation`), so a start rule that cannot begin with it (`start:
+  stmt+`) would allow no token at all. Raises UnsupportedGrammarFeatureError then."""
+  if indentation is not None and lr.action[0, NEWLINE_ID] == 0:
+    raise errors.UnsupportedGrammarFeatureError(
+        f"Lark grammar's start rule cannot begin with {indentation.newline}, and with"
+        " indentation the text starts at a line start (a newline lexeme first), so no"
+        f" token would be allowed. Expected a start rule that takes {indentation.newline}"
+        f" first, as Python's `file_input: ({indentation.newline} | stmt)*`. Write the"
+        " start rule so.")
 
 
 def _newline_needs_indent(lr: _lr.LrTables, indentation) -> np.ndarray:

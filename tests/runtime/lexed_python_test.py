@@ -501,3 +501,12 @@ def test_indentation_errors():
          'head: "h"\n_NEWLINE: /\\n[ ]*/\n%declare _INDENT _DEDENT\n')
   with pytest.raises(errors.UnsupportedGrammarFeatureError, match="opens a block"):
     _lexed_grammar.compile_lexed_grammar(bad, vocab, indentation=_INDENT)
+  # The text starts at a line start: a start rule that cannot take the newline first
+  # would allow no token at all.
+  blocks = ('stmt: NAME ":" _NEWLINE _INDENT stmt+ _DEDENT | NAME _NEWLINE\n'
+            '_NEWLINE: /(\\r?\\n[\\t ]*)+/\nNAME: /[a-z]+/\n%declare _INDENT _DEDENT\n')
+  with pytest.raises(errors.UnsupportedGrammarFeatureError, match="take.* _NEWLINE first"):
+    _lexed_grammar.compile_lexed_grammar("start: stmt+\n" + blocks, vocab,
+                                         indentation=_INDENT)
+  _lexed_grammar.compile_lexed_grammar("start: (_NEWLINE | stmt)*\n" + blocks, vocab,
+                                       indentation=_INDENT)
