@@ -40,16 +40,8 @@ def sorted_unique(values: np.ndarray, *, return_index: bool = False,
   first = np.empty(len(flat), bool)  # Where each run of equal values starts.
   first[0] = True
   np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-  out = [ordered[first]]
-  if return_index:
-    out.append(order[first])
-  if return_inverse:
-    inverse = np.empty(len(flat), np.intp)
-    inverse[order] = np.cumsum(first) - 1
-    out.append(inverse.reshape(values.shape))
-  if return_counts:
-    out.append(np.diff(np.append(np.flatnonzero(first), len(flat))))
-  return out[0] if len(out) == 1 else tuple(out)
+  return _from_runs(ordered, order, first, values.shape, return_index, return_inverse,
+                    return_counts)
 
 
 def unique_rows(rows: np.ndarray, *, return_index: bool = False,
@@ -76,15 +68,22 @@ def unique_rows(rows: np.ndarray, *, return_index: bool = False,
   first = np.empty(len(rows), bool)
   first[0] = True
   np.any(ordered[1:] != ordered[:-1], axis=1, out=first[1:])
+  return _from_runs(ordered, order, first, (len(rows),), return_index, return_inverse,
+                    return_counts)
+
+
+def _from_runs(ordered, order, first, shape, return_index, return_inverse, return_counts):
+  """np.unique's outputs from the sorted items `ordered` (`order`: their positions), where
+  `first` marks each run of equal items' start; the inverse takes `shape`."""
   out = [ordered[first]]
   if return_index:
     out.append(order[first])
   if return_inverse:
-    inverse = np.empty(len(rows), np.intp)
+    inverse = np.empty(len(first), np.intp)
     inverse[order] = np.cumsum(first) - 1
-    out.append(inverse)
+    out.append(inverse.reshape(shape))
   if return_counts:
-    out.append(np.diff(np.append(np.flatnonzero(first), len(rows))))
+    out.append(np.diff(np.append(np.flatnonzero(first), len(first))))
   return out[0] if len(out) == 1 else tuple(out)
 
 
