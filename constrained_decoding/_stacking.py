@@ -278,21 +278,10 @@ def _stacked_exclusions(tables: Sequence[ConstraintTables], used: list, g_pad: i
   row ids offset; empty when no part has any."""
   if not any(t.group_excluded.shape[0] for t in tables):
     return {}
-  group_excluded = np.zeros(g_pad, np.int32)
-  bits = [np.zeros((1, w), np.uint32)]
-  g_off, x_off = 0, 1
-  for t, u in zip(tables, used):
-    g = u[1]
-    if t.group_excluded.shape[0]:
-      own = np.asarray(t.group_excluded)[:g]
-      group_excluded[g_off:g_off + g] = np.where(own > 0, own + x_off - 1, 0)
-      bits.append(np.asarray(t.excluded_bits)[1:])
-      x_off += t.excluded_bits.shape[0] - 1
-    g_off += g
-  excluded_bits = np.concatenate(bits)
-  padded = np.zeros((bucket_size(len(excluded_bits), min_bucket), w), np.uint32)
-  padded[:len(excluded_bits)] = excluded_bits
-  return dict(group_excluded=group_excluded, excluded_bits=padded)
+  parts = [(u[1], np.asarray(t.group_excluded)[:, None] if t.group_excluded.shape[0]
+            else None, t.excluded_bits) for t, u in zip(tables, used)]
+  ids, bits = _stacked_bit_rows(parts, g_pad, 1, w, min_bucket)
+  return dict(group_excluded=np.ascontiguousarray(ids[:, 0]), excluded_bits=bits)
 
 
 def _stacked_capped_masks(tables: Sequence[ConstraintTables], used: list, g_pad: int,
@@ -305,19 +294,34 @@ def _stacked_capped_masks(tables: Sequence[ConstraintTables], used: list, g_pad:
                 capped_rows=np.zeros((0, 0), np.int32),
                 capped_bits=np.zeros((0, 0), np.uint32))
   limits = np.full((g_pad, l_pad), CAP_PAD, np.int32)
-  rows = np.zeros((g_pad, l_pad), np.int32)
+  g_off = 0
+  for t, u in zip(tables, used):
+    if t.capped_limits.shape[1]:
+      limits[g_off:g_off + u[1], :t.capped_limits.shape[1]] = t.capped_limits[:u[1]]
+    g_off += u[1]
+  parts = [(u[1], t.capped_rows if t.capped_limits.shape[1] else None, t.capped_bits)
+           for t, u in zip(tables, used)]
+  rows, bits = _stacked_bit_rows(parts, g_pad, l_pad, w, min_bucket)
+  return dict(capped_limits=limits, capped_rows=rows, capped_bits=bits)
+
+
+def _stacked_bit_rows(parts: list, g_pad: int, width: int, w: int,
+                      min_bucket: int) -> tuple[np.ndarray, np.ndarray]:
+  """Bitmap rows referenced by group: per part (its g groups, their row ids `[>= g, k]`
+  with 0 the empty row, or None; its bitmap rows, row 0 empty), the ids stacked into
+  `[g_pad, width]` with each part's rows after the others' (0 kept as the shared empty
+  row), and the rows concatenated and padded to a bucket of `min_bucket`."""
+  ids = np.zeros((g_pad, width), np.int32)
   bits = [np.zeros((1, w), np.uint32)]
   g_off, x_off = 0, 1
-  for t, u in zip(tables, used):
-    g, l = u[1], t.capped_limits.shape[1]
-    if l:
-      limits[g_off:g_off + g, :l] = t.capped_limits[:g]
-      part_rows = np.asarray(t.capped_rows[:g])
-      rows[g_off:g_off + g, :l] = np.where(part_rows > 0, part_rows + x_off - 1, 0)
-      bits.append(np.asarray(t.capped_bits)[1:])
-      x_off += t.capped_bits.shape[0] - 1
+  for g, own_ids, own_bits in parts:
+    if own_ids is not None:
+      own = np.asarray(own_ids)[:g]
+      ids[g_off:g_off + g, :own.shape[1]] = np.where(own > 0, own + x_off - 1, 0)
+      bits.append(np.asarray(own_bits)[1:])
+      x_off += own_bits.shape[0] - 1
     g_off += g
-  capped_bits = np.concatenate(bits)
-  padded = np.zeros((bucket_size(len(capped_bits), min_bucket), w), np.uint32)
-  padded[:len(capped_bits)] = capped_bits
-  return dict(capped_limits=limits, capped_rows=rows, capped_bits=padded)
+  rows = np.concatenate(bits)
+  padded = np.zeros((bucket_size(len(rows), min_bucket), w), np.uint32)
+  padded[:len(rows)] = rows
+  return ids, padded
