@@ -7,7 +7,8 @@ Public functions and classes:
 
 The front end is split along its concepts: `_json_keywords.py` (keyword tables,
 draft spellings, keyword values read, dict-level `allOf` merging), `_json_refs.py`
-(keywords checked, `$ref`s resolved, conjunctions merged, recursive ones made rules),
+(keywords checked, `$ref`s resolved), `_json_conjunctions.py` (conjunctions merged,
+recursive ones made rules),
 `_json_boolean.py` and `_json_negation.py` (`anyOf`/`oneOf`; `not`, `if`, exact `oneOf`,
 `dependentSchemas` as positive schemas), `_json_scalar_schemas.py` (strings and
 numbers), `_json_formats.py` (`pattern`, `format`), `_json_object_schemas.py` and
@@ -210,6 +211,7 @@ from constrained_decoding.constraints import _grammar_passes
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_array_schemas
 from constrained_decoding.constraints import _json_boolean
+from constrained_decoding.constraints import _json_conjunctions
 from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints import _json_object_schemas
 from constrained_decoding.constraints import _json_refs
@@ -439,12 +441,12 @@ class _Lowerer:
       return ir.NOTHING
     schema = _json_refs.check(self, _json_keywords.schema_dict(schema, pointer), pointer)
     if "$ref" in schema or "allOf" in schema:
-      return _json_refs.lower_conjunction(self, [(schema, pointer)], pointer)
+      return _json_conjunctions.lower_conjunction(self, [(schema, pointer)], pointer)
     return self.lower_plain(_normalize(schema, pointer), pointer)
 
   def lower_root(self, schema: dict) -> ir.Node:
     """`lower(schema, "#")`, but as a conjunction that `{"$ref": "#"}` can recurse into."""
-    return _json_refs.lower_conjunction(self, [(schema, "#")], "#", root=True)
+    return _json_conjunctions.lower_conjunction(self, [(schema, "#")], "#", root=True)
 
   def lower_plain(self, schema: dict, pointer: str) -> ir.Node:
     """A schema without `$ref` or `allOf` at its top."""
@@ -532,5 +534,5 @@ class _Lowerer:
     return _json_refs.resolve(self, ref, pointer)
 
   def lower_conjunction(self, branches: list, pointer: str, *, root: bool = False) -> ir.Node:
-    """`_json_refs.lower_conjunction`: `allOf` of (schema, pointer) branches."""
-    return _json_refs.lower_conjunction(self, branches, pointer, root=root)
+    """`_json_conjunctions.lower_conjunction`: `allOf` of (schema, pointer) branches."""
+    return _json_conjunctions.lower_conjunction(self, branches, pointer, root=root)
