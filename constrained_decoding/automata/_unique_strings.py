@@ -73,24 +73,25 @@ def token_hash(token_bytes) -> np.ndarray:
 
 def _hash_tokens(token_bytes) -> np.ndarray:
   """`token_hash` computed: numpy lockstep over byte positions (products below 2^62,
-  exact in uint64)."""
+  exact in uint64), at each position only over the tokens that long (sorted by length,
+  a prefix of them): work in the vocabulary's total bytes, not V x its longest token
+  (Gemma 3: 0.5 -> 0.05 s)."""
   lengths = np.array([len(b or b"") for b in token_bytes], np.int64)
-  width = int(lengths.max(initial=0))
-  padded = np.zeros((len(token_bytes), width), np.uint64)
-  for i, b in enumerate(token_bytes):
-    if b:
-      padded[i, :len(b)] = np.frombuffer(b, np.uint8)
+  data = np.frombuffer(b"".join(b or b"" for b in token_bytes), np.uint8).astype(np.uint64)
+  order = np.argsort(-lengths, kind="stable")  # Longest first.
+  start = (np.cumsum(lengths) - lengths)[order]
+  # Tokens longer than each position: a prefix of `order`.
+  longer = np.searchsorted(-lengths[order], -np.arange(int(lengths.max(initial=0))),
+                           side="left")
   out = np.zeros((len(token_bytes), 4), np.int64)
   p = np.uint64(HASH_PRIME)
   for k, base in enumerate(BASES):
     value = np.zeros(len(token_bytes), np.uint64)
     power = np.ones(len(token_bytes), np.uint64)
-    for position in range(width):
-      inside = lengths > position
-      step = (value * np.uint64(base) + padded[:, position] + np.uint64(1)) % p
-      value = np.where(inside, step, value)
-      power = np.where(inside, power * np.uint64(base) % p, power)
-    out[:, 2 * k], out[:, 2 * k + 1] = power, value
+    for position, n in enumerate(longer.tolist()):
+      value[:n] = (value[:n] * np.uint64(base) + data[start[:n] + position] + np.uint64(1)) % p
+      power[:n] = power[:n] * np.uint64(base) % p
+    out[order, 2 * k], out[order, 2 * k + 1] = power, value
   return out.astype(np.int32)
 
 
