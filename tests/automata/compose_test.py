@@ -9,6 +9,7 @@ from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _openfst_io
+from constrained_decoding.automata import _trie_walk
 
 _PATTERNS = [
     r"Red|Orange|Yellow|Green|Blue|Indigo|Violet",
@@ -122,7 +123,7 @@ def test_wide_states_become_terminals(gemma_compiler):
 def test_shared_frontier_walk_equals_plain_walk(copies, gemma_compiler, monkeypatch):
   """Walking each distinct (node, state) pair once and copying its edges to every
   origin gives the edges of walking every pair (same multiset)."""
-  monkeypatch.setattr(_compose, "_SHARED_FRONTIER", 16)
+  monkeypatch.setattr(_trie_walk, "_SHARED_FRONTIER", 16)
   dfa = _fsa.compile_byte_dfa(cd.Regex(r'"[a-z ]{0,6}"(, "[0-9]+")?').to_ir())
   trie = gemma_compiler.trie
   rng = np.random.default_rng(copies)
