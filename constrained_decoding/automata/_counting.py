@@ -25,7 +25,8 @@ token edges. Here:
   targets after it absolute.
 * Compression. Whether a token is allowed from q_i, and where it leads relative to
   q_i, depends only on (min(n - i, L), min(m - i, L)) with L above the longest token.
-  So the byte DFA is built for a compressed chain (`X{n', m'}`, n', m' <= 2L), composed
+  So the byte DFA is built for a compressed chain (`X{n', m'}`, n', m' <= 2L; laid
+  out in numpy from X's own DFA, `_chain_dfa.py`, not through OpenFst), composed
   as above (cached per shape: all large bounds share one), and position i of the real
   chain uses the edge group, mask row and terminal entries of its compressed position
   f(i). States are numbered position by position (stride = states per position), so
@@ -78,6 +79,7 @@ import numpy as np
 
 from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
+from constrained_decoding.automata import _chain_dfa
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata._counting_terminals import CountingTerminals  # Public here too.
 from constrained_decoding.automata import _detokenizer
@@ -173,6 +175,45 @@ def _small_dfa(node: ir.Node):
       _SMALL_DFA_CACHE.pop(next(iter(_SMALL_DFA_CACHE)))
     hit = _SMALL_DFA_CACHE[node] = _fsa.compile_byte_dfa(node)
   return hit
+
+
+_SLOTS_CACHE: dict = {}
+
+
+def _body_slots(body: ir.Node) -> _chain_dfa.BodySlots | None:
+  """`_chain_dfa.body_slots` of a chain's body, kept for the process like `_small_dfa`."""
+  if body not in _SLOTS_CACHE:
+    if len(_SLOTS_CACHE) >= _SMALL_DFA_CACHE_SIZE:
+      _SLOTS_CACHE.pop(next(iter(_SLOTS_CACHE)))
+    _SLOTS_CACHE[body] = _chain_dfa.body_slots(_small_dfa(body))
+  return _SLOTS_CACHE[body]
+
+
+def compressed_dfa(chain: Chain, n2: int, m2: int):
+  """(dfa, cell, stride, inner, body): the byte DFA of `prefix body{n2,m2} suffix`
+  (`body{n2,}` for an unbounded chain), numbered as `_chain_dfa.build` numbers it, and
+  `_chain_layout`'s cell layout; None when it is not a clean chain.
+
+  Built in numpy (`_chain_dfa.py`, ~1 ms); through OpenFst (~11-60 ms) only when that
+  does not apply, then renumbered the same way (`_chain_dfa.canonical`), so the tables
+  never depend on OpenFst's numbering."""
+  unbounded = chain.max is None
+  slots = _body_slots(chain.body)
+  if slots is not None:
+    built = _chain_dfa.build(chain.prefix, slots, chain.suffix, n2, m2, unbounded)
+    if built is not None:
+      return built + (slots.stride, slots.inner, slots.body)
+  node = ir.concat(ir.Bytes(chain.prefix), ir.repeat(chain.body, n2, None if unbounded else m2),
+                   ir.Bytes(chain.suffix))
+  dfa = _fsa.compile_byte_dfa(node)
+  if dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs):
+    return None
+  layout = _chain_layout(dfa, chain, m2, loops=unbounded)
+  if layout is None:
+    return None
+  cell, stride, inner, body = layout
+  dfa, cell = _chain_dfa.canonical(dfa, cell, chain.prefix, chain.suffix, n2)
+  return dfa, cell, stride, inner, body
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -506,15 +547,10 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   """The compressed chain `prefix body{n2,m2} suffix` composed with the vocabulary."""
   w = _tables.num_words(vocab.vocab_size)
   unbounded = chain.max is None
-  node = ir.concat(ir.Bytes(chain.prefix), ir.repeat(chain.body, n2, None if unbounded else m2),
-                   ir.Bytes(chain.suffix))
-  dfa = _fsa.compile_byte_dfa(node)
-  if dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs):
-    return None
-  layout = _chain_layout(dfa, chain, m2, loops=unbounded)
+  layout = compressed_dfa(chain, n2, m2)
   if layout is None:
     return None
-  cell, stride, inner, body = layout
+  dfa, cell, stride, inner, body = layout
   q = dfa.num_states
   # Compressed DFA state -> (position, slot) for chain states, -1 for the others.
   position = np.full(q, -1, np.int64)

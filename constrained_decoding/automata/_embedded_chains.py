@@ -51,7 +51,6 @@ from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
-from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _registers
 from constrained_decoding.automata import _slotted_chains
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
@@ -160,15 +159,12 @@ def _embedded_chain(repeat: ir.Repeat, span: int) -> EmbeddedChain | None:
   unbounded = chain.max is None
   n2, m2, compressed_of = _counting._compressed(  # pylint: disable=protected-access
       chain.min, chain.min if unbounded else chain.max, span)
-  dfa = _fsa.compile_byte_dfa(ir.repeat(chain.body, n2, None if unbounded else m2))
-  if dfa.num_states == 0 or len(dfa.token_arcs) or len(dfa.fragment_arcs):
-    return None
-  layout = _counting._chain_layout(dfa, chain, m2, loops=unbounded)  # pylint: disable=protected-access
+  layout = _counting.compressed_dfa(chain, n2, m2)
   if unbounded:  # The strip after the last position behaves as it (`_counting.py`).
     compressed_of = np.concatenate([compressed_of, np.full(2 * span, m2, np.int64)])
   if layout is None:
     return None
-  cell, stride, inner, body = layout
+  dfa, cell, stride, inner, body = layout
   return EmbeddedChain(chain=chain, n2=n2, m2=m2, compressed_of=compressed_of, dfa=dfa,
                        cell=np.where(cell >= 0, cell, -1), stride=stride, inner=inner,
                        body=body)
