@@ -427,15 +427,17 @@ def transform(node: Node, fn=None, *, before=None, build=rebuild,
   return walk(node)
 
 
-def fold(node: Node, fn, *, enter_fragments: bool = False):
+def fold(node: Node, fn, *, enter_fragments: bool = False, memo: dict | None = None):
   """`fn(n, values of n's children)` computed bottom-up, once per distinct sub-tree.
 
   Shared sub-trees are visited once (memoized by object identity), so a measure that
   counts a shared part once per occurrence (sizes, copies) takes time linear in the
   distinct nodes, not in the paths through the tree. A `Fragment`'s child is its body
-  only with `enter_fragments`.
+  only with `enter_fragments`. `memo` may be shared between calls with the same `fn`
+  and `enter_fragments` (a front end measuring each object as it nests them), so that
+  a sub-tree is measured once in all; fresh by default.
   """
-  memo: dict[int, tuple] = {}
+  memo = {} if memo is None else memo
 
   def walk(n: Node):
     hit = memo.get(id(n))

@@ -416,7 +416,7 @@ def lower_array(lw, schema: dict, pointer: str) -> ir.Node:
   if not prefix:
     copies = max(min_items, max_items or 0) - 1
     if (copies > 0 and lw.use_registers and lw.options.property_order == "any"
-        and _json_objects.ir_size(rest) * copies > MAX_COPIED_ITEMS
+        and _json_objects.ir_size(rest, lw.memos["size"]) * copies > MAX_COPIED_ITEMS
         # A callee that may use registers could clear the count (`_json_object_schemas`).
         and not _json_object_schemas.calls_register_rule(lw, rest)):
       key = ("array", rest, min_items, max_items)

@@ -66,7 +66,7 @@ def distinct_key_object(lw, keyed: list, extra_key: ir.Node | None,
   ws = lw.ws
   values = [ir.concat(lw.extra_colon, lw.extra_value) if lw.is_free_form(value)
             else ir.concat(ws.colon, value) for _, value, _ in keyed]
-  if n and (1 << (n - 1)) * sum(map(_json_objects.ir_size, values)) > MAX_SUBSET_SIZE:
+  if n and (1 << (n - 1)) * sum(_json_objects.ir_size(v, lw.memos["size"]) for v in values) > MAX_SUBSET_SIZE:
     return (f"its {n} declared keys need an automaton over the sets of them written"
             f" past {MAX_SUBSET_SIZE} IR nodes")
   body = None

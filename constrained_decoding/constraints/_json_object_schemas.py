@@ -205,8 +205,8 @@ def _counts_in_register(lw, keyed: list, extra: ir.Node | None, depends: dict, s
   if extra is not None and low > 1 or (high is not None and high < low):
     return False
   copies = max(low, high or 0)
-  size = sum(_json_objects.ir_size(node) for _, node, _ in keyed)
-  size += 0 if extra is None else _json_objects.ir_size(extra)
+  size = sum(_json_objects.ir_size(node, lw.memos["size"]) for _, node, _ in keyed)
+  size += 0 if extra is None else _json_objects.ir_size(extra, lw.memos["size"])
   return size * copies > MAX_COUNTED_MEMBERS_SIZE
 
 
@@ -386,13 +386,13 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
   call a recursive rule (a subset automaton would be written out as an expression);
   `dependentRequired` needs the subsets, so there it raises instead.
   """
-  memo: dict = {}
-  sizes = [_json_objects.ir_size(member) for _, member, _ in members]
+  sizes = [_json_objects.ir_size(member, lw.memos["size"]) for _, member, _ in members]
   result = None
-  if not any(_grammar_passes.has_rule_ref(member, memo) for _, member, _ in members):
+  if not any(_grammar_passes.has_rule_ref(member, lw.memos["rule_ref"])
+             for _, member, _ in members):
     result = _json_objects.any_order_members(
         members, extra, lw.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
-        0 if extra is None else _json_objects.ir_size(extra),
+        0 if extra is None else _json_objects.ir_size(extra, lw.memos["size"]),
         None if depends else MAX_ANY_ORDER_WIDE)
   if result is None and depends:
     where = _pointer(pointer, "dependentRequired")
@@ -427,9 +427,10 @@ def _calls(lw, keyed: list, extra: ir.Node | None) -> bool:
 
 def calls_register_rule(lw, node: ir.Node) -> bool:
   """Whether `node` holds an `ir.RuleRef` other than the free-form value rule's
-  (memoized by node identity, linear)."""
+  (memoized by node identity across the lowering's calls, linear in all)."""
   return ir.fold(node, lambda n, children: (isinstance(n, ir.RuleRef)
-                                            and not lw.is_free_form(n)) or any(children))
+                                            and not lw.is_free_form(n)) or any(children),
+                 memo=lw.memos["calls"])
 
 
 def _member(lw, key: str, value: ir.Node, marker: ir.Node = ir.EPSILON) -> ir.Node:

@@ -253,9 +253,10 @@ def _member_lists(members: list, ws: jv.Whitespace):
 COUNTED_REPEAT_COPIES = 200
 
 
-def ir_size(node: ir.Node) -> int:
+def ir_size(node: ir.Node, memo: dict | None = None) -> int:
   """Number of IR nodes in the tree (shared subtrees counted once per occurrence, a
-  bounded repeat's body once per copy, at most `COUNTED_REPEAT_COPIES` for a counted one)."""
+  bounded repeat's body once per copy, at most `COUNTED_REPEAT_COPIES` for a counted one).
+  `memo`: shared between calls (`ir.fold`), so nested objects are measured once."""
   def size(n: ir.Node, children: tuple) -> int:
     if isinstance(n, ir.Fragment):
       return 1  # One arc of the byte automaton until spliced.
@@ -266,7 +267,7 @@ def ir_size(node: ir.Node) -> int:
       return 1 + children[0] * copies
     return 1 + sum(children)
 
-  return ir.fold(node, size)
+  return ir.fold(node, size, memo=memo)
 
 
 @functools.lru_cache(maxsize=256)

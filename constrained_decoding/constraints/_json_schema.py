@@ -392,6 +392,10 @@ class _Lowerer:
     # Records keep this module's logger name wherever the code that logs lives
     # (`benchmarks/schema_corpus.py` listens to it).
     self.log = _log
+    # Per-measure memos of `ir.fold` over the IR built so far (by node identity), so
+    # that measuring each object as objects nest stays linear: "size"
+    # (`_json_objects.ir_size`), "rule_ref", "calls", "callable".
+    self.memos: collections.defaultdict = collections.defaultdict(dict)
 
   def unsupported(self, pointer: str, message: str) -> None:
     """Raises `UnsupportedSchemaError(message)`, or records `pointer` when lenient."""

@@ -54,7 +54,8 @@ def _callable(lw, body: ir.Node) -> bool:
   refuses a call where it might not, and the compiler would then fall back to objects
   in schema order: a narrower language)."""
   return not ir.fold(body, lambda n, children: isinstance(n, ir.Marker) or (
-      isinstance(n, ir.RuleRef) and not lw.is_free_form(n)) or any(children))
+      isinstance(n, ir.RuleRef) and not lw.is_free_form(n)) or any(children),
+      memo=lw.memos["callable"])
 
 
 def _chosen(lw) -> dict[str, list[ir.Node]]:
