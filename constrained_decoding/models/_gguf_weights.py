@@ -21,8 +21,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import gguf.constants
-import gguf.quants
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -222,6 +220,10 @@ def _leaf_builders(gguf_file: _gguf_file.GgufFile, config: _config.Gemma3Config
 
 def _dequantize(gguf_file: _gguf_file.GgufFile, name: str) -> np.ndarray:
   """One GGUF tensor as float32 numpy, in (out, in) order (GGUF's dims reversed)."""
+  # Imported here, not at the top: a machine that only runs saved tables (an accelerator
+  # lent without the GGUF, see benchmarks/device_kit.py) can import the models package.
+  import gguf.constants  # pylint: disable=g-import-not-at-top
+  import gguf.quants  # pylint: disable=g-import-not-at-top
   info = gguf_file.tensors.get(name)
   if info is None:
     raise _config.ModelFormatError(
