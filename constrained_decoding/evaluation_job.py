@@ -41,8 +41,8 @@ SUMMARY = "summary.json"
 CONFIG = "config.json"
 # Config fields that do not change any row's output: a run may resume with others.
 _RUN_ONLY_FIELDS = ("output_dir", "limit", "batch_size", "num_devices")
-_CONSTRAINT_KINDS = ("regex", "json_schema", "grammar", "choices", "row")
-_ROW_CONSTRAINT_KEYS = ("regex", "json_schema", "grammar", "choices")
+_CONSTRAINT_KINDS = ("regex", "json_schema", "grammar", "builtin_grammar", "choices", "row")
+_ROW_CONSTRAINT_KEYS = ("regex", "json_schema", "grammar", "builtin_grammar", "choices")
 # `model` value for random weights of a tiny Gemma 3 with the real vocabulary: checks a
 # config end to end in seconds (its answers are noise).
 RANDOM_TINY = "random-tiny"
@@ -60,10 +60,12 @@ def default_config() -> ml_collections.ConfigDict:
   # (multiple-choice options) is written as "KEY. VALUE" lines.
   config.prompt_prefix = ""
   config.prompt_template = "{prompt}"
-  # The constraint: kind is one of regex, json_schema, grammar, choices (value: the
-  # pattern, schema, GBNF text or comma-separated choices; json_schema_whitespace as in
-  # cd.JsonSchema) or "row" (each row names its own under one of the keys regex,
-  # json_schema, grammar, choices). tables_path: saved tables used instead of compiling.
+  # The constraint: kind is one of regex, json_schema, grammar, builtin_grammar, choices
+  # (value: the pattern, schema, GBNF text, a cd.Grammar.builtin name such as "python"
+  # or "sql" (grammars with a lexer), or comma-separated choices; json_schema_whitespace
+  # as in cd.JsonSchema) or "row" (each row names its own under one of the keys regex,
+  # json_schema, grammar, builtin_grammar, choices; a grammar with a lexer must then be
+  # every row's). tables_path: saved tables used instead of compiling.
   config.constraint = ml_collections.ConfigDict(dict(
       kind="regex", value="", json_schema_whitespace="single", tables_path=""))
   config.id_field = "id"
@@ -340,6 +342,11 @@ def _spec(kind: str, value: str, whitespace: str):
     return cd.JsonSchema(value, whitespace=whitespace)
   if kind == "grammar":
     return cd.Grammar(value)
+  if kind == "builtin_grammar":
+    try:
+      return cd.Grammar.builtin(value)
+    except ValueError as e:
+      raise EvaluationJobError(f"builtin_grammar {value!r}: {e}") from None
   items = value.split(",")
   if not all(items):
     raise EvaluationJobError(f"choices {value!r} has an empty choice. Expected 'a,b,c'.")
@@ -365,6 +372,13 @@ def compile_constraints(config: ml_collections.ConfigDict, rows: Sequence[Row],
         _spec(kind, value, config.constraint.json_schema_whitespace))
     logging.info("compiled %s constraint in %.2f s: %r", kind, time.perf_counter() - started,
                  compiled[kind, value])
+  lexed = [key for key, tables in compiled.items() if isinstance(tables, cd.LexedTables)]
+  if lexed and len(compiled) > 1:
+    raise EvaluationJobError(
+        f"The rows name {len(compiled)} constraints, among them the grammar with a lexer "
+        f"{lexed[0][0]} {lexed[0][1][:40]!r}. Expected a grammar with a lexer to be every "
+        f"row's constraint: its tables (LexedTables) are not stacked with others. Run "
+        f"those rows in a job of their own.")
   return compiled
 
 

@@ -51,6 +51,10 @@ When the store is full, new prefixes are not stored: their EFG stays the mask's 
 constrained sampling; the parent's R keeps the token's mass. `num_dropped` counts such
 refused insertions.
 
+Grammars with a lexer (`LexedTables`) work as any constraint does (the loop steps the
+constraint through the runtime's dispatch), one per call: they are not stacked with
+other constraints (`UnsupportedFeatureError`).
+
 Not supported: jump-forward (tokens are sampled one at a time so that every prefix gets
 its node), speculative decoding, and several prompts per call (a store belongs to one
 prompt, one list of constraints and one sampling distribution).
@@ -83,6 +87,7 @@ from constrained_decoding.sampling import _host
 from constrained_decoding.sampling import _loop
 from constrained_decoding.sampling._methods import SamplingConfig, filter_logits
 from constrained_decoding._stacking import stack_tables
+from constrained_decoding.lexed_tables import LexedTables
 from constrained_decoding.tables import DEFAULT_MIN_BUCKET, ConstraintTables
 
 # Edges of a store made by `generate_aligned` without one: 20 bytes each (1.3 MB).
@@ -447,9 +452,12 @@ def _round(params, tables, init: _loop.DecodeState, store: StoreArrays, limit, e
   return store, s.decode
 
 
-def _fingerprint(tables: ConstraintTables) -> str:
+def _fingerprint(tables: ConstraintTables | LexedTables) -> str:
   """A content hash of the tables (arrays and static fields)."""
-  digest = hashlib.sha256(repr((tables.vocab_size, tables.stack_depth)).encode())
+  static = (tables.vocab_size, tables.stack_depth)
+  if isinstance(tables, LexedTables):  # Its arrays do not fix the indentation stack's size.
+    static += ("lexed", tables.indent_depth)
+  digest = hashlib.sha256(repr(static).encode())
   for leaf in jax.tree.leaves(tables):
     array = np.asarray(leaf)
     digest.update(repr((array.dtype.str, array.shape)).encode())
@@ -487,9 +495,10 @@ def _constraint_tables(model, constraint):
   """
   def one(c, what):
     tables, _ = _host.compile_specs(model, c, 1)
-    if not isinstance(tables, ConstraintTables):
+    if not isinstance(tables, (ConstraintTables, LexedTables)):
       raise DecodingArgumentError(f"{what} is a {type(tables).__name__}. Expected "
-                                  f"ConstraintTables or a spec (cd.Regex, cd.Grammar, ...).")
+                                  f"ConstraintTables, LexedTables or a spec (cd.Regex, "
+                                  f"cd.Grammar, ...).")
     return tables
 
   if constraint is None:
@@ -553,7 +562,8 @@ def generate_aligned(
   Args:
     model: A `models.LanguageModel` (`models.Gemma3`, or your own: docs/models.md).
     prompt: One prompt: text (BOS is prepended) or a list of token ids used as given.
-    constraint: Tables or a spec, regular or push-down; or K of them, as a list (stacked
+    constraint: Tables or a spec, regular or push-down, or a grammar with a lexer
+      (`LexedTables`: alone, never stacked with others); or K of them, as a list (stacked
       here) or stacked tables, with `constraint_ids` saying which one each sample
       follows. The store keeps one trie per constraint (root node k for constraint k),
       so the estimates of one constraint are never read or written for another, while
@@ -582,6 +592,8 @@ def generate_aligned(
     DecodingArgumentError: Bad prompt, counts, sampling (greedy, jump-forward),
       constraint (None, an empty list) or constraint_ids.
     StoreMismatchError: `store` was built for another prompt, constraint or sampling.
+    UnsupportedFeatureError: A list that holds a grammar with a lexer (`LexedTables`)
+      beside other constraints: such tables are not stacked.
     VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
   """
   if isinstance(prompt, (list, tuple, np.ndarray)) and len(prompt) and not isinstance(

@@ -31,13 +31,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from constrained_decoding.errors import DecodingArgumentError
+from constrained_decoding.errors import DecodingArgumentError, UnsupportedFeatureError
 from constrained_decoding.models import _protocol
 from constrained_decoding.sampling import _loop
 from constrained_decoding.sampling import _host
 from constrained_decoding.sampling._host import Completion
 from constrained_decoding.sampling._methods import SamplingConfig
 from constrained_decoding._stacking import stack_tables
+from constrained_decoding.lexed_tables import LexedTables
 from constrained_decoding.tables import ConstraintTables, bucket_size
 
 _AXIS = "rows"
@@ -125,9 +126,14 @@ def _run_sharded(params, tables, prompt_tokens, prompt_lengths, constraint_ids, 
                       limit, eos_ids, temperature, top_p)
 
 
-def _stack_per_row(constraints, n: int, model) -> tuple[ConstraintTables, np.ndarray]:
-  """One table set for the whole job (distinct tables stacked once) and each row's id."""
-  if isinstance(constraints, ConstraintTables):
+def _stack_per_row(constraints, n: int, model
+                   ) -> tuple[ConstraintTables | LexedTables, np.ndarray]:
+  """One table set for the whole job (distinct tables stacked once) and each row's id.
+
+  A grammar with a lexer (`LexedTables`) serves the whole job alone: such tables are
+  not stacked with other constraints (`UnsupportedFeatureError` names the first row
+  that differs)."""
+  if isinstance(constraints, (ConstraintTables, LexedTables)):
     constraints = [constraints] * n
   constraints = list(constraints)
   if len(constraints) != n:
@@ -137,7 +143,7 @@ def _stack_per_row(constraints, n: int, model) -> tuple[ConstraintTables, np.nda
   distinct = []
   ids = np.zeros(n, np.int32)
   for row, tables in enumerate(constraints):
-    if not isinstance(tables, ConstraintTables):
+    if not isinstance(tables, (ConstraintTables, LexedTables)):
       raise TypeError(f"Constraint of prompt {row} is a {type(tables).__name__}. Expected "
                       f"ConstraintTables from cd.Compiler(vocab).compile(spec), or a spec "
                       f"(cd.Regex, cd.JsonSchema, cd.Json, cd.Dataclass, cd.Grammar).")
@@ -150,6 +156,13 @@ def _stack_per_row(constraints, n: int, model) -> tuple[ConstraintTables, np.nda
       index[id(tables)] = len(distinct)
       distinct.append(tables)
     ids[row] = index[id(tables)]
+  if len(distinct) > 1 and any(isinstance(t, LexedTables) for t in distinct):
+    row = int(np.flatnonzero(ids != 0)[0])
+    raise UnsupportedFeatureError(
+        f"The constraint of prompt {row} differs from prompt 0's in a job that holds a "
+        f"grammar with a lexer (LexedTables). Expected one grammar with a lexer for every "
+        f"row: such tables are not stacked with other constraints. Evaluate those rows "
+        f"in a job of their own.")
   return (distinct[0] if len(distinct) == 1 else stack_tables(distinct)), ids
 
 
@@ -266,7 +279,8 @@ def evaluate(
     prompts: Text prompts (BOS is prepended) or lists of token ids used as given.
     constraints: One constraint per prompt, or one for all: `ConstraintTables`, or a
       spec (`Regex`, `JsonSchema`, `Json`, `Dataclass`, `Grammar`), compiled on the host
-      for `model.vocab` as `generate` does; rows with a spec get a parsed `value`.
+      for `model.vocab` as `generate` does; rows with a spec get a parsed `value`. A
+      grammar with a lexer (`LexedTables`) must then be every row's constraint.
     answers: Optional reference answers (None entries: no answer for that row).
     max_new_tokens: Most tokens per row (the end-of-sequence token counts).
     sampling: Greedy (default), temperature, top-k, top-p, jump-forward.
@@ -289,6 +303,8 @@ def evaluate(
     DecodingArgumentError: Bad prompts, `max_new_tokens` outside [1, MAX_NEW_TOKENS]
       or a bad `sampling` (before any compilation).
     VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
+    UnsupportedFeatureError: A grammar with a lexer for some rows and another
+      constraint for others (such tables are not stacked).
     ValueError, TypeError: On mismatched counts or other bad arguments (before any
       decoding).
   """
