@@ -98,6 +98,15 @@ def test_speculative_greedy_equals_plain_greedy(model, tables, greedy):
   assert sum(stats.drafted) > 0 and sum(stats.rounds) > 0
 
 
+def test_speculative_with_a_model_drafter_equals_plain_greedy(model, tables, greedy):
+  """The target drafting for itself: under greedy every constrained draft token is the
+  target's own choice, so all are accepted."""
+  out, stats = cd.generate_speculative(model, _PROMPTS, draft=model, num_draft_tokens=3,
+                                       constraint=tables, max_new_tokens=_BUDGET)
+  assert [c.token_ids for c in out] == [c.token_ids for c in greedy]
+  assert stats.accepted == stats.drafted and sum(stats.drafted) > len(_PROMPTS)
+
+
 def _tokenize(text: bytes) -> list[int]:
   """Greedy longest-match tokenization over the test vocabulary (multi-byte first)."""
   ids, at = [], 0
