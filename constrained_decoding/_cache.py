@@ -4,7 +4,7 @@ environment variable.
 Two caches live under the root, both safe to delete at any time (they are rebuilt):
 
   <root>/          per-vocabulary compilation work: the token trie (`trie-v*.npz`) and
-                   the token bitmaps of wide states (`wide-v*.npz`, pruned past
+                   the token bitmaps of wide states (`wide-v*.arrays`, pruned past
                    `CompileOptions.max_cache_bytes`); `CompileOptions.cache_dir`.
   <root>/models/   dequantized GGUF weights (about 1 GiB in float32 for Gemma 3 270M);
                    `models.default_cache_dir()`, `load_gguf_params(cache_dir=...)`.

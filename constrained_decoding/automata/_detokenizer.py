@@ -203,9 +203,9 @@ def _previous_smaller(a: np.ndarray) -> np.ndarray:
 _UNWRITABLE: set[str] = set()  # Cache directories already warned about.
 
 
-def write_cache_file(cache_dir: str, path: str, arrays: dict) -> bool:
-  """Writes `arrays` to `path` in `cache_dir` as .npz, atomically (write, then rename,
-  so a concurrent reader never sees a partial file).
+def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None) -> bool:
+  """Writes `arrays` to `path` in `cache_dir` as .npz (or with `save(file, arrays)`),
+  atomically (write, then rename, so a concurrent reader never sees a partial file).
 
   The disk cache is an optimization: when the directory cannot be written (read-only
   home, full disk), this warns once per directory and returns False instead of failing
@@ -214,9 +214,12 @@ def write_cache_file(cache_dir: str, path: str, arrays: dict) -> bool:
   tmp = None
   try:
     os.makedirs(cache_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".npz")
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp" if save else ".npz")
     with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
+      if save is None:
+        np.savez(f, **arrays)
+      else:
+        save(f, arrays)
     os.replace(tmp, path)
     return True
   except OSError as e:

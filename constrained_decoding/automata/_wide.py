@@ -35,11 +35,12 @@ import time
 
 import numpy as np
 
+from constrained_decoding.automata import _array_file
 from constrained_decoding.automata import _near_loop
 from constrained_decoding.automata import _token_classes
 from constrained_decoding.automata import _loops
 from constrained_decoding.automata._loops import (  # token_bits, _subtrie: also _wide.X.
-    InsideCover, LoopTerminal, WideEdge,
+    InsideCover, LoopExits, LoopTerminal, WideEdge,
     _subtrie, build_loop_terminal, canonical_loop, inside_cover, loop_digest, member_mask,
     popcount, state_predecessors, token_bits, with_subtrie)
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
@@ -47,13 +48,19 @@ from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_fi
 from constrained_decoding.errors import CompileBudgetError
 
 # Bump when the cached layout changes (files of other versions are deleted on write).
-WIDE_FORMAT_VERSION = 7
+# 8: `_array_file` files instead of .npz (8x faster to read), with the terminals' exits.
+WIDE_FORMAT_VERSION = 8
+# The cache files' suffix (older versions wrote .npz; `prune_cache` deletes both).
+_SUFFIX = ".arrays"
 # The on-disk cache of terminals is pruned, least recently used first, past this size.
 DEFAULT_MAX_CACHE_BYTES = 1 << 30
 # Bitmaps kept by `_FirstByteBits.restrict` (32 KiB each for a 262k vocabulary).
 _RESTRICT_CACHE_SIZE = 256
 _SUBTRIE_FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
                    "token_ids")
+# The `LoopExits` fields stored with a terminal (as "exits_" + name; its `full_node` is
+# the terminal's): walking the sub-trie in the loop costs ~1-9 ms per terminal.
+_EXITS_FIELDS = tuple(f.name for f in dataclasses.fields(LoopExits) if f.name != "full_node")
 
 
 class _FirstByteBits:
@@ -121,17 +128,11 @@ class WideStates:
     bits = self._class_memo.get(name)
     if bits is not None:
       return bits
-    path = self._path(f"class-{name}")
-    if path is not None and os.path.exists(path):
-      try:
-        with np.load(path) as data:
-          bits = data["bits"]
-      except (OSError, KeyError, ValueError):
-        bits = None
+    data = self.load_arrays(f"class-{name}")
+    bits = None if data is None else data.get("bits")
     if bits is None or bits.shape != (self.num_words,):
       bits = _token_classes.class_bits(self.trie, name, self.num_words)
-      if path is not None:
-        self._write(path, bits=bits)
+      self.save_arrays(f"class-{name}", bits=bits)
     self._class_memo[name] = bits
     return bits
 
@@ -365,9 +366,8 @@ class WideStates:
     if path is None or not os.path.exists(path):
       return None
     try:
-      with np.load(path) as data:
-        arrays = {name: data[name] for name in data.files}
-    except (OSError, KeyError, ValueError):
+      arrays = _array_file.read(path)
+    except (OSError, ValueError):
       return None
     try:
       os.utime(path)  # Recently used: pruned last.
@@ -385,7 +385,7 @@ class WideStates:
     if self.cache_dir is None:
       return None
     return os.path.join(self.cache_dir, f"wide-v{WIDE_FORMAT_VERSION}-"
-                        f"{self.trie.fingerprint[:24]}-{self.num_words}-{key}.npz")
+                        f"{self.trie.fingerprint[:24]}-{self.num_words}-{key}{_SUFFIX}")
 
   def _load(self, key: str, **loop_info) -> LoopTerminal | None:
     data = self.load_arrays(key)
@@ -397,9 +397,14 @@ class WideStates:
         sub = VocabTrie(**{f: data[f] for f in _SUBTRIE_FIELDS},
                         fingerprint=f"{self.trie.fingerprint}/{key}")
         full_node = data["full_node"]
-      return LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
-                          subtrie=sub, full_node=full_node, **loop_info)
-    except (KeyError, ValueError):
+      terminal = LoopTerminal(key=key, bits=data["bits"], num_tokens=int(data["num_tokens"]),
+                              subtrie=sub, full_node=full_node, **loop_info)
+      if sub is not None and terminal.loop is not None and "exits_node_end" in data:
+        # `exits` is a cached property: fill it as its first use would.
+        terminal.__dict__["exits"] = LoopExits(
+            full_node=full_node, **{f: data["exits_" + f] for f in _EXITS_FIELDS})
+      return terminal
+    except (KeyError, ValueError, TypeError):
       return None
 
   def _save(self, terminal: LoopTerminal) -> None:
@@ -410,12 +415,15 @@ class WideStates:
     if terminal.subtrie is not None:
       arrays = {name: getattr(terminal.subtrie, name) for name in _SUBTRIE_FIELDS}
       arrays["full_node"] = terminal.full_node
+      exits = terminal.exits  # Built now (composition would, on first use).
+      if exits is not None:
+        arrays.update({"exits_" + f: getattr(exits, f) for f in _EXITS_FIELDS})
     self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens, **arrays)
 
   def _write(self, path: str, **arrays) -> None:
     """Writes `arrays` to `path` (best effort: see `write_cache_file`), pruning the cache
     now and then: it may exceed `max_cache_bytes` by 1/16 between two prunes."""
-    if write_cache_file(self.cache_dir, path, arrays):
+    if write_cache_file(self.cache_dir, path, arrays, _array_file.write):
       self._unpruned += sum(np.asarray(a).nbytes for a in arrays.values())
       if self._unpruned * 16 >= self.max_cache_bytes:
         prune_cache(self.cache_dir, self.max_cache_bytes)
@@ -431,10 +439,10 @@ def prune_cache(cache_dir: str, max_bytes: int) -> None:
   current = f"wide-v{WIDE_FORMAT_VERSION}-"
   files = []
   for entry in os.scandir(cache_dir):
-    if not entry.name.startswith("wide-v") or not entry.name.endswith(".npz"):
+    if not entry.name.startswith("wide-v") or not entry.name.endswith((".npz", _SUFFIX)):
       continue
     try:
-      if not entry.name.startswith(current):
+      if not entry.name.startswith(current) or not entry.name.endswith(_SUFFIX):
         os.remove(entry.path)
       else:
         stat = entry.stat()

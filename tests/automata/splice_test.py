@@ -216,7 +216,7 @@ def test_fragments_are_cached_on_disk(tmp_path, monkeypatch):
   fragment = cd.Json(1).to_ir()
   options = cd.CompileOptions(cache_dir=str(tmp_path))
   built = _fragment(cd.Compiler(vocab, options), fragment)
-  [path] = tmp_path.glob("wide-v*-fragment-*.npz")
+  [path] = tmp_path.glob("wide-v*-fragment-*.arrays")
 
   def no_walks(*args, **kwargs):
     raise AssertionError("composed again instead of loading the cached fragment")

@@ -1,11 +1,16 @@
 """The token-level compile's fast paths against the plain computations they replace."""
 
+import dataclasses
 import random
 
 import numpy as np
 import pytest
 
+import constrained_decoding as cd
+from constrained_decoding.automata import _array_file
 from constrained_decoding.automata import _compose
+from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _loops
 from constrained_decoding.automata import _unique_strings
 
 
@@ -69,3 +74,101 @@ def test_token_hash_equals_hash_of_every_token():
   for row, data in zip(table.tolist(), tokens):
     assert tuple(row) == _unique_strings.hash_of(data or b"")
   assert _unique_strings._hash_tokens([]).shape == (0, 4)  # pylint: disable=protected-access
+
+
+def test_array_file_round_trip(tmp_path):
+  """Every dtype and shape (0-d, empty, 2-D, unaligned sizes) comes back equal and
+  writable; damaged, truncated and foreign files raise ValueError."""
+  arrays = {"a": np.arange(7, dtype=np.int32), "b": np.array(3), "c": np.zeros((0, 4)),
+            "d": np.arange(12, dtype=np.uint8).reshape(3, 4)[:, ::2], "e": np.ones(5, bool),
+            "f": np.array([1, -2], np.int64), "g": np.array([2**32 - 1], np.uint32)}
+  path = tmp_path / "x.arrays"
+  with open(path, "wb") as f:
+    _array_file.write(f, arrays)
+  back = _array_file.read(str(path))
+  assert list(back) == list(arrays)
+  for name, value in arrays.items():
+    assert back[name].dtype == value.dtype and back[name].shape == value.shape
+    np.testing.assert_array_equal(back[name], value)
+    assert back[name].flags.writeable
+  data = path.read_bytes()
+  for bad in (data[:-3], data[:20], b"PK\x03\x04" + data[4:], data[:len(_array_file.MAGIC) + 8]
+              + b"{" + data[len(_array_file.MAGIC) + 9:]):
+    path.write_bytes(bad)
+    with pytest.raises(ValueError):
+      _array_file.read(str(path))
+
+
+def _small_vocab() -> cd.Vocabulary:
+  """Bytes plus JSON-ish multi-byte tokens (keys, punctuation, string pieces)."""
+  words = [b'",', b'":', b'": "', b'"}', b'{"', b'name', b'age', b'tags', b'true', b'null',
+           b'12', b'ab', b'abc', b'c", "', b'\\n', b'\\"', b'e"', b', "', b'[]', b'"],']
+  return cd.Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + words + [None],
+                                        eos_ids=[256 + len(words)])
+
+
+_SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                      "tags": {"type": "array", "items": {"type": "string"}}},
+     "required": ["name"]},
+    {"type": "array", "items": {"enum": ["abc", "name", True, None]}, "maxItems": 3},
+    {"type": "object", "additionalProperties": {"type": "string", "pattern": "^a+b?$"}},
+    {"type": "string", "format": "date"},
+]
+
+
+def _fields(tables) -> dict:
+  return {f.name: getattr(tables, f.name) for f in dataclasses.fields(tables)}
+
+
+def test_cached_terminals_give_identical_tables(tmp_path, monkeypatch):
+  """Compiles with the disk cache cold, then from it in a fresh compiler (terminals,
+  sub-tries and exits read back), equal field by field to compiles without any cache."""
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)  # Wide states in a tiny vocabulary.
+  vocab = _small_vocab()
+  options = cd.CompileOptions(cache_dir=str(tmp_path), memoize=False)
+  cold, warm = cd.Compiler(vocab, options), None
+  reference = cd.Compiler(vocab, cd.CompileOptions(cache_dir=None, memoize=False))
+  loaded = []
+  original = _loops.loop_exits
+  for schema in _SCHEMAS:
+    spec = cd.JsonSchema(schema)
+    first = cold.compile(spec)
+    warm = cd.Compiler(vocab, options)
+    monkeypatch.setattr(_loops, "loop_exits", lambda *a, **k: loaded.append(a) or original(*a, **k))
+    second = warm.compile(spec)
+    monkeypatch.setattr(_loops, "loop_exits", original)
+    expected = _fields(reference.compile(spec))
+    for got in (first, second):
+      for name, value in _fields(got).items():
+        if isinstance(value, np.ndarray):
+          np.testing.assert_array_equal(value, expected[name], err_msg=name)
+          assert value.dtype == expected[name].dtype, name
+        else:
+          assert value == expected[name] or value is expected[name], name
+  assert list(tmp_path.glob("wide-v*.arrays"))
+  assert not loaded  # The second compilers read every terminal's exits from disk.
+
+
+def test_loaded_exits_equal_computed(tmp_path, monkeypatch):
+  """A terminal read back from disk carries `exits` equal, field by field, to those
+  `loop_exits` computes from its loop and sub-trie."""
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)
+  vocab = _small_vocab()
+  options = cd.CompileOptions(cache_dir=str(tmp_path))
+  dfa = _fsa.compile_byte_dfa(cd.JsonSchema(_SCHEMAS[0]).to_ir())
+  cd.Compiler(vocab, options).wide_states.find(dfa)
+  wide = cd.Compiler(vocab, options).wide_states.find(dfa)
+  checked = 0
+  for edge in wide.values():
+    for terminal, _ in edge.parts:
+      if "exits" not in terminal.__dict__:
+        continue
+      computed = _loops.loop_exits(terminal.loop, terminal.entry, terminal.subtrie,
+                                   terminal.full_node, after_first_byte=terminal.after_first_byte)
+      for f in dataclasses.fields(computed):
+        a, b = getattr(terminal.exits, f.name), getattr(computed, f.name)
+        np.testing.assert_array_equal(a, b, err_msg=f.name)
+        assert a.dtype == b.dtype, f.name
+      checked += 1
+  assert checked

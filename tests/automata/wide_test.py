@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import constrained_decoding as cd
+from constrained_decoding.automata import _array_file
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _loops
@@ -207,12 +208,11 @@ def test_cache_keeps_sub_tries_only_of_used_terminals(gemma_vocab, tmp_path, mon
   used = {terminal.key for edge in wide.values() for terminal, _ in edge.parts
           if not terminal.key.startswith("near-")}  # Near-loop fixes: tiny, not cached.
   with_subtrie = set()
-  for path in tmp_path.glob(f"wide-v{_wide.WIDE_FORMAT_VERSION}-*.npz"):
-    with np.load(path) as data:
-      if "full_node" in data.files:
-        with_subtrie.add(path.stem.rsplit("-", 1)[1])
+  for path in tmp_path.glob(f"wide-v{_wide.WIDE_FORMAT_VERSION}-*.arrays"):
+    if "full_node" in _array_file.read(str(path)):
+      with_subtrie.add(path.stem.rsplit("-", 1)[1])
   assert used and used <= with_subtrie
-  assert len(list(tmp_path.glob("wide-*.npz"))) > len(with_subtrie)  # Rejected ones.
+  assert len(list(tmp_path.glob("wide-*.arrays"))) > len(with_subtrie)  # Rejected ones.
   trie = compiler.trie
   for edge in wide.values():
     for terminal, _ in edge.parts:
@@ -237,15 +237,17 @@ def test_prune_cache(tmp_path):
   """Other format versions go at once; then the least recently used, past the limit."""
   current = f"wide-v{_wide.WIDE_FORMAT_VERSION}-"
   (tmp_path / "wide-v1-old.npz").write_bytes(b"x" * 10)
+  (tmp_path / f"{current}old-format.npz").write_bytes(b"x" * 10)
   (tmp_path / "trie-v1-keep.npz").write_bytes(b"x" * 10)
   for i in range(8):
-    path = tmp_path / f"{current}{i}.npz"
+    path = tmp_path / f"{current}{i}.arrays"
     path.write_bytes(b"x" * 100)
     os.utime(path, (1000 + i, 1000 + i))
   _wide.prune_cache(str(tmp_path), max_bytes=1000)  # 800 bytes: under the limit.
   names = sorted(p.name for p in tmp_path.iterdir())
   assert "wide-v1-old.npz" not in names and "trie-v1-keep.npz" in names
+  assert f"{current}old-format.npz" not in names
   assert len(names) == 9
   _wide.prune_cache(str(tmp_path), max_bytes=500)  # Down to 3/4 of 500: 3 files.
   left = sorted(p.name for p in tmp_path.glob(f"{current}*"))
-  assert left == [f"{current}{i}.npz" for i in (5, 6, 7)]
+  assert left == [f"{current}{i}.arrays" for i in (5, 6, 7)]
