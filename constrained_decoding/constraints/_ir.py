@@ -42,6 +42,24 @@ MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
 
 
+def _hash_once(node, fields: tuple) -> int:
+  """`hash(fields)`, the value the dataclass's own `__hash__` gives, kept on `node`.
+
+  Nodes are immutable, and the dataclass hash of a node hashes its whole sub-tree every
+  time: a dict key holding a nested object (the front end's register blocks, `lru_cache`d
+  analyses) cost the size of every object below it, per level as objects nest. Inner
+  nodes compute it once (same value, so dict and set orders do not change); the cache
+  is left out when pickling (`__getstate__`): string hashes differ between processes.
+  """
+  value = hash(fields)
+  object.__setattr__(node, "_hash", value)
+  return value
+
+
+def _state_without_hash(node) -> dict:
+  return {k: v for k, v in node.__dict__.items() if k != "_hash"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Bytes:
   """The language {data}."""
@@ -73,12 +91,22 @@ class Concat:
 
   parts: tuple["Node", ...]
 
+  def __hash__(self) -> int:
+    return self.__dict__.get("_hash") or _hash_once(self, (self.parts,))
+
+  __getstate__ = _state_without_hash
+
 
 @dataclasses.dataclass(frozen=True)
 class Union:
   """Union of `alternatives`; the empty union is the empty language."""
 
   alternatives: tuple["Node", ...]
+
+  def __hash__(self) -> int:
+    return self.__dict__.get("_hash") or _hash_once(self, (self.alternatives,))
+
+  __getstate__ = _state_without_hash
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +116,11 @@ class Repeat:
   node: "Node"
   min: int
   max: int | None
+
+  def __hash__(self) -> int:
+    return self.__dict__.get("_hash") or _hash_once(self, (self.node, self.min, self.max))
+
+  __getstate__ = _state_without_hash
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +154,12 @@ class Graph:
   num_states: int
   arcs: tuple[tuple[int, "Node", int], ...]
   finals: tuple[int, ...]
+
+  def __hash__(self) -> int:
+    return self.__dict__.get("_hash") or _hash_once(self, (self.num_states, self.arcs,
+                                                           self.finals))
+
+  __getstate__ = _state_without_hash
 
 
 @dataclasses.dataclass(frozen=True)

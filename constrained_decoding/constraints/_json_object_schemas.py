@@ -179,7 +179,7 @@ def lower_object(lw, schema: dict, pointer: str) -> ir.Node:
         lw, [(m, r) for _, m, r in members], extra, schema, pointer, why)
   else:
     body, can_be_empty = _json_objects.schema_order_members(
-        [(m, r) for _, m, r in members], extra, ws)
+        [(m, r) for _, m, r in members], extra, ws, lw.memos["size"])
   parts = [ws.empty(b"{}")] if can_be_empty else []
   if body != ir.NOTHING:
     parts.append(ir.concat(ws.open(b"{"), body, ws.close(b"}")))
@@ -393,7 +393,7 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
     result = _json_objects.any_order_members(
         members, extra, lw.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
         0 if extra is None else _json_objects.ir_size(extra, lw.memos["size"]),
-        None if depends else MAX_ANY_ORDER_WIDE)
+        None if depends else MAX_ANY_ORDER_WIDE, lw.memos["wide"])
   if result is None and depends:
     where = _pointer(pointer, "dependentRequired")
     lw.unsupported(where, (

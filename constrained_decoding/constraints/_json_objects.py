@@ -42,6 +42,7 @@ def any_order_members(
     sizes: Sequence[int],
     extra_size: int = 0,
     wide_budget: int | None = None,
+    memo: dict | None = None,
 ) -> tuple[ir.Node, bool] | None:
   """The member lists between `{` and `}` in any order, and whether `{}` is allowed.
 
@@ -58,6 +59,7 @@ def any_order_members(
     wide_budget: Most copies of wide parts (`wide_parts`) the automaton may hold:
       each copy of a string body costs a near-loop state with its own token edges
       once composed with a vocabulary, far more than its IR size says.
+    memo: `ir.fold` memo of `wide_parts`, shared between the calls of one lowering.
 
   Returns:
     (IR of the non-empty member lists, whether the empty object is allowed), or None
@@ -67,7 +69,7 @@ def any_order_members(
   if 3 * extra_size + (n and (1 << (n - 1)) * sum(sizes)) > budget:
     return None
   if wide_budget is not None and n and (
-      (1 << (n - 1)) * sum(wide_parts(m) for _, m, _ in members) > wide_budget):
+      (1 << (n - 1)) * sum(wide_parts(m, memo) for _, m, _ in members) > wide_budget):
     return None
   index = {key: i for i, (key, _, _) in enumerate(members)}
   required = sum(1 << i for i, (_, _, is_required) in enumerate(members) if is_required)
@@ -187,18 +189,20 @@ def register_object(keyed: Sequence[tuple[str, ir.Node, bool]], member,
   return ir.union(ws.empty(b"{}"), body), num_words
 
 
-def schema_order_members(members: list, extra: ir.Node | None, ws: jv.Whitespace):
+def schema_order_members(members: list, extra: ir.Node | None, ws: jv.Whitespace,
+                         memo: dict | None = None):
   """Comma-separated object members in order, optional ones skippable, then extras.
 
   Args:
     members: (member IR, is_required) in schema order.
     extra: The IR of one additional member, or None if none are allowed.
     ws: Whitespace policy (for commas).
+    memo: `ir.fold` memo of `ir_size`, shared between the calls of one lowering.
 
   Returns:
     (IR of the non-empty member lists, whether the empty object is allowed).
   """
-  sized = [(member, is_required, ir_size(member)) for member, is_required in members]
+  sized = [(member, is_required, ir_size(member, memo)) for member, is_required in members]
   first, can_be_empty, _ = _member_lists(sized, ws) if sized else (ir.NOTHING, True, 0)
   if extra is None:
     return first, can_be_empty
@@ -277,7 +281,7 @@ def _is_counted(repeat: ir.Repeat) -> bool:
   return _counting.find_chain(repeat) is not None
 
 
-def wide_parts(node: ir.Node) -> int:
+def wide_parts(node: ir.Node, memo: dict | None = None) -> int:
   """Copies of wide parts in an IR tree: unbounded repeats of a class of at least 128
   code points (string bodies, free text) and fragments (schema-free values). Each is a
   loop over most of a vocabulary once composed, the dominant cost of a copy."""
@@ -290,7 +294,7 @@ def wide_parts(node: ir.Node) -> int:
       return children[0] * max(1, n.min if n.max is None else n.max)
     return sum(children)
 
-  return ir.fold(node, parts)
+  return ir.fold(node, parts, memo=memo)
 
 
 def _is_wide(node: ir.Node) -> bool:

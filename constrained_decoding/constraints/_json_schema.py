@@ -394,7 +394,7 @@ class _Lowerer:
     self.log = _log
     # Per-measure memos of `ir.fold` over the IR built so far (by node identity), so
     # that measuring each object as objects nest stays linear: "size"
-    # (`_json_objects.ir_size`), "rule_ref", "calls", "callable".
+    # (`_json_objects.ir_size`), "wide" (`wide_parts`), "rule_ref", "calls", "callable".
     self.memos: collections.defaultdict = collections.defaultdict(dict)
 
   def unsupported(self, pointer: str, message: str) -> None:
