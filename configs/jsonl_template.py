@@ -13,6 +13,8 @@ line (each distinct constraint is compiled once):
 
   "regex": "..."          "choices": ["a", "b"] (or "a,b")
   "json_schema": {...}    "grammar": "GBNF text"
+  "builtin_grammar": "python" (a `cd.Grammar.builtin` name; a grammar with a lexer,
+                          such as python, go or sql, must then be every row's)
 
 To skip compiling (and pynini) on the machine that runs the job, compile once with
 `constrained-decoding compile --regex ... -o tables.cdt` and set
@@ -31,7 +33,7 @@ def get_config():
   config.prompt_prefix = ""                     # EDIT: instruction, few-shot examples
   config.prompt_template = "{prompt}"           # EDIT: fields of a line, in braces
   config.constraint.kind = "regex"              # EDIT: regex, json_schema, grammar,
-  config.constraint.value = r"yes|no"           #   choices, or "row" (per line)
+  config.constraint.value = r"yes|no"           #   builtin_grammar, choices, or "row"
   config.answer_field = "answer"                # "" when the lines have no answers
   config.answer_key = ""                        # e.g. "Final Answer" for JSON replies
   config.max_new_tokens = 32
