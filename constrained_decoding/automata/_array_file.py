@@ -6,7 +6,8 @@ per array with `ast.literal_eval`, a CRC per member), and a compile reads tens t
 hundreds of them; this format reads the same arrays in ~0.07 ms. Layout:
 
   MAGIC, header length (8 bytes, little endian), header (JSON: [[name, dtype, shape,
-  offset], ...]), then each array's bytes in C order at its offset after the header.
+  offset], ...], space padded to a multiple of 64 bytes in all), then each array's bytes
+  in C order at its offset (a multiple of 64) after the header.
 
 Arrays come back writable (as from `np.load`), sharing one buffer per file. A damaged
 or truncated file raises ValueError, like `np.load`'s, so callers treat it as a miss.
@@ -34,6 +35,9 @@ def write(f, arrays: dict) -> None:
     blobs.append((offset, value.tobytes()))
     offset += value.nbytes
   header = json.dumps(meta).encode()
+  # Spaces pad the header so that the data starts aligned too (numpy arrays on an
+  # unaligned buffer are slower, and their memoryviews cannot be indexed).
+  header += b" " * (-(len(MAGIC) + 8 + len(header)) % _ALIGN)
   f.write(MAGIC + len(header).to_bytes(8, "little") + header)
   position = 0
   for at, blob in blobs:
@@ -60,6 +64,8 @@ def read(path: str) -> dict[str, np.ndarray]:
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
     raise ValueError(f"{path} has a damaged header ({e}).") from e
   base = start + size
+  if base % _ALIGN:
+    raise ValueError(f"{path} has unaligned data (written by an older version).")
   out = {}
   try:
     for name, dtype, shape, offset in meta:

@@ -12,6 +12,7 @@ from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _loops
 from constrained_decoding.automata import _unique_strings
+from constrained_decoding.automata import _wide
 
 
 def _live_oracle(num_states, src, dst, start, accepting) -> np.ndarray:
@@ -90,7 +91,8 @@ def test_array_file_round_trip(tmp_path):
   for name, value in arrays.items():
     assert back[name].dtype == value.dtype and back[name].shape == value.shape
     np.testing.assert_array_equal(back[name], value)
-    assert back[name].flags.writeable
+    assert back[name].flags.writeable and back[name].flags.aligned
+  assert memoryview(back["a"])[6] == 6  # The trie walks index memoryviews of them.
   data = path.read_bytes()
   for bad in (data[:-3], data[:20], b"PK\x03\x04" + data[4:], data[:len(_array_file.MAGIC) + 8]
               + b"{" + data[len(_array_file.MAGIC) + 9:]):
@@ -172,3 +174,62 @@ def test_loaded_exits_equal_computed(tmp_path, monkeypatch):
         assert a.dtype == b.dtype, f.name
       checked += 1
   assert checked
+
+
+def test_terminal_memory_is_bounded_and_eviction_keeps_tables(tmp_path, monkeypatch):
+  """With a tiny memory budget the per-vocabulary memos keep one terminal each, stay
+  under budget otherwise, and compiles (reading evicted terminals back from disk, or
+  rebuilding them without a disk cache) give the same tables as with room for all."""
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)
+  vocab = _small_vocab()
+  roomy = cd.Compiler(vocab, cd.CompileOptions(cache_dir=None, memoize=False))
+  expected = [_fields(roomy.compile(cd.JsonSchema(s))) for s in _SCHEMAS]
+  assert len(roomy.wide_states._subtrie_memo) > 1  # pylint: disable=protected-access
+  monkeypatch.setattr(_wide, "MAX_MEMORY_BYTES", 1)
+  for cache_dir in (None, str(tmp_path)):
+    tight = cd.Compiler(vocab, cd.CompileOptions(cache_dir=cache_dir, memoize=False))
+    for _ in range(2):
+      for schema, want in zip(_SCHEMAS, expected):
+        for name, value in _fields(tight.compile(cd.JsonSchema(schema))).items():
+          if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(value, want[name], err_msg=name)
+      memos = (tight.wide_states._subtrie_memo, tight.wide_states._shape_memo)  # pylint: disable=protected-access
+      assert all(len(memo) == 1 for memo in memos)
+  memo = _wide._BoundedMemo(100)  # pylint: disable=protected-access
+  terminal = _loops.LoopTerminal(key="k", bits=np.zeros(10, np.uint32), num_tokens=0,
+                                 subtrie=None)  # 40 bytes each.
+  for key in "abc":
+    memo.put(key, terminal)
+  assert len(memo) == 2 and memo.nbytes == 80 and memo.get("a") is None
+  assert memo.get("b") is terminal  # Now the most recently used: "c" goes next.
+  memo.put("d", terminal)
+  assert memo.get("c") is None and memo.get("b") is terminal and memo.nbytes == 80
+
+
+_LOOP_PATTERNS = [
+    r'\{("[a-z]{1,3}": "([^"\\]|\\.)*", )*"k": [0-9]+\}',
+    r'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"(, "[^"]*")*',
+    r"(ab|cd[^x]|e.)*f[^\n]*\n",
+    r"[a-z ]+(\.[a-z ]+)*|x(yz)*",
+]
+
+
+@pytest.mark.parametrize("pattern", _LOOP_PATTERNS)
+def test_canonical_loop_backward_search_equals_forward(pattern):
+  """`canonical_loop` with predecessors (backward-first search) gives the states and
+  loop automaton of the plain forward search, for every state of the DFA and random
+  `skip` masks."""
+  dfa = _fsa.compile_byte_dfa(cd.Regex(pattern).to_ir())
+  predecessors = _loops.state_predecessors(dfa.byte_classes[0])
+  rng = np.random.default_rng(len(pattern))
+  nontrivial = 0
+  for trial in range(4):
+    skip = rng.random(dfa.num_states) < [0.0, 0.05, 0.2, 0.5][trial]
+    for q in np.flatnonzero(~skip).tolist():
+      states, loop = _loops.canonical_loop(dfa, q, skip)
+      fast_states, fast_loop = _loops.canonical_loop(dfa, q, skip, predecessors)
+      assert fast_states == states
+      np.testing.assert_array_equal(fast_loop, loop)
+      assert fast_loop.dtype == loop.dtype == np.int32
+      nontrivial += len(states) > 1
+  assert nontrivial
