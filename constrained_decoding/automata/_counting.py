@@ -223,6 +223,8 @@ class _ClassCounts:
 
   counts: np.ndarray     # int8 [V]
   next_byte: np.ndarray  # int16 [V]
+  first_bytes: np.ndarray  # uint8 [V, FIRST_BYTES]: each token's first bytes, 0 padded
+  lengths: np.ndarray    # uint8 [V]: each token's length in bytes, at most 255
   bitmaps: dict          # remaining count r -> uint32 [W] of tokens with 1 <= c <= r
   subtries: dict         # readable bytes -> trie of the tokens chain states walk
   inner: dict            # (body, inner states) -> tokens read inside an X (`_inner_tokens`)
@@ -233,7 +235,12 @@ _CLASS_CACHE_SIZE = 16
 
 
 # Bump when the cached class counts change meaning.
-_COUNTS_FORMAT = 1
+_COUNTS_FORMAT = 2
+# Leading bytes of each token kept with the counts (escapes read inside an X are
+# shorter: `_counting_terminals._inner_tokens`).
+FIRST_BYTES = 8
+_COUNT_FIELDS = {"counts": np.int8, "next_byte": np.int16, "first_bytes": np.uint8,
+                 "lengths": np.uint8}
 
 
 def _class_counts(vocab, char_class: ir.CharClass, cache_dir: str | None = None
@@ -248,12 +255,11 @@ def _class_counts(vocab, char_class: ir.CharClass, cache_dir: str | None = None
   path = _counts_path(cache_dir, vocab, char_class)
   arrays = _load_counts(path, vocab.vocab_size)
   if arrays is None:
-    arrays = _count_tokens(vocab, char_class)
+    arrays = dict(zip(("counts", "next_byte"), _count_tokens(vocab, char_class)))
+    arrays["first_bytes"], arrays["lengths"] = _first_bytes(vocab)
     if path is not None:
-      _detokenizer.write_cache_file(cache_dir, path,
-                                    {"counts": arrays[0], "next_byte": arrays[1]})
-  counts, next_byte = arrays
-  out = _ClassCounts(counts=counts, next_byte=next_byte, bitmaps={}, subtries={}, inner={})
+      _detokenizer.write_cache_file(cache_dir, path, arrays)
+  out = _ClassCounts(**arrays, bitmaps={}, subtries={}, inner={})
   if len(_CLASS_CACHE) >= _CLASS_CACHE_SIZE:
     _CLASS_CACHE.pop(next(iter(_CLASS_CACHE)))
   _CLASS_CACHE[key] = out
@@ -282,6 +288,17 @@ def _count_tokens(vocab, char_class: ir.CharClass) -> tuple[np.ndarray, np.ndarr
   return counts, next_byte
 
 
+def _first_bytes(vocab) -> tuple[np.ndarray, np.ndarray]:
+  """(uint8 [V, FIRST_BYTES] leading bytes, 0 padded; uint8 [V] lengths, at most 255)."""
+  data = [b or b"" for b in vocab.token_bytes]
+  data += [b""] * (vocab.vocab_size - len(data))
+  lengths = np.fromiter(map(len, data), np.int64, len(data))
+  flat = np.frombuffer(b"".join(data) + bytes(FIRST_BYTES), np.uint8)
+  index = (np.cumsum(lengths) - lengths)[:, None] + np.arange(FIRST_BYTES)
+  first = np.where(np.arange(FIRST_BYTES) < lengths[:, None], flat[index], 0).astype(np.uint8)
+  return first, np.minimum(lengths, 255).astype(np.uint8)
+
+
 def _counts_path(cache_dir: str | None, vocab, char_class: ir.CharClass) -> str | None:
   if cache_dir is None:
     return None
@@ -290,19 +307,23 @@ def _counts_path(cache_dir: str | None, vocab, char_class: ir.CharClass) -> str 
                       f"class-counts-v{_COUNTS_FORMAT}-{vocab.fingerprint}-{digest}.npz")
 
 
-def _load_counts(path: str | None, vocab_size: int) -> tuple[np.ndarray, np.ndarray] | None:
-  """The cached arrays, or None when absent or not what this version writes."""
+def _load_counts(path: str | None, vocab_size: int) -> dict | None:
+  """The cached arrays (`_COUNT_FIELDS`), or None when absent or not what this version
+  writes."""
   if path is None or not os.path.exists(path):
     return None
   try:
     with np.load(path) as f:
-      counts, next_byte = f["counts"], f["next_byte"]
+      arrays = {name: f[name] for name in _COUNT_FIELDS}
   except (OSError, KeyError, ValueError):
     return None  # Damaged: counted again (and rewritten).
-  if (counts.shape != (vocab_size,) or next_byte.shape != (vocab_size,)
-      or counts.dtype != np.int8 or next_byte.dtype != np.int16):
+  for name, dtype in _COUNT_FIELDS.items():
+    a = arrays[name]
+    if a.shape[:1] != (vocab_size,) or a.dtype != dtype:
+      return None
+  if arrays["first_bytes"].shape != (vocab_size, FIRST_BYTES):
     return None
-  return counts, next_byte
+  return arrays
 
 
 def _compressed(n: int, m: int, span: int) -> tuple[int, int, np.ndarray]:
@@ -571,22 +592,21 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   readable = (dfa.transitions[chain_states] != NO_STATE).any(axis=0)
   subtrie = _chain_subtrie(counts, readable, trie)
   if len(subtrie.token_ids):
-    parts += _compose._walk(dfa, subtrie, chain_states, **budget)
+    parts += _walk_chain(dfa, subtrie, cell, stride, n2, m2, span, budget)
   src, tok, dst = (_compose._concatenate_columns(parts) if parts
                    else (np.zeros(0, np.int64),) * 3)
   src, tok, dst = (np.asarray(a, np.int64) for a in (src, tok, dst))
   # Counting terminals (tokens wholly in K), per chain state.
   counting = CountingTerminals(w)
   entries_of: dict[int, list] = {}
-  moves: list[tuple[int, int]] = []  # Terminal moves, for liveness.
+  moves: list[tuple[np.ndarray, np.ndarray]] = []  # Terminal moves, for liveness.
   if not counting.add_chain(chain, cell, m2, stride, inner, body, counts, vocab, entries_of,
                             moves):
     return None
   down = counting.strip_down(chain, stride, counts) if unbounded else None
-  t_src, t_dst = ([a for a, _ in moves], [b for _, b in moves])
   bitmaps, counts_of_terminals = counting.bitmaps, counting.counts
-  live = _live_states(q, np.concatenate([src, np.array(t_src, np.int64)]),
-                      np.concatenate([dst, np.array(t_dst, np.int64)]), dfa.start, dfa.accepting)
+  live = _live_states(q, np.concatenate([src] + [a for a, _ in moves]),
+                      np.concatenate([dst] + [b for _, b in moves]), dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return None  # Let plain composition report the empty constraint.
   keep = live[src] & live[dst]
@@ -610,9 +630,7 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   live_states = np.flatnonzero(live)
   group_of[live_states] = np.arange(len(live_states))
   g = len(live_states)
-  # By group, then token (a stable sort of one combined key: lexsort's order, faster).
-  order = np.argsort(group_of[src] * vocab.vocab_size + tok, kind="stable")
-  e_group, e_tok, e_target = group_of[src][order], tok[order], target[order]
+  e_group, e_tok, e_target = _sorted_edges(group_of[src], tok, target, g, vocab.vocab_size)
   width = max((len(v) for v in entries_of.values()), default=1)
   entries = _entry_table(entries_of, live, width)
   # Far from the chain's ends the lists repeat (relative targets): stored once each.
@@ -680,6 +698,73 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
                  num_terminals=len(bitmaps),
                  num_masks=int(row_of_group.max(initial=0)) + 1),
       down=np.array([down], np.int64) if unbounded else None)
+
+
+def _sorted_edges(group: np.ndarray, tok: np.ndarray, target: np.ndarray, num_groups: int,
+                  vocab_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The edges sorted by (group, token), pairs that are unique: one sort of an int64 key
+  of bit fields (group, token, target - its least value) instead of an argsort and three
+  gathers, as `_compose._sorted_edges` (an argsort when the fields take over 63 bits)."""
+  low = int(target.min(initial=0))
+  group_bits, token_bits, target_bits = (max(int(x - 1).bit_length(), 1) for x in (
+      num_groups, vocab_size, int(target.max(initial=0)) - low + 1))
+  if group_bits + token_bits + target_bits > 63:
+    order = np.argsort(group * vocab_size + tok, kind="stable")
+    return group[order], tok[order], target[order]
+  key = ((group << token_bits | tok) << target_bits) | (target - low)
+  key.sort()
+  return (key >> (token_bits + target_bits), key >> target_bits & ((1 << token_bits) - 1),
+          (key & ((1 << target_bits) - 1)) + low)
+
+
+def _walk_chain(dfa, subtrie, cell: np.ndarray, stride: int, n2: int, m2: int, span: int,
+                budget: dict) -> list:
+  """`_compose._walk(dfa, subtrie, chain states)`, walking one position per class of
+  positions that read every token alike and copying its edges to the others.
+
+  A token (at most span - 2 bytes, each X at least one) read from position j stays
+  within positions j..j + span - 2, where X's moves are the same everywhere; what differs
+  is only whether S can be read (positions >= n2) and where the chain ends (m2). So
+  positions with the same (min(max(n2 - j, 0), span), min(m2 - j, span)) have the same
+  edges, relative to their cells, and their targets never reach m2 (m2 - j >= span
+  when several positions share a class). Needs cells numbered position by position
+  (`_chain_dfa.build`'s numbering); otherwise every chain state is walked.
+  """
+  chain_states = np.unique(cell[cell >= 0])
+  first = int(cell[0, 0])
+  j = np.arange(m2)
+  if not np.array_equal(cell[:m2], first + j[:, None] * stride + np.arange(stride)):
+    return _compose._walk(dfa, subtrie, chain_states, **budget)
+  signature = (np.minimum(np.maximum(n2 - j, 0), span) * (span + 1)
+               + np.minimum(m2 - j, span))
+  _, firsts, inverse = np.unique(signature, return_index=True, return_inverse=True)
+  rep = firsts[inverse.reshape(-1)]  # Each position's representative: the first alike.
+  walked = np.concatenate([cell[np.flatnonzero(rep == j)].reshape(-1), cell[m2, :1]])
+  walked = np.unique(walked[walked >= 0])
+  parts = _compose._walk(dfa, subtrie, walked, **budget)
+  copied = np.flatnonzero(rep != j)
+  if not len(copied) or not parts:
+    return parts
+  src, tok, dst = (np.asarray(a, np.int64) for a in _compose._concatenate_columns(parts))
+  # Positions to copy to, grouped by representative: `shift[lo[r]:lo[r] + count[r]]`.
+  by_rep = np.argsort(rep[copied], kind="stable")
+  shift = (copied - rep[copied])[by_rep]
+  count = np.bincount(rep[copied], minlength=m2 + 1)
+  lo = np.cumsum(count) - count
+  src_position = np.where((src >= first) & (src < first + m2 * stride),
+                          (src - first) // stride, m2)
+  per_edge = count[src_position]
+  total = int(per_edge.sum())
+  if len(src) + total > budget["max_edges"]:
+    raise CompileBudgetError(
+        f"{budget['what']} needs more than {budget['max_edges']} explicit token edges. "
+        "Expected at most CompileOptions.max_edges. Raise it, or bound the repetition.")
+  index = np.arange(total) + (lo[src_position] - (np.cumsum(per_edge) - per_edge)).repeat(
+      per_edge)
+  step = shift[index] * stride
+  in_chain = (dst >= first) & (dst <= first + m2 * stride)
+  return [(src, tok, dst), (src.repeat(per_edge) + step, tok.repeat(per_edge),
+                            dst.repeat(per_edge) + np.where(in_chain.repeat(per_edge), step, 0))]
 
 
 def _live_states(num_states: int, src: np.ndarray, dst: np.ndarray, start: int,

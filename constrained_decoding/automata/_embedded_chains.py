@@ -312,15 +312,14 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   terminal_edges.update(all_given.terminals)
   counting = _counting.CountingTerminals(w)
   entries_of: dict[int, list] = {}
-  moves: list[tuple[int, int]] = []
-  slotted_moves: list[tuple[np.ndarray, np.ndarray]] = []
+  moves: list[tuple[np.ndarray, np.ndarray]] = []  # Chains' and slotted chains' moves.
   for copy in copies:
     e = copy.chain
     if e.slotted is not None:
       # Entries once liveness is known (below); the moves of every present cell now.
       _slotted_chains.add_slotted(counting, e.slotted, copy.cell,
                                   counts_of[e.chain.char_class], vocab,
-                                  copy.cell >= 0, None, slotted_moves)
+                                  copy.cell >= 0, None, moves)
     elif not counting.add_chain(e.chain, copy.cell, e.m2, e.stride, e.inner, e.body,
                                 counts_of[e.chain.char_class], vocab, entries_of, moves):
       return None
@@ -329,12 +328,11 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
            for k, cp in enumerate(copies) if cp.chain.chain.max is None}
   term_src = [s for s, listed in terminal_edges.items() for _ in listed]
   term_dst = [t for listed in terminal_edges.values() for _, t in listed]
-  move_src, move_dst = (list(c) for c in zip(*moves)) if moves else ([], [])
   live = _compose._live_states(  # pylint: disable=protected-access
-      q, np.concatenate([src, np.array(term_src + move_src, np.int64)]
-                        + [a for a, _ in slotted_moves]).astype(np.int64),
-      np.concatenate([dst, np.array(term_dst + move_dst, np.int64)]
-                     + [b for _, b in slotted_moves]).astype(np.int64),
+      q, np.concatenate([src, np.array(term_src, np.int64)]
+                        + [a for a, _ in moves]).astype(np.int64),
+      np.concatenate([dst, np.array(term_dst, np.int64)]
+                     + [b for _, b in moves]).astype(np.int64),
       dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return None  # Let plain composition report the empty constraint.

@@ -162,3 +162,40 @@ def test_tables_equal_through_openfst(spec, compiler, monkeypatch):
       assert a.dtype == b.dtype, field.name
     else:
       assert a == b, field.name
+
+
+@pytest.mark.parametrize("spec", [
+    cd.JsonSchema({"type": "string", "maxLength": 300}),
+    cd.JsonSchema({"type": "string", "minLength": 40}),
+    cd.JsonSchema({"type": "string", "minLength": 50, "maxLength": 500}),
+    cd.Regex(r'"[^"]{2,45}"!'),
+    cd.Regex(r"\w{1,400}"),
+    cd.Regex(r"[^\"]{0,400}"),
+])
+def test_chain_walk_copies_equal_a_walk_of_every_state(spec, compiler):
+  """`_walk_chain` walks one position per class and copies: the same edges as walking
+  every chain state."""
+  from constrained_decoding.automata import _compose
+  chain = _counting.find_chain(spec.to_ir())
+  span = int(compiler.trie.node_depth.max()) + 2
+  n2, m2, _ = _counting._compressed(chain.min, chain.min if chain.max is None else chain.max,
+                                    span)
+  dfa, cell, stride, _, _ = _counting.compressed_dfa(chain, n2, m2)
+  counts = _counting._class_counts(compiler.vocab, chain.char_class)
+  states = np.unique(cell[cell >= 0])
+  subtrie = _counting._chain_subtrie(counts, (dfa.transitions[states] >= 0).any(axis=0),
+                                     compiler.trie)
+  budget = dict(max_edges=10**8, deadline=float("inf"), what="chain")
+
+  def edge_set(parts):
+    if not parts:
+      return np.zeros(0, np.int64)
+    src, tok, dst = (np.asarray(a, np.int64) for a in _compose._concatenate_columns(parts))
+    key = np.sort((src * 2**20 + tok) * 2**20 + dst)
+    assert len(np.unique(key)) == len(key)
+    return key
+
+  copied = _counting._walk_chain(dfa, subtrie, cell, stride, n2, m2, span, budget)
+  every = _compose._walk(dfa, subtrie, states, **budget)
+  np.testing.assert_array_equal(edge_set(copied), edge_set(every))
+  assert len(copied) == 2 or not len(edge_set(every)), "positions were copied"
