@@ -188,7 +188,8 @@ class LoopTerminal:
                       after_first_byte=self.after_first_byte)
 
 
-def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray) -> list[int]:
+def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray,
+                 predecessors: list | None = None) -> list[int]:
   """States on short cycles through q, in canonical (BFS, byte order) order, q first.
 
   Only cycles of at most MAX_LOOP_BYTES bytes count (one character, or an escape and a
@@ -205,6 +206,51 @@ def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray) -> list[int]:
   # Byte classes are byte ranges in order, so the class table gives the same distances
   # and the same first-byte order as the byte table, reading fewer columns.
   table = dfa.byte_classes[0]
+  if predecessors is not None:
+    in_loop = _cycle_states(table, q, skip, predecessors)
+  else:
+    in_loop = _cycle_states_forward(table, q, skip)
+  # Canonical numbering: BFS from q, successors in order of their first byte.
+  order, seen = [q], {q}
+  for s in order:  # `order` grows while it is read.
+    for t in dict.fromkeys(table[s].tolist()):  # Distinct, in order of the first byte.
+      if t in in_loop and t not in seen:
+        seen.add(t)
+        order.append(t)
+  return order
+
+
+def _cycle_states(table: np.ndarray, q: int, skip: np.ndarray, predecessors: list
+                  ) -> set[int]:
+  """The states on cycles of at most MAX_LOOP_BYTES bytes through q (not through
+  `skip`), searched backward first: the states within that many bytes *before* q are
+  few (a string body's opening, a key), while those after it fan out into the rest of
+  the constraint.
+
+  Same set as `_cycle_states_forward`: s is on such a cycle iff ahead(s) + behind(s)
+  <= MAX_LOOP_BYTES (shortest distances from and to q), and every state u on a
+  shortest way q -> s of such an s has ahead(u) + behind(u) <= MAX_LOOP_BYTES too, so
+  the forward search may skip every other state without changing those distances.
+  """
+  behind = _distances(q, lambda s: [p for p in predecessors[s].tolist() if not skip[p]],
+                      MAX_LOOP_BYTES)
+  ahead, front = {q: 0}, [q]
+  for step in range(1, MAX_LOOP_BYTES):
+    reached = []
+    for s in front:
+      for t in set(table[s].tolist()):
+        if t not in ahead and step + behind.get(t, MAX_LOOP_BYTES + 1) <= MAX_LOOP_BYTES:
+          ahead[t] = step
+          reached.append(t)
+    if not reached:
+      break
+    front = reached
+  return set(ahead)
+
+
+def _cycle_states_forward(table: np.ndarray, q: int, skip: np.ndarray) -> set[int]:
+  """`_cycle_states` without predecessors: the ball of MAX_LOOP_BYTES - 1 bytes after q,
+  then the distances back to q inside it."""
   rows: dict[int, set[int]] = {}
   absent = {NO_STATE, *np.flatnonzero(skip).tolist()}
 
@@ -224,15 +270,7 @@ def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray) -> list[int]:
       if t in before:
         before[t].append(s)
   behind = _distances(q, before.__getitem__, MAX_LOOP_BYTES)
-  in_loop = {s for s, d in behind.items() if ahead[s] + d <= MAX_LOOP_BYTES}
-  # Canonical numbering: BFS from q, successors in order of their first byte.
-  order, seen = [q], {q}
-  for s in order:  # `order` grows while it is read.
-    for t in dict.fromkeys(table[s].tolist()):  # Distinct, in order of the first byte.
-      if t in in_loop and t not in seen:
-        seen.add(t)
-        order.append(t)
-  return order
+  return {s for s, d in behind.items() if ahead[s] + d <= MAX_LOOP_BYTES}
 
 
 def _distances(start: int, neighbours, limit: int) -> dict[int, int]:
@@ -251,15 +289,18 @@ def _distances(start: int, neighbours, limit: int) -> dict[int, int]:
   return distance
 
 
-def canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray
+def canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray, predecessors: list | None = None
                     ) -> tuple[list[int], np.ndarray]:
   """The loop's states (q first) and its transitions renumbered canonically, -1 outside
-  (`skip` as in `_loop_states`)."""
-  states = _loop_states(dfa, q, skip)
-  index = np.full(dfa.num_states, NO_STATE, np.int32)
-  index[states] = np.arange(len(states), dtype=np.int32)
+  (`skip` as in `_loop_states`; `predecessors`, from `state_predecessors` of the DFA's
+  byte-class table, make the search faster)."""
+  states = _loop_states(dfa, q, skip, predecessors)
   trans = dfa.transitions[states]
-  loop = np.where(trans == NO_STATE, NO_STATE, index[np.maximum(trans, 0)]).astype(np.int32)
+  # Each target's position among the states (O(loop), not an index array of every state).
+  order = np.argsort(states)
+  ordered = np.asarray(states)[order]
+  at = np.minimum(np.searchsorted(ordered, trans), len(states) - 1)
+  loop = np.where(ordered[at] == trans, order[at], NO_STATE).astype(np.int32)
   return states, loop
 
 

@@ -27,6 +27,7 @@ Public names:
   prune_cache(dir, max_bytes)  the disk cache's pruning.
 """
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -56,6 +57,10 @@ _SUFFIX = ".arrays"
 DEFAULT_MAX_CACHE_BYTES = 1 << 30
 # Bitmaps kept by `_FirstByteBits.restrict` (32 KiB each for a 262k vocabulary).
 _RESTRICT_CACHE_SIZE = 256
+# Bytes of terminals (bitmaps, sub-tries, exits) a `WideStates` keeps in memory, least
+# recently used dropped first (they are read back from disk in ~0.1 ms when asked again):
+# the 44 corpus schemas with Gemma 3 use ~250 MB of them.
+MAX_MEMORY_BYTES = 512 << 20
 _SUBTRIE_FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
                    "token_ids")
 # The `LoopExits` fields stored with a terminal (as "exits_" + name; its `full_node` is
@@ -100,6 +105,46 @@ class _FirstByteBits:
     return bits
 
 
+class _BoundedMemo:
+  """A dict of terminals, least recently used first, dropped past `max_bytes` in all."""
+
+  def __init__(self, max_bytes: int):
+    self.max_bytes = max_bytes
+    self.nbytes = 0
+    self._items: collections.OrderedDict = collections.OrderedDict()  # key -> (value, size)
+
+  def get(self, key):
+    hit = self._items.get(key)
+    if hit is None:
+      return None
+    self._items.move_to_end(key)
+    return hit[0]
+
+  def put(self, key, terminal: LoopTerminal) -> None:
+    size = _terminal_nbytes(terminal)
+    old = self._items.pop(key, None)
+    if old is not None:
+      self.nbytes -= old[1]
+    self._items[key] = (terminal, size)
+    self.nbytes += size
+    while self.nbytes > self.max_bytes and len(self._items) > 1:
+      _, (_, dropped) = self._items.popitem(last=False)
+      self.nbytes -= dropped
+
+  def __len__(self) -> int:
+    return len(self._items)
+
+
+def _terminal_nbytes(terminal: LoopTerminal) -> int:
+  """Memory of a terminal's arrays, its exits (built or to be built) counted as its
+  sub-trie's size again."""
+  size = terminal.bits.nbytes
+  if terminal.subtrie is not None:
+    size += 2 * sum(getattr(terminal.subtrie, f).nbytes for f in _SUBTRIE_FIELDS)
+    size += terminal.full_node.nbytes
+  return size
+
+
 class WideStates:
   """Finds the wide states of byte DFAs for one vocabulary, caching their terminals.
 
@@ -116,12 +161,14 @@ class WideStates:
     # Bytes written since the cache was last pruned: the first write prunes, then one
     # in every `max_cache_bytes / 16` written (a prune scans the whole directory).
     self._unpruned = max_cache_bytes
-    self._subtrie_memo: dict[str, LoopTerminal] = {}  # Key -> terminal with sub-trie.
+    # Key -> terminal with sub-trie, and (digest, entry, after first byte) -> terminal:
+    # one memory budget, split 3:1 (sub-tries are the large ones).
+    self._subtrie_memo = _BoundedMemo(MAX_MEMORY_BYTES * 3 // 4)
     self._cover_memo: dict[str, InsideCover | None] = {}  # Terminal key -> its cover.
     self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
     self._class_memo: dict[str, np.ndarray] = {}
     self._many_memo: dict[bytes, np.ndarray] = {}  # Loop digest -> `may_hold_many`.
-    self._shape_memo: dict[tuple, LoopTerminal] = {}  # (digest, entry, after first byte).
+    self._shape_memo = _BoundedMemo(MAX_MEMORY_BYTES // 4)
 
   def token_class_bits(self, name: str) -> np.ndarray:
     """uint32 `[W]`: the tokens of the token class `name` (memory and disk cached)."""
@@ -162,8 +209,9 @@ class WideStates:
     anchors = np.nonzero((self_loops >= _loops.MIN_SELF_LOOP_BYTES) & ~skip)[0].tolist()
     wide: dict[int, WideEdge] = {}
     loops = []
+    predecessors = state_predecessors(table) if anchors else []
     for q in anchors:
-      members, loop = canonical_loop(dfa, q, skip)
+      members, loop = canonical_loop(dfa, q, skip, predecessors)
       digest = loop_digest(loop)
       terminal = self.terminal(loop, 0, digest=digest)
       if terminal.num_tokens >= _loops.MIN_TERMINAL_TOKENS:
@@ -184,7 +232,6 @@ class WideStates:
             wide[p] = WideEdge(((terminal, None),), terminal.bits, q, (phi,),
                                self.full_cover(terminal))
     # States that move like a loop state but for a few bytes (`_near_loop.py`).
-    predecessors = state_predecessors(table) if loops else []
     wide.update(_near_loop.near_loop_edges(self, dfa, loops, wide, skip, predecessors))
     for q, members, loop, digest in loops:
       if time.perf_counter() > deadline:
@@ -293,6 +340,8 @@ class WideStates:
     many = self._many_memo.get(digest)
     if many is None:
       many = (loop != NO_STATE) @ self.first_byte_bits.counts >= _loops.MIN_TERMINAL_TOKENS
+      if len(self._many_memo) >= 16 * _RESTRICT_CACHE_SIZE:  # Bounded (tiny arrays).
+        self._many_memo.pop(next(iter(self._many_memo)))
       self._many_memo[digest] = many
     return bool(many[entry])
 
@@ -321,7 +370,7 @@ class WideStates:
         terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
                                        after_first_byte=after_first_byte)
         self._save(terminal)
-      self._shape_memo[shape] = terminal
+      self._shape_memo.put(shape, terminal)
     return terminal
 
   def with_subtrie(self, terminal: LoopTerminal, first_bytes: np.ndarray | None = None
@@ -346,7 +395,7 @@ class WideStates:
       known = with_subtrie(dataclasses.replace(terminal, key=key, first_bytes=first_bytes),
                            self.trie)
       self._save(known)
-    self._subtrie_memo[key] = known
+    self._subtrie_memo.put(key, known)
     return known
 
   def full_cover(self, terminal: LoopTerminal) -> InsideCover | None:
