@@ -14,6 +14,7 @@ import pytest
 
 import constrained_decoding as cd
 from constrained_decoding.automata import _chain_dfa
+from constrained_decoding.automata import _chain_edges
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _fsa
 from constrained_decoding.constraints import _ir as ir
@@ -173,7 +174,7 @@ def test_tables_equal_through_openfst(spec, compiler, monkeypatch):
     cd.Regex(r"[^\"]{0,400}"),
 ])
 def test_chain_walk_copies_equal_a_walk_of_every_state(spec, compiler):
-  """`_walk_chain` walks one position per class and copies: the same edges as walking
+  """`_chain_edges.walk_chain` walks one position per class and copies: the same edges as walking
   every chain state."""
   from constrained_decoding.automata import _compose
   chain = _counting.find_chain(spec.to_ir())
@@ -195,7 +196,7 @@ def test_chain_walk_copies_equal_a_walk_of_every_state(spec, compiler):
     assert len(np.unique(key)) == len(key)
     return key
 
-  copied = _counting._walk_chain(dfa, subtrie, cell, stride, n2, m2, span, budget)
+  copied = _chain_edges.walk_chain(dfa, subtrie, cell, stride, n2, m2, span, budget)
   every = _compose._walk(dfa, subtrie, states, **budget)
   np.testing.assert_array_equal(edge_set(copied), edge_set(every))
   assert len(copied) == 2 or not len(edge_set(every)), "positions were copied"

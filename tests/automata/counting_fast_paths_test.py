@@ -1,8 +1,8 @@
 """The numpy shortcuts of counted chains' compile equal the plain computations they
-replace (`automata/_counting.py`, `_counting_terminals.py`): rows deduplicated by one
-lexsort (np.unique), liveness by breadth-first search in numpy (`_compose`'s loop), and
-`CountingTerminals.fold` with `entry_ids` (groups deduplicated in numpy) against the
-loop over every group.
+replace (`automata/_counting.py`, `_chain_edges.py`, `_counting_terminals.py`): rows
+deduplicated by one lexsort (np.unique), liveness by breadth-first search in numpy
+(`_compose`'s loop), and `CountingTerminals.fold` with `entry_ids` (groups deduplicated
+in numpy) against the loop over every group.
 """
 
 import dataclasses
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import constrained_decoding as cd
+from constrained_decoding.automata import _chain_edges
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _counting_terminals
@@ -21,7 +22,7 @@ def test_unique_rows_equal_np_unique():
   for _ in range(50):
     rows = rng.integers(-2, 3, size=(int(rng.integers(1, 40)), int(rng.integers(1, 6))))
     want_rows, want_inverse = np.unique(rows, axis=0, return_inverse=True)
-    got_rows, got_inverse = _counting._unique_rows(rows)  # pylint: disable=protected-access
+    got_rows, got_inverse = _chain_edges.unique_rows(rows)
     np.testing.assert_array_equal(got_rows, want_rows)
     np.testing.assert_array_equal(got_inverse, want_inverse.reshape(-1))
 
@@ -35,7 +36,7 @@ def test_live_states_equal_compose_loop():
     accepting = rng.random(q) < 0.2
     start = int(rng.integers(0, q))
     np.testing.assert_array_equal(
-        _counting._live_states(q, src, dst, start, accepting),  # pylint: disable=protected-access
+        _chain_edges.live_states(q, src, dst, start, accepting),
         _compose._live_states(q, src, dst, start, accepting))  # pylint: disable=protected-access
 
 
