@@ -104,8 +104,6 @@ def _disagreement_walk(trie: VocabTrie, dfa: ByteDfa, members: np.ndarray,
     for `_loops.InsideCover`), or None when the walk exceeds MAX_WALK_PAIRS.
   """
   table, first, size = dfa.byte_classes
-  dead_row = np.full((1, table.shape[1]), NO_STATE, table.dtype)
-  table = np.concatenate([table, dead_row])  # Row -1: the dead state stays dead.
   loop = loop[:, first]  # Classes of the DFA: the loop's states treat their bytes alike.
   member_of = np.concatenate([members, [-2]]).astype(np.int64)  # -2 matches no state.
   node = np.zeros(len(origins), np.int64)
@@ -116,7 +114,8 @@ def _disagreement_walk(trie: VocabTrie, dfa: ByteDfa, members: np.ndarray,
   found_origin, found_node, found_state, visited = [], [], [], 0
   while len(node):
     nxt_loop = loop[loop_state]  # [P, C]
-    nxt_true = table[true_state]
+    nxt_true = table[np.maximum(true_state, 0)]
+    nxt_true[true_state < 0] = NO_STATE  # The dead state stays dead (no [Q + 1] copy).
     pair, klass = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of[nxt_loop]))
     # Each disagreeing class's bytes.
     which, byte = _compose._ranges(first[klass], first[klass] + size[klass])  # pylint: disable=protected-access

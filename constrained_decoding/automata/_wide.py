@@ -298,6 +298,11 @@ class WideStates:
     # Tokens per class of first bytes, as float: a BLAS product per loop below.
     counts = np.add.reduceat(self.first_byte_bits.counts, first).astype(np.float64)
     index = np.full(dfa.num_states, NO_STATE, np.int32)
+    # The states with an edge to each anchor, in `wide`'s order (the edges added below
+    # go to the anchor of their own iteration: grouping once up front is the same).
+    by_target: dict[int, list[int]] = {}
+    for s, edge in wide.items():
+      by_target.setdefault(edge.target, []).append(s)
     for q, members, loop, _ in loops:
       if time.perf_counter() > deadline:
         raise CompileBudgetError(
@@ -305,7 +310,7 @@ class WideStates:
             "CompileOptions.max_seconds or simplify the constraint.")
       size = len(members)
       index[members] = np.arange(size, dtype=np.int32)
-      entries = [s for s, edge in wide.items() if edge.target == q and index[s] < 0]
+      entries = [s for s in by_target.get(q, ()) if index[s] < 0]
       way_in = member_mask(dfa.num_states, members + entries)
       # Only states with an arc that way can qualify: tokens whose first byte leads
       # that way, per such state (one product over them, not over every state).
