@@ -271,10 +271,17 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
       tagged_bytes[byte] = True
     # Only tokens holding a byte some operation is read with can cross one: walk those.
     crossing = _tokens_with(token_bytes, tagged_bytes)[token_dfa.edge_token]
-    crossed_at = _crossed_ops(contracted, byte_state[token_dfa.edge_source],
-                              token_dfa.edge_token, np.flatnonzero(crossing), token_bytes)
+    hits = _crossed_hits(contracted, byte_state[token_dfa.edge_source],
+                         token_dfa.edge_token, np.flatnonzero(crossing), token_bytes)
   hashes = {}
-  if any(k in (UOPEN, UCLOSE) for ops in contracted.arc_ops.values() for k, _, _ in ops):
+  uniques = any(k in (UOPEN, UCLOSE) for ops in contracted.arc_ops.values() for k, _, _ in ops)
+  if crossed_at is None and not uniques:  # Edges grouped by the ops they cross, in numpy.
+    edge_guard, guard_ids = _guard_ids(*_hit_groups(hits, needs_live, live_needs),
+                                       needs_live, live_needs)
+    return Guards(edge_guard, _guard_table(guard_ids), contracted.num_words)
+  if crossed_at is None:
+    crossed_at = _hits_by_edge(hits)
+  if uniques:
     rows = _unique_strings.HashRows()
     crossed = {}
     for i, hits in crossed_at.items():
@@ -286,24 +293,83 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
                   token_hash=_unique_strings.token_hash(token_bytes))
   else:
     crossed = {i: tuple(op for _, ops in hits for op in ops) for i, hits in crossed_at.items()}
-  guard_ids: dict[tuple, int] = {}
-  edge_guard = np.full(len(token_dfa.edge_token), -1, np.int32)
-  for i in sorted(set(crossed) | set(np.flatnonzero(needs_live >= 0).tolist())):
-    ops = crossed.get(i, ())
-    if needs_live[i] >= 0:
-      ops += live_needs[needs_live[i]]
-    if ops:
-      if len(ops) > MAX_GUARD_OPS:
-        raise RegisterError(
-            f"A token crosses {len(ops)} register operations. Expected at most"
-            f" {MAX_GUARD_OPS}.")
-      edge_guard[i] = guard_ids.setdefault(ops, len(guard_ids))
+  edges = np.array(sorted(crossed), np.int64)
+  group_ops = [crossed[e] + (live_needs[needs_live[e]] if needs_live[e] >= 0 else ())
+               for e in edges.tolist()]
+  edge_guard, guard_ids = _guard_ids(edges, np.arange(len(edges)), group_ops, needs_live,
+                                     live_needs)
+  return Guards(edge_guard, _guard_table(guard_ids), contracted.num_words, **hashes)
+
+
+def _guard_table(guard_ids: dict[tuple, int]) -> np.ndarray:
+  """int32 `[G, O, 3]`: each guard's ops in order, padded with kind -1 (operands 0)."""
   width = max(map(len, guard_ids), default=1)
   table = np.full((max(len(guard_ids), 1), width, 3), -1, np.int32)
   for ops, gid in guard_ids.items():
     table[gid, :len(ops)] = ops
   table[..., 1:] = np.where(table[..., :1] < 0, 0, table[..., 1:])
-  return Guards(edge_guard, table, contracted.num_words, **hashes)
+  return table
+
+
+def _guard_ids(crossing: np.ndarray, group_of: np.ndarray, group_ops: list,
+               needs_live: np.ndarray, live_needs: list
+               ) -> tuple[np.ndarray, dict[tuple, int]]:
+  """(guard id of each edge, -1 for none; guard ops -> id), ids in order of first use
+  by edge.
+
+  An edge's ops are those its token crosses then the `LIVE` checks of its target. The
+  edges that cross ops (`crossing`, ascending) come in groups with equal ops (`group_of`
+  each, `group_ops[g]` the crossed and live ops of group g); every other edge with a
+  live set (`needs_live[edge] >= 0`) has ops `live_needs[needs_live[edge]]`. Edges with
+  equal ops share a guard, so the Python loop visits the first edge of each group and
+  of each live set, in edge order, and numpy hands the ids out to the rest.
+
+  Raises:
+    RegisterError: A guard needs more than `MAX_GUARD_OPS` operations.
+  """
+  edge_guard = np.full(len(needs_live), -1, np.int32)
+  plain = np.flatnonzero(needs_live >= 0)
+  plain = plain[~np.isin(plain, crossing)]
+  sets, first_plain = np.unique(needs_live[plain], return_index=True)
+  groups, first_crossing = np.unique(np.asarray(group_of, np.int64), return_index=True)
+  visits = sorted([(int(edge), int(g), 0) for edge, g in zip(crossing[first_crossing], groups)]
+                  + [(int(edge), int(k), 1) for edge, k in zip(plain[first_plain], sets)])
+  guard_ids: dict[tuple, int] = {}
+  guard_of = (np.full(len(group_ops), -1, np.int32),
+              np.full(len(live_needs) + 1, -1, np.int32))  # Live index -1: no set.
+  for _, index, live in visits:
+    ops = live_needs[index] if live else group_ops[index]
+    if not ops:
+      continue
+    if len(ops) > MAX_GUARD_OPS:
+      raise RegisterError(
+          f"A token crosses {len(ops)} register operations. Expected at most"
+          f" {MAX_GUARD_OPS}.")
+    guard_of[live][index] = guard_ids.setdefault(ops, len(guard_ids))
+  if len(crossing):
+    edge_guard[crossing] = guard_of[0][np.asarray(group_of, np.int64)]
+  edge_guard[plain] = guard_of[1][needs_live[plain]]
+  return edge_guard, guard_ids
+
+
+def _hit_groups(hits, needs_live: np.ndarray, live_needs: list
+                ) -> tuple[np.ndarray, np.ndarray, list]:
+  """`_guard_ids`' (crossing edges, group of each, ops of each group) from
+  `_crossed_hits`: edges whose tokens cross the same op lists in the same order and
+  whose targets need the same live set form one group (one `np.unique` over rows of
+  op-list indices, instead of one tuple per edge)."""
+  edge, _, op_index, ops_of = hits
+  crossing, start, count = np.unique(edge, return_index=True, return_counts=True)
+  if not len(crossing):
+    return crossing, np.zeros(0, np.int64), []
+  rows = np.full((len(crossing), int(count.max()) + 1), -1, np.int64)
+  rows[np.repeat(np.arange(len(crossing)), count), _ranges(count)] = op_index
+  rows[:, -1] = needs_live[crossing]
+  keys, group_of = np.unique(rows, axis=0, return_inverse=True)
+  group_ops = [tuple(op for j in key[:-1] if j >= 0 for op in ops_of[j])
+               + (live_needs[key[-1]] if key[-1] >= 0 else ())
+               for key in keys.tolist()]
+  return crossing, group_of.reshape(-1), group_ops
 
 
 def _distinct_pairs(src: np.ndarray, dst: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
@@ -321,13 +387,14 @@ def _ranges(lengths: np.ndarray) -> np.ndarray:
   return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths, lengths)
 
 
-def _crossed_ops(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray,
-                 edges: np.ndarray, token_bytes) -> dict[int, tuple]:
-  """edge -> ((byte position, operations), ...) that its token's bytes cross from its
-  source byte state, in order, for the `edges` given (a lockstep numpy walk, one byte
-  position at a time); edges crossing none are left out."""
+def _crossed_hits(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray,
+                  edges: np.ndarray, token_bytes):
+  """The operations that the tokens of `edges` cross from their source byte states (a
+  lockstep numpy walk, one byte position at a time): (edge, byte position, index into
+  op lists) per hit, sorted by edge then position, and the op lists."""
+  empty = np.zeros(0, np.int64)
   if not len(edges) or not contracted.arc_ops:
-    return {}
+    return empty, empty, empty, []
   data, starts, ends = _joined(token_bytes)
   keys = np.array(sorted(state * 256 + byte for state, byte in contracted.arc_ops), np.int64)
   ops_of = [contracted.arc_ops[(int(k) >> 8, int(k) & 255)] for k in keys]
@@ -348,10 +415,16 @@ def _crossed_ops(contracted: Contracted, sources: np.ndarray, tokens: np.ndarray
     state[alive] = trans[state[alive], byte]
   hit_position, hit_edge, hit_ops = map(np.concatenate, (hit_position, hit_edge, hit_ops))
   order = np.lexsort((hit_position, hit_edge))  # By edge, then position.
+  return edges[hit_edge[order]], hit_position[order], hit_ops[order], ops_of
+
+
+def _hits_by_edge(hits) -> dict[int, tuple]:
+  """edge -> ((byte position, operations), ...) in order, from `_crossed_hits`; edges
+  crossing none are left out."""
+  edge, position, op_index, ops_of = hits
   out: dict[int, tuple] = {}
-  for edge, position, j in zip(edges[hit_edge[order]].tolist(), hit_position[order].tolist(),
-                               hit_ops[order].tolist()):
-    out[edge] = out.get(edge, ()) + ((position, ops_of[j]),)
+  for e, p, j in zip(edge.tolist(), position.tolist(), op_index.tolist()):
+    out[e] = out.get(e, ()) + ((p, ops_of[j]),)
   return out
 
 
@@ -410,15 +483,33 @@ def _check_terminals(token_dfa, byte_state, tagged_states: set, live: dict,
   arrays of distinct strings) has arcs in `closing` ((state, byte) that finish the
   item); the tokens of its bitmaps must never read one (walked, for those holding a
   closing byte; `_unique_strings.item_borders` keeps them out by construction)."""
-  for state in np.flatnonzero((token_dfa.state_terminals[..., 0] >= 0).any(axis=1)).tolist():
-    targets = token_dfa.state_terminals[state][:, 1]
-    source = int(byte_state[state])
-    if source in tagged_states or any(
-        int(byte_state[t]) in live for t in targets[targets >= 0].tolist()):
-      raise RegisterError(
-          "A token bitmap (a string body or a token class) borders a register operation.")
-    if inside and source in inside:
-      _check_closing_tokens(token_dfa, state, source, closing, transitions, token_bytes)
+  states = np.flatnonzero((token_dfa.state_terminals[..., 0] >= 0).any(axis=1))
+  sources = byte_state[states]
+  # Flags over byte states, and one more index (always False) for "none" (-1).
+  none = int(byte_state.max(initial=-1)) + 1
+  byte_of = np.where(byte_state >= 0, byte_state, none)
+  tagged = _flags(tagged_states, none + 1)
+  is_live = _flags(live, none + 1)
+  targets = token_dfa.state_terminals[states][:, :, 1]
+  bad = tagged[byte_of[states]] | ((targets >= 0)
+                                   & is_live[byte_of[np.maximum(targets, 0)]]).any(axis=1)
+  first_bad = int(np.argmax(bad)) if bad.any() else len(states)
+  if inside:  # In state order, as far as the first bad state.
+    for state, source in zip(states[:first_bad].tolist(), sources[:first_bad].tolist()):
+      if source in inside:
+        _check_closing_tokens(token_dfa, state, source, closing, transitions, token_bytes)
+  if first_bad < len(states):
+    raise RegisterError(
+        "A token bitmap (a string body or a token class) borders a register operation.")
+
+
+def _flags(states, size: int) -> np.ndarray:
+  """bool `[size]`: which of `states` (ints; those outside 0..size-2 ignored, so that
+  index size - 1 stays False) each index is."""
+  out = np.zeros(size, bool)
+  picked = np.fromiter(states, np.int64, len(states))
+  out[picked[(picked >= 0) & (picked < size - 1)]] = True
+  return out
 
 
 def _check_closing_tokens(token_dfa, state: int, source: int, closing: set, transitions,
