@@ -367,31 +367,37 @@ def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,
     return hit
   trans = body.transitions
   depth = counts.first_bytes.shape[1]
-  wholly = np.flatnonzero(counts.counts > 0)
-  if "prefix" not in counts.inner:  # First bytes of the tokens wholly in K, zero padded.
-    first = counts.first_bytes[wholly].astype(np.int64)
-    length = counts.lengths[wholly].astype(np.int64)  # Capped at 255: > depth all the same.
-    # Whether a byte >= 0x80 occurs among the first p + 1 bytes.
+  if "prefix" not in counts.inner:
+    # The tokens wholly in K by first byte (`starts[b]:starts[b + 1]` start with b),
+    # their first bytes (zero padded), lengths and whether a byte >= 0x80 occurs among
+    # the first p + 1 bytes.
+    wholly = np.flatnonzero(counts.counts > 0)
+    wholly = wholly[np.argsort(counts.first_bytes[wholly, 0], kind="stable")]
+    first = counts.first_bytes[wholly]
+    starts = np.searchsorted(first[:, 0], np.arange(257))
     non_ascii = np.logical_or.accumulate(first >= 0x80, axis=1)
-    counts.inner["prefix"] = (first, length, non_ascii)
-  first, length, non_ascii = counts.inner["prefix"]
+    counts.inner["prefix"] = (wholly, first, counts.lengths[wholly], non_ascii, starts)
+  all_wholly, all_first, all_length, all_non_ascii, starts = counts.inner["prefix"]
   out = {"finish": {}, "inside": {}}
-  all_first, all_length, all_non_ascii, all_wholly = first, length, non_ascii, wholly
   for x in inner:
     # Only tokens whose first byte x reads (none, after a UTF-8 lead byte).
-    take = np.flatnonzero(trans[x, all_first[:, 0]] >= 0)
+    reads = np.flatnonzero(trans[x] >= 0)
+    take = np.concatenate([np.arange(starts[b], starts[b + 1]) for b in reads.tolist()]
+                          + [np.zeros(0, np.int64)])
     first, length, non_ascii, wholly = (all_first[take], all_length[take],
                                         all_non_ascii[take], all_wholly[take])
     state = np.full(len(wholly), x, np.int64)
     done = np.zeros(len(wholly), np.int64)  # k once X is finished, else 0
+    going = np.flatnonzero(length > 0)  # Not finished, not dead, bytes left.
     for p in range(depth):
-      going = (state >= 0) & (done == 0) & (p < length)
-      nxt = np.where(going, trans[np.maximum(state, 0), first[:, p]], state)
-      finished = going & (nxt >= 0) & body.accepting[np.maximum(nxt, 0)]
-      if (finished & non_ascii[:, p]).any():
+      going = going[length[going] > p]
+      nxt = trans[state[going], first[going, p]]
+      finished = (nxt >= 0) & body.accepting[np.maximum(nxt, 0)]
+      if (finished & non_ascii[going, p]).any():
         return None
-      done[finished] = p + 1
-      state = np.where(going, nxt, state)
+      done[going[finished]] = p + 1
+      state[going] = nxt
+      going = going[(nxt >= 0) & ~finished]
     for k in np.unique(done[done > 0]).tolist():
       out["finish"][(x, k)] = wholly[done == k]
     ends = (done == 0) & (state >= 0) & (length <= depth)

@@ -71,3 +71,117 @@ def test_fold_by_ids_equals_fold_per_group(spec, vocab, monkeypatch):
   compiler = cd.Compiler(vocab, cd.CompileOptions(memoize=False))
   compiler.compile(spec)
   assert any(calls)  # A counted chain was compiled, its groups deduplicated by ids.
+
+
+@pytest.mark.parametrize("spec, excluded", [
+    (cd.JsonSchema({"type": "string", "maxLength": 40}), True),
+    (cd.JsonSchema({"type": "object", "properties": {"a": {"type": "string",
+                                                           "maxLength": 45}}}), False),
+    (cd.Regex('[^"]{0,50}'), False),
+])
+def test_split_by_free_max_equals_comparing_rows(spec, excluded, monkeypatch):
+  """`_split` decides "row less exclusion is exact" from the unbounded tokens' largest
+  count; comparing the rows themselves gives the same tables. Tokens of up to 30
+  characters (some ending in an escape or a quote), so rows near a chain's end are
+  stored less exclusion rows."""
+  long = [c * k for c in (b"a", b"xy", b"q z") for k in range(1, 31)]
+  tokens = ([bytes([b]) for b in range(256)] + long + [t + b"\\" for t in long[::3]]
+            + [t + b'"' for t in long[1::3]] + [b"\\n" + t for t in long[::4]] + [None])
+  vocab = cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
+
+  def compile_fresh():
+    _counting._COMPRESSED_CACHE.clear()  # pylint: disable=protected-access
+    return cd.Compiler(vocab, cd.CompileOptions(memoize=False)).compile(spec)
+
+  plain_free_max = _counting_terminals.CountingTerminals._free_max  # pylint: disable=protected-access
+  calls = []
+  monkeypatch.setattr(_counting_terminals.CountingTerminals, "_free_max",
+                      lambda self, free, row: calls.append(row) or plain_free_max(self, free, row))
+  by_count = compile_fresh()
+  assert calls, "the shortcut was taken"
+  if excluded:
+    assert by_count.excluded_bits.shape[0], "rows are stored less exclusion rows"
+  monkeypatch.setattr(_counting_terminals.CountingTerminals, "_free_max",
+                      lambda self, free, row: None)
+  by_rows = compile_fresh()
+  for field in dataclasses.fields(by_count):
+    a, b = getattr(by_count, field.name), getattr(by_rows, field.name)
+    if isinstance(a, np.ndarray):
+      np.testing.assert_array_equal(a, b, err_msg=field.name)
+
+
+def test_split_by_free_max_equals_comparing_rows_gemma(gemma_vocab, monkeypatch):
+  """As above with Gemma 3's vocabulary and `maxLength` 10,000 (exclusion rows)."""
+  spec = cd.JsonSchema({"type": "string", "maxLength": 10_000})
+  compiler = cd.Compiler(gemma_vocab, cd.CompileOptions(memoize=False))
+
+  def compile_fresh():
+    _counting._COMPRESSED_CACHE.clear()  # pylint: disable=protected-access
+    return compiler.compile(spec)
+
+  by_count = compile_fresh()
+  monkeypatch.setattr(_counting_terminals.CountingTerminals, "_free_max",
+                      lambda self, free, row: None)
+  by_rows = compile_fresh()
+  assert by_count.excluded_bits.shape[0]
+  for field in dataclasses.fields(by_count):
+    a, b = getattr(by_count, field.name), getattr(by_rows, field.name)
+    if isinstance(a, np.ndarray):
+      np.testing.assert_array_equal(a, b, err_msg=field.name)
+
+
+def test_free_max_is_the_largest_count_in_the_row(vocab, tmp_path):
+  chain = _counting.find_chain(cd.Regex("[a-z]{1,40}").to_ir())
+  counts = _counting._class_counts(vocab, chain.char_class, str(tmp_path))  # pylint: disable=protected-access
+  w = (vocab.vocab_size + 31) // 32
+  terminals = _counting_terminals.CountingTerminals(w)
+  row = terminals.class_row(chain.char_class, counts)
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    tokens = rng.choice(vocab.vocab_size, rng.integers(0, 30), replace=False)
+    free = np.zeros(32 * w, bool)
+    free[tokens] = True
+    bits = np.packbits(free, bitorder="little").view(np.uint32)
+    want = int(counts.counts[tokens].max(initial=0))
+    assert terminals._free_max(bits, row) == want  # pylint: disable=protected-access
+
+
+def _inner_reference(vocab, counts, body, inner):
+  """`_inner_tokens` token by token in Python: each token wholly in K read byte by byte
+  through X's DFA from each inner state."""
+  out = {"finish": {}, "inside": {}}
+  for x in inner:
+    for t in np.flatnonzero(counts.counts > 0).tolist():
+      data, state = vocab.token_bytes[t], x
+      for p, b in enumerate(data[:8]):
+        state = int(body.transitions[state, b])
+        if state < 0:
+          break
+        if body.accepting[state]:
+          if any(c >= 0x80 for c in data[:p + 1]):
+            return None
+          out["finish"].setdefault((x, p + 1), set()).add(t)
+          break
+      else:
+        if state >= 0 and len(data) <= 8 and data[:1] and body.transitions[x, data[0]] >= 0:
+          out["inside"].setdefault((x, state), set()).add(t)
+  return out
+
+
+@pytest.mark.parametrize("spec", [
+    cd.JsonSchema({"type": "string", "maxLength": 40}),
+    cd.Regex('[^"]{0,50}'),
+    cd.Regex(".{0,50}"),
+])
+def test_inner_tokens_equal_a_walk_per_token(spec, vocab, tmp_path):
+  chain = _counting.find_chain(spec.to_ir())
+  slots = _counting._body_slots(chain.body)  # pylint: disable=protected-access
+  counts = _counting._class_counts(vocab, chain.char_class, str(tmp_path))  # pylint: disable=protected-access
+  counts.inner.clear()
+  got = _counting_terminals._inner_tokens(counts, slots.body, chain.body, slots.inner, vocab)  # pylint: disable=protected-access
+  want = _inner_reference(vocab, counts, slots.body, slots.inner)
+  assert (got is None) == (want is None)
+  for part in ("finish", "inside"):
+    assert {k: set(v.tolist()) for k, v in got[part].items()} == want[part]
+  if isinstance(spec, cd.JsonSchema):
+    assert got["finish"], "escapes are finished inside an X"
