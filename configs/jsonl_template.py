@@ -13,8 +13,8 @@ line (each distinct constraint is compiled once):
 
   "regex": "..."          "choices": ["a", "b"] (or "a,b")
   "json_schema": {...}    "grammar": "GBNF text"
-  "builtin_grammar": "python" (a `cd.Grammar.builtin` name; a grammar with a lexer,
-                          such as python, go or sql, must then be every row's)
+  "builtin_grammar": "python" (a `cd.Grammar.builtin` name; grammars with a lexer,
+                          python, go and sql, mix only with each other)
 
 To skip compiling (and pynini) on the machine that runs the job, compile once with
 `constrained-decoding compile --regex ... -o tables.cdt` and set

@@ -4,7 +4,8 @@ Split from `tables.py` (the format and the packers): stacking offsets the state,
 edge, mask, terminal and push-sequence ids of each part, keeps counted chains' shared
 terminal rows, their rows excluded near their ends, and push-down tables' stack-bound
 rows, and checks that the parts were
-compiled for one vocabulary.
+compiled for one vocabulary. Grammars with a lexer (`LexedTables`) stack only with each
+other, through `_lexed_grammar.stack_lexed_arrays`' offsets (`_stack_lexed`).
 
 Public names:
   stack_tables(tables_list)    several constraints in one table set (states offset).
@@ -78,7 +79,7 @@ def _pad_columns(array: np.ndarray, width: int) -> np.ndarray:
 
 
 def stack_tables(tables: Sequence[ConstraintTables | LexedTables], *,
-                 min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables:
+                 min_bucket: int = DEFAULT_MIN_BUCKET) -> ConstraintTables | LexedTables:
   """Stacks several constraints into one table set, so each batch row can follow its own.
 
   State ids of the i-th constraint are offset by the states before it (stack symbols
@@ -91,17 +92,22 @@ def stack_tables(tables: Sequence[ConstraintTables | LexedTables], *,
     VocabularyMismatchError: If the tables were built for different vocabularies
       (fingerprints, logits widths or end-of-sequence ids).
     ValueError: If `tables` is empty.
-    UnsupportedFeatureError: If some are `LexedTables` (a grammar with a lexer): they
-      have their own layout and are not stacked with other constraints.
+    UnsupportedFeatureError: If some, not all, are `LexedTables` (grammars with a
+      lexer): their runtime steps another layout, so they stack only with each other
+      (`_stack_lexed`, which returns `LexedTables`).
   """
   if not tables:
     raise ValueError("stack_tables got no tables. Expected at least one ConstraintTables.")
   lexed = [i for i, t in enumerate(tables) if isinstance(t, LexedTables)]
+  if len(lexed) == len(tables):
+    return _stack_lexed(tables)
   if lexed:
+    flat = next(i for i in range(len(tables)) if i not in lexed)
     raise UnsupportedFeatureError(
-        f"stack_tables: tables {lexed[0]} are LexedTables (a grammar with a lexer), which"
-        " are not stacked with other constraints. Expected ConstraintTables only. Give"
-        " the grammar with a lexer to every row of its own batch instead.")
+        f"stack_tables: tables {lexed[0]} are LexedTables (a grammar with a lexer) and "
+        f"tables {flat} are not: LexedTables are not stacked with ConstraintTables (each "
+        f"kind has its own runtime), only with each other. Expected all ConstraintTables "
+        f"or all LexedTables. Give the grammar with a lexer to the rows of its own batch.")
   first = tables[0]
   known = next((t.vocab_fingerprint for t in tables if t.vocab_fingerprint), "")
   for i, t in enumerate(tables):
@@ -325,3 +331,53 @@ def _stacked_bit_rows(parts: list, g_pad: int, width: int, w: int,
   padded = np.zeros((bucket_size(len(rows), min_bucket), w), np.uint32)
   padded[:len(rows)] = rows
   return ids, padded
+
+
+def _stack_lexed(tables: Sequence[LexedTables]) -> LexedTables:
+  """Grammars with a lexer as one `LexedTables` (rows pick theirs by `constraint_ids`).
+
+  The offsets and padding are `_lexed_grammar.stack_lexed_arrays`', applied to the
+  device arrays of each part (the host-only parts of `LexedArrays`, such as the lexer
+  and the LR automaton, are not needed to step and are not kept). Needs the compiler's
+  host modules (pynini), as compiling does.
+
+  Raises:
+    VocabularyMismatchError: The parts were compiled for different vocabularies.
+  """
+  from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top  (host, pynini)
+  from constrained_decoding import lexed_tables as _lexed  # pylint: disable=g-import-not-at-top
+
+  known = next((t.vocab_fingerprint for t in tables if t.vocab_fingerprint), "")
+  for i, t in enumerate(tables):
+    if (t.vocab_fingerprint not in ("", known)
+        or not np.array_equal(np.asarray(t.eos_bits), np.asarray(tables[0].eos_bits))):
+      raise VocabularyMismatchError(
+          f"Tables {i} were built for another vocabulary (fingerprint "
+          f"{t.vocab_fingerprint or '?'} vs {known or '?'}, or other end-of-sequence ids). "
+          f"Expected tables compiled with the same Vocabulary.")
+  vocab = _VocabName(fingerprint=known or None)
+  parts = [_LexedParts(arrays={f: np.asarray(getattr(t, f)) for f in _lexed._ARRAY_FIELDS},  # pylint: disable=protected-access
+                       vocab_size=t.vocab_size, stack_depth=t.stack_depth,
+                       indent_depth=t.indent_depth, vocab=vocab) for t in tables]
+  return _lexed.lexed_tables_from_arrays(_lexed_grammar.stack_lexed_arrays(parts),
+                                         vocab_fingerprint=known)
+
+
+class _VocabName:
+  """What `stack_lexed_arrays` reads of a vocabulary: its fingerprint."""
+
+  def __init__(self, fingerprint):
+    self.fingerprint = fingerprint
+
+
+class _LexedParts:
+  """The device arrays of one `LexedTables` under the names `stack_lexed_arrays` reads
+  from a `LexedArrays` (host-only parts: None; `goto`: no columns, unused to step)."""
+
+  def __init__(self, *, arrays, vocab_size, stack_depth, indent_depth, vocab):
+    self.__dict__.update(arrays)
+    self.vocab_size, self.stack_depth, self.indent_depth = vocab_size, stack_depth, indent_depth
+    self.vocab = vocab
+    self.goto = np.zeros((arrays["action"].shape[0], 0), np.int32)
+    self.lexer = self.token_table = self.lr = self.grammar = None
+    self.indentation = self.semicolons = None

@@ -64,8 +64,8 @@ def default_config() -> ml_collections.ConfigDict:
   # (value: the pattern, schema, GBNF text, a cd.Grammar.builtin name such as "python"
   # or "sql" (grammars with a lexer), or comma-separated choices; json_schema_whitespace
   # as in cd.JsonSchema) or "row" (each row names its own under one of the keys regex,
-  # json_schema, grammar, builtin_grammar, choices; a grammar with a lexer must then be
-  # every row's). tables_path: saved tables used instead of compiling.
+  # json_schema, grammar, builtin_grammar, choices; grammars with a lexer mix only with
+  # each other). tables_path: saved tables used instead of compiling.
   config.constraint = ml_collections.ConfigDict(dict(
       kind="regex", value="", json_schema_whitespace="single", tables_path=""))
   config.id_field = "id"
@@ -373,12 +373,13 @@ def compile_constraints(config: ml_collections.ConfigDict, rows: Sequence[Row],
     logging.info("compiled %s constraint in %.2f s: %r", kind, time.perf_counter() - started,
                  compiled[kind, value])
   lexed = [key for key, tables in compiled.items() if isinstance(tables, cd.LexedTables)]
-  if lexed and len(compiled) > 1:
+  if lexed and len(lexed) < len(compiled):
+    other = next(key for key in compiled if key not in lexed)
     raise EvaluationJobError(
-        f"The rows name {len(compiled)} constraints, among them the grammar with a lexer "
-        f"{lexed[0][0]} {lexed[0][1][:40]!r}. Expected a grammar with a lexer to be every "
-        f"row's constraint: its tables (LexedTables) are not stacked with others. Run "
-        f"those rows in a job of their own.")
+        f"The rows name the grammar with a lexer {lexed[0][0]} {lexed[0][1][:40]!r} and "
+        f"the {other[0]} {other[1][:40]!r}, which has none. Expected grammars with a lexer"
+        f" for every row or for none: their tables (LexedTables) are not stacked with "
+        f"others, only with each other. Run those rows in a job of their own.")
   return compiled
 
 

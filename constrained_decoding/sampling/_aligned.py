@@ -52,8 +52,8 @@ constrained sampling; the parent's R keeps the token's mass. `num_dropped` count
 refused insertions.
 
 Grammars with a lexer (`LexedTables`) work as any constraint does (the loop steps the
-constraint through the runtime's dispatch), one per call: they are not stacked with
-other constraints (`UnsupportedFeatureError`).
+constraint through the runtime's dispatch); several stack only with each other
+(`UnsupportedFeatureError` for a list that mixes them with other constraints).
 
 Not supported: jump-forward (tokens are sampled one at a time so that every prefix gets
 its node), speculative decoding, and several prompts per call (a store belongs to one
@@ -563,8 +563,8 @@ def generate_aligned(
     model: A `models.LanguageModel` (`models.Gemma3`, or your own: docs/models.md).
     prompt: One prompt: text (BOS is prepended) or a list of token ids used as given.
     constraint: Tables or a spec, regular or push-down, or a grammar with a lexer
-      (`LexedTables`: alone, never stacked with others); or K of them, as a list (stacked
-      here) or stacked tables, with `constraint_ids` saying which one each sample
+      (`LexedTables`, stacked only with other such tables); or K of them, as a list
+      (stacked here) or stacked tables, with `constraint_ids` saying which one each sample
       follows. The store keeps one trie per constraint (root node k for constraint k),
       so the estimates of one constraint are never read or written for another, while
       rows of different constraints share the rounds.
@@ -593,7 +593,7 @@ def generate_aligned(
       constraint (None, an empty list) or constraint_ids.
     StoreMismatchError: `store` was built for another prompt, constraint or sampling.
     UnsupportedFeatureError: A list that holds a grammar with a lexer (`LexedTables`)
-      beside other constraints: such tables are not stacked.
+      beside other kinds of constraints: such tables stack only with each other.
     VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
   """
   if isinstance(prompt, (list, tuple, np.ndarray)) and len(prompt) and not isinstance(

@@ -130,9 +130,8 @@ def _stack_per_row(constraints, n: int, model
                    ) -> tuple[ConstraintTables | LexedTables, np.ndarray]:
   """One table set for the whole job (distinct tables stacked once) and each row's id.
 
-  A grammar with a lexer (`LexedTables`) serves the whole job alone: such tables are
-  not stacked with other constraints (`UnsupportedFeatureError` names the first row
-  that differs)."""
+  Grammars with a lexer (`LexedTables`) stack only with each other
+  (`UnsupportedFeatureError` names the first row of the other kind)."""
   if isinstance(constraints, (ConstraintTables, LexedTables)):
     constraints = [constraints] * n
   constraints = list(constraints)
@@ -156,13 +155,15 @@ def _stack_per_row(constraints, n: int, model
       index[id(tables)] = len(distinct)
       distinct.append(tables)
     ids[row] = index[id(tables)]
-  if len(distinct) > 1 and any(isinstance(t, LexedTables) for t in distinct):
-    row = int(np.flatnonzero(ids != 0)[0])
+  kinds = [isinstance(t, LexedTables) for t in distinct]
+  if not all(kinds) and any(kinds):
+    row = int(np.flatnonzero(np.asarray(kinds)[ids] != kinds[0])[0])
     raise UnsupportedFeatureError(
-        f"The constraint of prompt {row} differs from prompt 0's in a job that holds a "
-        f"grammar with a lexer (LexedTables). Expected one grammar with a lexer for every "
-        f"row: such tables are not stacked with other constraints. Evaluate those rows "
-        f"in a job of their own.")
+        f"The constraint of prompt {row} differs from prompt 0's in kind in a job that "
+        f"holds a grammar with a lexer (LexedTables): one is, the other is not. Expected "
+        f"grammars with a lexer for every row or for none: they are stepped by their own "
+        f"runtime and stack only with each other. Evaluate those rows in a job of their "
+        f"own.")
   return (distinct[0] if len(distinct) == 1 else stack_tables(distinct)), ids
 
 
@@ -279,8 +280,8 @@ def evaluate(
     prompts: Text prompts (BOS is prepended) or lists of token ids used as given.
     constraints: One constraint per prompt, or one for all: `ConstraintTables`, or a
       spec (`Regex`, `JsonSchema`, `Json`, `Dataclass`, `Grammar`), compiled on the host
-      for `model.vocab` as `generate` does; rows with a spec get a parsed `value`. A
-      grammar with a lexer (`LexedTables`) must then be every row's constraint.
+      for `model.vocab` as `generate` does; rows with a spec get a parsed `value`.
+      Grammars with a lexer (`LexedTables`) mix only with each other.
     answers: Optional reference answers (None entries: no answer for that row).
     max_new_tokens: Most tokens per row (the end-of-sequence token counts).
     sampling: Greedy (default), temperature, top-k, top-p, jump-forward.
@@ -303,8 +304,8 @@ def evaluate(
     DecodingArgumentError: Bad prompts, `max_new_tokens` outside [1, MAX_NEW_TOKENS]
       or a bad `sampling` (before any compilation).
     VocabularyMismatchError: Tables for a vocabulary wider than the model's logits.
-    UnsupportedFeatureError: A grammar with a lexer for some rows and another
-      constraint for others (such tables are not stacked).
+    UnsupportedFeatureError: Grammars with a lexer for some rows and other
+      constraints for others (they stack only with each other).
     ValueError, TypeError: On mismatched counts or other bad arguments (before any
       decoding).
   """

@@ -270,11 +270,17 @@ def stack_constraints(model, constraint, constraint_ids, batch: int,
 
   Raises:
     UnsupportedFeatureError: A per-row list that holds `LexedTables` (a grammar with a
-      lexer) beside other constraints: they are not stacked (one grammar with a lexer
-      may serve every row). `table_bucket` does not pad `LexedTables`.
+      lexer) beside other constraints: they stack only with each other. `table_bucket`
+      does not pad `LexedTables`.
   """
-  constraint = _one_lexed(constraint)
-  if isinstance(constraint, (list, tuple)):
+  constraint, lexed_ids = _lexed_rows(constraint)
+  if lexed_ids is not None:
+    if len(lexed_ids) != batch:
+      raise ValueError(
+          f"Got {len(lexed_ids)} constraints for {batch} prompts. Expected one per prompt "
+          f"(or a single LexedTables for all).")
+    constraint_ids = lexed_ids
+  elif isinstance(constraint, (list, tuple)):
     if len(constraint) != batch:
       raise ValueError(
           f"Got {len(constraint)} constraints for {batch} prompts. Expected one per prompt "
@@ -296,25 +302,34 @@ def stack_constraints(model, constraint, constraint_ids, batch: int,
   return constraint, check_constraint_ids(constraint_ids, batch, constraint.num_constraints)
 
 
-def _one_lexed(constraint):
-  """`constraint`, or its one `LexedTables` when it is a per-row list of the same
-  tables (a spec repeated per row compiles to one memoized object).
+def _lexed_rows(constraint):
+  """A per-row list of grammars with a lexer as (tables, each row's constraint id): each
+  distinct `LexedTables` stacked once (a spec repeated per row compiles to one memoized
+  object), one alone as it is; anything else as (`constraint`, None).
 
   Raises:
     UnsupportedFeatureError: the list mixes `LexedTables` with other constraints.
   """
   if not isinstance(constraint, (list, tuple)) or not any(
       isinstance(c, LexedTables) for c in constraint):
-    return constraint
-  first = constraint[0]
-  if all(c is first for c in constraint):
-    return first
-  row = next(i for i, c in enumerate(constraint) if c is not first)
-  raise UnsupportedFeatureError(
-      f"Constraint {row} differs from constraint 0 in a per-row list that holds tables of"
-      " a grammar with a lexer (LexedTables). Expected one grammar with a lexer for every"
-      " row: such tables are not stacked with other constraints. Run the rows in"
-      " separate generate calls.")
+    return constraint, None
+  kinds = [isinstance(c, LexedTables) for c in constraint]
+  if not all(kinds):
+    row = next(i for i, k in enumerate(kinds) if k != kinds[0])
+    raise UnsupportedFeatureError(
+        f"Constraint {row} differs from constraint 0 in kind in a per-row list that holds"
+        f" tables of a grammar with a lexer (LexedTables): one is, the other is not."
+        f" Expected grammars with a lexer for every row or for none: they are stepped by"
+        f" their own runtime and stack only with each other. Run the rows in separate"
+        f" generate calls.")
+  index: dict[int, int] = {}
+  distinct = []
+  for c in constraint:
+    if id(c) not in index:
+      index[id(c)] = len(distinct)
+      distinct.append(c)
+  ids = np.asarray([index[id(c)] for c in constraint], np.int32)
+  return (distinct[0] if len(distinct) == 1 else stack_tables(distinct)), ids
 
 
 # ------------------------------------------------------------------- after the loop

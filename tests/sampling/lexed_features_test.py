@@ -1,11 +1,11 @@
 """Grammars with a lexer (`LexedTables`, issue 18) beyond `generate`: jump-forward,
-streaming, speculative decoding, rewind, grammar-aligned sampling, sharded evaluation
-and the evaluation job; and the typed refusals where such tables meet other
-constraints in one batch.
+streaming, speculative decoding, rewind, grammar-aligned sampling, sharded evaluation,
+the evaluation job, several such grammars stacked in one batch; and the typed
+refusals where such tables meet other kinds of constraints in one batch.
 
 Oracles: CPython's parser (`ast.parse`) on every finished text of the Python grammar;
-plain greedy `generate`, which jump-forward, speculative decoding and sharded
-evaluation must reproduce token for token under greedy sampling; the states a row
+plain greedy `generate`, which jump-forward, speculative decoding, sharded evaluation
+and stacked grammars must reproduce token for token under greedy sampling; the states a row
 passed through, which `rewind` must restore exactly. The model and vocabulary are
 `lexed_generate_test`'s (a random bigram model over every byte plus multi-byte tokens
 that cross lexeme, line and indentation boundaries). The greedy tests share one batch
@@ -24,6 +24,7 @@ import pytest
 import constrained_decoding as cd
 from constrained_decoding import evaluation_job
 from constrained_decoding import runtime
+from constrained_decoding.sampling import _evaluate
 
 from lexed_generate_test import (  # pylint: disable=import-error  (same directory)
     _EOS, _NAMES, _PYTHON, _TOKENS, _BigramModel, _BigramNetwork)
@@ -173,6 +174,29 @@ def test_sharded_evaluation_equals_plain_greedy(model, tables, greedy):
     cd.evaluate(model, _PROMPTS[:2], [tables, cd.Regex("ab")], max_new_tokens=4)
 
 
+def test_stacked_grammars_with_a_lexer_step_as_each_alone(model, tables, greedy):
+  """Rows of a per-row list of two grammars with a lexer (stacked into one LexedTables)
+  write, token for token, what each grammar writes alone."""
+  names = cd.Compiler(model.vocab).compile(cd.Grammar(_NAMES, syntax="lark", lexer=True))
+  alone = cd.generate(model, _PROMPTS, constraint=names, max_new_tokens=_BUDGET)
+  assert any(a.token_ids != g.token_ids for a, g in zip(alone, greedy))  # not vacuous
+  per_row = [tables if row % 2 == 0 else names for row in range(len(_PROMPTS))]
+  mixed = cd.generate(model, _PROMPTS, constraint=per_row, max_new_tokens=_BUDGET)
+  expected = [g if row % 2 == 0 else a for row, (g, a) in enumerate(zip(greedy, alone))]
+  assert [c.token_ids for c in mixed] == [c.token_ids for c in expected]
+  stacked = cd.stack_tables([names, tables])
+  assert isinstance(stacked, cd.LexedTables) and stacked.num_constraints == 2
+  ids = [1 - row % 2 for row in range(len(_PROMPTS))]
+  again = cd.generate(model, _PROMPTS, constraint=stacked, constraint_ids=ids,
+                      max_new_tokens=_BUDGET)
+  assert again == mixed
+  # Sharded evaluation stacks each distinct grammar once.
+  once, row_ids = _evaluate._stack_per_row([names, tables, names], 3, model)  # pylint: disable=protected-access
+  assert once.num_constraints == 2 and list(row_ids) == [0, 1, 0]
+  with pytest.raises(cd.UnsupportedFeatureError, match="differs from constraint 0 in kind"):
+    cd.generate(model, _PROMPTS[:2], constraint=[tables, cd.Regex("ab")], max_new_tokens=4)
+
+
 def _job_config(tmp_path, **constraint):
   config = evaluation_job.default_config()
   data = tmp_path / "rows.jsonl"
@@ -211,6 +235,10 @@ def test_evaluation_job_compiles_builtin_grammars_and_refuses_mixing(model, tmp_
                                      answer=None)]
   with pytest.raises(cd.EvaluationJobError, match="grammar with a lexer .* not stacked"):
     evaluation_job.compile_constraints(config, mixed, model.vocab)
+  two = rows + [evaluation_job.Row(index=1, id=1, prompt="y",
+                                   constraint=("builtin_grammar", "python"), answer=None)]
+  both = evaluation_job.compile_constraints(config, two, model.vocab)  # stack in evaluate
+  assert all(isinstance(t, cd.LexedTables) for t in both.values()) and len(both) == 2
   unknown = [evaluation_job.Row(index=0, id=0, prompt="x",
                                 constraint=("builtin_grammar", "cobol"), answer=None)]
   with pytest.raises(cd.EvaluationJobError, match="'cobol' does not exist"):
