@@ -343,9 +343,17 @@ def _stack_lexed(tables: Sequence[LexedTables]) -> LexedTables:
 
   Raises:
     VocabularyMismatchError: The parts were compiled for different vocabularies.
+    UnsupportedFeatureError: The host modules do not import (no pynini).
   """
-  from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top  (host, pynini)
   from constrained_decoding import lexed_tables as _lexed  # pylint: disable=g-import-not-at-top
+
+  try:
+    from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top  (host, pynini)
+  except ImportError as e:
+    raise UnsupportedFeatureError(
+        f"stack_tables: stacking {len(tables)} grammars with a lexer (LexedTables) needs "
+        f"the compiler's host modules, which did not import ({e}). Expected pynini "
+        f"installed, or one grammar with a lexer per batch.") from e
 
   known = next((t.vocab_fingerprint for t in tables if t.vocab_fingerprint), "")
   for i, t in enumerate(tables):

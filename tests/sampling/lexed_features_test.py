@@ -15,6 +15,8 @@ of 8 prompts and one budget, so each driver compiles its loop once.
 import ast
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -195,6 +197,27 @@ def test_stacked_grammars_with_a_lexer_step_as_each_alone(model, tables, greedy)
   assert once.num_constraints == 2 and list(row_ids) == [0, 1, 0]
   with pytest.raises(cd.UnsupportedFeatureError, match="differs from constraint 0 in kind"):
     cd.generate(model, _PROMPTS[:2], constraint=[tables, cd.Regex("ab")], max_new_tokens=4)
+
+
+def test_stacking_without_pynini_is_a_typed_refusal(model, tables, tmp_path):
+  """Where pynini is missing, saved grammars load and step, but stacking (the host's
+  offsets) raises UnsupportedFeatureError instead of an ImportError."""
+  names = cd.Compiler(model.vocab).compile(cd.Grammar(_NAMES, syntax="lark", lexer=True))
+  tables.save(tmp_path / "a.cdt", vocab=model.vocab)
+  names.save(tmp_path / "b.cdt", vocab=model.vocab)
+  script = (
+      "import sys\n"
+      "sys.modules['pynini'] = None\n"
+      "import constrained_decoding as cd\n"
+      "a, b = (cd.load_tables(p, vocab=None) for p in sys.argv[1:])\n"
+      "try:\n"
+      "  cd.stack_tables([a, b])\n"
+      "except cd.UnsupportedFeatureError as e:\n"
+      "  print('refused:', e)\n")
+  out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.cdt"),
+                        str(tmp_path / "b.cdt")], capture_output=True, text=True, check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.startswith("refused: stack_tables: stacking 2 grammars with a lexer")
 
 
 def _job_config(tmp_path, **constraint):
