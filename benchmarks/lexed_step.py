@@ -320,15 +320,24 @@ def main(argv=None):
   parser.add_argument("--lane-unroll", type=int, default=None,
                       help="micro-steps per lane-loop iteration off CPU (runtime default: "
                            "_lexed.LANE_UNROLL)")
+  parser.add_argument("--lane-pool", default=None,
+                      help="lane schedule: 0 = every lane in one loop, n = a work queue of "
+                           "n x ceil(sqrt(B)) slots; 'cpu:N' or 'default:N' (off CPU) or "
+                           "N for both (runtime default: _lexed.LANE_POOL)")
   parser.add_argument("--out", default=None)
   args = parser.parse_args(argv)
   if args.lane_unroll is not None:
     _lexed.LANE_UNROLL = {**_lexed.LANE_UNROLL, "default": args.lane_unroll}
+  if args.lane_pool is not None:
+    platform, _, value = args.lane_pool.rpartition(":")
+    platforms = [platform] if platform else list(_lexed.LANE_POOL)
+    _lexed.LANE_POOL = {**_lexed.LANE_POOL, **{p: int(value) for p in platforms}}
   report = {"device": str(jax.devices()[0]),
             "command": " ".join(["benchmarks/lexed_step.py"] + list(
                 sys.argv[1:] if argv is None else argv)),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "jax": jax.__version__, "lane_unroll": getattr(_lexed, "LANE_UNROLL", None),
+            "lane_pool": getattr(_lexed, "LANE_POOL", None),
             "cases": {}, "load_average": {}}
   base = _load_runtime(args.baseline_runtime) if args.baseline_runtime else None
   if args.kit:

@@ -39,8 +39,11 @@ per bitmap slot), runs its lane and the end lane on full stacks, and takes the t
 exactly when `allowed_bits` offers it (same lanes, same tables).
 
 Cost per row and step (exact, simple; the design's viable-set classes and prefix-shared
-lanes are not built): `allowed_bits` works on Ks + 1 lanes for as many iterations as
-the longest surviving lane's lexemes + reductions, O(P) per lane and iteration; then
+lanes are not built): `allowed_bits` runs Ks + 1 lanes, one micro-step (a reduce, a
+shift or an indentation decision: ~25 gathers) at a time. On CPU (`LANE_POOL`) they
+run as a work queue, so the cost is the micro-steps the lanes take (Python with Gemma
+3: ~4 per lane on average); off CPU all lanes run in one loop for as many iterations as
+the longest lane (Python: 17 median), fewest launches. Then
 Kb x W words of OR and N scattered ids. `advance`: log2(N) + Kb gathers, then 2 lanes
 of O(D). Ks, K, N, Kb, L are maxima over lexer states, so every row pays the worst
 state's widths.
@@ -80,6 +83,8 @@ Public:
                                             loop's step).
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,6 +118,14 @@ LANE_SELECT_WRITES = {"cpu": False, "default": True}
 # `jnp.searchsorted` method for `advance`'s listed tokens: its default ("scan") is a
 # loop of log2(N) iterations, each a kernel launch and read-back on a GPU.
 SEARCH_METHOD = {"cpu": "scan", "default": "scan_unrolled"}
+# Lane schedule (`_lanes`): 0 runs every lane in one loop until the longest is done; n > 0
+# runs them as a work queue of n x ceil(sqrt(B)) slots (B rows). On CPU the cost is the
+# micro-steps done, and most lanes end within a few (Python with Gemma 3: 4.1 on
+# average, the longest 17-32), so the queue does a fraction of them; fewer slots mean
+# more iterations, each with a fixed cost (best measured: 128 slots at B = 1, 512 at
+# 8, 1,024-2,048 at 64). On a GPU the cost is the loop's iterations (launches), which
+# the one loop keeps fewest.
+LANE_POOL = {"cpu": 128, "default": 0}
 
 
 def _per_platform(fn, table: dict, *operands):
@@ -195,8 +208,14 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   "unindent does not match", an error), equal: done, below: DEDENT and a pop (phase 2).
   The end-of-text class feeds the newline only where the parser takes one, then
   dedents to width 0. A lexeme of any other class shifts the first member the top
-  state has an action for and moves the bracket depth. One micro-step per iteration:
-  one reduce, shift or indentation decision per lane.
+  state has an action for and moves the bracket depth. One micro-step: one reduce,
+  shift or indentation decision per lane.
+
+  Two schedules of the same micro-steps (`LANE_POOL`): every lane in one `while_loop`
+  until the longest is done, or (pool > 0) a work queue: slots take the rows' lanes
+  that have lexemes in turn and pass to the next lane when theirs ends. Most lanes end
+  within a few micro-steps (Python with Gemma 3: 4.1 on average against 17 iterations
+  of the whole-lane loop), so the queue does a fraction of the micro-steps.
 
   Returns:
     A dict of [B * X] arrays: ok (every lexeme taken), top (parser state),
@@ -219,28 +238,42 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   # most `Nt` that do not, and the indentation steps.
   max_steps = (length + 1) * (d + di + 3) * (tables.goto_id.shape[1] + 1)
 
-  def read(base, suffix, pos):
-    own = jnp.take_along_axis(suffix, jnp.clip(pos - base, 0, p_width - 1)[:, None],
-                              axis=1)[:, 0]
-    return jnp.where(pos < base, row_stack[row, jnp.clip(pos, 0, d - 1)], own)
+  # `lane`: the lanes' rows of `items`, `suffix`, `isuf` for each slot of the queue, or
+  # None for every lane in order (the one-pass loop, which keeps its plain forms: on an
+  # H200 indexing by an iota instead cost Python's step 5%).
+  def at(a, lane, col):
+    if lane is None:
+      return jnp.take_along_axis(a, col[:, None], axis=1)[:, 0]
+    return a[lane, col]
 
-  def itop_of(ibase, isuf, isize):
-    own = jnp.take_along_axis(isuf, jnp.clip(isize - 1, 0, pi - 1)[:, None], axis=1)[:, 0]
-    return jnp.where(isize > 0, own, row_widths[row, jnp.clip(ibase - 1, 0, di - 1)])
+  def row_of(lane):
+    return row if lane is None else row[lane]
 
-  def cond(carry):
-    i, err, step = carry[0], carry[4], carry[-1]
-    # Some lane has lexemes left and no error, within the safety bound.
-    return jnp.any((i < count) & ~err) & (step < max_steps)
+  def read(lane, base, suffix, pos):
+    own = at(suffix, lane, jnp.clip(pos - base, 0, p_width - 1))
+    return jnp.where(pos < base, row_stack[row_of(lane), jnp.clip(pos, 0, d - 1)], own)
 
-  def body(carry, select):
-    i, base, suffix, size, err, paren, ibase, isuf, isize, phase, step = carry
-    active = (i < count) & ~err
+  def itop_of(lane, ibase, isuf, isize):
+    own = at(isuf, lane, jnp.clip(isize - 1, 0, pi - 1))
+    return jnp.where(isize > 0, own,
+                     row_widths[row_of(lane), jnp.clip(ibase - 1, 0, di - 1)])
+
+  def write(a, lane, col, value, select):
+    """`a[lane[j], col[j]] = value[j]` where `col[j]` is in range (else unchanged)."""
+    if lane is None:
+      return _write_column(a, col, value, select)
+    return a.at[lane, col].set(value, mode="drop")
+
+  def micro(lane, alive, lanes, suffix, isuf, select):
+    """One micro-step of lanes `lane` (None: all): their scalars in `lanes`, their
+    pushes in rows `lane` of `suffix` and `isuf`; lanes not `alive` or ended stay."""
+    i, base, size, err, paren, ibase, isize, phase = lanes
+    active = alive & (i < (count if lane is None else count[lane])) & ~err
     depth = base + size
-    cls = jnp.take_along_axis(items, jnp.minimum(i, length - 1)[:, None], axis=1)[:, 0]
+    cls = at(items, lane, jnp.minimum(i, length - 1))
     c = jnp.maximum(cls, 0)
     width = tables.class_width[c] if indent else None
-    top = read(base, suffix, depth - 1)
+    top = read(lane, base, suffix, depth - 1)
     # An ordinary lexeme: the first member of its class the top state takes.
     members = tables.class_members[c]  # [N, M]
     acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
@@ -254,7 +287,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
       outside = is_nl & (paren <= 0)
       skip = is_nl & (paren > 0)  # inside brackets: dropped
       w = jnp.maximum(width, 0)
-      itop = itop_of(ibase, isuf, isize)
+      itop = itop_of(lane, ibase, isuf, isize)
       a_nl = tables.action[top, _NEWLINE]
       feeding = outside & (phase == 0)
       eof_no_nl = feeding & (width == _WIDTH_EOF) & (a_nl == 0)
@@ -273,7 +306,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     reduce = (a < -1) & ~nomove  # -1 is accept, only on $END, which no lexeme is.
     rule = jnp.maximum(-a - 1, 0)
     new = depth - jnp.where(reduce, tables.rule_len[rule], 0)  # where the push goes
-    below = read(base, suffix, new - 1)
+    below = read(lane, base, suffix, new - 1)
     # A reduction enters goto[below, lhs] and runs the unit reductions after it.
     entry = tables.goto_id[below, tables.rule_lhs[rule]]
     chained = jnp.where(entry >= 0, tables.goto_chain[jnp.maximum(entry, 0),
@@ -288,13 +321,13 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
                        | (want_indent & ((phase == 2) | (ibase + isize >= di))))
     ok = active & ~bad
     moved = ok & moves
-    suffix = _write_column(suffix, jnp.where(moved, slot, p_width), target, select)
+    suffix = write(suffix, lane, jnp.where(moved, slot, p_width), target, select)
     shifted = ok & shift
     if indent:
       # Indentation: push on INDENT, pop on DEDENT.
       push = shifted & want_indent
       pop = shifted & resolving & ~want_indent
-      isuf = _write_column(isuf, jnp.where(push, isize, pi), w, select)
+      isuf = write(isuf, lane, jnp.where(push, isize, pi), w, select)
       own_pop = pop & (isize > 0)
       isize = jnp.where(push, isize + 1, jnp.where(own_pop, isize - 1, isize))
       ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
@@ -305,33 +338,110 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
       paren = paren + jnp.where(shifted & ~is_nl, tables.class_paren[c], 0)
     else:
       done_item = shifted
-    return (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base), suffix,
-            jnp.where(moved, slot + 1, size), err | bad, paren, ibase,
-            isuf, isize, phase, step + 1)
+    lanes = (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base),
+             jnp.where(moved, slot + 1, size), err | bad, paren, ibase, isize, phase)
+    return lanes, suffix, isuf
 
   zero = jnp.zeros((n,), jnp.int32)
-  false = jnp.zeros((n,), bool)
-  init = (zero, state.depth[row], jnp.zeros((n, p_width), jnp.int32), zero, false,
-          regs[row, 0], regs[row, 1], jnp.zeros((n, pi), jnp.int32), zero, zero,
-          jnp.int32(0))
+  # Each lane's scalars before its first micro-step: i, base, size, err, paren, ibase,
+  # isize, phase.
+  start = (zero, state.depth[row], zero, jnp.zeros((n,), bool), regs[row, 0],
+           regs[row, 1], zero, zero)
+  buffers = (jnp.zeros((n, p_width), jnp.int32), jnp.zeros((n, pi), jnp.int32))
+
   def run(config, *carry):
-    unroll, select = config
+    unroll, select, pool = config
+    slots = pool * math.ceil(math.sqrt(b))
+    if pool and slots < n:  # (`advance`'s 2 lanes a row fill the slots: one loop)
+      return _queue(micro, count, start, buffers, slots, unroll, max_steps)
+
+    def cond(carry):
+      (i, *_, err), step = carry[0][:4], carry[-1]
+      # Some lane has lexemes left and no error, within the safety bound.
+      return jnp.any((i < count) & ~err) & (step < max_steps)
 
     def body_unrolled(carry):
-      for _ in range(unroll):  # finished lanes are left as they are by `body`
-        carry = body(carry, select)
-      return carry
+      lanes, suffix, isuf, step = carry
+      for _ in range(unroll):  # finished lanes are left as they are by `micro`
+        lanes, suffix, isuf = micro(None, True, lanes, suffix, isuf, select)
+      return lanes, suffix, isuf, step + 1
 
-    return jax.lax.while_loop(cond, body_unrolled, carry)
+    lanes, suffix, isuf, steps = jax.lax.while_loop(
+        cond, body_unrolled, (start, *buffers, jnp.int32(0)))
+    return (*lanes, suffix, isuf, steps)
 
-  configs = {p: (LANE_UNROLL[p], LANE_SELECT_WRITES[p]) for p in LANE_UNROLL}
-  i, base, suffix, size, err, paren, ibase, isuf, isize, _, steps = (
-      _per_platform(run, configs, *init))
-  top = read(base, suffix, base + size - 1)
-  room = (ibase + isize < di) & (itop_of(ibase, isuf, isize) < tables.max_width)
+  configs = {p: (LANE_UNROLL[p], LANE_SELECT_WRITES[p], LANE_POOL.get(p, 0))
+             for p in LANE_UNROLL}
+  i, base, size, err, paren, ibase, isize, _, suffix, isuf, steps = _per_platform(
+      run, configs)
+  top = read(None, base, suffix, base + size - 1)
+  room = (ibase + isize < di) & (itop_of(None, ibase, isuf, isize) < tables.max_width)
   return dict(ok=~err & (i >= count), top=top, paren=paren, room=room,
               base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize,
-                        steps=steps)
+              steps=steps)
+
+
+def _queue(micro, count, start, buffers, pool: int, unroll: int, max_steps: int):
+  """The lanes' micro-steps as a work queue: `pool` slots (static) run the lanes that
+  have lexemes, in order; a slot whose lane ends (all lexemes taken, an error, or the
+  safety bound) stores the lane's scalars and takes the next lane of the queue.
+
+  Each lane runs alone from its start to its end, as in the one-pass loop (which
+  leaves an ended lane as it is), so the results are the same, in about (micro-steps
+  of all lanes) / pool iterations plus the longest lane's tail instead of (longest
+  lane) x (all lanes) micro-steps. `start`: the lanes' scalars before their first
+  micro-step (i, base, size, err, paren, ibase, isize, phase: base, paren and ibase
+  from the lane's row, the others 0). Returns the lanes' scalars [n] (as `start`), the
+  pushes `buffers` and the number of iterations.
+  """
+  n = count.shape[0]
+  live = count > 0
+  queue = jnp.zeros((n,), jnp.int32).at[jnp.where(live, jnp.cumsum(live) - 1, n)].set(
+      jnp.arange(n, dtype=jnp.int32), mode="drop")
+  n_live = jnp.sum(live)
+  firsts = jnp.arange(pool)
+  slot_lane = jnp.where(firsts < n_live, queue[firsts], -1)
+  lanes = tuple(v[jnp.maximum(slot_lane, 0)] for v in start)
+  # Ended lanes' scalars [n, 8] (as `start`); lanes without lexemes keep their start.
+  results = jnp.stack([v.astype(jnp.int32) for v in start], axis=1)
+  # A fresh lane's start: base, paren, ibase from its row; the others are constants.
+  start_rows = tuple(v if k in (1, 4, 5) else None for k, v in enumerate(start))
+  start_consts = tuple(None if k in (1, 4, 5) else jnp.zeros((), v.dtype)
+                       for k, v in enumerate(start))
+
+  def cond(carry):
+    return jnp.any(carry[0] >= 0)
+
+  def body(carry):
+    slot_lane, lanes, suffix, isuf, results, head, steps, it = carry
+    occupied = slot_lane >= 0
+    lane = jnp.maximum(slot_lane, 0)
+    for _ in range(unroll):
+      lanes, suffix, isuf = micro(lane, occupied, lanes, suffix, isuf, False)
+    steps = steps + unroll
+    i, err = lanes[0], lanes[3]
+    ended = occupied & ((i >= count[lane]) | err | (steps >= max_steps))
+    # The safety bound ends a lane unfinished (i < count: not ok), as the one-pass loop.
+    results = results.at[jnp.where(ended, slot_lane, n)].set(
+        jnp.stack([v.astype(jnp.int32) for v in lanes], axis=1), mode="drop")
+    free = ~occupied | ended
+    ahead = head + jnp.cumsum(free) - 1
+    nxt = jnp.where(ahead < n_live, queue[jnp.clip(ahead, 0, n - 1)], -1)
+    slot_lane = jnp.where(free, nxt, slot_lane)
+    fresh = free & (slot_lane >= 0)
+    lane = jnp.maximum(slot_lane, 0)
+    lanes = tuple(v if s is None else jnp.where(fresh, s[lane], v)
+                  for s, v in zip(start_rows, lanes))
+    lanes = tuple(v if s is None else jnp.where(fresh, s, v)
+                  for s, v in zip(start_consts, lanes))
+    steps = jnp.where(fresh, 0, steps)
+    return (slot_lane, lanes, suffix, isuf, results, head + jnp.sum(free), steps, it + 1)
+
+  carry = (slot_lane, lanes, *buffers, results, jnp.int32(pool),
+           jnp.zeros((pool,), jnp.int32), jnp.int32(0))
+  _, _, suffix, isuf, results, _, _, iterations = jax.lax.while_loop(cond, body, carry)
+  return (*(results[:, k].astype(v.dtype) for k, v in enumerate(start)), suffix, isuf,
+          iterations)
 
 
 def _materialize(state: ConstraintState, lanes: dict, row):

@@ -297,9 +297,20 @@ def test_accelerator_lane_settings_agree_with_cpu_ones(setup, monkeypatch):
   monkeypatch.setattr(_lexed, "LANE_UNROLL", {"cpu": 2})
   monkeypatch.setattr(_lexed, "LANE_SELECT_WRITES", {"cpu": True})
   monkeypatch.setattr(_lexed, "SEARCH_METHOD", {"cpu": "scan_unrolled"})
+  monkeypatch.setattr(_lexed, "LANE_POOL", {"cpu": 0})  # every lane in one loop
   other = (jax.jit(lambda t, s: _lexed.allowed_tokens(t, s)),
            jax.jit(lambda t, s, k: _lexed.advance(t, s, k)))
   _walk(setup, steps=20, seed=11, compare_with=other)
+
+
+def test_lane_queue_with_one_slot_per_row_agrees(setup, monkeypatch):
+  # The lanes as a work queue of one slot per row (a slot takes the next lane at every
+  # lane's end: the most refills) against the default pool: same masks and states,
+  # the fused step included.
+  monkeypatch.setattr(_lexed, "LANE_POOL", {"cpu": 1})
+  other = (jax.jit(lambda t, s: _lexed.allowed_tokens(t, s)),
+           jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(t, s)[1](k)))
+  _walk(setup, steps=20, seed=13, compare_with=other)
 
 
 def test_advance_from_the_mask_lanes_agrees_with_advance(setup):
