@@ -9,6 +9,7 @@ deep tails of long tokens) in plain Python; long frontiers are walked once per d
 (`_splice.py`), counted chains and the pushdown compiler build on these walks.
 """
 
+import functools
 import time
 import weakref
 
@@ -33,37 +34,75 @@ _NEVER = 2**31 - 1
 
 class _TrieViews:
   """Per-trie arrays for the walks: packed arrays for numpy steps (fewer gathers per
-  level), memoryviews for Python steps.
+  level), memoryviews for Python steps; each built on first use (a terminal's sub-trie
+  read from disk often only needs `_emit`'s).
 
   Indexing a memoryview gives a Python int (~40 ns), far cheaper than a numpy scalar.
   """
 
   def __init__(self, trie: VocabTrie):
+    self._trie = weakref.ref(trie)  # `_VIEWS` values must not keep their keys alive.
     self.token_count = np.diff(trie.token_start).astype(np.int32)
-    # One past the last child slot, and the number of children, of each node; int64,
-    # which `np.repeat` takes as counts without a conversion.
-    self.child_end = trie.child_start[1:].astype(np.int64)
-    self.child_count = np.diff(trie.child_start).astype(np.int64)
-    # Child node << 8 | edge byte per slot: one gather gives both.
-    code_type = np.int32 if trie.num_nodes < 1 << 23 else np.int64
-    self.slot_code = (trie.child_node.astype(code_type) << 8) | trie.child_byte
     self._arange = np.arange(1024, dtype=np.int32)
     # The token a node spells, -1 for none, `_SEVERAL_TOKENS` for more than one.
     self.node_token = np.full(trie.num_nodes, -1, np.int32)
     one = np.flatnonzero(self.token_count == 1)
     self.node_token[one] = trie.token_ids[trie.token_start[one]]
     self.node_token[self.token_count > 1] = _SEVERAL_TOKENS
-    self.child_start = memoryview(np.ascontiguousarray(trie.child_start, np.int32))
-    self.child_byte = memoryview(np.ascontiguousarray(trie.child_byte, np.uint8))
-    self.child_node = memoryview(np.ascontiguousarray(trie.child_node, np.int32))
-    self.token_start = memoryview(np.ascontiguousarray(trie.token_start, np.int32))
-    self.token_ids = memoryview(np.ascontiguousarray(trie.token_ids, np.int32))
-    lo, hi = trie.child_start[0], trie.child_start[1]
-    # The root's child bytes (ascending) and child nodes.
-    self.root_bytes = trie.child_byte[lo:hi].astype(np.int64)
-    self.root_nodes = trie.child_node[lo:hi].astype(np.int32)
     # One more than the largest token id (bounds sort keys made of token ids).
     self.token_span = int(trie.token_ids.max()) + 1 if len(trie.token_ids) else 1
+
+  # One past the last child slot, and the number of children, of each node; int64,
+  # which `np.repeat` takes as counts without a conversion.
+  @functools.cached_property
+  def child_end(self) -> np.ndarray:
+    return self._trie().child_start[1:].astype(np.int64)
+
+  @functools.cached_property
+  def child_count(self) -> np.ndarray:
+    return np.diff(self._trie().child_start).astype(np.int64)
+
+  @functools.cached_property
+  def slot_code(self) -> np.ndarray:
+    """Child node << 8 | edge byte per slot: one gather gives both."""
+    trie = self._trie()
+    code_type = np.int32 if trie.num_nodes < 1 << 23 else np.int64
+    return (trie.child_node.astype(code_type) << 8) | trie.child_byte
+
+  def _memoryview(self, name: str, dtype) -> memoryview:
+    return memoryview(np.ascontiguousarray(getattr(self._trie(), name), dtype))
+
+  @functools.cached_property
+  def child_start(self) -> memoryview:
+    return self._memoryview("child_start", np.int32)
+
+  @functools.cached_property
+  def child_byte(self) -> memoryview:
+    return self._memoryview("child_byte", np.uint8)
+
+  @functools.cached_property
+  def child_node(self) -> memoryview:
+    return self._memoryview("child_node", np.int32)
+
+  @functools.cached_property
+  def token_start(self) -> memoryview:
+    return self._memoryview("token_start", np.int32)
+
+  @functools.cached_property
+  def token_ids(self) -> memoryview:
+    return self._memoryview("token_ids", np.int32)
+
+  @functools.cached_property
+  def root_bytes(self) -> np.ndarray:
+    """The root's child bytes (ascending), int64."""
+    trie = self._trie()
+    return trie.child_byte[trie.child_start[0]:trie.child_start[1]].astype(np.int64)
+
+  @functools.cached_property
+  def root_nodes(self) -> np.ndarray:
+    """The root's child nodes, int32, aligned with `root_bytes`."""
+    trie = self._trie()
+    return trie.child_node[trie.child_start[0]:trie.child_start[1]].astype(np.int32)
 
   def arange(self, n: int) -> np.ndarray:
     """`np.arange(n, dtype=np.int32)`, as a view of a kept array (grown when too short)."""
