@@ -17,12 +17,22 @@ step (mask fill + `mask_logits` on [B, V] float32 + `advance`, one jitted call) 
 the plain regex `[a-z]+` as the baseline. Rows marked "(plain)" compile the same spec
 with `CompileOptions(counted_chains=False)` (plain composition: the "before"), for
 n <= --max-plain-n. A constraint that exceeds a budget is reported with its error.
+
+CPU time of a new shape (`shape_cpu_ms`: best of 5 in this process, the per-vocabulary
+and per-class caches warm, the compressed chain not) is less noisy than wall time on a
+shared machine; `--fresh-processes K` also measures the first compile of each spec in K
+fresh processes (disk caches warm, nothing in memory: `first_cpu_ms`, the best).
+`--digests OUT.json` only writes the sha256 of every table field per spec (a before /
+after check that a change keeps the tables: `--compare A.json B.json`).
 """
 
 import argparse
 import json
 import os
+import dataclasses
+import hashlib
 import statistics
+import subprocess
 import sys
 import time
 
@@ -58,6 +68,9 @@ def _specs(n: int):
                          "password": {"type": "string", "minLength": n}}}),
       "array of maxLength": cd.JsonSchema({"type": "array",
                                            "items": {"type": "string", "maxLength": n}}),
+      # Counted in a register word (`maxItems` of items that are themselves chains).
+      "maxItems": cd.JsonSchema({"type": "array", "maxItems": n,
+                                 "items": {"type": "string", "maxLength": 10}}),
       r"[^#\n]{0,n}\n#### -?\d{1,6}": cd.Regex(r"[^#\n]{0,%d}\n#### -?\d{1,6}" % n),
   }
 
@@ -84,9 +97,86 @@ def _step_us(tables, batch: int, repeats: int = 30) -> float:
   return statistics.median(times) * 1e6
 
 
+def _digest(tables) -> str:
+  """sha256 of every field of `tables` (name, dtype, shape and bytes of arrays)."""
+  h = hashlib.sha256()
+  for field in dataclasses.fields(tables):
+    a = np.asarray(getattr(tables, field.name))
+    h.update(f"{field.name}:{a.dtype}:{a.shape}".encode())
+    h.update(a.tobytes() if a.dtype != object else repr(a).encode())
+  return h.hexdigest()
+
+
+def _new_shape_cpu_ms(compiler, spec, repeats: int = 5) -> float:
+  """Best CPU ms of compiling `spec` with no compressed chain cached."""
+  best = float("inf")
+  for _ in range(repeats):
+    _counting._COMPRESSED_CACHE.clear()  # pylint: disable=protected-access
+    t = time.process_time()
+    compiler.compile_with_info(spec)
+    best = min(best, time.process_time() - t)
+  return best * 1e3
+
+
+def _first_cpu_ms(name: str, n: int, processes: int) -> float | None:
+  """Best CPU ms of the first compile of spec `name` at `n` over fresh processes."""
+  times = []
+  for _ in range(processes):
+    out = subprocess.run([sys.executable, __file__, "--first-compile", f"{name}={n}"],
+                         capture_output=True, text=True, check=False)
+    if out.returncode == 0 and out.stdout.strip():
+      times.append(float(out.stdout.split()[-1]))
+  return min(times) if times else None
+
+
+def _first_compile(arg: str) -> None:
+  """In this fresh process: load the vocabulary, then print the CPU ms of one compile."""
+  name, n = arg.rsplit("=", 1)
+  vocab = cd.Vocabulary.from_gguf(default_gguf_path())
+  compiler = cd.Compiler(vocab, cd.CompileOptions(memoize=False, max_seconds=30))
+  spec = _specs(int(n))[name]
+  t = time.process_time()
+  compiler.compile(spec)
+  print(f"{(time.process_time() - t) * 1e3:.2f}")
+
+
+def _digests(sizes, out: str) -> None:
+  vocab = cd.Vocabulary.from_gguf(default_gguf_path())
+  compiler = cd.Compiler(vocab, cd.CompileOptions(memoize=False, max_seconds=30))
+  result = {}
+  for n in sizes:
+    for name, spec in _specs(n).items():
+      try:
+        result[f"{name} n={n}"] = _digest(compiler.compile(spec))
+      except cd.ConstraintError as e:
+        result[f"{name} n={n}"] = type(e).__name__
+      print(f"{name} n={n} {result[f'{name} n={n}'][:16]}", flush=True)
+  with open(out, "w") as f:
+    json.dump(result, f, indent=1)
+
+
+def _compare(a: str, b: str) -> None:
+  with open(a) as f:
+    first = json.load(f)
+  with open(b) as f:
+    second = json.load(f)
+  differ = sorted(k for k in first.keys() | second.keys() if first.get(k) != second.get(k))
+  print(f"{len(first.keys() & second.keys()) - len(differ)} of {len(first.keys() | second.keys())}"
+        " identical")
+  for k in differ:
+    print(f"  differs: {k}")
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--sizes", default="2,5,10,20,40,80,100,1000,10000")
+  parser.add_argument("--fresh-processes", type=int, default=0,
+                      help="also time each spec's first compile in this many fresh processes")
+  parser.add_argument("--digests", metavar="OUT.json",
+                      help="only write the sha256 of every table field per spec")
+  parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                      help="compare two --digests files")
+  parser.add_argument("--first-compile", help=argparse.SUPPRESS)
   parser.add_argument("--batch-sizes", default="1,64")
   parser.add_argument("--max-plain-n", type=int, default=20,
                       help="also compile n up to this with counted_chains=False (before)")
@@ -94,6 +184,12 @@ def main(argv=None) -> None:
                                                      "scale_bench.json"))
   args = parser.parse_args(argv)
   sizes = [int(x) for x in args.sizes.split(",")]
+  if args.first_compile:
+    return _first_compile(args.first_compile)
+  if args.compare:
+    return _compare(*args.compare)
+  if args.digests:
+    return _digests(sizes, args.digests)
   batches = [int(x) for x in args.batch_sizes.split(",")]
   vocab = cd.Vocabulary.from_gguf(default_gguf_path())
   compiler = cd.Compiler(vocab, cd.CompileOptions(memoize=False, max_seconds=30))
@@ -112,6 +208,9 @@ def main(argv=None) -> None:
         t = time.perf_counter()
         compiler.compile_with_info(spec)  # A new shape (per-vocabulary caches warm).
         row["shape_ms"] = (time.perf_counter() - t) * 1e3
+        row["shape_cpu_ms"] = _new_shape_cpu_ms(compiler, spec)
+        if args.fresh_processes:
+          row["first_cpu_ms"] = _first_cpu_ms(name, n, args.fresh_processes)
         times = []
         for _ in range(5):
           t = time.perf_counter()
@@ -143,7 +242,7 @@ def main(argv=None) -> None:
     json.dump(dict(device=str(jax.devices()[0]), date=time.strftime("%Y-%m-%d %H:%M UTC",
                                                                     time.gmtime()),
                    rows=rows), f, indent=1)
-  print("\n| constraint | n | compile ms (new shape) | table MiB | counted | "
+  print("\n| constraint | n | compile ms (new shape; CPU) | table MiB | counted | "
         + " | ".join(f"step us B={b}" for b in batches) + " |")
   print("|---|---|---|---|---|" + "---|" * len(batches))
   for row in rows:
@@ -155,7 +254,10 @@ def _line(row, batches) -> str:
     return f"| {row['name']} | {row['n']} | {row['error']} |"
   ms = "—" if row.get("compile_ms") is None else f"{row['compile_ms']:.1f}"
   if row.get("shape_ms") is not None:
-    ms += f" ({row['shape_ms']:.1f})"
+    ms += f" ({row['shape_ms']:.1f}; CPU {row['shape_cpu_ms']:.1f}"
+    if row.get("first_cpu_ms") is not None:
+      ms += f", fresh process {row['first_cpu_ms']:.0f}"
+    ms += ")"
   mib = "—" if row.get("nbytes") is None else f"{row['nbytes'] / 2**20:.2f}"
   steps = " | ".join(f"{row['step_us'][b]:.0f}" for b in batches)
   return f"| {row['name']} | {row['n']} | {ms} | {mib} | {row.get('counted')} | {steps} |"

@@ -228,6 +228,7 @@ class _ClassCounts:
   bitmaps: dict          # remaining count r -> uint32 [W] of tokens with 1 <= c <= r
   subtries: dict         # readable bytes -> trie of the tokens chain states walk
   inner: dict            # (body, inner states) -> tokens read inside an X (`_inner_tokens`)
+  path: str | None = None  # The counts' file in the disk cache, if any
 
 
 _CLASS_CACHE: dict = {}
@@ -259,7 +260,7 @@ def _class_counts(vocab, char_class: ir.CharClass, cache_dir: str | None = None
     arrays["first_bytes"], arrays["lengths"] = _first_bytes(vocab)
     if path is not None:
       _detokenizer.write_cache_file(cache_dir, path, arrays)
-  out = _ClassCounts(**arrays, bitmaps={}, subtries={}, inner={})
+  out = _ClassCounts(**arrays, bitmaps={}, subtries={}, inner={}, path=path)
   if len(_CLASS_CACHE) >= _CLASS_CACHE_SIZE:
     _CLASS_CACHE.pop(next(iter(_CLASS_CACHE)))
   _CLASS_CACHE[key] = out
@@ -705,10 +706,42 @@ def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):
   `readable` (bool [256]) from some chain state (cached per readable set)."""
   key = readable.tobytes()
   hit = counts.subtries.get(key)
+  if hit is not None:
+    return hit
+  # On disk next to the counts (a first compile would spend ~40 ms on it and on the
+  # trie's parent links it needs).
+  path = None if counts.path is None else counts.path[:-len(".npz")] + (
+      f"-subtrie-{hashlib.sha256(key).hexdigest()[:16]}.npz")
+  hit = _load_trie(path, trie.fingerprint + ":counted")
   if hit is None:
     nb = counts.next_byte
     wanted = (nb == 256) | ((nb >= 0) & (nb < 256) & readable[np.clip(nb, 0, 255)])
     special = np.zeros(int(trie.token_ids.max(initial=0)) + 1, bool)
     special[:] = wanted[:len(special)]
-    hit = counts.subtries[key] = _loops._subtrie(trie, special, trie.fingerprint + ":counted")[0]
+    hit = _loops._subtrie(trie, special, trie.fingerprint + ":counted")[0]
+    if path is not None:
+      _detokenizer.write_cache_file(os.path.dirname(path), path, {
+          name: getattr(hit, name) for name in _TRIE_FIELDS})
+  counts.subtries[key] = hit
   return hit
+
+
+_TRIE_FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
+                "token_ids")
+
+
+def _load_trie(path: str | None, fingerprint: str):
+  """The `VocabTrie` saved at `path`, or None when absent or damaged."""
+  if path is None or not os.path.exists(path):
+    return None
+  try:
+    with np.load(path) as f:
+      arrays = {name: f[name] for name in _TRIE_FIELDS}
+  except (OSError, KeyError, ValueError):
+    return None
+  a = arrays
+  if not (len(a["child_start"]) == len(a["node_depth"]) + 1 == len(a["token_start"])
+          and a["child_start"][-1] == len(a["child_node"]) == len(a["child_byte"])
+          and a["token_start"][-1] == len(a["token_ids"])):
+    return None  # Not a trie: built again.
+  return _detokenizer.VocabTrie(**arrays, fingerprint=fingerprint)

@@ -178,7 +178,7 @@ def test_inner_tokens_equal_a_walk_per_token(spec, vocab, tmp_path):
   slots = _counting._body_slots(chain.body)  # pylint: disable=protected-access
   counts = _counting._class_counts(vocab, chain.char_class, str(tmp_path))  # pylint: disable=protected-access
   counts.inner.clear()
-  got = _counting_terminals._inner_tokens(counts, slots.body, chain.body, slots.inner, vocab)  # pylint: disable=protected-access
+  got = _counting_terminals._walk_inner_tokens(counts, slots.body, slots.inner)  # pylint: disable=protected-access
   want = _inner_reference(vocab, counts, slots.body, slots.inner)
   assert (got is None) == (want is None)
   for part in ("finish", "inside"):

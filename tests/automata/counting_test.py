@@ -335,3 +335,37 @@ def test_class_counts_are_cached_on_disk(vocab, tmp_path, spy):
   _counting._CLASS_CACHE.clear()  # pylint: disable=protected-access
   cd.Compiler(vocab, options).compile(spec)
   assert len(scans) == 2
+
+
+def test_chain_subtries_are_cached_on_disk(vocab, tmp_path, spy):
+  """The sub-trie chain states walk and the tokens read inside an escape are saved next
+  to the class counts: a second process (in-memory caches emptied) reads them back and
+  compiles the same tables; a damaged file is built again."""
+  from constrained_decoding.automata import _counting_terminals  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.automata import _loops  # pylint: disable=g-import-not-at-top
+
+  spec = cd.JsonSchema({"type": "string", "maxLength": 30})
+  options = cd.CompileOptions(cache_dir=str(tmp_path), memoize=False)
+
+  def compile_fresh():
+    _counting._CLASS_CACHE.clear()  # pylint: disable=protected-access
+    _counting._COMPRESSED_CACHE.clear()  # pylint: disable=protected-access
+    return cd.Compiler(vocab, options).compile(spec)
+
+  builds = spy(_loops, "_subtrie")
+  walks = spy(_counting_terminals, "_walk_inner_tokens")
+  first = compile_fresh()
+  assert len(builds) == 1 and len(walks) == 1
+  files = [name for name in os.listdir(tmp_path) if "-subtrie-" in name]
+  assert len(files) == 1
+  second = compile_fresh()
+  assert len(builds) == 1 and len(walks) == 1  # Read from disk.
+  for name in _tables._ARRAY_FIELDS:  # pylint: disable=protected-access
+    np.testing.assert_array_equal(getattr(first, name), getattr(second, name), err_msg=name)
+  with np.load(tmp_path / files[0]) as f:
+    arrays = dict(f)
+  arrays["token_ids"] = arrays["token_ids"][:-1]  # Not a trie any more.
+  np.savez(tmp_path / files[0], **arrays)
+  third = compile_fresh()
+  assert len(builds) == 2
+  np.testing.assert_array_equal(first.edge_tokens, third.edge_tokens)
