@@ -336,6 +336,9 @@ def children(node: Node) -> tuple[Node, ...]:
   Raises:
     TypeError: `node` is not an IR node (a new node type must be added here).
   """
+  get = _CHILDREN.get(type(node))  # The common case, without the `match` below.
+  if get is not None:
+    return get(node)
   match node:
     case Concat(parts):
       return parts
@@ -351,6 +354,22 @@ def children(node: Node) -> tuple[Node, ...]:
       return ()
     case _:
       raise TypeError(f"Expected an IR node, got {node!r} instead.")
+
+
+def _no_children(node) -> tuple:
+  del node
+  return ()
+
+
+# `children` by exact type (subclasses go through its `match`).
+_CHILDREN = {
+    Concat: lambda node: node.parts,
+    Union: lambda node: node.alternatives,
+    Repeat: lambda node: (node.node,),
+    Fragment: lambda node: (node.body,),
+    Bytes: _no_children, CharClass: _no_children, ByteClass: _no_children,
+    Terminal: _no_children, RuleRef: _no_children, Marker: _no_children,
+}
 
 
 def rebuild(node: Node, new_children, *, allow_fragment_body_change: bool = False) -> Node:
@@ -458,7 +477,7 @@ def transform(node: Node, fn=None, *, before=None, build=rebuild,
         rebuilt = (rebuild(n, (walk(n.body),), allow_fragment_body_change=True)
                    if enter_fragments else n)
       else:
-        rebuilt = build(n, tuple(walk(c) for c in children(n)))
+        rebuilt = build(n, tuple([walk(c) for c in children(n)]))
       out = rebuilt if fn is None else fn(rebuilt)
     memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
     return out
@@ -485,7 +504,7 @@ def fold(node: Node, fn, *, enter_fragments: bool = False, memo: dict | None = N
     if isinstance(n, Fragment):
       values = (walk(n.body),) if enter_fragments else ()
     else:
-      values = tuple(walk(c) for c in children(n))
+      values = tuple([walk(c) for c in children(n)])
     out = fn(n, values)
     memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
     return out
