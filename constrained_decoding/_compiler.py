@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from constrained_decoding import _cache
+from constrained_decoding import _lexed_cache
 from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding import lexed_tables as _lexed_tables
@@ -521,25 +522,27 @@ class Compiler:
     from constrained_decoding.constraints import _lexed_grammar  # pylint: disable=g-import-not-at-top
 
     opts = self.options
-    arrays = _lexed_grammar.compile_lexed_grammar(
-        spec.text, self.vocab, start=spec.start_rule, stack_depth=opts.stack_depth,
-        indentation=spec.indentation, semicolons=spec.semicolons,
-        cache_dir=opts.cache_dir, trie=self.trie)
-    tables = _lexed_tables.lexed_tables_from_arrays(
-        arrays, vocab_fingerprint=self.vocab.fingerprint)
+    # Whole tables cached on disk by every input (`_lexed_cache.py`).
+    kwargs = dict(start=spec.start_rule, stack_depth=opts.stack_depth,
+                  indentation=spec.indentation, semicolons=spec.semicolons)
+    compiled = _lexed_cache.load_or_compile(
+        spec.text, self.vocab, kwargs, opts.cache_dir, max_cache_bytes=opts.max_cache_bytes,
+        build=lambda: _lexed_grammar.compile_lexed_grammar(
+            spec.text, self.vocab, **kwargs, cache_dir=opts.cache_dir, trie=self.trie))
+    tables = arrays = compiled.tables
     nbytes = tables.nbytes
     if nbytes["total"] > opts.max_table_bytes:
       raise CompileBudgetError(
           f"{what} needs {nbytes['total'] / 2**20:.1f} MiB of tables "
-          f"({arrays.lexer.num_states} lexer states, {arrays.action.shape[0]} parser "
+          f"({compiled.lexer_states} lexer states, {arrays.action.shape[0]} parser "
           f"states). Expected at most CompileOptions.max_table_bytes="
           f"{opts.max_table_bytes}. Raise the budget, or lower Indentation.max_width.")
     total = time.perf_counter() - t0
     info = CompileInfo(
-        description=what, byte_states=arrays.lexer.num_states,
-        token_states=arrays.lexer.num_states,
+        description=what, byte_states=compiled.lexer_states,
+        token_states=compiled.lexer_states,
         token_edges=int((arrays.state_small_tokens < arrays.vocab_size).sum()),
-        num_terminals=len(arrays.lr.terminals), num_masks=int(arrays.set_bits.shape[0]),
+        num_terminals=compiled.num_terminals, num_masks=int(arrays.set_bits.shape[0]),
         nbytes=nbytes, seconds={"total": total})
     return tables, info
 
