@@ -3,9 +3,13 @@ environment variable.
 
 Two caches live under the root, both safe to delete at any time (they are rebuilt):
 
-  <root>/          per-vocabulary compilation work: the token trie (`trie-v*.npz`) and
-                   the token bitmaps of wide states (`wide-v*.arrays`, pruned past
-                   `CompileOptions.max_cache_bytes`); `CompileOptions.cache_dir`.
+  <root>/          per-vocabulary compilation work: the token trie (`trie-v*.npz`), the
+                   token bitmaps of wide states (`wide-v*.arrays`, pruned past
+                   `CompileOptions.max_cache_bytes`), counted classes' character counts
+                   (`class-counts-v*`), and grammars with a lexer: their lexer-state x
+                   token tables (`lexer-v*.npz`) and whole compiled tables
+                   (`lexed-v*.npz`, ~71 MB for Python with Gemma 3, pruned past the same
+                   limit; `_lexed_cache.py`); `CompileOptions.cache_dir`.
   <root>/models/   dequantized GGUF weights (about 1 GiB in float32 for Gemma 3 270M);
                    `models.default_cache_dir()`, `load_gguf_params(cache_dir=...)`.
 

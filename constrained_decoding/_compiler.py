@@ -69,7 +69,9 @@ class CompileOptions:
       to powers of two: a fixed bucket avoids recompiling the step function when the
       constraint changes, at the cost of up to 2x padding.
     cache_dir: Where per-vocabulary work (the token trie, terminal bitmaps, the token
-      character counts of counted classes, ~0.8 MB each for Gemma 3) is cached on disk; None disables the disk cache. Default: `$CONSTRAINED_DECODING_CACHE`,
+      character counts of counted classes, ~0.8 MB each for Gemma 3, and the whole
+      compiled tables of grammars with a lexer) is cached on disk; None disables the
+      disk cache. Default: `$CONSTRAINED_DECODING_CACHE`,
       else `~/.cache/constrained_decoding` (read when the options are created; see
       `constrained_decoding/_cache.py`).
     max_cache_bytes: Size past which the terminal files in `cache_dir` are pruned,
