@@ -47,18 +47,10 @@ class BodySlots:
   moves: np.ndarray  # int64 [stride, 256]
 
 
-def body_slots(body: _byte_dfa.ByteDfa) -> BodySlots | None:
-  """X's slots, or None when X is not finite, non-empty and prefix-free (one accepting
-  state without moves), or reads token classes or fragments."""
-  if (body.num_states == 0 or len(body.token_arcs) or len(body.fragment_arcs)
-      or len(body.marker_arcs)):
-    return None
-  finals = np.flatnonzero(body.accepting)
-  if len(finals) != 1 or (body.transitions[finals] != NO_STATE).any() \
-      or body.accepting[body.start]:
-    return None
-  # Longest path from the start (X is finite, so its DFA is acyclic): every move
-  # forward then has a non-negative relative offset.
+def inner_states(body: _byte_dfa.ByteDfa) -> list | None:
+  """X's non-start, non-accepting states in topological order (by longest path from the
+  start, then id), so every move forward has a non-negative relative offset; None when
+  X's DFA has a cycle (X is not finite)."""
   depth = {body.start: 0}
   frontier = [body.start]
   for _ in range(body.num_states):
@@ -72,8 +64,23 @@ def body_slots(body: _byte_dfa.ByteDfa) -> BodySlots | None:
     frontier = list(nxt)
   else:
     return None  # A cycle: X is not finite.
-  inner = sorted((x for x in depth if x != body.start and not body.accepting[x]),
-                 key=lambda x: (depth[x], x))
+  return sorted((x for x in depth if x != body.start and not body.accepting[x]),
+                key=lambda x: (depth[x], x))
+
+
+def body_slots(body: _byte_dfa.ByteDfa) -> BodySlots | None:
+  """X's slots, or None when X is not finite, non-empty and prefix-free (one accepting
+  state without moves), or reads token classes or fragments."""
+  if (body.num_states == 0 or len(body.token_arcs) or len(body.fragment_arcs)
+      or len(body.marker_arcs)):
+    return None
+  finals = np.flatnonzero(body.accepting)
+  if len(finals) != 1 or (body.transitions[finals] != NO_STATE).any() \
+      or body.accepting[body.start]:
+    return None
+  inner = inner_states(body)
+  if inner is None:
+    return None
   stride = len(inner) + 1
   slot = np.full(body.num_states + 1, -1, np.int64)  # Index -1 (no state): -1.
   slot[body.start] = 0

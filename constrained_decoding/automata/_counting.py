@@ -362,23 +362,9 @@ def _chain_layout(dfa, chain: Chain, length: int, loops: bool = False):
   finals = np.flatnonzero(body.accepting)
   if (body.transitions[finals] != NO_STATE).any() or body.accepting[body.start]:
     return None  # X must be prefix-free and non-empty.
-  # Inner states in topological order (by longest path from the start: X is finite, so
-  # its DFA is acyclic), so every move forward has a non-negative relative offset.
-  depth = {body.start: 0}
-  frontier = [body.start]
-  for _ in range(body.num_states):
-    nxt = set()
-    for x in frontier:
-      for x2 in set(body.transitions[x][body.transitions[x] != NO_STATE].tolist()):
-        depth[x2] = depth[x] + 1
-        nxt.add(x2)
-    if not nxt:
-      break
-    frontier = list(nxt)
-  else:
-    return None  # A cycle: X is not finite.
-  inner = sorted((x for x in depth if x != body.start and not body.accepting[x]),
-                 key=lambda x: (depth[x], x))
+  inner = _chain_dfa.inner_states(body)  # Topological: moves forward have offsets >= 0.
+  if inner is None:
+    return None
   slot = {x: k + 1 for k, x in enumerate(inner)}
   stride = len(inner) + 1
   # The moves of X: (slot before, byte, slot after or `stride` for a finished X).
