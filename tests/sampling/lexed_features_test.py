@@ -29,7 +29,7 @@ from constrained_decoding import runtime
 from constrained_decoding.sampling import _evaluate
 
 from lexed_generate_test import (  # pylint: disable=import-error  (same directory)
-    _EOS, _NAMES, _PYTHON, _TOKENS, _BigramModel, _BigramNetwork)
+    _EOS, _NAMES, _PYTHON, _TOKENS, bigram_model)
 
 # Rows differ in their last prompt token, so the bigram model writes different texts.
 _PROMPTS = ["# a\n", "x = 1\n", "def f():\n    pass\n", "if x:\n    y\n", "for", "(", "'a'",
@@ -42,12 +42,7 @@ _GREEDY = cd.SamplingConfig()
 def model():
   """`lexed_generate_test`'s bigram model (logits of the next token: a function of the
   last one; multi-byte tokens and the end of sequence favoured)."""
-  vocab = cd.Vocabulary.from_token_bytes(_TOKENS + [None], eos_ids=[_EOS])
-  width = vocab.vocab_size
-  logits = np.random.default_rng(0).normal(size=(width, width)).astype(np.float32)
-  logits[:, 256:_EOS] += 2.5
-  logits[:, _EOS] += 3.0
-  return _BigramModel(_BigramNetwork(width), jnp.asarray(logits), vocab)
+  return bigram_model(cd.Vocabulary.from_token_bytes(_TOKENS + [None], eos_ids=[_EOS]))
 
 
 @pytest.fixture(scope="module")

@@ -67,15 +67,19 @@ def vocab():
   return cd.Vocabulary.from_token_bytes(_TOKENS + [None], eos_ids=[_EOS])
 
 
-@pytest.fixture(scope="module")
-def model(vocab):
+def bigram_model(vocab) -> "_BigramModel":
   """Random bigram logits; multi-byte tokens and the end of sequence raised, so that
-  rows write blocks and end within the budget."""
+  rows write blocks and end within the budget (also `lexed_features_test`'s model)."""
   width = vocab.vocab_size
   logits = np.random.default_rng(0).normal(size=(width, width)).astype(np.float32)
   logits[:, 256:_EOS] += 2.5
   logits[:, _EOS] += 3.0
   return _BigramModel(_BigramNetwork(width), jnp.asarray(logits), vocab)
+
+
+@pytest.fixture(scope="module")
+def model(vocab):
+  return bigram_model(vocab)
 
 
 @pytest.fixture(scope="module")
