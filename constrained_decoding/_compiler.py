@@ -74,8 +74,9 @@ class CompileOptions:
       disk cache. Default: `$CONSTRAINED_DECODING_CACHE`,
       else `~/.cache/constrained_decoding` (read when the options are created; see
       `constrained_decoding/_cache.py`).
-    max_cache_bytes: Size past which the terminal files in `cache_dir` are pruned,
-      least recently used first (each distinct free-text loop shape costs one file).
+    max_cache_bytes: Size past which the files in `cache_dir` (every kind above, not the
+      models/ folder) are pruned after a write, least recently used first; files of
+      other format versions are deleted (`_cache.prune_cache`).
     wide_states: Represent states that loop on a large byte class (string bodies, free
       text) by one terminal edge with a cached token bitmap instead of ~255k explicit
       edges (exact; see `automata/_wide.py`). Off only to compare against plain
@@ -106,7 +107,7 @@ class CompileOptions:
   max_seconds: float = 120.0
   min_bucket: int = _tables.DEFAULT_MIN_BUCKET
   cache_dir: str | None = dataclasses.field(default_factory=_cache.compiler_cache_dir)
-  max_cache_bytes: int = _wide.DEFAULT_MAX_CACHE_BYTES
+  max_cache_bytes: int = _cache.DEFAULT_MAX_CACHE_BYTES
   wide_states: bool = True
   memoize: bool = True
   memo_size: int = 256
@@ -181,6 +182,8 @@ class Compiler:
       raise TypeError(f"Compiler got {type(vocab).__name__}. Expected a cd.Vocabulary.")
     self.vocab = vocab
     self.options = options or CompileOptions()
+    # The limit of the writers not given one (trie, class counts, lexer tables).
+    _cache.set_max_bytes(self.options.cache_dir, self.options.max_cache_bytes)
     self.trie = _detokenizer.load_or_build_trie(vocab, self.options.cache_dir)
     self.wide_states = _wide.WideStates(self.trie, _tables.num_words(vocab.vocab_size),
                                         self.options.cache_dir,

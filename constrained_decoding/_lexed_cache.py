@@ -17,8 +17,8 @@ sources (so an edited compiler in a development checkout never reads tables that
 old self wrote). The full key text is
 stored in the file and compared on load: a hash-prefix collision or a damaged, stale
 or foreign file is a miss, never an error; the tables are then compiled and the file
-rewritten. Files are pruned least recently used first past `max_cache_bytes` (a hit
-touches its file).
+rewritten. Files are pruned with the rest of the compile cache, least recently used
+first, past `max_cache_bytes` (a hit touches its file; `_cache.prune_cache`).
 
 Measured (Python grammar, Gemma 3, fresh processes, load ~7): a hit costs 0.05-0.06 s
 CPU (0.13-0.16 s wall) against 1.7 s cold and 0.7-0.85 s with only the token table
@@ -29,7 +29,7 @@ Public (to the compiler):
   LEXED_CACHE_VERSION
   CompiledLexed                      tables + the counts `CompileInfo` reports.
   load_or_compile(text, vocab, kwargs, cache_dir, build, max_cache_bytes)
-  cache_key, cache_path, prune_cache
+  cache_key, cache_path
 """
 
 import dataclasses
@@ -41,14 +41,15 @@ import os
 
 import numpy as np
 
+from constrained_decoding import _cache
 from constrained_decoding import _version
 from constrained_decoding import lexed_tables as _lexed_tables
 from constrained_decoding.automata._detokenizer import write_cache_file
 
 _log = logging.getLogger(__name__)
 
-# Bumped whenever what a file holds, or how it is read, changes.
-LEXED_CACHE_VERSION = 1
+# Bumped (in `_cache.FORMATS`) whenever what a file holds, or how it is read, changes.
+LEXED_CACHE_VERSION = _cache.FORMATS["lexed"].version
 _PREFIX = "lexed-v"
 _KEY = "__key__"
 _COUNTS = "__counts__"  # lexer states, number of terminals (for CompileInfo)
@@ -158,42 +159,7 @@ def _save(cache_dir: str, path: str, key: str, compiled: CompiledLexed,
   arrays[_KEY] = np.frombuffer(key.encode("utf-8"), np.uint8)
   arrays[_COUNTS] = np.array([compiled.lexer_states, compiled.num_terminals, t.vocab_size,
                               t.stack_depth, t.indent_depth], np.int64)
-  if write_cache_file(cache_dir, path, arrays):
-    prune_cache(cache_dir, max_cache_bytes)
-
-
-def prune_cache(cache_dir: str, max_bytes: int) -> None:
-  """Deletes lexed-table files of other format versions, then the least recently used
-  ones until those left take at most 3/4 of `max_bytes` (when they exceed it).
-  Tolerates files vanishing meanwhile (other processes share the cache)."""
-  current = f"{_PREFIX}{LEXED_CACHE_VERSION}-"
-  files = []
-  try:
-    entries = list(os.scandir(cache_dir))
-  except OSError:
-    return
-  for entry in entries:
-    if not entry.name.startswith(_PREFIX) or not entry.name.endswith(".npz"):
-      continue
-    try:
-      if not entry.name.startswith(current):
-        os.remove(entry.path)
-      else:
-        stat = entry.stat()
-        files.append((stat.st_mtime, stat.st_size, entry.path))
-    except OSError:
-      pass
-  total = sum(size for _, size, _ in files)
-  if total <= max_bytes:
-    return
-  for _, size, path in sorted(files):
-    if total <= max_bytes * 3 // 4:
-      break
-    try:
-      os.remove(path)
-    except OSError:
-      pass
-    total -= size
+  write_cache_file(cache_dir, path, arrays, max_bytes=max_cache_bytes)
 
 
 def load_or_compile(text: str, vocab, kwargs: dict, cache_dir: str | None, build,
@@ -207,10 +173,7 @@ def load_or_compile(text: str, vocab, kwargs: dict, cache_dir: str | None, build
     path = cache_path(cache_dir, key)
     cached = _load(path, key, vocab)
     if cached is not None:
-      try:
-        os.utime(path)  # Recently used: pruned last.
-      except OSError:
-        pass
+      _cache.touch(path)  # Recently used: pruned last.
       return cached
   arrays = build()
   compiled = CompiledLexed(

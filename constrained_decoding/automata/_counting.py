@@ -76,6 +76,7 @@ import re
 
 import numpy as np
 
+from constrained_decoding import _cache
 from constrained_decoding import _packing
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _chain_dfa
@@ -235,8 +236,8 @@ _CLASS_CACHE: dict = {}
 _CLASS_CACHE_SIZE = 16
 
 
-# Bump when the cached class counts change meaning.
-_COUNTS_FORMAT = 2
+# Bumped (in `_cache.FORMATS`) when the cached class counts change meaning.
+_COUNTS_FORMAT = _cache.FORMATS["class-counts"].version
 # Leading bytes of each token kept with the counts (escapes read inside an X are
 # shorter: `_counting_terminals._inner_tokens`).
 FIRST_BYTES = 8
@@ -316,14 +317,15 @@ def _load_counts(path: str | None, vocab_size: int) -> dict | None:
   try:
     with np.load(path) as f:
       arrays = {name: f[name] for name in _COUNT_FIELDS}
-  except (OSError, KeyError, ValueError):
-    return None  # Damaged: counted again (and rewritten).
+  except _cache.READ_ERRORS:
+    return None  # Damaged or pruned meanwhile: counted again (and rewritten).
   for name, dtype in _COUNT_FIELDS.items():
     a = arrays[name]
     if a.shape[:1] != (vocab_size,) or a.dtype != dtype:
       return None
   if arrays["first_bytes"].shape != (vocab_size, FIRST_BYTES):
     return None
+  _cache.touch(path)  # Recently used: pruned last.
   return arrays
 
 
@@ -723,8 +725,9 @@ def _load_trie(path: str | None, fingerprint: str):
   try:
     with np.load(path) as f:
       arrays = {name: f[name] for name in _TRIE_FIELDS}
-  except (OSError, KeyError, ValueError):
-    return None
+  except _cache.READ_ERRORS:
+    return None  # Damaged or pruned meanwhile: built again.
+  _cache.touch(path)  # Recently used: pruned last.
   a = arrays
   if not (len(a["child_start"]) == len(a["node_depth"]) + 1 == len(a["token_start"])
           and a["child_start"][-1] == len(a["child_node"]) == len(a["child_byte"])

@@ -21,6 +21,7 @@ import typing
 
 import numpy as np
 
+from constrained_decoding import _cache
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _loops
@@ -399,8 +400,9 @@ def _load_inner(path: str | None) -> dict | None:
     with np.load(path) as f:
       for j, (inside, a, b) in enumerate(f["keys"].tolist()):
         out["inside" if inside else "finish"][(a, b)] = f[f"t{j}"]
-  except (OSError, KeyError, ValueError):
-    return None
+  except _cache.READ_ERRORS:
+    return None  # Damaged or pruned meanwhile: walked again.
+  _cache.touch(path)  # Recently used: pruned last.
   return out
 
 

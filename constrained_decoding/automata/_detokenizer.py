@@ -23,14 +23,15 @@ import warnings
 
 import numpy as np
 
+from constrained_decoding import _cache
 from constrained_decoding.vocab._vocabulary import Vocabulary
 
 # Progress of slow one-time work, at INFO (standard `logging`, so absl's handler shows
 # it under absl; the command line shows the package's INFO messages on stderr).
 _LOG = logging.getLogger(__name__)
 
-# Bump when the on-disk layout of the trie changes.
-TRIE_FORMAT_VERSION = 1
+# Bumped (in `_cache.FORMATS`) when the on-disk layout of the trie changes.
+TRIE_FORMAT_VERSION = _cache.FORMATS["trie"].version
 _FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
            "token_ids")
 
@@ -203,9 +204,11 @@ def _previous_smaller(a: np.ndarray) -> np.ndarray:
 _UNWRITABLE: set[str] = set()  # Cache directories already warned about.
 
 
-def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None) -> bool:
+def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None, *,
+                     max_bytes: int | None = None) -> bool:
   """Writes `arrays` to `path` in `cache_dir` as .npz (or with `save(file, arrays)`),
-  atomically (write, then rename, so a concurrent reader never sees a partial file).
+  atomically (write, then rename, so a concurrent reader never sees a partial file),
+  then keeps the directory within `max_bytes` (`_cache.after_write`).
 
   The disk cache is an optimization: when the directory cannot be written (read-only
   home, full disk), this warns once per directory and returns False instead of failing
@@ -221,7 +224,6 @@ def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None) -> bool
       else:
         save(f, arrays)
     os.replace(tmp, path)
-    return True
   except OSError as e:
     if tmp is not None and os.path.exists(tmp):
       os.remove(tmp)
@@ -232,6 +234,8 @@ def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None) -> bool
           "without it (slower). Pass CompileOptions(cache_dir=...) a writable directory, "
           "or cache_dir=None to silence this.", RuntimeWarning, stacklevel=3)
     return False
+  _cache.after_write(cache_dir, path, max_bytes)
+  return True
 
 
 def load_or_build_trie(vocab: Vocabulary, cache_dir: str | None) -> VocabTrie:
@@ -241,9 +245,11 @@ def load_or_build_trie(vocab: Vocabulary, cache_dir: str | None) -> VocabTrie:
   path = os.path.join(cache_dir, f"trie-v{TRIE_FORMAT_VERSION}-{vocab.fingerprint}.npz")
   try:
     with np.load(path) as data:
-      return VocabTrie(**{f: data[f] for f in _FIELDS}, fingerprint=vocab.fingerprint)
-  except (OSError, KeyError, ValueError):
-    pass  # Missing or unreadable: rebuild below.
+      trie = VocabTrie(**{f: data[f] for f in _FIELDS}, fingerprint=vocab.fingerprint)
+    _cache.touch(path)  # Recently used: pruned last.
+    return trie
+  except _cache.READ_ERRORS:
+    pass  # Missing (maybe pruned by another process) or damaged: rebuild below.
   started = time.perf_counter()
   _LOG.info("building the token trie for %r (cached afterwards)", vocab)
   trie = build_trie(vocab)
@@ -296,12 +302,14 @@ def load_or_build_detokenizing_fst(vocab: Vocabulary, cache_dir: str | None):
 
   if cache_dir is None:
     return detokenizing_fst(build_trie(vocab))
-  path = os.path.join(cache_dir, f"tv-v{TRIE_FORMAT_VERSION}-{vocab.fingerprint}.fst")
+  path = os.path.join(cache_dir, f"tv-v{_cache.FORMATS['tv'].version}-{vocab.fingerprint}.fst")
   if os.path.exists(path):
     try:
-      return pynini.Fst.read(path)
-    except pynini.FstIOError:
-      pass  # Unreadable: rebuild below.
+      fst = pynini.Fst.read(path)
+      _cache.touch(path)
+      return fst
+    except (pynini.FstIOError, OSError):
+      pass  # Unreadable (or pruned meanwhile): rebuild below.
   fst = detokenizing_fst(load_or_build_trie(vocab, cache_dir))
   try:
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".fst")
@@ -309,5 +317,6 @@ def load_or_build_detokenizing_fst(vocab: Vocabulary, cache_dir: str | None):
     fst.write(tmp)
     os.replace(tmp, path)
   except (OSError, pynini.FstIOError):
-    pass  # Best effort, as `write_cache_file` (which has warned about the directory).
+    return fst  # Best effort, as `write_cache_file` (which has warned about the directory).
+  _cache.after_write(cache_dir, path)
   return fst

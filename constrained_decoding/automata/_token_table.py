@@ -20,11 +20,12 @@ import os
 import numpy as np
 
 from constrained_decoding import _arrays
+from constrained_decoding import _cache
 from constrained_decoding.automata import _lexer
 from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_file
 from constrained_decoding.automata._lexer import LexerDfa
 
-TOKEN_TABLE_FORMAT_VERSION = 1
+TOKEN_TABLE_FORMAT_VERSION = _cache.FORMATS["lexer"].version  # Bumped there.
 # Token sets of at least this many tokens are packed as bitmaps, smaller ones as lists.
 BITMAP_MIN_TOKENS = 256
 
@@ -375,10 +376,12 @@ def load_or_build_token_table(lexer: LexerDfa, trie: VocabTrie, cache_dir: str |
                       f"lexer-v{TOKEN_TABLE_FORMAT_VERSION}-{key.hexdigest()[:32]}.npz")
   try:
     with np.load(path) as data:
-      return TokenTable(**{f: data[f] for f in TokenTable._FIELDS},
-                        vocab_size=int(data["vocab_size"]))
-  except (OSError, KeyError, ValueError):
-    pass
+      table = TokenTable(**{f: data[f] for f in TokenTable._FIELDS},
+                         vocab_size=int(data["vocab_size"]))
+    _cache.touch(path)  # Recently used: pruned last.
+    return table
+  except _cache.READ_ERRORS:
+    pass  # Missing (maybe pruned by another process) or damaged: built again.
   table = build_token_table(lexer, trie, vocab_size)
   arrays = {f: getattr(table, f) for f in TokenTable._FIELDS}
   arrays["vocab_size"] = np.array(table.vocab_size)

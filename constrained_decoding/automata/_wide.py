@@ -24,7 +24,7 @@ Public names:
   WideStates(trie, ...)        finds wide states of a byte DFA, with the cache; also
                                caches the bitmaps of the token classes (TEXT_TOKEN, ...)
                                and other per-vocabulary arrays (`load_arrays`).
-  prune_cache(dir, max_bytes)  the disk cache's pruning.
+  prune_cache(dir, max_bytes)  the disk cache's pruning (`_cache.prune_cache`, every kind).
 """
 
 import collections
@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 
+from constrained_decoding import _cache
 from constrained_decoding.automata import _array_file
 from constrained_decoding.automata import _near_loop
 from constrained_decoding.automata import _token_classes
@@ -48,13 +49,15 @@ from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_file
 from constrained_decoding.errors import CompileBudgetError
 
-# Bump when the cached layout changes (files of other versions are deleted on write).
-# 8: `_array_file` files instead of .npz (8x faster to read), with the terminals' exits.
-WIDE_FORMAT_VERSION = 8
+# Bumped (in `_cache.FORMATS`) when the cached layout changes (files of other versions
+# are deleted on write). 8: `_array_file` files instead of .npz (8x faster to read), with
+# the terminals' exits.
+WIDE_FORMAT_VERSION = _cache.FORMATS["wide"].version
 # The cache files' suffix (older versions wrote .npz; `prune_cache` deletes both).
-_SUFFIX = ".arrays"
-# The on-disk cache of terminals is pruned, least recently used first, past this size.
-DEFAULT_MAX_CACHE_BYTES = 1 << 30
+_SUFFIX = _cache.FORMATS["wide"].suffix
+# The on-disk cache is pruned, least recently used first, past this size.
+DEFAULT_MAX_CACHE_BYTES = _cache.DEFAULT_MAX_CACHE_BYTES
+prune_cache = _cache.prune_cache
 # Bitmaps kept by `_FirstByteBits.restrict` (32 KiB each for a 262k vocabulary).
 _RESTRICT_CACHE_SIZE = 256
 # Bytes of terminals (bitmaps, sub-tries, exits) a `WideStates` keeps in memory, least
@@ -158,9 +161,6 @@ class WideStates:
     self.num_words = num_words
     self.cache_dir = cache_dir
     self.max_cache_bytes = max_cache_bytes
-    # Bytes written since the cache was last pruned: the first write prunes, then one
-    # in every `max_cache_bytes / 16` written (a prune scans the whole directory).
-    self._unpruned = max_cache_bytes
     # Key -> terminal with sub-trie, and (digest, entry, after first byte) -> terminal:
     # one memory budget, split 3:1 (sub-tries are the large ones).
     self._subtrie_memo = _BoundedMemo(MAX_MEMORY_BYTES * 3 // 4)
@@ -423,10 +423,7 @@ class WideStates:
       arrays = _array_file.read(path)
     except (OSError, ValueError):
       return None
-    try:
-      os.utime(path)  # Recently used: pruned last.
-    except OSError:
-      pass  # A read-only cache still serves.
+    _cache.touch(path)  # Recently used: pruned last.
     return arrays
 
   def save_arrays(self, key: str, **arrays) -> None:
@@ -475,42 +472,8 @@ class WideStates:
     self._write(path, bits=terminal.bits, num_tokens=terminal.num_tokens, **arrays)
 
   def _write(self, path: str, **arrays) -> None:
-    """Writes `arrays` to `path` (best effort: see `write_cache_file`), pruning the cache
-    now and then: it may exceed `max_cache_bytes` by 1/16 between two prunes."""
-    if write_cache_file(self.cache_dir, path, arrays, _array_file.write):
-      self._unpruned += sum(np.asarray(a).nbytes for a in arrays.values())
-      if self._unpruned * 16 >= self.max_cache_bytes:
-        prune_cache(self.cache_dir, self.max_cache_bytes)
-        self._unpruned = 0
+    """Writes `arrays` to `path` (best effort: see `write_cache_file`; which prunes the
+    cache now and then, `_cache.after_write`)."""
+    write_cache_file(self.cache_dir, path, arrays, _array_file.write,
+                     max_bytes=self.max_cache_bytes)
 
-
-def prune_cache(cache_dir: str, max_bytes: int) -> None:
-  """Deletes terminal files of other format versions, then the least recently used ones
-  until those left take at most 3/4 of `max_bytes` (when they exceed `max_bytes`).
-
-  Tolerates files vanishing meanwhile (compilers in other processes share the cache).
-  """
-  current = f"wide-v{WIDE_FORMAT_VERSION}-"
-  files = []
-  for entry in os.scandir(cache_dir):
-    if not entry.name.startswith("wide-v") or not entry.name.endswith((".npz", _SUFFIX)):
-      continue
-    try:
-      if not entry.name.startswith(current) or not entry.name.endswith(_SUFFIX):
-        os.remove(entry.path)
-      else:
-        stat = entry.stat()
-        files.append((stat.st_mtime, stat.st_size, entry.path))
-    except OSError:
-      pass
-  total = sum(size for _, size, _ in files)
-  if total <= max_bytes:
-    return
-  for _, size, path in sorted(files):
-    if total <= max_bytes * 3 // 4:
-      break
-    try:
-      os.remove(path)
-    except OSError:
-      pass
-    total -= size

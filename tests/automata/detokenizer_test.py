@@ -98,7 +98,8 @@ def test_unwritable_cache_dir_warns_once_and_compiles(tmp_path, monkeypatch):
   monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)  # Wide states in a tiny vocabulary.
   writes = []
   original = _wide.write_cache_file
-  monkeypatch.setattr(_wide, "write_cache_file", lambda *a: writes.append(a) or original(*a))
+  monkeypatch.setattr(_wide, "write_cache_file",
+                      lambda *a, **k: writes.append(a) or original(*a, **k))
   blocker = tmp_path / "not_a_directory"
   blocker.write_bytes(b"")
   vocab = cd.Vocabulary.from_token_bytes(

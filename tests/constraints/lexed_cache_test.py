@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import constrained_decoding as cd
+from constrained_decoding import _cache
 from constrained_decoding import _lexed_cache
 from constrained_decoding import lexed_tables
 from constrained_decoding.constraints import _lexed_grammar
@@ -157,9 +158,9 @@ def test_prune_drops_other_versions_then_least_recently_used(tmp_path):
     os.utime(tmp_path / name, (1000 + t, 1000 + t))
   (tmp_path / "lexed-v0-old.npz").write_bytes(b"x")
   (tmp_path / "lexer-v1-keep.npz").write_bytes(b"x")  # Another cache's file.
-  _lexed_cache.prune_cache(str(tmp_path), max_bytes=1000)
+  _cache.prune_cache(str(tmp_path), max_bytes=1000)
   assert sorted(os.listdir(tmp_path)) == sorted(names + ["lexer-v1-keep.npz"])
-  _lexed_cache.prune_cache(str(tmp_path), max_bytes=300)  # Keeps <= 225 bytes.
+  _cache.prune_cache(str(tmp_path), max_bytes=300)  # Keeps <= 225 bytes.
   assert sorted(os.listdir(tmp_path)) == sorted(names[2:] + ["lexer-v1-keep.npz"])
 
 
