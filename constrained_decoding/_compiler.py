@@ -7,9 +7,7 @@ LR(1) tables (`constraints/_lexed_grammar.py`) -> `LexedTables`.
 """
 
 import collections
-import contextlib
 import dataclasses
-import gc
 import logging
 import time
 from typing import Protocol, runtime_checkable
@@ -220,8 +218,7 @@ class Compiler:
     """
     # One deadline for the first attempt and the fallback: `max_seconds` bounds both.
     deadline = time.perf_counter() + self.options.max_seconds
-    with _no_cyclic_gc():
-      return self._compile_or_fall_back(spec, deadline)
+    return self._compile_or_fall_back(spec, deadline)
 
   def _compile_or_fall_back(self, spec: Spec, deadline: float):
     try:
@@ -553,27 +550,6 @@ class Compiler:
 
   def _token_text(self, token: int) -> bytes:
     return self.vocab.token_bytes[token] or b""
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc():
-  """Python's cyclic garbage collector paused for one compilation (reference counting
-  still frees everything acyclic, i.e. nearly all of it).
-
-  A compilation allocates hundreds of thousands of small objects (IR nodes, tuples,
-  dict entries), which trigger full collections that traverse every object of the
-  process (the vocabulary, the trie, jax): 8% of the CPU time over the schema corpus,
-  a few 100+ ms pauses, more in a process holding a model. Cycles made meanwhile are
-  collected after. Restores the previous state (nested or concurrent compilations
-  leave it as they found it, at worst enabled early).
-  """
-  enabled = gc.isenabled()
-  gc.disable()
-  try:
-    yield
-  finally:
-    if enabled:
-      gc.enable()
 
 
 def _regular_ir(spec) -> ir.Node:
