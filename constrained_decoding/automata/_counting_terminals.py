@@ -60,23 +60,32 @@ class Folded:
 
 
 class _Rows:
-  """Distinct uint32 [W] rows, numbered in order of first appearance."""
+  """Distinct uint32 [W] rows, numbered in order of first appearance.
+
+  Rows are looked up by `fingerprint` (a 1 KiB XOR fold: hashing a whole row of a large
+  vocabulary, 32 KiB, cost ~8 us of `fold`'s ~20 us a group) and compared in full on a
+  hit, so rows whose folds collide stay distinct."""
 
   def __init__(self):
-    self._index: dict[bytes, int] = {}
+    self._index: dict[bytes, list[int]] = {}
     self._rows: list[np.ndarray] = []
+    self._bytes: list[bytes] = []
 
   def __len__(self) -> int:
     return len(self._rows)
 
   def add(self, bits: np.ndarray, key: bytes | None = None) -> int:
-    """The number of `bits` (`key`, when given, is `bits.tobytes()`: hashing a row of
-    a large vocabulary is the cost of this call, so a caller that adds one row to two
-    `_Rows` passes it)."""
-    k = self._index.setdefault(bits.tobytes() if key is None else key, len(self._rows))
-    if k == len(self._rows):
-      self._rows.append(bits)
-    return k
+    """The number of `bits` (`key`, when given, is `fingerprint(bits)`: a caller that
+    adds one row to two `_Rows` passes it)."""
+    same = self._index.setdefault(fingerprint(bits) if key is None else key, [])
+    whole = bits.tobytes()
+    for k in same:
+      if self._bytes[k] == whole:
+        return k
+    same.append(len(self._rows))
+    self._rows.append(bits)
+    self._bytes.append(whole)
+    return len(self._rows) - 1
 
   def padded(self, bucket, num_words: int) -> np.ndarray:
     """uint32 [bucket(len), W]: the rows, then empty ones."""
@@ -84,6 +93,14 @@ class _Rows:
     if self._rows:
       out[:len(self._rows)] = self._rows
     return out
+
+
+def fingerprint(bits: np.ndarray) -> bytes:
+  """A short key of uint32 row `bits`: its words XORed in columns of 256 (a lookup key
+  only: equal rows have equal keys, unequal ones may too)."""
+  whole = len(bits) - len(bits) % 256
+  return (np.bitwise_xor.reduce(bits[:whole].reshape(-1, 256), axis=0).tobytes()
+          + bits[whole:].tobytes())
 
 
 class CountingTerminals:
@@ -271,7 +288,7 @@ class CountingTerminals:
       if hit is None:
         exact, loose, exclusion = self._split(mask_bits, row, entries, parts)
         x = 0 if exclusion is None else excluded.setdefault(exclusion, len(excluded) + 1)
-        exact_key = exact.tobytes()
+        exact_key = fingerprint(exact)
         hit = row_of[key] = (exact_rows.add(exact, exact_key),
                              split_rows.add(exact, exact_key) if x == 0 else split_rows.add(*loose),
                              x)
@@ -291,9 +308,9 @@ class CountingTerminals:
 
   def _split(self, mask_bits: np.ndarray, row: int, entries, parts: dict
              ) -> tuple[np.ndarray, tuple[np.ndarray, bytes] | None, tuple | None]:
-    """(exact, (row, its bytes), (class row, r)): the allowed set of a group with mask
-    row `row` and counting `entries`, and the row that equals it less the tokens of more
-    than r characters of the class; (exact, None, None) when no single bound r makes
+    """(exact, (row, its `fingerprint`), (class row, r)): the allowed set of a group with
+    mask row `row` and counting `entries`, and the row that equals it less the tokens of
+    more than r characters of the class; (exact, None, None) when no single bound r makes
     that exact.
 
     Groups near a chain's end differ only in r: the tokens of their entries without the
@@ -319,7 +336,7 @@ class CountingTerminals:
       capped = self.union(tuple((t, -1) for t in bounded))
       loose = free | capped
       counted = not (capped & ~self._bound_bits(class_row, np.iinfo(np.int8).max)).any()
-      hit = parts[key] = (free, capped, (loose, loose.tobytes()),
+      hit = parts[key] = (free, capped, (loose, fingerprint(loose)),
                           self._free_max(free, class_row) if counted else None)
     free, capped, loose, free_max = hit
     exact = free | (capped & self._bound_bits(class_row, r))

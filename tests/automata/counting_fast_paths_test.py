@@ -40,6 +40,33 @@ def test_live_states_equal_compose_loop():
         _compose._live_states(q, src, dst, start, accepting))  # pylint: disable=protected-access
 
 
+def test_rows_by_fingerprint_number_like_a_dict_of_bytes():
+  # Rows of 600 words (two folded columns of 256 and a tail), many of them pairs that
+  # differ in bits the fold cancels (one bit in word i and the same one in i + 256):
+  # equal fingerprints, unequal rows.
+  rng = np.random.default_rng(2)
+  for _ in range(30):
+    base = rng.integers(0, 2**32, size=(4, 600), dtype=np.uint32)
+    rows = []
+    for _ in range(40):
+      row = base[rng.integers(0, 4)].copy()
+      for _ in range(int(rng.integers(0, 3))):
+        i, bit = int(rng.integers(0, 256)), np.uint32(1 << int(rng.integers(0, 32)))
+        row[i] ^= bit
+        row[i + 256] ^= bit
+      if rng.random() < 0.2:
+        row[-1] ^= np.uint32(1)  # In the tail: a different fingerprint.
+      rows.append(row)
+    got = _counting_terminals._Rows()  # pylint: disable=protected-access
+    want: dict = {}
+    for row in rows:
+      key = _counting_terminals.fingerprint(row) if rng.random() < 0.5 else None
+      assert got.add(row, key) == want.setdefault(row.tobytes(), len(want))
+    assert len(got) == len(want)
+    np.testing.assert_array_equal(got.padded(lambda n: n + 1, 600)[:len(want)],
+                                  np.frombuffer(b"".join(want), np.uint32).reshape(-1, 600))
+
+
 @pytest.fixture(scope="module")
 def vocab():
   extra = [b"ab", b"abc", b"xyz ", b"abcdefgh", b"\xc3\xa4", b'b"', b'c"!', b"\\u", b'a\\',
