@@ -47,7 +47,7 @@ import dataclasses
 import numpy as np
 
 from constrained_decoding import _arrays
-from constrained_decoding.automata import _unique_strings
+from constrained_decoding.automata import _joined_bytes, _unique_strings
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -395,7 +395,7 @@ def _crossed_hits(contracted: Contracted, sources: np.ndarray, tokens: np.ndarra
   empty = np.zeros(0, np.int64)
   if not len(edges) or not contracted.arc_ops:
     return empty, empty, empty, []
-  data, starts, ends = _joined(token_bytes)
+  data, starts, ends = _joined_bytes.joined(token_bytes)
   keys = np.array(sorted(state * 256 + byte for state, byte in contracted.arc_ops), np.int64)
   ops_of = [contracted.arc_ops[(int(k) >> 8, int(k) & 255)] for k in keys]
   trans = contracted.dfa.transitions
@@ -429,52 +429,28 @@ def _hits_by_edge(hits) -> dict[int, tuple]:
 
 
 def _tokens_with(token_bytes, wanted: np.ndarray) -> np.ndarray:
-  """bool `[V]`: whether each token's bytes hold a byte of `wanted` (bool `[256]`): one
-  AND over the columns of the vocabulary's byte-presence bits (`_byte_presence`) that
-  hold a byte of the set (well under a ms with Gemma 3 for a few bytes)."""
-  present = _byte_presence(token_bytes)
-  mask = np.packbits(np.asarray(wanted, bool), bitorder="little")
-  columns = np.flatnonzero(mask)  # Only the presence bytes `wanted` has bits in.
-  return (present[:, columns] & mask[columns]).any(axis=1)
-
-
-_PRESENCE: dict[int, tuple] = {}  # id(token_bytes) -> (token_bytes, presence bits).
-
-
-def _byte_presence(token_bytes) -> np.ndarray:
-  """uint8 `[V, 32]`: bit b of row t is set when token t holds byte b (8 MiB for Gemma
-  3's 262,144 tokens); kept for the last few vocabularies (the object too, so its id
-  stays its own): one pass over the vocabulary per process, not one per set of bytes."""
-  cached = _PRESENCE.get(id(token_bytes))
+  """bool `[V]`: whether each token's bytes hold a byte of `wanted` (bool `[256]`): a
+  running count of the vocabulary's bytes in the set, compared at each token's ends (~4
+  ms with Gemma 3 on the shared joined bytes; the [V, 32] byte-presence bits this
+  replaces cost 20-85 ms to build on a process's first compile). The last few results
+  are kept (`_check_closing_tokens` asks the same set once per state)."""
+  wanted = np.asarray(wanted, bool)
+  key = (id(token_bytes), np.packbits(wanted).tobytes())
+  cached = _TOKENS_WITH.get(key)
   if cached is None or cached[0] is not token_bytes:
-    data, starts, ends = _joined(token_bytes)
-    # Bits ORed in place (no [V, 256] bool temporary: 64 MiB to fault in and pack).
-    owner = np.repeat(np.arange(len(starts), dtype=np.int64), ends - starts)
-    present = np.zeros(len(starts) * 32, np.uint8)
-    np.bitwise_or.at(present, owner * 32 + (data >> 3),
-                     np.left_shift(1, data & 7, dtype=np.uint8))
-    present = present.reshape(len(starts), 32)
-    if len(_PRESENCE) >= 4:
-      _PRESENCE.pop(next(iter(_PRESENCE)))
-    cached = _PRESENCE[id(token_bytes)] = (token_bytes, present)
+    data, starts, ends = _joined_bytes.joined(token_bytes)
+    running = np.zeros(len(data) + 1, np.int32)  # Bytes in `wanted` before each offset.
+    np.cumsum(wanted[data], out=running[1:])
+    found = running[ends] > running[starts]
+    found.setflags(write=False)
+    if len(_TOKENS_WITH) >= 8:
+      _TOKENS_WITH.pop(next(iter(_TOKENS_WITH)))
+    cached = _TOKENS_WITH[key] = (token_bytes, found)
   return cached[1]
 
 
-_JOINED: dict[int, tuple] = {}  # id(token_bytes) -> (token_bytes, joined arrays).
-
-
-def _joined(token_bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(all token bytes concatenated, start and end of each token's): kept for the last
-  few vocabularies (the object itself is kept too, so its id stays its own)."""
-  cached = _JOINED.get(id(token_bytes))
-  if cached is None or cached[0] is not token_bytes:
-    lengths = np.array([len(b or b"") for b in token_bytes], np.int64)
-    ends = np.cumsum(lengths)
-    data = np.frombuffer(b"".join(b or b"" for b in token_bytes), np.uint8)
-    if len(_JOINED) >= 4:
-      _JOINED.pop(next(iter(_JOINED)))
-    cached = _JOINED[id(token_bytes)] = (token_bytes, (data, ends - lengths, ends))
-  return cached[1]
+# (id(token_bytes), packed byte set) -> (token_bytes, `_tokens_with`'s answer).
+_TOKENS_WITH: dict[tuple, tuple] = {}
 
 
 def _check_terminals(token_dfa, byte_state, tagged_states: set, live: dict,

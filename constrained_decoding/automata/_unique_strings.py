@@ -32,6 +32,7 @@ when both words collide, see `docs/unique_items.md` for the bound.
 
 import numpy as np
 
+from constrained_decoding.automata import _joined_bytes
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.tables import (GUARD_FAIL, GUARD_UCLOSE, GUARD_UHASH, HASH_PRIME,
                                          UNIQUE_CAP_RADIX)
@@ -76,10 +77,10 @@ def _hash_tokens(token_bytes) -> np.ndarray:
   exact in uint64), at each position only over the tokens that long (sorted by length,
   a prefix of them): work in the vocabulary's total bytes, not V x its longest token
   (Gemma 3: 0.5 -> 0.05 s)."""
-  lengths = np.array([len(b or b"") for b in token_bytes], np.int64)
-  data = np.frombuffer(b"".join(b or b"" for b in token_bytes), np.uint8).astype(np.uint64)
+  data, starts, ends = _joined_bytes.joined(token_bytes)  # Shared with `_registers`.
+  data, lengths = data.astype(np.uint64), ends - starts
   order = np.argsort(-lengths, kind="stable")  # Longest first.
-  start = (np.cumsum(lengths) - lengths)[order]
+  start = starts[order]
   # Tokens longer than each position: a prefix of `order`.
   longer = np.searchsorted(-lengths[order], -np.arange(int(lengths.max(initial=0))),
                            side="left")
