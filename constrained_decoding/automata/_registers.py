@@ -47,12 +47,13 @@ import dataclasses
 import numpy as np
 
 from constrained_decoding import _arrays
-from constrained_decoding.automata import _joined_bytes, _unique_strings
+from constrained_decoding.automata import _unique_strings
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.tables import (GUARD_ATLEAST, GUARD_CLEAR, GUARD_COUNT, GUARD_LIVE,
                                          GUARD_NEED, GUARD_SET, GUARD_UCLOSE, apply_guard)
+from constrained_decoding.vocab import _joined
 
 CLEAR, SET, NEED, LIVE = GUARD_CLEAR, GUARD_SET, GUARD_NEED, GUARD_LIVE
 COUNT, ATLEAST = GUARD_COUNT, GUARD_ATLEAST
@@ -395,7 +396,7 @@ def _crossed_hits(contracted: Contracted, sources: np.ndarray, tokens: np.ndarra
   empty = np.zeros(0, np.int64)
   if not len(edges) or not contracted.arc_ops:
     return empty, empty, empty, []
-  data, starts, ends = _joined_bytes.joined(token_bytes)
+  data, starts, ends = _joined.joined(token_bytes)
   keys = np.array(sorted(state * 256 + byte for state, byte in contracted.arc_ops), np.int64)
   ops_of = [contracted.arc_ops[(int(k) >> 8, int(k) & 255)] for k in keys]
   trans = contracted.dfa.transitions
@@ -438,7 +439,7 @@ def _tokens_with(token_bytes, wanted: np.ndarray) -> np.ndarray:
   key = (id(token_bytes), np.packbits(wanted).tobytes())
   cached = _TOKENS_WITH.get(key)
   if cached is None or cached[0] is not token_bytes:
-    data, starts, ends = _joined_bytes.joined(token_bytes)
+    data, starts, ends = _joined.joined(token_bytes)
     running = np.zeros(len(data) + 1, np.int32)  # Bytes in `wanted` before each offset.
     np.cumsum(wanted[data], out=running[1:])
     found = running[ends] > running[starts]

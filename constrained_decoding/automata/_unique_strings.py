@@ -32,10 +32,10 @@ when both words collide, see `docs/unique_items.md` for the bound.
 
 import numpy as np
 
-from constrained_decoding.automata import _joined_bytes
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.tables import (GUARD_FAIL, GUARD_UCLOSE, GUARD_UHASH, HASH_PRIME,
                                          UNIQUE_CAP_RADIX)
+from constrained_decoding.vocab import _joined
 
 # The two bases of the hash words (fixed, so that tables of one vocabulary share their
 # `token_hash`; any two distinct values in [2, p - 2] work).
@@ -77,7 +77,7 @@ def _hash_tokens(token_bytes) -> np.ndarray:
   exact in uint64), at each position only over the tokens that long (sorted by length,
   a prefix of them): work in the vocabulary's total bytes, not V x its longest token
   (Gemma 3: 0.5 -> 0.05 s)."""
-  data, starts, ends = _joined_bytes.joined(token_bytes)  # Shared with `_registers`.
+  data, starts, ends = _joined.joined(token_bytes)  # Shared with `_registers`.
   data, lengths = data.astype(np.uint64), ends - starts
   order = np.argsort(-lengths, kind="stable")  # Longest first.
   start = starts[order]

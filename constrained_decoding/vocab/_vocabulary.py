@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from constrained_decoding.errors import VocabularyError
+from constrained_decoding.vocab import _joined
 
 FORMAT_VERSION = 1
 
@@ -562,9 +563,11 @@ def _fingerprint(token_bytes: tuple[bytes | None, ...], vocab_size: int,
                  eos_ids: tuple[int, ...]) -> str:
   h = hashlib.sha256()
   h.update(f"v{FORMAT_VERSION}|{vocab_size}|{eos_ids}|{len(token_bytes)}|".encode())
-  lengths = np.array([-1 if b is None else len(b) for b in token_bytes], np.int64)
-  h.update(lengths.tobytes())
-  h.update(b"".join(b for b in token_bytes if b is not None))
+  # Joined once for the fingerprint and the compiler's passes (`_joined`); a Vocabulary
+  # holds no b"" (made None), so an empty token is a None one: length -1.
+  data, starts, ends = _joined.joined(token_bytes)
+  h.update(np.where(ends > starts, ends - starts, -1).tobytes())
+  h.update(data)
   return h.hexdigest()
 
 

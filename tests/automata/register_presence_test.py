@@ -1,19 +1,23 @@
 """The per-vocabulary byte arrays shared by the register passes, against per-token oracles.
 
-`_joined_bytes.joined` (all token bytes in one buffer) against slicing each token back
+`_joined.joined` (all token bytes in one buffer) against slicing each token back
 out; `_registers._tokens_with` (which tokens hold a byte of a set, memoized per
 vocabulary and set) against a per-token scan, over edge cases (no tokens, None and b""
 tokens, a byte vocabulary, long tokens) and several sets on one vocabulary (the memo
 must not answer one set with another's result, nor one vocabulary with another's);
-`_unique_strings._hash_tokens` (now on the shared buffer) against `hash_of` per token.
+`_unique_strings._hash_tokens` (now on the shared buffer) against `hash_of` per token;
+the `Vocabulary` fingerprint (which builds the buffer) against its formula.
 """
 
+import hashlib
 import random
 
 import numpy as np
 import pytest
 
-from constrained_decoding.automata import _joined_bytes, _registers, _unique_strings
+from constrained_decoding import Vocabulary
+from constrained_decoding.automata import _registers, _unique_strings
+from constrained_decoding.vocab import _joined, _vocabulary
 
 # pylint: disable=protected-access
 
@@ -40,11 +44,11 @@ def _scan(token_bytes, wanted) -> list[bool]:
 @pytest.mark.parametrize("name", sorted(_vocabularies()))
 def test_joined_slices_give_back_each_token(name):
   token_bytes = _vocabularies()[name]
-  data, starts, ends = _joined_bytes.joined(token_bytes)
+  data, starts, ends = _joined.joined(token_bytes)
   assert data.dtype == np.uint8 and len(starts) == len(ends) == len(token_bytes)
   assert [data[s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())] == [
       t or b"" for t in token_bytes]
-  assert _joined_bytes.joined(token_bytes)[0] is data  # One buffer per vocabulary object.
+  assert _joined.joined(token_bytes)[0] is data  # One buffer per vocabulary object.
 
 
 @pytest.mark.parametrize("name", sorted(_vocabularies()))
@@ -88,3 +92,15 @@ def test_hash_tokens_equal_hash_of_each_token(name):
   got = _unique_strings._hash_tokens(token_bytes)
   assert got.shape == (len(token_bytes), 4)
   assert got.tolist() == [list(_unique_strings.hash_of(t or b"")) for t in token_bytes]
+
+
+def test_vocabulary_fingerprint_joins_for_the_compiler():
+  """The fingerprint hashes (header, per-token lengths with -1 for None, all bytes) as
+  before the shared buffer, and leaves the joined bytes ready for the first compile."""
+  token_bytes = [b"a", None, b"", b"bc", b"\xff" * 40]
+  vocab = Vocabulary.from_token_bytes(token_bytes, eos_ids=[0], vocab_size=7)
+  h = hashlib.sha256(f"v{_vocabulary.FORMAT_VERSION}|7|(0,)|5|".encode())
+  h.update(np.array([1, -1, -1, 2, 40], np.int64).tobytes())
+  h.update(b"abc" + b"\xff" * 40)
+  assert vocab.fingerprint == h.hexdigest()
+  assert _joined._JOINED[id(vocab.token_bytes)][0] is vocab.token_bytes

@@ -1,6 +1,8 @@
-"""All of a vocabulary's token bytes in one numpy buffer, shared by the host passes that
-walk every token's bytes in lockstep (`_registers`: which tokens cross a register
-operation and where; `_unique_strings`: each token's string hash).
+"""All of a vocabulary's token bytes in one numpy buffer, shared by the passes that read
+every token's bytes: the `Vocabulary` fingerprint (which joins them anyway, so a
+vocabulary's first compile finds them ready), and the host passes that walk tokens in
+lockstep (`automata/_registers`: which tokens cross a register operation and where;
+`automata/_unique_strings`: each token's string hash).
 
 Joining Gemma 3's 262,144 tokens (1.97 MB) takes ~20-30 ms of CPU (a Python-level pass
 per token); done once per vocabulary and process here instead of once per user.
