@@ -588,17 +588,19 @@ def share_groups(edge_start: np.ndarray, edge_tokens: np.ndarray, edge_targets: 
   targets = edge_targets[:bounds[c]].astype(np.int32).tobytes()
   excluded = ([0] * c if group_excluded is None
               else np.asarray(group_excluded[:c]).tolist())
+  masks = np.asarray(group_mask[:c]).tolist()
   index: dict = {}
   keep: list[int] = []
-  group_of = np.zeros(c, np.int64)
+  group_of = [0] * c
   for g in range(c):
     lo, hi = 4 * bounds[g], 4 * bounds[g + 1]
-    key = (int(group_mask[g]), excluded[g], tokens[lo:hi], targets[lo:hi])
+    key = (masks[g], excluded[g], tokens[lo:hi], targets[lo:hi])
     k = index.get(key)
     if k is None:
       k = index[key] = len(keep)
       keep.append(g)
     group_of[g] = k
+  group_of = np.array(group_of, np.int64)
   if len(keep) == c:
     return None
   kept = np.array(keep, np.int64)

@@ -605,11 +605,17 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
   new_other[others] = np.arange(len(others))
   # Moves within an unbounded chain's last position (an escape read in its loop) go
   # back to slot 0: absolute, as that position is one real position.
+  # (Per edge: gathers of a few per-state arrays, ~100k edges for maxLength 10,000.)
   at_last = in_chain & (position == m2) if unbounded else np.zeros(q, bool)
-  relative = in_chain[src] & in_chain[dst] & ~(at_last[src] & at_last[dst])
-  offset = (position[dst] - position[src]) * stride + slot[dst] - slot[src]
-  absolute = np.where(in_chain[dst], base + position[dst] * stride + slot[dst], new_other[dst])
-  if (in_chain[dst] & ~in_chain[src] & (position[dst] > span)).any():
+  linear = position * stride + slot  # A chain state's offset from position 0, slot 0.
+  src_in, dst_in = in_chain[src], in_chain[dst]
+  relative = src_in & dst_in
+  if unbounded:
+    relative &= ~(at_last[src] & at_last[dst])
+  dst_linear = linear[dst]
+  offset = dst_linear - linear[src]
+  absolute = np.where(dst_in, base + dst_linear, new_other[dst])
+  if (dst_in & ~src_in & (position[dst] > span)).any():
     return None  # Entries past the identity region: not expected (tokens are shorter).
   if (relative & (offset < 0)).any():
     return None  # Not expected: slots are in topological order.
@@ -649,7 +655,9 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
     if len(toks):
       np.bitwise_or.at(mask_bits[row], toks >> 5, np.uint32(1) << (toks & 31).astype(np.uint32))
   # Each live state's entries as `entry_rows` holds them (one tuple per distinct list).
-  listed = [tuple((t, f) for t, f in row if t >= 0) for row in entry_rows.tolist()]
+  # (Entries fill a row from its start, then -1.)
+  lengths = np.count_nonzero(entry_rows[:, :, 0] >= 0, axis=1).tolist()
+  listed = [tuple(map(tuple, row[:n])) for row, n in zip(entry_rows.tolist(), lengths)]
   ids = entry_row_of[live_states]
   folded = counting.fold(mask_bits, row_of_group, [listed[u] for u in ids.tolist()],
                          min_bucket, entry_ids=ids)

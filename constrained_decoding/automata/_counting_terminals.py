@@ -194,15 +194,12 @@ class CountingTerminals:
     states = cell[js, ks]
     rs = (np.full(len(js), max_count + 1) if unbounded
           else np.minimum(m2 - js, max_count + 1))
-    shared: dict[tuple[int, int], list] = {}
-    has = np.zeros(len(js), bool)
-    for i, (state, k_slot, r) in enumerate(zip(states.tolist(), ks.tolist(), rs.tolist())):
-      entries = shared.get((k_slot, r))
-      if entries is None:
-        entries = shared[(k_slot, r)] = entries_at(k_slot, r)
-      if entries:
-        entries_of[state] = entries
-        has[i] = True
+    pairs, pair_of = np.unique(ks * (max_count + 2) + rs, return_inverse=True)
+    shared = [entries_at(*divmod(pair, max_count + 2)) for pair in pairs.tolist()]
+    pair_of = pair_of.reshape(-1)
+    has = np.array([bool(entries) for entries in shared], bool)[pair_of]
+    entries_of.update(zip(states[has].tolist(), map(shared.__getitem__,
+                                                    pair_of[has].tolist())))
     # Moves (for liveness only): each entry finishing X to the next position, each one
     # ending inside X to the slot it ends in.
     js, ks, states = js[has], ks[has], states[has]
