@@ -123,18 +123,26 @@ def _reached(seeds: np.ndarray, heads: np.ndarray, tails: np.ndarray,
 
 def entry_table(entries_of: dict, live: np.ndarray, width: int) -> np.ndarray:
   """int64 [Q, width, 2]: each live state's counting entries (terminal, filter) from
-  `entries_of`, padded with -1 (dead states and states without entries: all -1)."""
+  `entries_of`, padded with -1 (dead states and states without entries: all -1).
+
+  States that share one list object (`CountingTerminals.add_chain` gives each (slot, r)
+  one) are filled from one row: the entries are read once per distinct list."""
   table = np.full((len(live), width, 2), -1, np.int64)
   if not entries_of:
     return table
   states = np.fromiter(entries_of, np.int64, len(entries_of))
-  lengths = np.fromiter(map(len, entries_of.values()), np.int64, len(entries_of))
+  values = list(entries_of.values())
+  _, first, list_of = np.unique(np.fromiter(map(id, values), np.uint64, len(values)),
+                                return_index=True, return_inverse=True)
+  distinct = [values[i] for i in first.tolist()]
+  lengths = np.fromiter(map(len, distinct), np.int64, len(distinct))
   flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(
-      entries_of.values())), np.int64, 2 * int(lengths.sum())).reshape(-1, 2)
-  state_of = states.repeat(lengths)
-  column = np.arange(len(flat)) - (np.cumsum(lengths) - lengths).repeat(lengths)
-  keep = live[state_of]
-  table[state_of[keep], column[keep]] = flat[keep]
+      distinct)), np.int64, 2 * int(lengths.sum())).reshape(-1, 2)
+  rows = np.full((len(distinct), width, 2), -1, np.int64)
+  rows[np.arange(len(distinct)).repeat(lengths),
+       np.arange(len(flat)) - (np.cumsum(lengths) - lengths).repeat(lengths)] = flat
+  keep = live[states]
+  table[states[keep]] = rows[list_of.reshape(-1)[keep]]
   return table
 
 

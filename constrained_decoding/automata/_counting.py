@@ -505,13 +505,13 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
     strip_cells[:, 0] = part.cell[m2, 0]
     cells = np.concatenate([cells, strip_cells])
   compressed_of = np.concatenate([part.others, cells.reshape(-1)])
-  valid = compressed_of >= 0
-  safe = np.maximum(compressed_of, 0)
+  # Per-state arrays with one more entry, what a state of no compressed one (-1) gets:
+  # indexed by `compressed_of` directly (~200k states for maxLength 10,000).
   s_pad = _tables.bucket_size(num_states, min_bucket)
   state_groups = np.full((s_pad, 1), _tables.NO_STATE, np.int32)
-  state_groups[:num_states, 0] = np.where(valid, part.group_of[safe], -1)
+  state_groups[:num_states, 0] = np.append(part.group_of, -1)[compressed_of]
   accepting = np.zeros(s_pad, bool)
-  accepting[:num_states] = valid & part.accepting[safe]
+  accepting[:num_states] = np.append(part.accepting, False)[compressed_of]
   # Terminal entries depend on the compressed state only: one row per distinct list
   # (plus an empty last row for padding and dead states), shared through
   # `state_terminal_rows`.
@@ -520,7 +520,7 @@ def compile_chain(chain: Chain, trie, vocab, *, min_bucket: int, max_edges: int,
                             + part.entry_rows.shape[1:], _tables.NO_STATE, np.int32)
   state_terminals[:q] = part.entry_rows
   state_terminal_rows = np.full(s_pad, q, np.int32)
-  state_terminal_rows[:num_states] = np.where(valid, part.entry_row_of[safe], q)
+  state_terminal_rows[:num_states] = np.append(part.entry_row_of, q)[compressed_of]
   edge_targets = part.edge_targets
   if unbounded:
     # The upper half of the strip moves back (its row q + 1), the lower half and the

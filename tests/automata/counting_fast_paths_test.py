@@ -40,6 +40,26 @@ def test_live_states_equal_compose_loop():
         _compose._live_states(q, src, dst, start, accepting))  # pylint: disable=protected-access
 
 
+def test_entry_table_equals_a_loop_over_states():
+  rng = np.random.default_rng(3)
+  for _ in range(50):
+    q, width = int(rng.integers(1, 40)), int(rng.integers(1, 5))
+    # Lists shared by several states (as add_chain gives them), equal copies, empty ones.
+    lists = [[(int(rng.integers(0, 9)), int(rng.integers(-40, 3)))
+              for _ in range(int(rng.integers(0, width + 1)))] for _ in range(5)]
+    entries_of = {}
+    for state in rng.permutation(q)[:int(rng.integers(0, q + 1))].tolist():
+      pick = lists[int(rng.integers(0, len(lists)))]
+      entries_of[state] = pick if rng.random() < 0.7 else list(pick)
+    live = rng.random(q) < 0.7
+    want = np.full((q, width, 2), -1, np.int64)
+    for state, entries in entries_of.items():
+      if live[state]:
+        for column, entry in enumerate(entries):
+          want[state, column] = entry
+    np.testing.assert_array_equal(_chain_edges.entry_table(entries_of, live, width), want)
+
+
 def test_rows_by_fingerprint_number_like_a_dict_of_bytes():
   # Rows of 600 words (two folded columns of 256 and a tail), many of them pairs that
   # differ in bits the fold cancels (one bit in word i and the same one in i + 256):
