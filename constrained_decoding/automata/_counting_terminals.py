@@ -278,6 +278,7 @@ class CountingTerminals:
     visited = (range(len(row_of_group)) if first_groups is None
                else first_groups.tolist())
     rows = row_of_group.tolist()
+    loose_rows: dict[int, int] = {}  # id of a `parts` loose row -> its split row
     for k in visited:
       row, entries = rows[k], entries_of_group[k]
       key = (row, entries)
@@ -286,9 +287,13 @@ class CountingTerminals:
         exact, loose, exclusion = self._split(mask_bits, row, entries, parts)
         x = 0 if exclusion is None else excluded.setdefault(exclusion, len(excluded) + 1)
         exact_key = fingerprint(exact)
-        hit = row_of[key] = (exact_rows.add(exact, exact_key),
-                             split_rows.add(exact, exact_key) if x == 0 else split_rows.add(*loose),
-                             x)
+        if x == 0:
+          split = split_rows.add(exact, exact_key)
+        else:  # One loose row (kept alive by `parts`) serves every r of its key.
+          split = loose_rows.get(id(loose))
+          if split is None:
+            split = loose_rows[id(loose)] = split_rows.add(*loose)
+        hit = row_of[key] = (exact_rows.add(exact, exact_key), split, x)
       groups[k] = hit
     if first_groups is not None:
       groups = groups[first_groups][inverse]
