@@ -312,20 +312,15 @@ def _counts_path(cache_dir: str | None, vocab, char_class: ir.CharClass) -> str 
 def _load_counts(path: str | None, vocab_size: int) -> dict | None:
   """The cached arrays (`_COUNT_FIELDS`), or None when absent or not what this version
   writes."""
-  if path is None or not os.path.exists(path):
-    return None
-  try:
-    with np.load(path) as f:
-      arrays = {name: f[name] for name in _COUNT_FIELDS}
-  except _cache.READ_ERRORS:
-    return None  # Damaged or pruned meanwhile: counted again (and rewritten).
+  arrays = _detokenizer.read_cache_file(path, _COUNT_FIELDS)
+  if arrays is None:
+    return None  # Missing or damaged: counted again (and rewritten).
   for name, dtype in _COUNT_FIELDS.items():
     a = arrays[name]
     if a.shape[:1] != (vocab_size,) or a.dtype != dtype:
       return None
   if arrays["first_bytes"].shape != (vocab_size, FIRST_BYTES):
     return None
-  _cache.touch(path)  # Recently used: pruned last.
   return arrays
 
 
@@ -728,17 +723,11 @@ _TRIE_FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_
 
 def _load_trie(path: str | None, fingerprint: str):
   """The `VocabTrie` saved at `path`, or None when absent or damaged."""
-  if path is None or not os.path.exists(path):
-    return None
-  try:
-    with np.load(path) as f:
-      arrays = {name: f[name] for name in _TRIE_FIELDS}
-  except _cache.READ_ERRORS:
-    return None  # Damaged or pruned meanwhile: built again.
-  _cache.touch(path)  # Recently used: pruned last.
-  a = arrays
+  a = _detokenizer.read_cache_file(path, _TRIE_FIELDS)
+  if a is None:
+    return None  # Missing or damaged: built again.
   if not (len(a["child_start"]) == len(a["node_depth"]) + 1 == len(a["token_start"])
           and a["child_start"][-1] == len(a["child_node"]) == len(a["child_byte"])
           and a["token_start"][-1] == len(a["token_ids"])):
     return None  # Not a trie: built again.
-  return _detokenizer.VocabTrie(**arrays, fingerprint=fingerprint)
+  return _detokenizer.VocabTrie(**a, fingerprint=fingerprint)

@@ -21,7 +21,6 @@ import typing
 
 import numpy as np
 
-from constrained_decoding import _cache
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _loops
@@ -412,16 +411,15 @@ def _save_inner(path: str, pieces: dict) -> None:
 
 def _load_inner(path: str | None) -> dict | None:
   """`_save_inner`'s pieces, or None when absent or damaged."""
-  if path is None or not os.path.exists(path):
-    return None
+  arrays = _detokenizer.read_cache_file(path)
+  if arrays is None or "keys" not in arrays:
+    return None  # Missing or damaged: walked again.
   out = {"finish": {}, "inside": {}}
-  try:
-    with np.load(path) as f:
-      for j, (inside, a, b) in enumerate(f["keys"].tolist()):
-        out["inside" if inside else "finish"][(a, b)] = f[f"t{j}"]
-  except _cache.READ_ERRORS:
-    return None  # Damaged or pruned meanwhile: walked again.
-  _cache.touch(path)  # Recently used: pruned last.
+  for j, (inside, a, b) in enumerate(arrays["keys"].tolist()):
+    tokens = arrays.get(f"t{j}")
+    if tokens is None:
+      return None
+    out["inside" if inside else "finish"][(a, b)] = tokens
   return out
 
 

@@ -204,6 +204,21 @@ def _previous_smaller(a: np.ndarray) -> np.ndarray:
 _UNWRITABLE: set[str] = set()  # Cache directories already warned about.
 
 
+def read_cache_file(path: str | None, names=None) -> dict | None:
+  """The arrays `names` (all when None) of the .npz `write_cache_file` wrote at `path`,
+  its file touched as recently used (pruned last); None when there is no path, or the
+  file is missing (maybe pruned by another process) or damaged: the caller rebuilds."""
+  if path is None:
+    return None
+  try:
+    with np.load(path) as f:
+      arrays = {name: f[name] for name in (f.files if names is None else names)}
+  except _cache.READ_ERRORS:
+    return None
+  _cache.touch(path)
+  return arrays
+
+
 def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None, *,
                      max_bytes: int | None = None) -> bool:
   """Writes `arrays` to `path` in `cache_dir` as .npz (or with `save(file, arrays)`),
@@ -243,13 +258,9 @@ def load_or_build_trie(vocab: Vocabulary, cache_dir: str | None) -> VocabTrie:
   if cache_dir is None:
     return build_trie(vocab)
   path = os.path.join(cache_dir, f"trie-v{TRIE_FORMAT_VERSION}-{vocab.fingerprint}.npz")
-  try:
-    with np.load(path) as data:
-      trie = VocabTrie(**{f: data[f] for f in _FIELDS}, fingerprint=vocab.fingerprint)
-    _cache.touch(path)  # Recently used: pruned last.
-    return trie
-  except _cache.READ_ERRORS:
-    pass  # Missing (maybe pruned by another process) or damaged: rebuild below.
+  arrays = read_cache_file(path, _FIELDS)
+  if arrays is not None:
+    return VocabTrie(**arrays, fingerprint=vocab.fingerprint)
   started = time.perf_counter()
   _LOG.info("building the token trie for %r (cached afterwards)", vocab)
   trie = build_trie(vocab)

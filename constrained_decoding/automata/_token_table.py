@@ -22,7 +22,7 @@ import numpy as np
 from constrained_decoding import _arrays
 from constrained_decoding import _cache
 from constrained_decoding.automata import _lexer
-from constrained_decoding.automata._detokenizer import VocabTrie, write_cache_file
+from constrained_decoding.automata._detokenizer import VocabTrie, read_cache_file, write_cache_file
 from constrained_decoding.automata._lexer import LexerDfa
 
 TOKEN_TABLE_FORMAT_VERSION = _cache.FORMATS["lexer"].version  # Bumped there.
@@ -374,14 +374,10 @@ def load_or_build_token_table(lexer: LexerDfa, trie: VocabTrie, cache_dir: str |
   key = hashlib.sha256(f"{lexer.fingerprint}-{trie.fingerprint}-{vocab_size}".encode())
   path = os.path.join(cache_dir,
                       f"lexer-v{TOKEN_TABLE_FORMAT_VERSION}-{key.hexdigest()[:32]}.npz")
-  try:
-    with np.load(path) as data:
-      table = TokenTable(**{f: data[f] for f in TokenTable._FIELDS},
-                         vocab_size=int(data["vocab_size"]))
-    _cache.touch(path)  # Recently used: pruned last.
-    return table
-  except _cache.READ_ERRORS:
-    pass  # Missing (maybe pruned by another process) or damaged: built again.
+  arrays = read_cache_file(path, TokenTable._FIELDS + ("vocab_size",))
+  if arrays is not None:
+    vocab_size = int(arrays.pop("vocab_size"))
+    return TokenTable(**arrays, vocab_size=vocab_size)
   table = build_token_table(lexer, trie, vocab_size)
   arrays = {f: getattr(table, f) for f in TokenTable._FIELDS}
   arrays["vocab_size"] = np.array(table.vocab_size)
