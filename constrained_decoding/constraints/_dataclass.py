@@ -37,11 +37,12 @@ import typing
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_numbers as jn
 from constrained_decoding.constraints import _json_values as jv
 
 _DIGIT = ir.char_class([(0x30, 0x39)])
 _HEX = ir.char_class([(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)])
-_INT = jv.integer_range(None, None)
+_INT = jn.integer_range(None, None)
 _NONZERO = ir.char_class([(0x31, 0x39)])
 _FRACTION = ir.repeat(ir.concat(ir.Bytes(b"."), ir.repeat(_DIGIT, 1, None)), 0, 1)
 _EXPONENT_MARK = ir.char_class([(0x45, 0x45), (0x65, 0x65)])
@@ -54,7 +55,7 @@ _FLOAT = ir.concat(ir.repeat(ir.Bytes(b"-"), 0, 1), ir.union(
     ir.concat(_DIGIT, _FRACTION, _EXPONENT_MARK, ir.union(
         ir.concat(ir.Bytes(b"-"), ir.repeat(_DIGIT, 1, None)),
         ir.concat(ir.repeat(ir.Bytes(b"+"), 0, 1), ir.repeat(ir.Bytes(b"0"), 0, None),
-                  jv.integer_range(0, 307)))),
+                  jn.integer_range(0, 307)))),
     ir.concat(ir.Bytes(b"1"), ir.repeat(ir.concat(ir.Bytes(b"."), ir.char_class([(0x30, 0x36)]),
                                                   ir.repeat(_DIGIT, 0, None)), 0, 1),
               _EXPONENT_MARK, ir.repeat(ir.Bytes(b"+"), 0, 1), ir.repeat(ir.Bytes(b"0"), 0, None),

@@ -28,6 +28,7 @@ from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints import _json_refs
+from constrained_decoding.constraints import _json_numbers as jn
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints._json_keywords import (
     _NAME_KEYWORDS,
@@ -404,7 +405,7 @@ def lower_number(name: str, schema: dict, pointer: str) -> ir.Node:
       raise errors.SchemaError(
           f"multipleOf {step!r} under not at {pointer} is not a positive number."
           " Expected a number > 0. Fix the value.")
-    others.append(jv.multiple_of(_exact(step)))
+    others.append(jn.multiple_of(_exact(step)))
   try:
     return _difference.ascii_difference(
         _intersect.intersect_text(node, _difference.CANONICAL_NUMBER), ir.union(*others))
@@ -422,22 +423,22 @@ def _number_range(name: str, schema: dict, pointer: str) -> ir.Node:
   if name == "integer":
     low = None if lo is None else (math.floor(lo) + 1 if lo_exclusive else math.ceil(lo))
     high = None if hi is None else (math.ceil(hi) - 1 if hi_exclusive else math.floor(hi))
-    node = jv.integer_range(low, high)
+    node = jn.integer_range(low, high)
     # An integer is a multiple of p/q (lowest terms) exactly when p divides it.
     step = None if step is None or step.numerator == 1 else fractions.Fraction(
         step.numerator)
   elif lo is None and hi is None and step is None:
-    return jv.JSON_NUMBER
+    return jn.JSON_NUMBER
   elif lo is not None and hi is not None and (
       lo > hi or lo == hi and (lo_exclusive or hi_exclusive)):
     return ir.NOTHING
   else:
-    node = jv.number_range(lo, hi, lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
+    node = jn.number_range(lo, hi, lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
   if step is None:
     return node
   where = _pointer(pointer, "multipleOf")
   try:
-    return _intersect.intersect_text(node, jv.multiple_of(step))
+    return _intersect.intersect_text(node, jn.multiple_of(step))
   except ValueError as e:
     raise errors.UnsupportedSchemaError(
         f"multipleOf {schema['multipleOf']!r} at {where} with these bounds is too large an"

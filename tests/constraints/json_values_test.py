@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import constrained_decoding as cd
 from constrained_decoding.automata._fsa import compile_byte_dfa
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_numbers as jn
 from constrained_decoding.constraints import _json_values as jv
 from constrained_decoding.constraints import _regex
 
@@ -52,9 +53,9 @@ def test_integer_range_exhaustive_small():
   for lo in _SMALL_BOUNDS:
     for hi in _SMALL_BOUNDS:
       if lo is not None and hi is not None and lo > hi:
-        assert jv.integer_range(lo, hi) == ir.NOTHING
+        assert jn.integer_range(lo, hi) == ir.NOTHING
         continue
-      got = accepts_many(compile_byte_dfa(jv.integer_range(lo, hi)), texts)
+      got = accepts_many(compile_byte_dfa(jn.integer_range(lo, hi)), texts)
       expected = [(lo is None or n >= lo) and (hi is None or n <= hi) for n in numbers]
       assert got[:len(numbers)].tolist() == expected, (lo, hi)
       assert not got[len(numbers):].any(), (lo, hi)
@@ -65,7 +66,7 @@ def test_integer_range_every_pair_in_a_window():
   texts = [str(n) for n in range(-40, 41)]
   for lo in numbers:
     for hi in numbers[numbers.index(lo):]:
-      got = accepts_many(compile_byte_dfa(jv.integer_range(lo, hi)), texts)
+      got = accepts_many(compile_byte_dfa(jn.integer_range(lo, hi)), texts)
       assert got.tolist() == [lo <= n <= hi for n in range(-40, 41)], (lo, hi)
 
 
@@ -90,7 +91,7 @@ def test_integer_range_random_big_and_negative(seed):
     hi = rng.randrange(-10**digits, 10**digits) if rng.random() < 0.85 else None
     if lo is not None and hi is not None and lo > hi:
       lo, hi = hi, lo
-    dfa = compile_byte_dfa(jv.integer_range(lo, hi))
+    dfa = compile_byte_dfa(jn.integer_range(lo, hi))
     probes = _probes(rng, lo, hi)
     got = accepts_many(dfa, [str(n) for n in probes])
     expected = [(lo is None or n >= lo) and (hi is None or n <= hi) for n in probes]
@@ -98,7 +99,7 @@ def test_integer_range_random_big_and_negative(seed):
 
 
 def test_integer_range_unbounded_is_canonical_json_integers():
-  dfa = compile_byte_dfa(jv.integer_range(None, None))
+  dfa = compile_byte_dfa(jn.integer_range(None, None))
   assert accepts_many(dfa, ["0", "-1", "123456789012345678901234567890"]).all()
   assert not accepts_many(dfa, ["-0", "01", "+1", "1.0", "1e3", ""]).any()
 
@@ -145,7 +146,7 @@ def test_number_range_exhaustive_small(bounds, texts, lo_exclusive, hi_exclusive
   values = [_decimal_value(t) for t in texts]
   for lo in bounds:
     for hi in bounds:
-      node = jv.number_range(lo, hi, lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
+      node = jn.number_range(lo, hi, lo_exclusive=lo_exclusive, hi_exclusive=hi_exclusive)
       got = accepts_many(compile_byte_dfa(node), texts)
       expected = [v is not None
                   and (lo is None or (v > lo if lo_exclusive else v >= lo))
@@ -162,7 +163,7 @@ def test_number_range_exhaustive_small(bounds, texts, lo_exclusive, hi_exclusive
 def test_number_range_random_decimal_bounds(lo, hi, lo_exclusive, hi_exclusive, probes):
   lo = None if lo is None else fractions.Fraction(lo)
   hi = None if hi is None else fractions.Fraction(hi)
-  dfa = compile_byte_dfa(jv.number_range(lo, hi, lo_exclusive=lo_exclusive,
+  dfa = compile_byte_dfa(jn.number_range(lo, hi, lo_exclusive=lo_exclusive,
                                          hi_exclusive=hi_exclusive))
   texts = []
   # The probes (with trailing zeros, as hypothesis writes them) and the bounds themselves,
@@ -180,7 +181,7 @@ def test_number_range_random_decimal_bounds(lo, hi, lo_exclusive, hi_exclusive, 
 
 def _fraction_text(x: fractions.Fraction) -> str:
   """The canonical decimal text of a finite decimal (no exponent)."""
-  whole, digits = jv.decimal_digits(abs(x))
+  whole, digits = jn.decimal_digits(abs(x))
   return ("-" if x < 0 else "") + str(whole) + ("." + digits if digits else "")
 
 
@@ -190,7 +191,7 @@ def test_number_range_random_big():
     lo = rng.randrange(-10**12, 10**12)
     hi = lo + rng.randrange(0, 10**13)
     lo_exclusive, hi_exclusive = rng.random() < 0.5, rng.random() < 0.5
-    dfa = compile_byte_dfa(jv.number_range(lo, hi, lo_exclusive=lo_exclusive,
+    dfa = compile_byte_dfa(jn.number_range(lo, hi, lo_exclusive=lo_exclusive,
                                            hi_exclusive=hi_exclusive))
     texts = []
     for n in _probes(rng, lo, hi):
@@ -204,7 +205,7 @@ def test_number_range_random_big():
 
 
 def test_json_number_grammar():
-  dfa = compile_byte_dfa(jv.JSON_NUMBER)
+  dfa = compile_byte_dfa(jn.JSON_NUMBER)
   good = ["0", "-0", "12", "-12.50", "1e5", "1E+5", "-2.5e-10", "0.0", "1e400"]
   bad = ["01", "+1", ".5", "1.", "1e", "--1", "0x10", "NaN", "Infinity", "1.5e+"]
   assert accepts_many(dfa, good).all()
