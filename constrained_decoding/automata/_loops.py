@@ -189,7 +189,7 @@ class LoopTerminal:
 
 
 def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray,
-                 predecessors: list | None = None) -> list[int]:
+                 predecessors: "Predecessors | None" = None) -> list[int]:
   """States on short cycles through q, in canonical (BFS, byte order) order, q first.
 
   Only cycles of at most MAX_LOOP_BYTES bytes count (one character, or an escape and a
@@ -220,7 +220,7 @@ def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray,
   return order
 
 
-def _cycle_states(table: np.ndarray, q: int, skip: np.ndarray, predecessors: list
+def _cycle_states(table: np.ndarray, q: int, skip: np.ndarray, predecessors: "Predecessors"
                   ) -> set[int]:
   """The states on cycles of at most MAX_LOOP_BYTES bytes through q (not through
   `skip`), searched backward first: the states within that many bytes *before* q are
@@ -289,8 +289,8 @@ def _distances(start: int, neighbours, limit: int) -> dict[int, int]:
   return distance
 
 
-def canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray, predecessors: list | None = None
-                    ) -> tuple[list[int], np.ndarray]:
+def canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray,
+                   predecessors: "Predecessors | None" = None) -> tuple[list[int], np.ndarray]:
   """The loop's states (q first) and its transitions renumbered canonically, -1 outside
   (`skip` as in `_loop_states`; `predecessors`, from `state_predecessors` of the DFA's
   byte-class table, make the search faster)."""
@@ -499,7 +499,25 @@ def popcount(bits: np.ndarray) -> int:
   return int(np.bitwise_count(bits).sum())
 
 
-def state_predecessors(table: np.ndarray) -> list[np.ndarray]:
+class Predecessors:
+  """Per state, the states with an arc into it: `predecessors[r]` is an int64 array,
+  sliced on demand (a wide-state search reads the rows of a few states near each loop,
+  so building one array per state up front cost more than the search)."""
+
+  __slots__ = ("_sources", "_bounds")
+
+  def __init__(self, sources: np.ndarray, bounds: list[int]):
+    self._sources = sources
+    self._bounds = bounds
+
+  def __getitem__(self, r: int) -> np.ndarray:
+    return self._sources[self._bounds[r]:self._bounds[r + 1]]
+
+  def __len__(self) -> int:
+    return len(self._bounds) - 1
+
+
+def state_predecessors(table: np.ndarray) -> Predecessors:
   """Per state, the states with an arc into it (from the `[Q, C]` byte-class table)."""
   q = table.shape[0]
   src = np.repeat(np.arange(q, dtype=np.int64), table.shape[1])
@@ -507,8 +525,7 @@ def state_predecessors(table: np.ndarray) -> list[np.ndarray]:
   keep = dst >= 0
   pairs = _arrays.sorted_unique(dst[keep] * q + src[keep])
   bounds = np.searchsorted(pairs // q, np.arange(q + 1))
-  sources = (pairs % q).astype(np.int64)
-  return [sources[bounds[r]:bounds[r + 1]] for r in range(q)]
+  return Predecessors(pairs % q, bounds.tolist())
 
 
 def member_mask(num_states: int, members) -> np.ndarray:

@@ -53,7 +53,7 @@ MAX_WALK_PAIRS = 50_000
 
 
 def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict, skip: np.ndarray,
-                predecessors: list[np.ndarray]) -> dict[int, list[int]]:
+                predecessors: _loops.Predecessors | None) -> dict[int, list[int]]:
   """Anchor -> states without a terminal yet, not skipped, that have >=
   MIN_BYTES_TO_ANCHOR bytes to it (`predecessors[q]`: the states with an arc to q)."""
   table, _, size = dfa.byte_classes
@@ -179,7 +179,8 @@ def _tokens_of(trie: VocabTrie, nodes: np.ndarray) -> np.ndarray:
 
 
 def near_loop_edges(wide_states: Any, dfa: ByteDfa, loops: list,
-                    wide: dict, skip: np.ndarray, predecessors: list[np.ndarray]) -> dict:
+                    wide: dict, skip: np.ndarray,
+                    predecessors: _loops.Predecessors | None) -> dict:
   """Terminal edges of the near-loop states of `dfa` (see the module doc).
 
   Args:

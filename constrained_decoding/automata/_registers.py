@@ -169,12 +169,7 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int, int], .
       sets.setdefault(state, []).append((word, operand))
     else:
       free[state] = True
-  tagged = np.zeros((q, 256), bool)
-  if contracted.arc_ops:
-    keys = np.array(list(contracted.arc_ops), np.int64)
-    tagged[keys[:, 0], keys[:, 1]] = True
-  src, byte = np.nonzero((dfa.transitions != NO_STATE) & ~tagged)
-  src, dst = _distinct_pairs(src, dfa.transitions[src, byte], q)
+  src, dst = _distinct_pairs(*_untagged_arcs(dfa, contracted.arc_ops), q)
   # Free propagates backwards along untagged arcs: a breadth-first search over
   # predecessor lists (arcs sorted by target).
   order = np.argsort(dst, kind="stable")
@@ -208,6 +203,24 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int, int], .
         stack.extend((nxt, False) for nxt in successors.get(state, ()) if nxt not in memo)
   return {state: tuple((LIVE, word, bits) for word, bits in sorted(memo[state].items()))
           for state in np.flatnonzero(~free).tolist()}
+
+
+def _untagged_arcs(dfa, arc_ops: dict) -> tuple[np.ndarray, np.ndarray]:
+  """(source, target) of the arcs with some byte that carries no operation, one per
+  (state, byte class) such byte exists for (repeats possible).
+
+  Counted on the DFA's byte classes (`ByteDfa.byte_classes`, all bytes of a class go
+  to one target), not on `[Q, 256]`: a class arc is untagged unless every one of its
+  bytes carries operations, and tagged (state, byte) pairs are few.
+  """
+  table, _, size = dfa.byte_classes
+  untagged = np.broadcast_to(size.astype(np.int32), table.shape).copy()
+  if arc_ops:
+    keys = np.array(list(arc_ops), np.int64)
+    class_of = np.repeat(np.arange(len(size)), size)
+    np.subtract.at(untagged, (keys[:, 0], class_of[keys[:, 1]]), 1)
+  src, column = np.nonzero((table != NO_STATE) & (untagged > 0))
+  return src, table[src, column]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -399,21 +412,25 @@ def _crossed_hits(contracted: Contracted, sources: np.ndarray, tokens: np.ndarra
   data, starts, ends = _joined.joined(token_bytes)
   keys = np.array(sorted(state * 256 + byte for state, byte in contracted.arc_ops), np.int64)
   ops_of = [contracted.arc_ops[(int(k) >> 8, int(k) & 255)] for k in keys]
-  trans = contracted.dfa.transitions
-  state = sources[edges].astype(np.int64)
-  first, length = starts[tokens[edges]], (ends - starts)[tokens[edges]]
+  flat = contracted.dfa.transitions.reshape(-1)
+  # Longest tokens first: the edges still walking at a position are a prefix.
+  length = (ends - starts)[tokens[edges]]
+  by_length = np.argsort(-length, kind="stable")
+  length = length[by_length]
+  first = starts[tokens[edges[by_length]]]
+  state = sources[edges[by_length]].astype(np.int64)
+  alive = np.searchsorted(-length, -np.arange(int(length[0])), side="left")
   # Per position: the hits' edge indices and op list indices (empty arrays for none).
   hit_position, hit_edge, hit_ops = ([np.zeros(0, np.int64)] for _ in range(3))
-  for position in range(int(length.max())):
-    alive = np.flatnonzero(length > position)
-    byte = data[first[alive] + position].astype(np.int64)
-    key = state[alive] * 256 + byte
+  for position, n in enumerate(alive.tolist()):
+    key = state[:n] * 256 + data[first[:n] + position]
     at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
-    found = keys[at] == key
-    hit_position.append(np.full(int(found.sum()), position))
-    hit_edge.append(alive[found])
-    hit_ops.append(at[found])
-    state[alive] = trans[state[alive], byte]
+    found = (keys[at] == key).nonzero()[0]
+    if len(found):
+      hit_position.append(np.full(len(found), position))
+      hit_edge.append(by_length[found])
+      hit_ops.append(at[found])
+    state[:n] = flat[key]
   hit_position, hit_edge, hit_ops = map(np.concatenate, (hit_position, hit_edge, hit_ops))
   order = np.lexsort((hit_position, hit_edge))  # By edge, then position.
   return edges[hit_edge[order]], hit_position[order], hit_ops[order], ops_of

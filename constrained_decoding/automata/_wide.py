@@ -209,7 +209,7 @@ class WideStates:
     anchors = np.nonzero((self_loops >= _loops.MIN_SELF_LOOP_BYTES) & ~skip)[0].tolist()
     wide: dict[int, WideEdge] = {}
     loops = []
-    predecessors = state_predecessors(table) if anchors else []
+    predecessors = state_predecessors(table) if anchors else None
     for q in anchors:
       members, loop = canonical_loop(dfa, q, skip, predecessors)
       digest = loop_digest(loop)
@@ -281,7 +281,8 @@ class WideStates:
     return hit
 
   def _add_pre_entries(self, dfa: ByteDfa, wide: dict, loops: list, skip: np.ndarray,
-                       predecessors: list, *, deadline: float, what: str) -> None:
+                       predecessors: _loops.Predecessors | None, *, deadline: float,
+                       what: str) -> None:
     """Terminals for states just before a wide region (after `Answer:`, before ` text`).
 
     A state p outside every loop whose bytes lead into the loop of anchor q, directly or

@@ -2,7 +2,8 @@
 
 `_distinct_pairs` (the state graph of `live_sets`) against a set of pairs, sorted;
 `_tokens_with` (which tokens may cross a register operation) against a per-token scan
-of its bytes.
+of its bytes; `_untagged_arcs` (per byte class) against a scan of 256 columns;
+`_crossed_hits` against walking each token byte by byte.
 """
 
 import random
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from constrained_decoding.automata import _registers
+from constrained_decoding.automata._byte_dfa import ByteDfa
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -34,3 +36,62 @@ def test_tokens_with_equals_byte_scan(seed):
   got = _registers._tokens_with(token_bytes, wanted)  # pylint: disable=protected-access
   expected = [any(wanted[b] for b in (t or b"")) for t in token_bytes]
   assert got.tolist() == expected
+
+
+def _random_class_dfa(rng, q: int) -> ByteDfa:
+  """A ByteDfa of q states whose bytes fall in random ranges (`class_edges`) that every
+  state treats alike, with random missing arcs."""
+  cuts = np.sort(rng.choice(np.arange(1, 256), int(rng.integers(0, 12)), replace=False))
+  edges = np.concatenate([[0], cuts, [256]])
+  table = rng.integers(-1, q, (q, len(edges) - 1)).astype(np.int32)
+  transitions = np.repeat(table, np.diff(edges), axis=1)
+  return ByteDfa(transitions, np.zeros(q, bool), 0, class_edges=edges)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_untagged_arcs_equal_byte_scan(seed):
+  """`_untagged_arcs` (counted per byte class) gives the (source, target) pairs of the
+  arcs whose byte carries no operation, as a scan of all 256 columns does; tagged bytes
+  sometimes cover a whole class."""
+  rng = np.random.default_rng(seed)
+  dfa = _random_class_dfa(rng, int(rng.integers(1, 30)))
+  arcs = np.argwhere(dfa.transitions >= 0)
+  picked = arcs[rng.random(len(arcs)) < [0.0, 0.01, 0.2, 0.9][seed % 4]]
+  arc_ops = {(int(s), int(b)): ((_registers.SET, 0, 1),) for s, b in picked}
+  src, dst = _registers._untagged_arcs(dfa, arc_ops)  # pylint: disable=protected-access
+  got = set(zip(src.tolist(), dst.tolist()))
+  expected = {(s, int(dfa.transitions[s, b])) for s, b in arcs.tolist() if (s, b) not in arc_ops}
+  assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_crossed_hits_equal_byte_walk(seed):
+  """`_crossed_hits` (a lockstep walk, longest tokens first) against walking each edge's
+  token byte by byte from its source: (edge, position, op list index) per tagged arc
+  read, by edge then position."""
+  rng = np.random.default_rng(seed)
+  q = int(rng.integers(2, 20))
+  dfa = ByteDfa(rng.integers(0, q, (q, 256)).astype(np.int32), np.zeros(q, bool), 0)
+  pairs = {(int(rng.integers(q)), int(rng.integers(256)))
+           for _ in range(int(rng.integers(1, 300)))}
+  arc_ops = {p: ((_registers.SET, int(rng.integers(3)), 1 << int(rng.integers(8))),)
+             for p in pairs}
+  contracted = _registers.Contracted(dfa, arc_ops, 3)
+  token_bytes = [None, b""] + [bytes(rng.integers(0, 256, int(rng.integers(1, 9))).tolist())
+                               for _ in range(60)]
+  n = 200
+  sources = rng.integers(0, q, n).astype(np.int32)
+  tokens = rng.integers(0, len(token_bytes), n).astype(np.int32)
+  edges = np.flatnonzero(rng.random(n) < 0.7)
+  got_edge, got_pos, got_ops, ops_of = _registers._crossed_hits(  # pylint: disable=protected-access
+      contracted, sources, tokens, edges, token_bytes)
+  keys = sorted(arc_ops)
+  assert ops_of == [arc_ops[k] for k in keys]
+  expected = []
+  for e in edges.tolist():
+    state = int(sources[e])
+    for position, byte in enumerate(token_bytes[tokens[e]] or b""):
+      if (state, byte) in arc_ops:
+        expected.append((e, position, keys.index((state, byte))))
+      state = int(dfa.transitions[state, byte])
+  assert list(zip(got_edge.tolist(), got_pos.tolist(), got_ops.tolist())) == expected
