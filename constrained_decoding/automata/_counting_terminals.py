@@ -89,8 +89,8 @@ class _Rows:
   def padded(self, bucket, num_words: int) -> np.ndarray:
     """uint32 [bucket(len), W]: the rows, then empty ones."""
     out = np.zeros((bucket(len(self._rows)), num_words), np.uint32)
-    if self._rows:
-      out[:len(self._rows)] = self._rows
+    for k, row in enumerate(self._rows):  # Row by row: a list assigned at once is copied twice.
+      out[k] = row
     return out
 
 

@@ -415,19 +415,26 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   # (A token that leaves a copy and re-enters it from a shared, middle position lands
   # before that position: a negative offset, so absolute.)
   e = len(token_dfa.edge_token)
-  s_, d_ = token_dfa.edge_source.astype(np.int64), token_dfa.edge_target.astype(np.int64)
+  # Only edges leaving a chain state may be relative: computed on them alone (a schema's
+  # edges are mostly outside its chains, up to millions; they are sorted by source).
+  bounds = np.searchsorted(token_dfa.edge_source, np.arange(c + 1))
+  inside = _ranges(bounds, np.flatnonzero(t_copy >= 0))
+  s_ = token_dfa.edge_source[inside].astype(np.int64)
+  d_ = token_dfa.edge_target[inside].astype(np.int64)
   offset = (t_pos[d_] - t_pos[s_]) * strides[t_copy[s_]] + t_slot[d_] - t_slot[s_]
   # Moves within an unbounded chain's last position are absolute: the strip shares its
   # edges, and has no inner slots of its own.
   last = np.array([cp.chain.m2 if cp.chain.chain.max is None else -2 for cp in copies] + [-2])
   at_last = (t_copy >= 0) & (t_pos == last[t_copy])
-  relative = ((t_copy[s_] >= 0) & (t_copy[s_] == t_copy[d_]) & (offset >= 0)
-              & ~(at_last[s_] & at_last[d_]))
-  absolute = real_abs[d_]
-  if (~relative & (absolute < 0)).any():
-    return None
+  relative = (t_copy[s_] == t_copy[d_]) & (offset >= 0) & ~(at_last[s_] & at_last[d_])
   edge_targets = np.array(packed.edge_targets)
-  edge_targets[:e] = np.where(relative, _tables.RELATIVE - offset, absolute)
+  edge_targets[:e] = real_abs.astype(np.int32)[token_dfa.edge_target]
+  moved = inside[relative]
+  # Every other edge needs its target's one real state.
+  unplaced = np.flatnonzero(edge_targets[:e] < 0)
+  if len(unplaced) and not np.isin(unplaced, moved, assume_unique=True).all():
+    return None
+  edge_targets[moved] = _tables.RELATIVE - offset[relative]
   # Terminal rows: the compressed state's own (targets made real), then its counting
   # entries; one empty row last for dead and padding states.
   nt = token_dfa.terminal_bits.shape[0]
@@ -507,3 +514,10 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   stats = dict(byte_states=byte_states, token_states=num_states, token_edges=e,
                num_terminals=total_t, num_masks=num_masks)
   return tables, stats
+
+
+def _ranges(bounds: np.ndarray, rows: np.ndarray) -> np.ndarray:
+  """int64: the indices `bounds[r]:bounds[r + 1]` of each of `rows`, concatenated."""
+  lo, hi = bounds[rows].astype(np.int64), bounds[rows + 1].astype(np.int64)
+  n = hi - lo
+  return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
