@@ -206,26 +206,36 @@ def _loop_states(dfa: ByteDfa, q: int, skip: np.ndarray,
   # Byte classes are byte ranges in order, so the class table gives the same distances
   # and the same first-byte order as the byte table, reading fewer columns.
   table = dfa.byte_classes[0]
+  rows: dict[int, list[int]] = {}  # Distinct targets per state, shared by both searches.
   if predecessors is not None:
-    in_loop = _cycle_states(table, q, skip, predecessors)
+    in_loop = _cycle_states(table, q, skip, predecessors, rows)
   else:
     in_loop = _cycle_states_forward(table, q, skip)
   # Canonical numbering: BFS from q, successors in order of their first byte.
   order, seen = [q], {q}
   for s in order:  # `order` grows while it is read.
-    for t in dict.fromkeys(table[s].tolist()):  # Distinct, in order of the first byte.
+    for t in _distinct_row(table, rows, s):
       if t in in_loop and t not in seen:
         seen.add(t)
         order.append(t)
   return order
 
 
-def _cycle_states(table: np.ndarray, q: int, skip: np.ndarray, predecessors: "Predecessors"
-                  ) -> set[int]:
+def _distinct_row(table: np.ndarray, rows: dict, s: int) -> list[int]:
+  """The distinct targets of state s in order of their first byte, memoized in `rows`."""
+  row = rows.get(s)
+  if row is None:
+    row = rows[s] = list(dict.fromkeys(table[s].tolist()))
+  return row
+
+
+def _cycle_states(table: np.ndarray, q: int, skip: np.ndarray, predecessors: "Predecessors",
+                  rows: dict) -> dict[int, int]:
   """The states on cycles of at most MAX_LOOP_BYTES bytes through q (not through
   `skip`), searched backward first: the states within that many bytes *before* q are
   few (a string body's opening, a key), while those after it fan out into the rest of
-  the constraint.
+  the constraint. Returned as a dict, state -> bytes from q; `rows` is a
+  `_distinct_row` memo.
 
   Same set as `_cycle_states_forward`: s is on such a cycle iff ahead(s) + behind(s)
   <= MAX_LOOP_BYTES (shortest distances from and to q), and every state u on a
@@ -238,14 +248,14 @@ def _cycle_states(table: np.ndarray, q: int, skip: np.ndarray, predecessors: "Pr
   for step in range(1, MAX_LOOP_BYTES):
     reached = []
     for s in front:
-      for t in set(table[s].tolist()):
+      for t in _distinct_row(table, rows, s):
         if t not in ahead and step + behind.get(t, MAX_LOOP_BYTES + 1) <= MAX_LOOP_BYTES:
           ahead[t] = step
           reached.append(t)
     if not reached:
       break
     front = reached
-  return set(ahead)
+  return ahead
 
 
 def _cycle_states_forward(table: np.ndarray, q: int, skip: np.ndarray) -> set[int]:
@@ -289,6 +299,11 @@ def _distances(start: int, neighbours, limit: int) -> dict[int, int]:
   return distance
 
 
+# Up to this many DFA states, `canonical_loop` renumbers with an index array of every
+# state (~5 us to fill); above, by a search among the loop's own states.
+_INDEX_STATES = 1 << 15
+
+
 def canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray,
                    predecessors: "Predecessors | None" = None) -> tuple[list[int], np.ndarray]:
   """The loop's states (q first) and its transitions renumbered canonically, -1 outside
@@ -296,6 +311,10 @@ def canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray,
   byte-class table, make the search faster)."""
   states = _loop_states(dfa, q, skip, predecessors)
   trans = dfa.transitions[states]
+  if dfa.num_states <= _INDEX_STATES:  # Each target's position, from an index array.
+    index = np.full(dfa.num_states + 1, NO_STATE, np.int32)  # [-1] stays NO_STATE.
+    index[states] = np.arange(len(states), dtype=np.int32)
+    return states, index[trans]
   # Each target's position among the states (O(loop), not an index array of every state).
   order = np.argsort(states)
   ordered = np.asarray(states)[order]

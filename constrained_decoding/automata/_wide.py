@@ -62,7 +62,8 @@ prune_cache = _cache.prune_cache
 _RESTRICT_CACHE_SIZE = 256
 # Bytes of terminals (bitmaps, sub-tries, exits) a `WideStates` keeps in memory, least
 # recently used dropped first (they are read back from disk in ~0.1 ms when asked again):
-# the 44 corpus schemas with Gemma 3 use ~250 MB of them.
+# the 44 corpus schemas with Gemma 3 use ~360 MB of them (sub-tries counted twice, for
+# their exits).
 MAX_MEMORY_BYTES = 512 << 20
 _SUBTRIE_FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
                    "token_ids")
@@ -162,13 +163,14 @@ class WideStates:
     self.cache_dir = cache_dir
     self.max_cache_bytes = max_cache_bytes
     # Key -> terminal with sub-trie, and (digest, entry, after first byte) -> terminal:
-    # one memory budget, split 3:1 (sub-tries are the large ones).
-    self._subtrie_memo = _BoundedMemo(MAX_MEMORY_BYTES * 3 // 4)
+    # one memory budget, split 15:1 (sub-tries are the large ones; the shape memo
+    # holds bitmaps alone, 32 KiB each for a 262k vocabulary).
+    self._subtrie_memo = _BoundedMemo(MAX_MEMORY_BYTES * 15 // 16)
     self._cover_memo: dict[str, InsideCover | None] = {}  # Terminal key -> its cover.
     self._entry_memo: dict[tuple, tuple[np.ndarray, int]] = {}
     self._class_memo: dict[str, np.ndarray] = {}
     self._many_memo: dict[bytes, np.ndarray] = {}  # Loop digest -> `may_hold_many`.
-    self._shape_memo = _BoundedMemo(MAX_MEMORY_BYTES // 4)
+    self._shape_memo = _BoundedMemo(MAX_MEMORY_BYTES // 16)
 
   def token_class_bits(self, name: str) -> np.ndarray:
     """uint32 `[W]`: the tokens of the token class `name` (memory and disk cached)."""
@@ -376,6 +378,14 @@ class WideStates:
         terminal = build_loop_terminal(loop, entry, self.trie, self.num_words, key,
                                        after_first_byte=after_first_byte)
         self._save(terminal)
+      elif terminal.subtrie is not None:
+        # Its file holds the sub-trie too (`with_subtrie` saved it): that goes to the
+        # sub-trie memo (not read twice), and this memo keeps the bitmap alone, as when
+        # built. Kept whole, sub-tries filled this memo's budget and terminals were read
+        # from disk again and again (350 reads per pass over the schema corpus).
+        if self._subtrie_memo.get(key) is None:
+          self._subtrie_memo.put(key, terminal)
+        terminal = dataclasses.replace(terminal, subtrie=None, full_node=None)
       self._shape_memo.put(shape, terminal)
     return terminal
 

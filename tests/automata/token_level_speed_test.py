@@ -176,6 +176,26 @@ def test_loaded_exits_equal_computed(tmp_path, monkeypatch):
   assert checked
 
 
+def test_shape_memo_keeps_bitmaps_of_terminals_read_back(tmp_path, monkeypatch):
+  """A terminal read from a cache file that also holds its sub-trie is kept in the
+  shape memo as its bitmap alone (its sub-trie goes to the sub-trie memo), so sub-tries
+  do not crowd out bitmaps; compiles from that warm cache give the cold cache's
+  tables."""
+  monkeypatch.setattr(_loops, "MIN_TERMINAL_TOKENS", 8)
+  vocab = _small_vocab()
+  cold = cd.Compiler(vocab, cd.CompileOptions(cache_dir=str(tmp_path), memoize=False))
+  expected = [_fields(cold.compile(cd.JsonSchema(s))) for s in _SCHEMAS]
+  warm = cd.Compiler(vocab, cd.CompileOptions(cache_dir=str(tmp_path), memoize=False))
+  for schema, want in zip(_SCHEMAS, expected):
+    for name, value in _fields(warm.compile(cd.JsonSchema(schema))).items():
+      if isinstance(value, np.ndarray):
+        np.testing.assert_array_equal(value, want[name], err_msg=name)
+  shapes = [t for t, _ in warm.wide_states._shape_memo._items.values()]  # pylint: disable=protected-access
+  subtries = warm.wide_states._subtrie_memo  # pylint: disable=protected-access
+  assert shapes and all(t.subtrie is None for t in shapes)
+  assert any(subtries.get(t.key) is not None for t in shapes)
+
+
 def test_terminal_memory_is_bounded_and_eviction_keeps_tables(tmp_path, monkeypatch):
   """With a tiny memory budget the per-vocabulary memos keep one terminal each, stay
   under budget otherwise, and compiles (reading evicted terminals back from disk, or
@@ -214,11 +234,15 @@ _LOOP_PATTERNS = [
 ]
 
 
+@pytest.mark.parametrize("index_states", [True, False])
 @pytest.mark.parametrize("pattern", _LOOP_PATTERNS)
-def test_canonical_loop_backward_search_equals_forward(pattern):
+def test_canonical_loop_backward_search_equals_forward(pattern, index_states, monkeypatch):
   """`canonical_loop` with predecessors (backward-first search) gives the states and
   loop automaton of the plain forward search, for every state of the DFA and random
-  `skip` masks."""
+  `skip` masks; the loop automaton is the DFA's rows of those states renumbered (both
+  ways of renumbering: an index array, a search among the loop's states)."""
+  if not index_states:
+    monkeypatch.setattr(_loops, "_INDEX_STATES", 0)
   dfa = _fsa.compile_byte_dfa(cd.Regex(pattern).to_ir())
   predecessors = _loops.state_predecessors(dfa.byte_classes[0])
   rng = np.random.default_rng(len(pattern))
@@ -230,6 +254,9 @@ def test_canonical_loop_backward_search_equals_forward(pattern):
       fast_states, fast_loop = _loops.canonical_loop(dfa, q, skip, predecessors)
       assert fast_states == states
       np.testing.assert_array_equal(fast_loop, loop)
+      position = {r: i for i, r in enumerate(states)}
+      expected = [[position.get(t, -1) for t in dfa.transitions[r].tolist()] for r in states]
+      assert loop.tolist() == expected
       assert fast_loop.dtype == loop.dtype == np.int32
       nontrivial += len(states) > 1
   assert nontrivial
