@@ -68,7 +68,6 @@ class _Rows:
   def __init__(self):
     self._index: dict[bytes, list[int]] = {}
     self._rows: list[np.ndarray] = []
-    self._bytes: list[bytes] = []
 
   def __len__(self) -> int:
     return len(self._rows)
@@ -77,13 +76,11 @@ class _Rows:
     """The number of `bits` (`key`, when given, is `fingerprint(bits)`: a caller that
     adds one row to two `_Rows` passes it)."""
     same = self._index.setdefault(fingerprint(bits) if key is None else key, [])
-    whole = bits.tobytes()
     for k in same:
-      if self._bytes[k] == whole:
+      if np.array_equal(self._rows[k], bits):
         return k
     same.append(len(self._rows))
     self._rows.append(bits)
-    self._bytes.append(whole)
     return len(self._rows) - 1
 
   def padded(self, bucket, num_words: int) -> np.ndarray:
@@ -100,6 +97,13 @@ def fingerprint(bits: np.ndarray) -> bytes:
   whole = len(bits) - len(bits) % 256
   return (np.bitwise_xor.reduce(bits[:whole].reshape(-1, 256), axis=0).tobytes()
           + bits[whole:].tobytes())
+
+
+def _fingerprints(rows: np.ndarray) -> list[bytes]:
+  """`fingerprint` of each row of uint32 `rows` [N, W], in one pass."""
+  whole = rows.shape[1] - rows.shape[1] % 256
+  folded = np.bitwise_xor.reduce(rows[:, :whole].reshape(len(rows), -1, 256), axis=1)
+  return [a.tobytes() + b.tobytes() for a, b in zip(folded, rows[:, whole:])]
 
 
 class CountingTerminals:
@@ -277,6 +281,8 @@ class CountingTerminals:
     visited = (range(len(row_of_group)) if first_groups is None
                else first_groups.tolist())
     rows = row_of_group.tolist()
+    # Rows without entries are kept as they are: their keys in one pass.
+    row_keys = _fingerprints(mask_bits[:max(rows, default=-1) + 1])
     loose_rows: dict[int, int] = {}  # id of a `parts` loose row -> its split row
     for k in visited:
       row, entries = rows[k], entries_of_group[k]
@@ -285,7 +291,7 @@ class CountingTerminals:
       if hit is None:
         exact, loose, exclusion = self._split(mask_bits, row, entries, parts)
         x = 0 if exclusion is None else excluded.setdefault(exclusion, len(excluded) + 1)
-        exact_key = fingerprint(exact)
+        exact_key = fingerprint(exact) if entries else row_keys[row]
         if x == 0:
           split = split_rows.add(exact, exact_key)
         else:  # One loose row (kept alive by `parts`) serves every r of its key.

@@ -448,9 +448,13 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   if (has & (targets < 0)).any():
     return None
   rows[:c, :own.shape[1], 1] = np.where(has, targets, _tables.NO_STATE)
-  for s, entries in enumerate(listed):
-    for r, (t, filt) in enumerate(entries, start=int(has[s].sum())):
-      rows[s, r] = (t + nt, filt + nt if filt >= 0 else filt)  # A bound stays.
+  starts = has.sum(axis=1).tolist()  # Each state's entries after its own terminals.
+  placed = np.array([(s, r, t, filt) for s, entries in enumerate(listed) if entries
+                     for r, (t, filt) in enumerate(entries, start=starts[s])], np.int64)
+  if len(placed):
+    at, r, t, filt = placed.T
+    rows[at, r, 0] = t + nt
+    rows[at, r, 1] = np.where(filt >= 0, filt + nt, filt)  # A bound stays.
   for j, (t, _) in enumerate(downs.values()):
     rows[c + 1 + j, 0] = (t + nt, -1)
   total_t = nt + len(counting.bitmaps)
@@ -483,10 +487,12 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   rows[:len(distinct)] = distinct.reshape((-1,) + rows.shape[1:])
   state_terminal_rows = row_of.reshape(-1)[state_terminal_rows].astype(np.int32)
   # Mask rows: each compressed state's counting entries ORed into its row (the device
-  # gathers the row alone).
+  # gathers the row alone). States with equal terminal rows have equal entries (an
+  # entry's terminal is past nt, an own one before): fold visits one of each.
   group_mask = np.array(packed.group_mask)
   folded = counting.fold(np.asarray(packed.mask_bits), group_mask[:c],
-                         [tuple(x) for x in listed], min_bucket)
+                         [tuple(x) for x in listed], min_bucket,
+                         entry_ids=row_of.reshape(-1)[:c].astype(np.int64))
   mask_bits, group_mask[:c] = folded.mask_bits, folded.group_mask
   # Rows removed near the chains' ends (`tables.py`); groups past c remove none.
   excluded = {}
