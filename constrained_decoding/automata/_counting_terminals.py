@@ -14,6 +14,7 @@ Public names:
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import hashlib
 import os
@@ -245,7 +246,8 @@ class CountingTerminals:
     class's counts, for every compile)."""
     return _bitmap(self._sources[row], r, self.num_words)
 
-  def fold(self, mask_bits: np.ndarray, row_of_group: np.ndarray, entries_of_group: list,
+  def fold(self, mask_bits: np.ndarray, row_of_group: np.ndarray,
+           entries_of_group: collections.abc.Sequence,
            min_bucket: int, *, entry_ids: np.ndarray | None = None) -> "Folded":
     """Mask rows with each group's counting entries ORed in, deduplicated again.
 

@@ -42,7 +42,9 @@ Public names:
   compile_tables(...)   -> (ConstraintTables, stats dict) or None.
 """
 
+import collections.abc
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -439,8 +441,10 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   # entries; one empty row last for dead and padding states.
   nt = token_dfa.terminal_bits.shape[0]
   own = np.asarray(packed.state_terminals)[:c]
-  listed = [entries_of.get(int(b), []) for b in order.tolist()]
-  width = max(own.shape[1], max((len(x) for x in listed), default=0))
+  # (Few new objects per state: a compile's full garbage collections cost ~0.1 s each.)
+  listed = list(map(entries_of.get, order.tolist(), itertools.repeat(())))
+  sizes = np.fromiter(map(len, listed), np.int64, len(listed))
+  width = max(own.shape[1], int(sizes.max(initial=0)))
   rows = np.full((c + 1 + len(downs), width, 2), _tables.NO_STATE, np.int32)
   rows[:c, :own.shape[1]] = own
   has = own[:, :, 0] >= 0
@@ -448,11 +452,10 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   if (has & (targets < 0)).any():
     return None
   rows[:c, :own.shape[1], 1] = np.where(has, targets, _tables.NO_STATE)
-  starts = has.sum(axis=1).tolist()  # Each state's entries after its own terminals.
-  placed = np.array([(s, r, t, filt) for s, entries in enumerate(listed) if entries
-                     for r, (t, filt) in enumerate(entries, start=starts[s])], np.int64)
-  if len(placed):
-    at, r, t, filt = placed.T
+  if sizes.any():  # Each state's entries after its own terminals.
+    t, filt = np.array(list(itertools.chain.from_iterable(listed)), np.int64).T
+    at = np.repeat(np.arange(c), sizes)
+    r = has.sum(axis=1)[at] + np.arange(len(at)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     rows[at, r, 0] = t + nt
     rows[at, r, 1] = np.where(filt >= 0, filt + nt, filt)  # A bound stays.
   for j, (t, _) in enumerate(downs.values()):
@@ -491,7 +494,7 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   # entry's terminal is past nt, an own one before): fold visits one of each.
   group_mask = np.array(packed.group_mask)
   folded = counting.fold(np.asarray(packed.mask_bits), group_mask[:c],
-                         [tuple(x) for x in listed], min_bucket,
+                         _Tuples(listed), min_bucket,
                          entry_ids=row_of.reshape(-1)[:c].astype(np.int64))
   mask_bits, group_mask[:c] = folded.mask_bits, folded.group_mask
   # Rows removed near the chains' ends (`tables.py`); groups past c remove none.
@@ -527,3 +530,17 @@ def _ranges(bounds: np.ndarray, rows: np.ndarray) -> np.ndarray:
   lo, hi = bounds[rows].astype(np.int64), bounds[rows + 1].astype(np.int64)
   n = hi - lo
   return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+
+
+class _Tuples(collections.abc.Sequence):
+  """`lists[k]` as a tuple, made when read (`fold` reads one state of each distinct entry
+  list)."""
+
+  def __init__(self, lists: list):
+    self._lists = lists
+
+  def __len__(self) -> int:
+    return len(self._lists)
+
+  def __getitem__(self, k: int) -> tuple:
+    return tuple(self._lists[k])
