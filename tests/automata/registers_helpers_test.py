@@ -3,7 +3,7 @@
 `_distinct_pairs` (the state graph of `live_sets`) against a set of pairs, sorted;
 `_tokens_with` (which tokens may cross a register operation) against a per-token scan
 of its bytes; `_untagged_arcs` (per byte class) against a scan of 256 columns;
-`_crossed_hits` against walking each token byte by byte.
+`_crossed_hits` against walking each token byte by byte; `_tagged_extent` against a scan.
 """
 
 import random
@@ -95,3 +95,18 @@ def test_crossed_hits_equal_byte_walk(seed):
         expected.append((e, position, keys.index((state, byte))))
       state = int(dfa.transitions[state, byte])
   assert list(zip(got_edge.tolist(), got_pos.tolist(), got_ops.tolist())) == expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tagged_extent_equals_byte_scan(seed):
+  """`_tagged_extent`: one past the last position of a wanted byte in each token, 0
+  for none (empty and None tokens included)."""
+  rng = random.Random(seed)
+  token_bytes = [None, b""] + [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 7)))
+                               for _ in range(300)]
+  wanted = np.zeros(256, bool)
+  wanted[rng.sample(range(256), rng.choice([0, 1, 3, 40]))] = True
+  got = _registers._tagged_extent(token_bytes, wanted)  # pylint: disable=protected-access
+  expected = [max((i + 1 for i, b in enumerate(t or b"") if wanted[b]), default=0)
+              for t in token_bytes]
+  assert got.tolist() == expected
