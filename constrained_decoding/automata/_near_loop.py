@@ -34,6 +34,7 @@ Public functions:
 """
 
 import hashlib
+import weakref
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,9 @@ MAX_DISAGREEING_BYTES = 16
 # Most (node, state) pairs one disagreement walk may visit before the loop is left to
 # the ordinary entry terminals (a guard for automata unlike key exclusion).
 MAX_WALK_PAIRS = 50_000
+# Fix terminals kept per trie (`_fix_terminal`; ~32 KiB each for a 262k vocabulary).
+_FIX_MEMO_SIZE = 256
+_FIX_MEMO: "weakref.WeakKeyDictionary[VocabTrie, dict]" = weakref.WeakKeyDictionary()
 
 
 def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict, skip: np.ndarray,
@@ -172,6 +176,26 @@ def _fix_trie(trie: VocabTrie, nodes: np.ndarray, fingerprint: str) -> VocabTrie
   )
 
 
+def _fix_terminal(trie: VocabTrie, nodes: np.ndarray, num_words: int
+                  ) -> "_loops.LoopTerminal":
+  """The terminal of the tokens spelled by full-trie `nodes` (sorted, distinct): their
+  bitmap and `_fix_trie`. Memoized per trie and nodes (bounded): the same declared keys
+  recur in the objects of one schema and of many (half of the corpus's are repeats)."""
+  key = "near-" + hashlib.sha1(nodes.astype(np.int64).tobytes()).hexdigest()[:20]
+  memo = _FIX_MEMO.setdefault(trie, {})
+  fix = memo.get(key)
+  if fix is None or fix.bits.shape[0] != num_words:
+    fixes = _tokens_of(trie, nodes)
+    fix = _loops.LoopTerminal(key=key, bits=_loops.token_bits(fixes, num_words),
+                              num_tokens=len(fixes),
+                              subtrie=_fix_trie(trie, nodes, f"{trie.fingerprint}/{key}"))
+    fix.bits.setflags(write=False)
+    if len(memo) >= _FIX_MEMO_SIZE:
+      memo.pop(next(iter(memo)))
+    memo[key] = fix
+  return fix
+
+
 def _tokens_of(trie: VocabTrie, nodes: np.ndarray) -> np.ndarray:
   """The token ids spelled by `nodes`, node by node."""
   _, slots = _compose._ranges(trie.token_start[nodes], trie.token_start[nodes + 1])  # pylint: disable=protected-access
@@ -244,14 +268,10 @@ def near_loop_edges(wide_states: Any, dfa: ByteDfa, loops: list,
       part_states = [members.astype(np.int32)]
       bits = terminal.bits
       if len(nodes):
-        key = "near-" + hashlib.sha1(nodes.astype(np.int64).tobytes()).hexdigest()[:20]
-        fixes = _tokens_of(trie, nodes)
-        fix_bits = _loops.token_bits(fixes, len(bits))
-        parts.append((_loops.LoopTerminal(
-            key=key, bits=fix_bits, num_tokens=len(fixes),
-            subtrie=_fix_trie(trie, nodes, f"{trie.fingerprint}/{key}")), None))
+        fix = _fix_terminal(trie, nodes, len(bits))
+        parts.append((fix, None))
         part_states.append(None)
-        bits = bits & ~fix_bits
+        bits = bits & ~fix.bits
       for i in group:
         out[chosen[i]] = _loops.WideEdge(tuple(parts), bits, q, tuple(part_states), cover)
   return out

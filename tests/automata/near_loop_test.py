@@ -160,6 +160,15 @@ def test_fix_trie_spells_exactly_the_tokens_of_its_nodes(seed, small_vocab):
   assert expected and sorted(_spelled(fixes)) == expected
   # Only the nodes on the way to them (no dead branches).
   assert fixes.num_nodes == len({b[:k] for b, _ in expected for k in range(len(b) + 1)})
+  # The memoized fix terminal: its bitmap holds exactly those tokens, its trie spells
+  # them, and it is shared while the trie and width are the same.
+  num_words = -(-small_vocab.vocab_size // 32) + seed
+  fix = _near_loop._fix_terminal(trie, nodes, num_words)  # pylint: disable=protected-access
+  bits = np.unpackbits(fix.bits.view(np.uint8), bitorder="little")
+  assert np.flatnonzero(bits).tolist() == sorted(t for _, t in expected)
+  assert fix.num_tokens == len(expected) and sorted(_spelled(fix.subtrie)) == expected
+  assert _near_loop._fix_terminal(trie, nodes, num_words) is fix  # pylint: disable=protected-access
+  assert _near_loop._fix_terminal(trie, nodes, num_words + 1) is not fix  # pylint: disable=protected-access
 
 # ---- The real vocabulary. ----
 
