@@ -466,6 +466,7 @@ def transform(node: Node, fn=None, *, before=None, build=rebuild,
     The rewritten node.
   """
   memo = {} if memo is None else memo
+  children_of = _CHILDREN.get
 
   def walk(n: Node) -> Node:
     hit = memo.get(id(n))
@@ -477,7 +478,15 @@ def transform(node: Node, fn=None, *, before=None, build=rebuild,
         rebuilt = (rebuild(n, (walk(n.body),), allow_fragment_body_change=True)
                    if enter_fragments else n)
       else:
-        rebuilt = build(n, tuple([walk(c) for c in children(n)]))
+        get = children_of(type(n))
+        old = children(n) if get is None else get(n)
+        rebuilt = n  # `build` returns `n` itself when no child changed: skip the call.
+        if old:
+          new = [walk(c) for c in old]
+          for a, b in zip(new, old):
+            if a is not b:
+              rebuilt = build(n, tuple(new))
+              break
       out = rebuilt if fn is None else fn(rebuilt)
     memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
     return out
@@ -496,6 +505,7 @@ def fold(node: Node, fn, *, enter_fragments: bool = False, memo: dict | None = N
   a sub-tree is measured once in all; fresh by default.
   """
   memo = {} if memo is None else memo
+  children_of = _CHILDREN.get
 
   def walk(n: Node):
     hit = memo.get(id(n))
@@ -504,7 +514,9 @@ def fold(node: Node, fn, *, enter_fragments: bool = False, memo: dict | None = N
     if isinstance(n, Fragment):
       values = (walk(n.body),) if enter_fragments else ()
     else:
-      values = tuple([walk(c) for c in children(n)])
+      get = children_of(type(n))
+      kids = children(n) if get is None else get(n)
+      values = tuple([walk(c) for c in kids]) if kids else ()
     out = fn(n, values)
     memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
     return out
