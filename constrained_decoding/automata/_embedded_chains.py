@@ -150,8 +150,27 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
       return slotted_fragment(n)
     return None
 
+  if not _any_node(node, chain_or_descend):
+    return node, {}  # Most constraints hold no chain: no rewrite (~2x the search).
   out = ir.transform(node, before=chain_or_descend)
   return (out, chains) if chains else (node, {})
+
+
+def _any_node(node: ir.Node, found) -> bool:
+  """Whether `found(n)` is not None for some sub-node n that `ir.transform(node,
+  before=found)` visits (found ones are not entered, nor are fragments), in the same
+  top-down order, stopping at the first."""
+  seen, stack = set(), [node]
+  while stack:
+    n = stack.pop()
+    if id(n) in seen:
+      continue
+    seen.add(id(n))
+    if found(n) is not None:
+      return True
+    if not isinstance(n, ir.Fragment):
+      stack.extend(reversed(ir.children(n)))
+  return False
 
 
 def _embedded_chain(repeat: ir.Repeat, span: int) -> EmbeddedChain | None:
