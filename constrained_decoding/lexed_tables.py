@@ -13,6 +13,7 @@ never pynini.
 Public:
   LexedTables                               the tables (an immutable pytree).
   lexed_tables_from_arrays(arrays, ...)     them from a host `LexedArrays`.
+  first_lexeme_tables(state_seq_lanes, seq_items)   the derived first-lexeme tables.
 """
 
 import dataclasses
@@ -36,6 +37,10 @@ _ARRAY_FIELDS = (
 # Static: they fix shapes (logits width, stack widths), or name the vocabulary (one
 # value per vocabulary, so grammars of one vocabulary still share compiled steps).
 _META_FIELDS = ("vocab_size", "stack_depth", "indent_depth", "vocab_fingerprint")
+# Derived from the array fields on the host when the tables are made (never saved):
+# each lexer state's distinct first lexemes, so a step runs each once per row
+# (`runtime/_lexed.py`, `first_lexeme_tables`).
+_DERIVED_FIELDS = ("state_first_items", "state_lane_first")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -89,6 +94,18 @@ class LexedTables:
   # `Vocabulary.fingerprint` of the vocabulary the tables were compiled for ("" when
   # unknown): `generate` checks it against the model's, as for `ConstraintTables`.
   vocab_fingerprint: str = ""
+  # Derived (`first_lexeme_tables`), filled in from `state_seq_lanes` and `seq_items`
+  # when those are concrete; None inside transformations that rebuild the tables from
+  # other leaves (the runtime then runs every lane from its first lexeme).
+  state_first_items: Int[_Arr, "S F"] | None = None
+  state_lane_first: Int[_Arr, "S Ks"] | None = None
+
+  def __post_init__(self):
+    if self.state_first_items is None and _concrete(self.state_seq_lanes, self.seq_items):
+      first, lane_first = first_lexeme_tables(np.asarray(self.state_seq_lanes),
+                                              np.asarray(self.seq_items))
+      object.__setattr__(self, "state_first_items", first)
+      object.__setattr__(self, "state_lane_first", lane_first)
 
   @property
   def num_constraints(self) -> int:
@@ -98,17 +115,21 @@ class LexedTables:
   @property
   def shape_key(self) -> tuple:
     """Tables with equal keys share one compiled step function."""
-    return (tuple(np.shape(getattr(self, f)) for f in _ARRAY_FIELDS), self.vocab_size,
+    return (tuple(np.shape(getattr(self, f)) for f in _ARRAY_FIELDS + _DERIVED_FIELDS),
+            self.vocab_size,
             self.stack_depth, self.indent_depth)
 
   @property
   def nbytes(self) -> dict:
     """Bytes of each device array, and their "total"."""
-    out = {f: int(np.asarray(getattr(self, f)).nbytes) for f in _ARRAY_FIELDS}
+    out = {f: int(np.asarray(getattr(self, f)).nbytes) for f in _ARRAY_FIELDS
+           + _DERIVED_FIELDS if getattr(self, f) is not None}
     out["total"] = sum(out.values())
     return out
 
   def replace(self, **changes) -> "LexedTables":
+    if {"state_seq_lanes", "seq_items"} & changes.keys():  # derived again from the new
+      changes = {**dict.fromkeys(_DERIVED_FIELDS), **changes}
     return dataclasses.replace(self, **changes)
 
   def save(self, path, *, vocab, description: str = "") -> None:
@@ -133,7 +154,39 @@ class LexedTables:
 
 
 jax.tree_util.register_dataclass(
-    LexedTables, data_fields=list(_ARRAY_FIELDS), meta_fields=list(_META_FIELDS))
+    LexedTables, data_fields=list(_ARRAY_FIELDS + _DERIVED_FIELDS),
+    meta_fields=list(_META_FIELDS))
+
+
+def _concrete(*arrays) -> bool:
+  """Whether every array is a concrete 2-d array (numpy, or jax outside tracing)."""
+  return all(isinstance(a, (np.ndarray, jax.Array)) and a.ndim == 2
+             and not isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def first_lexeme_tables(state_seq_lanes: np.ndarray, seq_items: np.ndarray):
+  """Each lexer state's distinct first lexemes and each lane's index among them.
+
+  Lanes of a state that start with the same lexeme class run the same first micro-steps
+  on the same row (deterministic), so the runtime runs each first lexeme once per row
+  and starts its lanes after it (docs/lexer_runtime.md, "Lane schedule").
+
+  Returns:
+    (state_first_items int32 [S, F]: the distinct first lexeme classes of a state's
+    lanes, ascending, -1 padded (F >= 1); state_lane_first int32 [S, Ks]: the column of
+    each lane's first lexeme there, -1 for padding and lanes without lexemes).
+  """
+  lanes = np.asarray(state_seq_lanes)
+  first = np.where(lanes >= 0, np.asarray(seq_items)[np.maximum(lanes, 0), 0], -1)
+  distinct = [np.unique(row[row >= 0]) for row in first]
+  width = max([1] + [len(d) for d in distinct])
+  items = np.full((lanes.shape[0], width), -1, np.int32)
+  lane_first = np.full(lanes.shape, -1, np.int32)
+  for s, d in enumerate(distinct):
+    items[s, :len(d)] = d
+    live = first[s] >= 0
+    lane_first[s, live] = np.searchsorted(d, first[s, live])
+  return items, lane_first
 
 
 def lexed_tables_from_arrays(arrays, *, vocab_fingerprint: str = "") -> LexedTables:

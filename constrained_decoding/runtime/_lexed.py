@@ -42,7 +42,10 @@ Cost per row and step (exact, simple; the design's viable-set classes and prefix
 lanes are not built): `allowed_bits` runs Ks + 1 lanes, one micro-step (a reduce, a
 shift or an indentation decision: ~25 gathers) at a time. On CPU (`LANE_POOL`) they
 run as a work queue, so the cost is the micro-steps the lanes take (Python with Gemma
-3: ~4 per lane on average); off CPU all lanes run in one loop for as many iterations as
+3: ~4 per lane on average), and where lanes outnumber the queue's slots 8 to 1 (batch
+8 and up) each row first runs each distinct first lexeme of its lexer state once and
+its lanes start after it (`_after_first`: Python's micro-steps 2,144 -> ~900 a row);
+off CPU all lanes run in one loop for as many iterations as
 the longest lane (Python: 17 median), fewest launches. Then
 Kb x W words of OR and N scattered ids. `advance`: log2(N) + Kb gathers, then 2 lanes
 of O(D). Ks, K, N, Kb, L are maxima over lexer states, so every row pays the worst
@@ -126,6 +129,14 @@ SEARCH_METHOD = {"cpu": "scan", "default": "scan_unrolled"}
 # 8, 1,024-2,048 at 64). On a GPU the cost is the loop's iterations (launches), which
 # the one loop keeps fewest.
 LANE_POOL = {"cpu": 128, "default": 0}
+# In the queue, lanes start after their first lexeme, run once per row and distinct
+# first lexeme (`_after_first`): the pushed entries of that run copied to each lane.
+# (Lanes share first lexemes only where they outnumber the slots _SHARE_FROM to 1: it
+# cuts the queue's work, not its tail (the longest lane), and costs a loop of its own;
+# Python with Gemma 3 at batch 1 (5 lanes a slot) was 0.64 -> 0.72 ms with it, at 64
+# (41 a slot) 18.4 -> 14.6 ms: docs/lexer_runtime.md "Lane schedule".)
+_FIRST_COLUMNS = 4
+_SHARE_FROM = 8
 
 
 def _per_platform(fn, table: dict, *operands):
@@ -192,7 +203,8 @@ def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]
   return state.registers
 
 
-def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"]):
+def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
+           first: tuple | None = None):
   """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
 
   A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
@@ -356,7 +368,13 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     # pays where lanes outnumber slots (SQL at batch 1: 221 lanes of 2.8 micro-steps
     # on average were 0.13 -> 0.16 ms in it); `advance`'s 2 lanes a row never are.
     if pool and 4 * slots <= n:
-      return _queue(micro, count, start, buffers, slots, unroll, max_steps)
+      if first is None or n < _SHARE_FROM * slots:
+        return _queue(micro, count, count > 0, start, (1, 4, 5), buffers, slots, unroll,
+                      max_steps)
+      shared_start, shared_buffers = _after_first(tables, state, first, start, buffers)
+      live = (count > shared_start[0]) & ~shared_start[3]
+      return _queue(micro, count, live, shared_start, range(7), shared_buffers, slots,
+                    unroll, max_steps)
 
     def cond(carry):
       (i, *_, err), step = carry[0][:4], carry[-1]
@@ -384,7 +402,44 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
               steps=steps)
 
 
-def _queue(micro, count, start, buffers, pool: int, unroll: int, max_steps: int):
+def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, start: tuple,
+                 buffers: tuple):
+  """Each lane's scalars and stacks after its first lexeme, from one run per row of
+  each distinct first lexeme of the row's lexer state (`first` = (first_items [B, F],
+  lane_first [B, X]), `lexed_tables.first_lexeme_tables`).
+
+  A lane's micro-steps are a function of its row and its lexemes, so its state after
+  its first lexeme is the first-lexeme run's: i = 1, the same base, size, bracket
+  depth, indentation, phase 0 and the same pushed entries (those columns are copied;
+  a first-lexeme run that wrote past the copied columns leaves its lanes to start from
+  the row, as before). A failed first lexeme fails its lanes without running them.
+  Returns `start` and `buffers` for `_queue`, per lane.
+  """
+  first_items, lane_first = first
+  b, f = first_items.shape
+  n = lane_first.size
+  items1 = jnp.full((b, f, 2), -1, jnp.int32).at[:, :, 0].set(first_items)
+  one = _lanes(tables, state, items1)  # B * F lanes: the one loop (no queue, no sharing)
+  suffix, isuf = buffers
+  cols, icols = min(_FIRST_COLUMNS, suffix.shape[1]), 1
+  fits = (jnp.all(one["suffix"][:, cols:] == 0, axis=1)
+          & jnp.all(one["isuf"][:, icols:] == 0, axis=1))
+  lane_first = lane_first.reshape(n)
+  at = jnp.repeat(jnp.arange(b) * f, n // b) + jnp.maximum(lane_first, 0)
+  shared = (lane_first >= 0) & fits[at]
+  pick = lambda k, default: jnp.where(shared, one[k][at], default)
+  i, base, size, _, paren, ibase, isize, phase = start
+  start = (jnp.where(shared, 1, i), pick("base", base), pick("size", size),
+           shared & ~one["ok"][at], pick("paren", paren), pick("ibase", ibase),
+           pick("isize", isize), phase)
+  head = jnp.where(shared[:, None], one["suffix"][at, :cols], 0)
+  ihead = jnp.where(shared[:, None], one["isuf"][at, :icols], 0)
+  return start, (jnp.concatenate([head, suffix[:, cols:]], axis=1),
+                 jnp.concatenate([ihead, isuf[:, icols:]], axis=1))
+
+
+def _queue(micro, count, live, start, per_lane, buffers, pool: int, unroll: int,
+           max_steps: int):
   """The lanes' micro-steps as a work queue: `pool` slots (static) run the lanes that
   have lexemes, in order; a slot whose lane ends (all lexemes taken, an error, or the
   safety bound) stores the lane's scalars and takes the next lane of the queue.
@@ -398,7 +453,6 @@ def _queue(micro, count, start, buffers, pool: int, unroll: int, max_steps: int)
   pushes `buffers` and the number of iterations.
   """
   n = count.shape[0]
-  live = count > 0
   queue = jnp.zeros((n,), jnp.int32).at[jnp.where(live, jnp.cumsum(live) - 1, n)].set(
       jnp.arange(n, dtype=jnp.int32), mode="drop")
   n_live = jnp.sum(live)
@@ -408,8 +462,8 @@ def _queue(micro, count, start, buffers, pool: int, unroll: int, max_steps: int)
   # Ended lanes' scalars [n, 8] (as `start`); lanes without lexemes keep their start.
   results = jnp.stack([v.astype(jnp.int32) for v in start], axis=1)
   # A fresh lane's start: base, paren, ibase from its row; the others are constants.
-  start_rows = tuple(v if k in (1, 4, 5) else None for k, v in enumerate(start))
-  start_consts = tuple(None if k in (1, 4, 5) else jnp.zeros((), v.dtype)
+  start_rows = tuple(v if k in per_lane else None for k, v in enumerate(start))
+  start_consts = tuple(None if k in per_lane else jnp.zeros((), v.dtype)
                        for k, v in enumerate(start))
 
   def cond(carry):
@@ -547,7 +601,12 @@ def _state_lanes(tables: LexedTables, state: ConstraintState) -> dict:
   seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
   end_items, _ = _end_lane(tables, state.state, _lane_width(tables))
   items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
-  lanes = _lanes(tables, state, items)
+  first = None
+  if tables.state_first_items is not None:  # Static: the lanes share first lexemes.
+    lane_first = tables.state_lane_first[state.state]
+    first = (tables.state_first_items[state.state],
+             jnp.pad(lane_first, [(0, 0), (0, 1)], constant_values=-1))  # end lane: own
+  lanes = _lanes(tables, state, items, first)
   return {k: v.reshape(b, -1, *v.shape[1:]) for k, v in lanes.items() if k != "steps"}
 
 
