@@ -36,7 +36,9 @@ millisecond), so `compile_byte_dfa`:
 `tests/automata/fsa_test.py` checks these fast paths against the plain pipeline.
 """
 
+import contextlib
 import functools
+import gc
 import itertools
 import struct
 
@@ -64,6 +66,24 @@ _NFA_PROPERTIES = 0x1 | 0x2 | 0x10000
 # weight of every arc and of final states.
 _ZERO = float("inf")
 _INF_BITS = 0x7F800000  # `_ZERO` as the bits of a little-endian float32.
+
+
+@contextlib.contextmanager
+def _gc_paused():
+  """Pauses the cyclic garbage collector (restored as it was after).
+
+  Building an NFA allocates a list per state and a few per node, acyclic all: each 700
+  allocations start a collection that finds nothing, and the rarer older-generation
+  ones walk every object the process holds (the IR, the compiler's caches). Measured on
+  the byte NFAs of the schema corpus: 40% of the build's CPU time.
+  """
+  enabled = gc.isenabled()
+  gc.disable()
+  try:
+    yield
+  finally:
+    if enabled:
+      gc.enable()
 
 
 def _string_field(text: bytes) -> bytes:
@@ -755,10 +775,11 @@ def minimal_class_fst(node: ir.Node, *, fragments: bool = False
   `fragments`, of fragments: `pseudo`). `compile_byte_dfa` expands it into a
   `ByteDfa`; `_pda.py` reads its call arcs.
   """
-  nfa = _build_nfa(node, fragments)
-  finals = _remove_epsilons(nfa)
-  edges = _byte_classes(nfa.bounds)
-  data, deterministic = _pack_bytes(nfa, edges, finals)
+  with _gc_paused():
+    nfa = _build_nfa(node, fragments)
+    finals = _remove_epsilons(nfa)
+    edges = _byte_classes(nfa.bounds)
+    data, deterministic = _pack_bytes(nfa, edges, finals)
   fst = _minimize(
       pywrapfst.Fst.read_from_string(data), has_epsilons=False, deterministic=deterministic
   )
