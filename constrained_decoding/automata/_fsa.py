@@ -36,9 +36,7 @@ millisecond), so `compile_byte_dfa`:
 `tests/automata/fsa_test.py` checks these fast paths against the plain pipeline.
 """
 
-import contextlib
 import functools
-import gc
 import itertools
 import struct
 
@@ -66,24 +64,6 @@ _NFA_PROPERTIES = 0x1 | 0x2 | 0x10000
 # weight of every arc and of final states.
 _ZERO = float("inf")
 _INF_BITS = 0x7F800000  # `_ZERO` as the bits of a little-endian float32.
-
-
-@contextlib.contextmanager
-def _gc_paused():
-  """Pauses the cyclic garbage collector (restored as it was after).
-
-  Building an NFA allocates a list per state and a few per node, acyclic all: each 700
-  allocations start a collection that finds nothing, and the rarer older-generation
-  ones walk every object the process holds (the IR, the compiler's caches). Measured on
-  the byte NFAs of the schema corpus: 40% of the build's CPU time.
-  """
-  enabled = gc.isenabled()
-  gc.disable()
-  try:
-    yield
-  finally:
-    if enabled:
-      gc.enable()
 
 
 def _string_field(text: bytes) -> bytes:
@@ -775,7 +755,8 @@ def minimal_class_fst(node: ir.Node, *, fragments: bool = False
   `fragments`, of fragments: `pseudo`). `compile_byte_dfa` expands it into a
   `ByteDfa`; `_pda.py` reads its call arcs.
   """
-  with _gc_paused():
+  # Lists of ints, acyclic: the collector would look at them in vain (`ir.gc_paused`).
+  with ir.gc_paused():
     nfa = _build_nfa(node, fragments)
     finals = _remove_epsilons(nfa)
     edges = _byte_classes(nfa.bounds)

@@ -35,7 +35,9 @@ on what a node's sub-nodes are):
   inline_fragments(node)              every `Fragment` replaced by its body.
 """
 
+import contextlib
 import dataclasses
+import gc
 from typing import Union as _TypingUnion
 
 MAX_CODE_POINT = 0x10FFFF
@@ -325,6 +327,22 @@ def repeat(node: Node, min_count: int, max_count: int | None) -> Node:
 # One generic walk, so that every pass agrees on what a node's sub-nodes are.
 
 
+@contextlib.contextmanager
+def gc_paused():
+  """Pauses the cyclic garbage collector (restored as it was after), around work that
+  allocates many small acyclic objects: memo entries and tuples of a walk, an NFA's
+  lists. Each 700 allocations start a collection that finds nothing, and the rarer
+  older-generation ones walk every object the process holds (a fold over the corpus's
+  byte-DFA roots: 55 -> 25 ms CPU paused)."""
+  enabled = gc.isenabled()
+  gc.disable()
+  try:
+    yield
+  finally:
+    if enabled:
+      gc.enable()
+
+
 def children(node: Node) -> tuple[Node, ...]:
   """The direct sub-nodes of `node`, in order; `()` for leaves.
 
@@ -491,7 +509,8 @@ def transform(node: Node, fn=None, *, before=None, build=rebuild,
     memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
     return out
 
-  return walk(node)
+  with gc_paused():
+    return walk(node)
 
 
 def fold(node: Node, fn, *, enter_fragments: bool = False, memo: dict | None = None):
@@ -521,7 +540,8 @@ def fold(node: Node, fn, *, enter_fragments: bool = False, memo: dict | None = N
     memo[id(n)] = (n, out)  # Keeps `n` alive so that its id stays unique.
     return out
 
-  return walk(node)
+  with gc_paused():
+    return walk(node)
 
 
 def inline_fragments(node: Node) -> Node:
