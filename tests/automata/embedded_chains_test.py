@@ -188,3 +188,64 @@ def test_ambiguous_repetition_stops_determinizing_with_its_message(compilers):
                      match=r"Determinizing the byte automaton needs more than 100000 states "
                            r"\(an ambiguous bounded repetition"):
     compilers[0].compile(cd.Regex("(a|b)*a(a|b){20}"))
+
+
+def _random_ir(rng: random.Random, depth: int, shared: list):
+  """A random IR tree over a few byte strings, with repeats, fragments and shared
+  sub-trees (`shared`: nodes made so far, reused by identity)."""
+  from constrained_decoding.constraints import _ir as ir  # pylint: disable=g-import-not-at-top
+
+  kind = rng.randrange(6) if depth else 0
+  if kind == 5 and shared:
+    return rng.choice(shared)
+  if kind == 0:
+    node = ir.Bytes(rng.choice([b"a", b"bc", b"d"]))
+  elif kind == 1:
+    node = ir.concat(*[_random_ir(rng, depth - 1, shared) for _ in range(rng.randint(2, 3))])
+  elif kind == 2:
+    node = ir.union(*[_random_ir(rng, depth - 1, shared) for _ in range(rng.randint(2, 3))])
+  elif kind == 3:
+    low = rng.randint(0, 2)
+    node = ir.repeat(_random_ir(rng, depth - 1, shared), low, low + rng.randint(1, 3))
+  else:
+    node = ir.Fragment(f"f{rng.randrange(3)}", _random_ir(rng, depth - 1, shared))
+  shared.append(node)
+  return node
+
+
+def test_chain_search_visits_what_the_rewrite_visits_up_to_the_first_found():
+  """`extract`'s search before rewriting (`_any_node`): True exactly when the transform
+  finds a node, and the same nodes in the same order up to the first found one (fragment
+  names are numbered in that order)."""
+  from constrained_decoding.automata import _embedded_chains  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.constraints import _ir as ir  # pylint: disable=g-import-not-at-top
+
+  rng = random.Random(5)
+  for _ in range(300):
+    node = _random_ir(rng, rng.randint(1, 5), [])
+    wanted = rng.choice([2, 3, 4])
+    found = lambda n, wanted=wanted: (  # noqa: E731
+        ir.Bytes(b"!") if isinstance(n, ir.Repeat) and n.max == wanted else None)
+    by_transform, by_search = [], []
+
+    def record(n, into, found=found):
+      into.append(n)
+      return found(n)
+
+    ir.transform(node, before=lambda n: record(n, by_transform))
+    hit = _embedded_chains._any_node(node, lambda n: record(n, by_search))  # pylint: disable=protected-access
+    firsts = [k for k, n in enumerate(by_transform) if found(n) is not None]
+    assert hit == bool(firsts)
+    want = by_transform[:firsts[0] + 1] if firsts else by_transform
+    assert [id(n) for n in by_search] == [id(n) for n in want]
+
+
+def test_edge_ranges_are_the_concatenated_slices():
+  from constrained_decoding.automata import _embedded_chains  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(3)
+  for _ in range(100):
+    bounds = np.concatenate([[0], np.cumsum(rng.integers(0, 4, size=int(rng.integers(1, 30))))])
+    rows = np.flatnonzero(rng.random(len(bounds) - 1) < 0.4)
+    want = [i for r in rows.tolist() for i in range(bounds[r], bounds[r + 1])]
+    assert _embedded_chains._ranges(bounds, rows).tolist() == want  # pylint: disable=protected-access
