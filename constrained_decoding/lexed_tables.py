@@ -173,15 +173,16 @@ def first_lexeme_tables(state_seq_lanes: np.ndarray, seq_items: np.ndarray):
 
   Returns:
     (state_first_items int32 [S, F]: the distinct first lexeme classes of a state's
-    lanes, ascending, -1 padded (F >= 1); state_lane_first int32 [S, Ks]: the column of
-    each lane's first lexeme there, -1 for padding and lanes without lexemes).
+    lanes, ascending, -1 padded (F >= 1); state_lane_first [S, Ks]: the column of
+    each lane's first lexeme there, -1 for padding and lanes without lexemes; int16
+    below 32,768 columns).
   """
   lanes = np.asarray(state_seq_lanes)
   first = np.where(lanes >= 0, np.asarray(seq_items)[np.maximum(lanes, 0), 0], -1)
   distinct = [np.unique(row[row >= 0]) for row in first]
   width = max([1] + [len(d) for d in distinct])
   items = np.full((lanes.shape[0], width), -1, np.int32)
-  lane_first = np.full(lanes.shape, -1, np.int32)
+  lane_first = np.full(lanes.shape, -1, np.int16 if width < 2**15 else np.int32)
   for s, d in enumerate(distinct):
     items[s, :len(d)] = d
     live = first[s] >= 0
