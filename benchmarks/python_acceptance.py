@@ -29,11 +29,11 @@ independent oracle (`ast.parse` for Python, `gofmt -e` for Go):
    no string escape that CPython warns about: the grammar's strings take only the
    escapes Python defines; deleting the `r` of `r"\("` makes one).
 3. **Random walks.** Over the allowed tokens (end of sequence excluded) for the first
-   `--steps / 2` tokens (the end with chance 0.01): uniform, or with chance
+   `--wind-down` tokens (the end with chance 0.01): uniform, or with chance
    `--structural-bias` uniform among the ASCII ones with a byte other than
    `[A-Za-z0-9_]` (most of Gemma's tokens continue a name or are other scripts); then
-   winding down: closing tokens favoured and the end taken with probability 0.5 when
-   allowed. No row may ever have an empty mask (nor `advance` refuse an offered token);
+   winding down until `--steps`: closing tokens (`_CLOSERS`) drawn with chance 0.8 and
+   the end taken with chance 0.5 when allowed. No row may ever have an empty mask (nor `advance` refuse an offered token);
    every finished text must pass the oracle. Walks start at the text's start (Python: half of
    them after `def f(a, b=1):\\n    `; Go: after a function header, as the test suite's).
 
@@ -69,8 +69,8 @@ from constrained_decoding.testing import TokenIndex  # noqa: E402
 
 _WALK_PREFIXES = {"python": (b"", b"def f(a, b=1):\n    "),
                   "go": (b"package p\n\nfunc f(x int, s []string) int {\n\t",)}
-_CLOSERS = {"python": (b")", b"]", b"}", b"\n", b"0", b"x", b" ", b":", b"'", b"\n    ",
-                       b" pass", b"\n\n"),
+_CLOSERS = {"python": (b")", b"]", b"}", b"\n", b"0", b"x", b" ", b":", b"'", b"\"",
+                       b"\"\"\"", b"\'\'\'", b"\n    ", b" pass", b"\n\n"),
             "go": (b")", b"]", b"}", b"\n", b"0", b"x", b" ", b"\"", b"'", b"`", b"*/",
                    b";", b"}\n")}
 
@@ -138,8 +138,9 @@ def _subset_filter(lang):
 class Stepper:
   """One compiled grammar, its jitted device step and batched runs over it."""
 
-  def __init__(self, lang, vocab, batch, structural_bias=0.5):
+  def __init__(self, lang, vocab, batch, structural_bias=0.5, wind_down=40):
     self.vocab, self.batch, self.structural_bias = vocab, batch, structural_bias
+    self.wind_down = wind_down
     self.eos = vocab.eos_ids[0]
     t0, c0 = time.perf_counter(), time.process_time()
     self.tables = cd.Compiler(vocab).compile(cd.Grammar.builtin(lang))
@@ -175,19 +176,20 @@ class Stepper:
 
   def walks(self, lang, n, steps, rng):
     """`n` random walks (module docstring, check 3): (finished texts, dead ends as
-    texts, number unfinished after `steps`)."""
+    texts, texts unfinished after `steps`)."""
     by_bytes = {t: i for i, t in enumerate(self.vocab.token_bytes) if t}
     closers = np.array([by_bytes[c] for c in _CLOSERS[lang] if c in by_bytes])
     # ASCII tokens with a byte other than a letter, digit or `_`: most of the
     # vocabulary continues a name (or is other scripts, in strings and comments), so a
     # uniform walk would mostly write one long name.
-    structural = np.array([t is not None and t.isascii() and bool(
+    text = np.array([t is not None for t in self.vocab.token_bytes])
+    structural = np.flatnonzero([t is not None and t.isascii() and bool(
         re.search(rb"[^A-Za-z0-9_]", t)) for t in self.vocab.token_bytes])
-    prefixes = _WALK_PREFIXES[lang]
+    anything = np.flatnonzero(text)  # EOS tokens have no text
+    textless = np.setdiff1d(np.flatnonzero(~text), self.vocab.eos_ids)
     eos_ids = np.array(self.vocab.eos_ids)
-    textless = np.array([t is None for t in self.vocab.token_bytes])
-    textless[eos_ids] = False
-    finished, dead, unfinished = [], [], 0
+    prefixes = _WALK_PREFIXES[lang]
+    finished, dead, unfinished = [], [], []
     b = self.batch
     for k in range(0, n, b):
       prefix = prefixes[(k // b) % len(prefixes)]
@@ -198,32 +200,33 @@ class Stepper:
       ended = np.zeros(b, bool)
       for step in range(steps):
         allowed = np.asarray(self.allowed(self.tables, state))
+        empty, leak = ~allowed.any(1), allowed[:, textless].any(1)
         tokens = np.full(b, self.eos, np.int32)
-        late = step >= steps // 2
+        late = step >= self.wind_down
         for r in range(b):
           if ended[r]:
             continue
-          ids = np.flatnonzero(allowed[r])
-          if not len(ids) or textless[ids].any():
-            dead.append((b"" if len(ids) else b"TEXTLESS TOKEN ALLOWED: ") + texts[r])
+          if empty[r] or leak[r]:
+            dead.append((b"TEXTLESS TOKEN ALLOWED: " if leak[r] else b"") + texts[r])
             ended[r] = True
             continue
           if allowed[r, eos_ids].any() and rng.random() < (0.5 if late else 0.01):
             finished.append(texts[r])
             ended[r] = True
             continue
-          good = closers[allowed[r, closers]]
-          pool = ids[~np.isin(ids, eos_ids)]
-          if late and len(good) and rng.random() < 0.8:
-            pool = good
-          elif rng.random() < self.structural_bias and structural[pool].any():
-            pool = pool[structural[pool]]
-          if not len(pool):  # only the end is left
+          token = -1
+          if late and rng.random() < 0.8:
+            token = _draw(allowed[r], closers, rng)
+          elif rng.random() < self.structural_bias:
+            token = _draw(allowed[r], structural, rng)
+          if token < 0:
+            token = _draw(allowed[r], anything, rng)
+          if token < 0:  # only the end is left
             finished.append(texts[r])
             ended[r] = True
             continue
-          tokens[r] = rng.choice(pool)
-          texts[r] += self.vocab.token_bytes[tokens[r]]
+          tokens[r] = token
+          texts[r] += self.vocab.token_bytes[token]
         if ended.all():
           break
         state = self.advance(self.tables, state, jnp.asarray(tokens))
@@ -232,8 +235,20 @@ class Stepper:
           for r in np.flatnonzero(err):
             dead.append(b"ADVANCE REFUSED AN OFFERED TOKEN: " + texts[r])
           ended |= err
-      unfinished += int((~ended).sum())
+      unfinished += [t for t, e in zip(texts, ended) if not e]
     return finished, dead, unfinished
+
+
+def _draw(allowed, candidates, rng, tries=32) -> int:
+  """A token drawn uniformly among the `candidates` that `allowed` (one row's mask)
+  offers, or -1 if none: by rejection (the first offered of `tries` uniform draws is
+  uniform over the offered ones), else from the offered list."""
+  draws = candidates[rng.integers(0, len(candidates), tries)]
+  hits = draws[allowed[draws]]
+  if len(hits):
+    return int(hits[0])
+  offered = candidates[allowed[candidates]]
+  return int(rng.choice(offered)) if len(offered) else -1
 
 
 def _mutants(rows, oracle, count, rng, vocab):
@@ -264,7 +279,7 @@ def check_language(lang, vocab, spm_encode, args):
   oracle = python_parses if lang == "python" else gofmt_accepts
   report = {}
   c0, t0 = time.process_time(), time.perf_counter()
-  stepper = Stepper(lang, vocab, args.batch, args.structural_bias)
+  stepper = Stepper(lang, vocab, args.batch, args.structural_bias, args.wind_down)
   report["compile_s"], report["compile_cpu_s"] = (round(stepper.compile_s, 2),
                                                   round(stepper.compile_cpu_s, 2))
   index = TokenIndex(vocab)
@@ -333,11 +348,12 @@ def check_language(lang, vocab, spm_encode, args):
   lengths = [len(t) for t in finished]
   report["walks"] = {
       "walks": args.walks, "steps": args.steps, "finished": len(finished),
-      "unfinished": unfinished, "dead_ends": len(dead), "oracle_refuses": len(wrong),
+      "unfinished": len(unfinished), "dead_ends": len(dead), "oracle_refuses": len(wrong),
       "finished_bytes_median": int(np.median(lengths)) if lengths else 0,
       "finished_bytes_max": max(lengths, default=0),
       "examples": {"dead_ends": [_show(t) for t in dead[:5]], "oracle_refuses": wrong[:5],
-                   "finished": [_show(t, 300) for t in finished[:3]]},
+                   "finished": [_show(t, 300) for t in finished[:3]],
+                   "unfinished": [_show(t, 300) for t in unfinished[:3]]},
       "cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - t0, 1)}
   print(f"{lang} walks: {report['walks']}"[:600], flush=True)
   report["passed"] = (not refused and not false_accepts and not early and not dead
@@ -369,7 +385,9 @@ def main(argv=None):
                       help="random tokenizations per function besides Gemma's own")
   parser.add_argument("--mutants", type=int, default=400)
   parser.add_argument("--walks", type=int, default=2048)
-  parser.add_argument("--steps", type=int, default=120)
+  parser.add_argument("--steps", type=int, default=160, help="walks: most tokens")
+  parser.add_argument("--wind-down", type=int, default=40,
+                      help="walks: the step from which they wind down (default 40)")
   parser.add_argument("--structural-bias", type=float, default=0.5,
                       help="walks: chance of drawing among allowed tokens with a byte"
                            " other than [A-Za-z0-9_] (default 0.5)")
