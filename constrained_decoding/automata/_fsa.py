@@ -33,7 +33,11 @@ millisecond), so `compile_byte_dfa`:
   * reads the minimal DFA back by converting it to the `const` format, whose
     fixed-size records numpy parses without a Python loop over states or arcs, and
     keeps the byte classes in the `ByteDfa` (`class_edges`) for later analyses.
+
 `tests/automata/fsa_test.py` checks these fast paths against the plain pipeline.
+States are numbered breadth-first from the start, arcs in byte order, so that equal
+languages give equal tables whatever IR, NFA or OpenFst numbering they came from
+(`tests/automata/fsa_canonical_test.py`); `class_edges` still come from the NFA.
 """
 
 import functools
@@ -601,9 +605,42 @@ def _minimize(
   return dfa.minimize()
 
 
+def _breadth_first(num_states: int, start: int, src, labels, dst
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """(order, new_id): the states reachable from `start` in breadth-first order, arcs
+  taken in label order, and each state's index in that order (-1: unreachable).
+
+  Labels are byte classes in byte order, then token classes and pseudo-bytes, so two
+  minimal DFAs of one language get one numbering. A plain queue (these automata are
+  deep chains of literal bytes: one numpy step per level costs more), without loops and
+  arcs to the target of the arc before them (a string body's classes).
+  """
+  src, labels, dst = np.asarray(src), np.asarray(labels), np.asarray(dst)
+  same = src[1:] == src[:-1]
+  if not ((src[1:] > src[:-1]) | same & (labels[1:] > labels[:-1])).all():  # Unsorted.
+    by_label = np.lexsort((labels, src))
+    src, dst = src[by_label], dst[by_label]
+  useful = src != dst
+  useful[1:] &= (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+  ends = np.cumsum(np.bincount(src[useful], minlength=num_states)).tolist()
+  targets = dst[useful].tolist()
+  new_id = [-1] * num_states
+  new_id[start] = 0
+  order = [start]
+  for state in order:  # `order` grows while it is read: the queue.
+    for target in targets[ends[state - 1] if state else 0:ends[state]]:
+      if new_id[target] < 0:
+        new_id[target] = len(order)
+        order.append(target)
+  return np.array(order, np.int64), np.array(new_id, np.int64)
+
+
 def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
                    fragments: tuple = ()) -> _byte_dfa.ByteDfa:
-  """Builds a `ByteDfa` from arc arrays over class labels, renumbered so that start is 0.
+  """Builds a `ByteDfa` from arc arrays over class labels, numbered canonically.
+
+  States are numbered by `_breadth_first` (start 0; unreachable ones dropped), so that
+  equal minimal automata give equal tables, whatever OpenFst's numbering.
 
   Args:
     start: The start state (ignored when there are no states).
@@ -621,14 +658,12 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
         accepting=np.zeros((0,), bool),
         start=_byte_dfa.NO_STATE,
     )
+  order, new_id = _breadth_first(num_states, start, src, labels, dst)
+  reached = new_id[src] >= 0
   # Column j holds the arcs labelled j (byte class j - 1); column 0 (epsilon) stays empty.
-  table = np.full((num_states, len(edges)), _byte_dfa.NO_STATE, np.int32)
-  table[src, labels] = dst
-  if start != 0:  # Swap `start` and 0 so that the start state is 0.
-    order = np.arange(num_states)
-    order[[0, start]] = order[[start, 0]]  # An involution: old <-> new numbering.
-    table = np.where(table >= 0, order[table], table)[order].astype(np.int32)
-    accepting = accepting[order]
+  table = np.full((len(order), len(edges)), _byte_dfa.NO_STATE, np.int32)
+  table[new_id[src[reached]], labels[reached]] = new_id[dst[reached]]
+  accepting = accepting[order]
   if len(edges) - 1 != edges[-1]:  # Not one class per value: expand classes to values.
     sizes = [b - a for a, b in zip(edges, edges[1:])]
     table = table.take(np.arange(1, len(edges)).repeat(sizes), axis=1)
@@ -719,7 +754,8 @@ def fst_to_byte_dfa(fst: pynini.Fst) -> _byte_dfa.ByteDfa:
   """The minimal trimmed `ByteDfa` of a byte acceptor (labels b + 1, 0 = epsilon).
 
   Removes epsilons, determinizes and minimizes with OpenFst, keeps only states that
-  are accessible and co-accessible, and renumbers so that the start state is 0. The
+  are accessible and co-accessible, and numbers them breadth-first from the start
+  (state 0), bytes in order (`_breadth_first`): one language, one table. The
   empty language gives a DFA with 0 states and `start == NO_STATE`. `fst` is not
   modified; symbol tables, if any, are ignored.
   """
