@@ -108,6 +108,8 @@ BROKEN = [
     "x = f\"{@}\"\n",                             # no empty field
     "x = f\"{x!@z}\"\n",                          # no other conversion
     "x = f\"{x.None@}\"\n",
+    "x = f\"\"@\"a\"\n",                        # triple-quoted f-strings: not `f""` `"a"`
+    "x = f''@'a'\n",
 ]
 
 
