@@ -315,7 +315,8 @@ def check_language(lang, vocab, spm_encode, args):
   canon = [rows[r] for r in range(len(rows)) if kinds[r] == "canonical"]
   mutants = _mutants(canon, oracle, args.mutants, rng, vocab)
   acc, bad = stepper.run([m[1] for m in mutants])
-  false_accepts = [_show(m[0]) for m, a in zip(mutants, acc) if not m[3] and a]
+  false_accepts = [m[0].decode("utf-8", "replace") for m, a in zip(mutants, acc)
+                   if not m[3] and a]
   early = [{"text": _show(m[0]), "mutated_token": m[2], "refused_token": b_}
            for m, a, b_ in zip(mutants, acc, bad) if not m[3] and 0 <= b_ < m[2]]
   refused_valid = [(m[0], m[1], b_) for m, a, b_ in zip(mutants, acc, bad) if m[3] and not a]
@@ -344,7 +345,7 @@ def check_language(lang, vocab, spm_encode, args):
   c0, t0 = time.process_time(), time.perf_counter()
   finished, dead, unfinished = stepper.walks(lang, args.walks, args.steps, nprng)
   verdicts = _judge_all(oracle, finished)
-  wrong = [_show(t) for t, v in zip(finished, verdicts) if not v]
+  wrong = [t.decode("utf-8", "replace") for t, v in zip(finished, verdicts) if not v]
   lengths = [len(t) for t in finished]
   report["walks"] = {
       "walks": args.walks, "steps": args.steps, "finished": len(finished),
