@@ -32,14 +32,17 @@ import constrained_decoding as cd  # noqa: E402
 # Host loops called millions of times in one test (the byte walker of register DFAs, the
 # reference walker's inner steps, two shape properties they read per step) run without
 # the hook's checks: jaxtyping's wrapper binds every call's arguments, which made these
-# walks 4-10x slower (json_schema_recursive_test 47 s -> 12 s of CPU). Their callers,
-# `reference_step_stack` included, stay checked.
+# walks 4-10x slower (json_schema_recursive_test 47 s -> 12 s of CPU). Their callers stay
+# checked, and so do the reference functions tests call: the re-exports in
+# `constrained_decoding.testing` keep the checked wrappers (bound at import, before this),
+# only the module's own calls (`_exact`'s enumeration, `reference_walk`) skip them.
 _UNCHECKED = {
     "constrained_decoding.automata._registers": ("ByteWalker.step", "ByteWalker.moves"),
     "constrained_decoding.tables": ("ConstraintTables.has_registers",
                                     "ConstraintTables.has_hashes"),
-    "constrained_decoding.testing._reference": ("_step", "_matching_groups", "_extended",
-                                                "_after_guard", "_guard_of"),
+    "constrained_decoding.testing._reference": (
+        "_step", "_matching_groups", "_extended", "_after_guard", "_guard_of", "_terminals",
+        "reference_allowed", "reference_end_allowed", "reference_step_stack"),
 }
 
 
