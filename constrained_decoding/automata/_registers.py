@@ -454,54 +454,57 @@ def _hits_by_edge(hits) -> dict[int, tuple]:
   return out
 
 
+def _per_vocabulary(memo: dict, token_bytes, wanted, compute) -> np.ndarray:
+  """`compute(token_bytes, wanted)` (a read-only array), the last 8 answers kept in `memo`
+  keyed by the vocabulary's identity and the byte set (bool `[256]`)."""
+  wanted = np.asarray(wanted, bool)
+  key = (id(token_bytes), np.packbits(wanted).tobytes())
+  cached = memo.get(key)
+  if cached is None or cached[0] is not token_bytes:
+    answer = compute(token_bytes, wanted)
+    answer.setflags(write=False)
+    if len(memo) >= 8:
+      memo.pop(next(iter(memo)))
+    cached = memo[key] = (token_bytes, answer)
+  return cached[1]
+
+
+# (id(token_bytes), packed byte set) -> (token_bytes, answer), per memoized function.
+_TOKENS_WITH: dict[tuple, tuple] = {}
+_TAGGED_EXTENT: dict[tuple, tuple] = {}
+
+
 def _tokens_with(token_bytes, wanted: np.ndarray) -> np.ndarray:
   """bool `[V]`: whether each token's bytes hold a byte of `wanted` (bool `[256]`): a
   running count of the vocabulary's bytes in the set, compared at each token's ends (~4
   ms with Gemma 3 on the shared joined bytes; the [V, 32] byte-presence bits this
   replaces cost 20-85 ms to build on a process's first compile). The last few results
   are kept (`_check_closing_tokens` asks the same set once per state)."""
-  wanted = np.asarray(wanted, bool)
-  key = (id(token_bytes), np.packbits(wanted).tobytes())
-  cached = _TOKENS_WITH.get(key)
-  if cached is None or cached[0] is not token_bytes:
-    data, starts, ends = _joined.joined(token_bytes)
-    running = np.zeros(len(data) + 1, np.int32)  # Bytes in `wanted` before each offset.
-    np.cumsum(wanted[data], out=running[1:])
-    found = running[ends] > running[starts]
-    found.setflags(write=False)
-    if len(_TOKENS_WITH) >= 8:
-      _TOKENS_WITH.pop(next(iter(_TOKENS_WITH)))
-    cached = _TOKENS_WITH[key] = (token_bytes, found)
-  return cached[1]
+  return _per_vocabulary(_TOKENS_WITH, token_bytes, wanted, _count_tokens_with)
 
 
-# (id(token_bytes), packed byte set) -> (token_bytes, `_tokens_with`'s answer).
-_TOKENS_WITH: dict[tuple, tuple] = {}
+def _count_tokens_with(token_bytes, wanted: np.ndarray) -> np.ndarray:
+  data, starts, ends = _joined.joined(token_bytes)
+  running = np.zeros(len(data) + 1, np.int32)  # Bytes in `wanted` before each offset.
+  np.cumsum(wanted[data], out=running[1:])
+  return running[ends] > running[starts]
 
 
 def _tagged_extent(token_bytes, wanted: np.ndarray) -> np.ndarray:
   """int64 `[V]`: one past the last position of each token holding a byte of `wanted`
   (bool `[256]`), 0 for none: where `_crossed_hits` may stop walking the token. The
   last few results are kept, like `_tokens_with`'s."""
-  wanted = np.asarray(wanted, bool)
-  key = (id(token_bytes), np.packbits(wanted).tobytes())
-  cached = _TAGGED_EXTENT.get(key)
-  if cached is None or cached[0] is not token_bytes:
-    data, starts, ends = _joined.joined(token_bytes)
-    extent = np.zeros(len(starts), np.int64)
-    at = np.flatnonzero(wanted[data])  # Offsets in the joined bytes, ascending.
-    token = np.searchsorted(ends, at, side="right")  # Tokens' bytes are contiguous.
-    last = np.append(token[1:] != token[:-1], True) if len(at) else np.zeros(0, bool)
-    extent[token[last]] = at[last] - starts[token[last]] + 1
-    extent.setflags(write=False)
-    if len(_TAGGED_EXTENT) >= 8:
-      _TAGGED_EXTENT.pop(next(iter(_TAGGED_EXTENT)))
-    cached = _TAGGED_EXTENT[key] = (token_bytes, extent)
-  return cached[1]
+  return _per_vocabulary(_TAGGED_EXTENT, token_bytes, wanted, _find_tagged_extent)
 
 
-# (id(token_bytes), packed byte set) -> (token_bytes, `_tagged_extent`'s answer).
-_TAGGED_EXTENT: dict[tuple, tuple] = {}
+def _find_tagged_extent(token_bytes, wanted: np.ndarray) -> np.ndarray:
+  data, starts, ends = _joined.joined(token_bytes)
+  extent = np.zeros(len(starts), np.int64)
+  at = np.flatnonzero(wanted[data])  # Offsets in the joined bytes, ascending.
+  token = np.searchsorted(ends, at, side="right")  # Tokens' bytes are contiguous.
+  last = np.append(token[1:] != token[:-1], True) if len(at) else np.zeros(0, bool)
+  extent[token[last]] = at[last] - starts[token[last]] + 1
+  return extent
 
 
 def _check_terminals(token_dfa, byte_state, tagged_states: set, live: dict,
