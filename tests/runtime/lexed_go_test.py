@@ -70,6 +70,8 @@ BROKEN = [
     "func f() { x := \"abc@\n\" }\n",           # a line break in a string
     "type T struct{ a, b @}\n",
     "func f() { for x := range y@, z {} }\n",
+    "func f() { for a, b, c := range@ xs {} }\n",   # a range clause takes at most two
+    "func f() { for a, b.c, d = range@ xs {} }\n",
     "func f() {\n\tswitch x {\n\tcase 1:\n\t\tn++ @default:\n\t}\n}\n",
 ]
 
