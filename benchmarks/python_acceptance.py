@@ -65,6 +65,7 @@ sys.path.insert(0, REPO)
 
 import constrained_decoding as cd  # noqa: E402
 from constrained_decoding.runtime import _lexed  # noqa: E402
+from constrained_decoding import testing as cd_testing  # noqa: E402
 from constrained_decoding.testing import TokenIndex  # noqa: E402
 
 _WALK_PREFIXES = {"python": (b"", b"def f(a, b=1):\n    "),
@@ -152,27 +153,7 @@ class Stepper:
   def run(self, rows):
     """Feeds token rows then end of sequence: (accepted [R], first refused token index
     or -1 [R]); rows batched by length."""
-    order = sorted(range(len(rows)), key=lambda r: len(rows[r]))
-    accepted, first_bad = [False] * len(rows), [-1] * len(rows)
-    b = self.batch
-    for lo in range(0, len(order), b):
-      idx = order[lo:lo + b]
-      chunk = [rows[r] + [self.eos] for r in idx]
-      chunk += [[self.eos]] * (b - len(chunk))
-      width = max(map(len, chunk))
-      tokens = np.array([r + [self.eos] * (width - len(r)) for r in chunk], np.int32)
-      state = _lexed.init_state(self.tables, b)
-      bad = np.full(b, -1)
-      for j in range(width):
-        live = ~np.asarray(state.done | state.error)
-        if not live.any():
-          break
-        state = self.advance(self.tables, state, jnp.asarray(tokens[:, j]))
-        bad = np.where(live & np.asarray(state.error) & (bad < 0), j, bad)
-      ok = np.asarray(state.done & ~state.error)
-      for k, r in enumerate(idx):
-        accepted[r], first_bad[r] = bool(ok[k]), int(bad[k])
-    return accepted, first_bad
+    return cd_testing.run_lexed_rows(self.tables, rows, self.eos, self.batch, self.advance)
 
   def walks(self, lang, n, steps, rng):
     """`n` random walks (module docstring, check 3): (finished texts, dead ends as

@@ -7,6 +7,7 @@ from constrained_decoding.testing._exact import ExactDistribution
 from constrained_decoding.testing._exact import accepted_sequences
 from constrained_decoding.testing._exact import empirical_kl
 from constrained_decoding.testing._exact import exact_distribution
+from constrained_decoding.testing._lexed_rows import run_lexed_rows
 from constrained_decoding.testing._reference import TokenIndex
 from constrained_decoding.testing._reference import reference_accepts
 from constrained_decoding.testing._reference import reference_allowed
@@ -34,4 +35,5 @@ __all__ = [
     "reference_step",
     "reference_step_stack",
     "reference_walk",
+    "run_lexed_rows",
 ]

@@ -27,6 +27,7 @@ import pytest
 import constrained_decoding as cd
 from constrained_decoding.constraints import _lexed_grammar
 from constrained_decoding.constraints import _lr
+from constrained_decoding import testing as cd_testing
 from constrained_decoding.runtime import _lexed
 
 _PATH = _lr.__file__.replace("_lr.py", "grammars/go.lark")
@@ -128,33 +129,11 @@ class _Setup:
     return row is not None and self.reference.end_ok(row)
 
   def run(self, rows: list[list[int]], check_mask: bool = False):
-    """Feeds token rows (then end of sequence), _BATCH at a time: (accepted [R],
-    index of the first refused token or -1 [R]); with `check_mask`, also checks that
-    `advance` refuses a token exactly when the mask does not offer it."""
-    accepted, first_bad = [], []
-    for lo in range(0, len(rows), _BATCH):
-      chunk = [r + [self.eos] for r in rows[lo:lo + _BATCH]]
-      chunk += [[self.eos]] * (_BATCH - len(chunk))
-      width = max(map(len, chunk))
-      tokens = np.array([r + [self.eos] * (width - len(r)) for r in chunk], np.int32)
-      state = _lexed.init_state(self.tables, _BATCH)
-      bad = np.full(_BATCH, -1)
-      for j in range(width):
-        live = ~np.asarray(state.done | state.error)
-        if not live.any():
-          break
-        if check_mask:
-          offered = np.asarray(self.allowed(self.tables, state))[np.arange(_BATCH),
-                                                                 tokens[:, j]]
-        state = self.advance(self.tables, state, jnp.asarray(tokens[:, j]))
-        refused = live & np.asarray(state.error)
-        if check_mask:
-          np.testing.assert_array_equal(refused, live & ~offered)
-        bad = np.where(refused & (bad < 0), j, bad)
-      n = min(_BATCH, len(rows) - lo)
-      accepted += np.asarray(state.done & ~state.error)[:n].tolist()
-      first_bad += bad[:n].tolist()
-    return accepted, first_bad
+    """(accepted [R], index of the first refused token or -1 [R]) of token rows, then end
+    of sequence, _BATCH at a time; with `check_mask`, also checks that `advance` refuses a
+    token exactly when the mask does not offer it."""
+    return cd_testing.run_lexed_rows(self.tables, rows, self.eos, _BATCH, self.advance,
+                                     self.allowed if check_mask else None)
 
 
 @pytest.fixture(scope="module")
