@@ -26,13 +26,19 @@ def test_distinct_pairs_equal_sorted_set(seed):
                                                                          dst.tolist())))
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_tokens_with_equals_byte_scan(seed):
-  rng = random.Random(seed)
-  token_bytes = [None, b""] + [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 6)))
-                               for _ in range(300)]
+def _random_tokens_and_byte_set(rng, max_length: int):
+  """300 random tokens of 1..max_length bytes after a None and an empty one, and a
+  random set of 0, 1, 3 or 40 bytes (bool [256])."""
+  token_bytes = [None, b""] + [bytes(rng.randrange(256) for _ in range(rng.randrange(
+      1, max_length + 1))) for _ in range(300)]
   wanted = np.zeros(256, bool)
   wanted[rng.sample(range(256), rng.choice([0, 1, 3, 40]))] = True
+  return token_bytes, wanted
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tokens_with_equals_byte_scan(seed):
+  token_bytes, wanted = _random_tokens_and_byte_set(random.Random(seed), max_length=5)
   got = _registers._tokens_with(token_bytes, wanted)  # pylint: disable=protected-access
   expected = [any(wanted[b] for b in (t or b"")) for t in token_bytes]
   assert got.tolist() == expected
@@ -101,11 +107,7 @@ def test_crossed_hits_equal_byte_walk(seed):
 def test_tagged_extent_equals_byte_scan(seed):
   """`_tagged_extent`: one past the last position of a wanted byte in each token, 0
   for none (empty and None tokens included)."""
-  rng = random.Random(seed)
-  token_bytes = [None, b""] + [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 7)))
-                               for _ in range(300)]
-  wanted = np.zeros(256, bool)
-  wanted[rng.sample(range(256), rng.choice([0, 1, 3, 40]))] = True
+  token_bytes, wanted = _random_tokens_and_byte_set(random.Random(seed), max_length=6)
   got = _registers._tagged_extent(token_bytes, wanted)  # pylint: disable=protected-access
   expected = [max((i + 1 for i, b in enumerate(t or b"") if wanted[b]), default=0)
               for t in token_bytes]
