@@ -734,22 +734,6 @@ def _export_fast(fst: pywrapfst.Fst, edges=_BYTE_EDGES, fragments: tuple = ()
   )
 
 
-def _export_slow(fst: pywrapfst.Fst, edges=_BYTE_EDGES) -> _byte_dfa.ByteDfa:
-  """Exports a DFA by iterating states and arcs in Python (the reference for tests)."""
-  zero = pywrapfst.Weight.zero(fst.weight_type())
-  accepting, src, labels, dst = [], [], [], []
-  for state in fst.states():
-    accepting.append(fst.final(state) != zero)
-    for arc in fst.arcs(state):
-      src.append(state)
-      labels.append(arc.ilabel)
-      dst.append(arc.nextstate)
-  return _dfa_from_arcs(
-      fst.start(), np.array(accepting, bool), np.array(src, np.int64),
-      np.array(labels, np.int32), np.array(dst, np.int32), edges,
-  )
-
-
 def fst_to_byte_dfa(fst: pynini.Fst) -> _byte_dfa.ByteDfa:
   """The minimal trimmed `ByteDfa` of a byte acceptor (labels b + 1, 0 = epsilon).
 
