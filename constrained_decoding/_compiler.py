@@ -353,10 +353,10 @@ class Compiler:
     """Refuses, in milliseconds, an IR whose byte NFA alone would exceed the state budget
     many times over (nested bounded repetitions multiply: `maxProperties` 200 of objects
     with `maxProperties` 200 is 40,000 copies), before minutes of building it."""
-    from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+    from constrained_decoding.automata import _nfa  # pylint: disable=g-import-not-at-top
 
     limit = _NFA_STATES_PER_STATE * self.options.max_states
-    size = _fsa.nfa_size(node, fragments)
+    size = _nfa.nfa_size(node, fragments)
     if size > limit:
       raise CompileBudgetError(
           f"{what} would need about {size} byte-NFA states before minimization. Expected"

@@ -597,9 +597,9 @@ if __name__ == "__main__":
 
 def test_nested_bounded_repeats_are_refused_before_the_nfa_is_built(byte_compiler, spy):
   # The byte-NFA estimate trips first (`Compiler._check_nfa_size`): nothing is built.
-  from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.automata import _nfa  # pylint: disable=g-import-not-at-top
 
-  built = spy(_fsa, "_build_nfa")
+  built = spy(_nfa, "build_nfa")
   with pytest.raises(errors.CompileBudgetError,
                      match=r"would need about \d+ byte-NFA states before minimization\. "
                            r"Expected at most 1000000 \(10 x CompileOptions\.max_states\)"):

@@ -4,8 +4,9 @@ Nothing here is public API (`cd.Compiler` drives it, `_compiler.py`); this is th
 for readers, in pipeline order. Each module's docstring lists its own entry points.
 
 Byte level:
-  _fsa.py          IR -> pynini acceptor -> minimal `ByteDfa` (the only place IR meets
-                   pynini): `compile_byte_dfa`, `minimal_byte_dfa`.
+  _nfa.py          IR -> epsilon-NFA over byte ranges, packed for OpenFst (`build_nfa`).
+  _fsa.py          that NFA -> pynini/OpenFst -> minimal `ByteDfa` (the only place IR meets
+                   pynini): `compile_byte_dfa`, `minimal_class_fst`.
   _byte_dfa.py     `ByteDfa`, plain numpy arrays; `_openfst_io.py` converts fast.
   _pda.py          grammars: one byte DFA per rule, calls on a stack (`TokenPda`).
   _lexer.py        terminal sets of lexed grammars (`docs/lexer_runtime.md`).

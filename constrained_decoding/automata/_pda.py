@@ -45,6 +45,7 @@ import pywrapfst
 from constrained_decoding import _arrays
 from constrained_decoding import errors
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _nfa
 from constrained_decoding.automata import _registers
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._compose import _emit
@@ -116,10 +117,10 @@ def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray, li
   """
   fst, edges, pseudo = _fsa.minimal_class_fst(body)
   markers = [p for p in pseudo if isinstance(p, ir.Marker)]
-  if markers and _fsa._FRAGMENT_BASE + len(pseudo) > _CALL_BASE:  # pylint: disable=protected-access
+  if markers and _nfa.FRAGMENT_BASE + len(pseudo) > _CALL_BASE:
     raise _registers.RegisterError(
         f"A grammar rule holds {len(pseudo)} distinct register markers. Expected at most"
-        f" {_CALL_BASE - _fsa._FRAGMENT_BASE}.")  # pylint: disable=protected-access
+        f" {_CALL_BASE - _nfa.FRAGMENT_BASE}.")
   # Read the (small) DFA arc by arc: class label k + 1 covers values edges[k]..edges[k+1]-1.
   start = fst.start()
   order = [start] + [s for s in range(fst.num_states()) if s != start]
@@ -137,8 +138,8 @@ def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray, li
         column = value if value < 256 else 256 + value - _CALL_BASE
         if value < 256 or _CALL_BASE <= value < _CALL_BASE + num_rules:
           table[q, column] = new_id[arc.nextstate]
-        elif markers and _fsa._FRAGMENT_BASE <= value < _CALL_BASE:  # pylint: disable=protected-access
-          node = pseudo[value - _fsa._FRAGMENT_BASE]  # pylint: disable=protected-access
+        elif markers and _nfa.FRAGMENT_BASE <= value < _CALL_BASE:
+          node = pseudo[value - _nfa.FRAGMENT_BASE]
           if isinstance(node, ir.Marker):
             marker_arcs.append((q, node, new_id[arc.nextstate]))
   return table, accepting, marker_arcs

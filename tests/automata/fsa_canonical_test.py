@@ -13,6 +13,7 @@ import pytest
 
 from constrained_decoding.automata import _byte_dfa
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _nfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _regex
 
@@ -91,7 +92,7 @@ def test_start_is_zero_and_unreachable_states_are_dropped():
   dfa = _fsa._dfa_from_arcs(3, np.array([False, False, True, False]),
                             np.array([3, 1, 0]), np.array([ord("a") + 1, ord("b") + 1,
                                                            ord("c") + 1]),
-                            np.array([1, 2, 2]), _fsa._BYTE_EDGES)
+                            np.array([1, 2, 2]), _nfa.BYTE_EDGES)
   assert dfa.num_states == 3 and dfa.start == 0
   assert dfa.transitions[0, ord("a")] == 1 and dfa.transitions[1, ord("b")] == 2
   assert dfa.accepts(b"ab") and not dfa.accepts(b"cb")
@@ -149,5 +150,5 @@ def test_random_equal_languages_give_identical_tables():
     _assert_same(a, b)
     assert _is_breadth_first(a)
     # The test would be empty if the rewrites never changed the NFA.
-    different += _fsa._build_nfa(other).arcs != _fsa._build_nfa(node).arcs
+    different += _nfa.build_nfa(other).arcs != _nfa.build_nfa(node).arcs
   assert different > 50

@@ -1,6 +1,6 @@
 """The fast paths of `automata/_fsa.py` against the plain ones and against `re`.
 
-`_pack_bytes` packs large epsilon-free NFAs with numpy and builds non-ASCII classes
+`_nfa.pack_bytes` packs large epsilon-free NFAs with numpy and builds non-ASCII classes
 from a cached template; both must give the very same bytes / language.
 """
 
@@ -12,6 +12,7 @@ import pytest
 
 import constrained_decoding as cd
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _nfa
 
 _PATTERNS = [
     r'"([^"\\]|\\.)*"',
@@ -26,10 +27,10 @@ _PATTERNS = [
 
 def _packed(nfa, edges, finals, *, plain):
   saved = nfa.epsilons
-  if plain:  # A dummy epsilon entry sends `_pack_bytes` down its loop over arcs.
+  if plain:  # A dummy epsilon entry sends `pack_bytes` down its loop over arcs.
     nfa.epsilons = {len(nfa.arcs) + 10: []}
   try:
-    return _fsa._pack_bytes(nfa, edges, finals)[0]  # pylint: disable=protected-access
+    return _nfa.pack_bytes(nfa, edges, finals)[0]
   finally:
     nfa.epsilons = saved
 
@@ -39,10 +40,10 @@ def _packed(nfa, edges, finals, *, plain):
                                                     "n": {"type": "integer"}}}),
 ])
 def test_numpy_packing_equals_the_loop(spec):
-  nfa = _fsa._build_nfa(spec.to_ir())  # pylint: disable=protected-access
-  finals = _fsa._remove_epsilons(nfa)  # pylint: disable=protected-access
-  edges = _fsa._byte_classes(nfa.bounds)  # pylint: disable=protected-access
-  fast, deterministic = _fsa._pack_bytes_numpy(nfa, edges, finals)  # pylint: disable=protected-access
+  nfa = _nfa.build_nfa(spec.to_ir())
+  finals = _nfa.remove_epsilons(nfa)
+  edges = _nfa.byte_classes(nfa.bounds)
+  fast, deterministic = _nfa._pack_bytes_numpy(nfa, edges, finals)  # pylint: disable=protected-access
   assert fast == _packed(nfa, edges, finals, plain=True)
   # Deterministic iff no state has two arcs with one label.
   labels = {}

@@ -1,4 +1,4 @@
-"""Separated lists `X (Y X)*` built as one loop (`_fsa._add_concat_with_loops`).
+"""Separated lists `X (Y X)*` built as one loop (`_nfa._add_concat_with_loops`).
 
 The language must not change: against `re.fullmatch` over every short string of the
 alphabet, and against the DFA built without the loop (the minimal DFA is unique, so the
@@ -15,6 +15,7 @@ import pytest
 
 import constrained_decoding as cd
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _nfa
 from constrained_decoding.constraints import _ir as ir
 
 # (IR of a part, its regex) over the alphabet "ab,;".
@@ -43,7 +44,7 @@ def _random_list(rng: random.Random) -> tuple[ir.Node, str]:
 @pytest.mark.parametrize("seed", range(8))
 def test_loop_language_equals_regex(seed):
   node, pattern = _random_list(random.Random(seed))
-  assert _fsa._separated_lists(node.parts)  # pylint: disable=protected-access
+  assert _nfa._separated_lists(node.parts)  # pylint: disable=protected-access
   dfa = _fsa.compile_byte_dfa(node)
   for n in range(7):
     for chars in itertools.product("ab,;", repeat=n):
@@ -87,7 +88,7 @@ _SCHEMAS = [
 def test_same_minimal_dfa_as_without_loops(schema, monkeypatch):
   node = cd.JsonSchema(schema).to_ir()
   with_loops = _fsa.compile_byte_dfa(node, fragments=True)
-  monkeypatch.setattr(_fsa, "_separated_lists", lambda parts: {})
+  monkeypatch.setattr(_nfa, "_separated_lists", lambda parts: {})
   without = _fsa.compile_byte_dfa(node, fragments=True)
   assert with_loops.num_states == without.num_states
   assert _canonical(with_loops) == _canonical(without)

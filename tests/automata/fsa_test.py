@@ -12,6 +12,8 @@ import pywrapfst
 from constrained_decoding import errors
 from constrained_decoding.automata import _byte_dfa
 from constrained_decoding.automata import _fsa
+from constrained_decoding.automata import _nfa
+from constrained_decoding.automata import _utf8
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _regex
 
@@ -33,7 +35,7 @@ def _encodings() -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 def _check_sequences(lo: int, hi: int) -> None:
   """utf8_sequences(lo, hi) spells exactly the encodings of the scalars in lo..hi."""
-  sequences = _fsa.utf8_sequences(lo, hi)
+  sequences = _utf8.utf8_sequences(lo, hi)
   matched = {n: np.zeros(len(codes), np.int64) for n, (codes, _) in _encodings().items()}
   size = 0
   for seq in sequences:
@@ -57,7 +59,7 @@ def _check_sequences(lo: int, hi: int) -> None:
 
 def test_utf8_sequences_of_all_scalar_values():
   _check_sequences(0, _MAX)
-  assert len(_fsa.utf8_sequences(0, _MAX)) == 9  # The classic table (RFC 3629).
+  assert len(_utf8.utf8_sequences(0, _MAX)) == 9  # The classic table (RFC 3629).
 
 
 @pytest.mark.parametrize("lo, hi", [
@@ -109,7 +111,7 @@ def _canonical(dfa: _byte_dfa.ByteDfa) -> tuple:
   return tuple(rows)
 
 
-def _export_slow(fst: pywrapfst.Fst, edges=_fsa._BYTE_EDGES) -> _byte_dfa.ByteDfa:  # pylint: disable=protected-access
+def _export_slow(fst: pywrapfst.Fst, edges=_nfa.BYTE_EDGES) -> _byte_dfa.ByteDfa:
   """The reference for `_fsa._export_fast`: states and arcs read one by one in Python."""
   zero = pywrapfst.Weight.zero(fst.weight_type())
   accepting, src, labels, dst = [], [], [], []
@@ -148,10 +150,10 @@ def test_export_fast_path_agrees_with_slow_path(pattern):
   np.testing.assert_array_equal(fast.accepting, slow.accepting)
   assert fast.start == slow.start == 0
   # ... and class labels (the fast compile path).
-  nfa = _fsa._build_nfa(node)
-  finals = _fsa._remove_epsilons(nfa)
-  edges = _fsa._byte_classes(nfa.bounds)
-  data, deterministic = _fsa._pack_bytes(nfa, edges, finals)
+  nfa = _nfa.build_nfa(node)
+  finals = _nfa.remove_epsilons(nfa)
+  edges = _nfa.byte_classes(nfa.bounds)
+  data, deterministic = _nfa.pack_bytes(nfa, edges, finals)
   fst = _fsa._minimize(pywrapfst.Fst.read_from_string(data), has_epsilons=False,
                        deterministic=deterministic)
   fast, slow = _fsa._export_fast(fst, edges), _export_slow(fst, edges)
@@ -266,7 +268,7 @@ def test_start_state_is_renumbered_to_zero():
   # A hand-made 3-state DFA whose start is 2: 2 -a-> 0 -b-> 1 (final).
   dfa = _fsa._dfa_from_arcs(2, np.array([False, True, False]), np.array([2, 0]),
                             np.array([ord("a") + 1, ord("b") + 1]), np.array([0, 1]),
-                            _fsa._BYTE_EDGES)
+                            _nfa.BYTE_EDGES)
   assert dfa.start == 0 and dfa.transitions.dtype == np.int32
   assert dfa.accepts(b"ab") and not dfa.accepts(b"a") and not dfa.accepts(b"b")
 
