@@ -136,9 +136,13 @@ def _narrow(wide: dict, num_states: int, given: np.ndarray | None = None
   """States walked in the full trie, and the first bytes each of them walks there
   (None: every byte, for every state). States where `given` is set are not walked."""
   partial = {s: edge for s, edge in wide.items() if not _covers_all_bytes(edge)}
-  narrow = np.array([s for s in range(num_states)
-                     if (s not in wide or s in partial) and (given is None or not given[s])],
-                    np.int64)
+  # A mask, not a Python test per state (~20 ms a corpus pass of 120k states).
+  walked = np.ones(num_states, bool)
+  walked[np.fromiter(wide, np.int64, len(wide))] = False
+  walked[np.fromiter(partial, np.int64, len(partial))] = True
+  if given is not None:
+    walked &= ~np.asarray(given, bool)
+  narrow = np.flatnonzero(walked).astype(np.int64, copy=False)
   if not partial:
     return narrow, None
   outside = np.ones((len(narrow), 256), bool)
