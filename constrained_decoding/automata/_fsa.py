@@ -114,7 +114,7 @@ def _minimize(
   return dfa.minimize()
 
 
-def _breadth_first(num_states: int, start: int, src, labels, dst
+def breadth_first(num_states: int, start: int, src, labels, dst
                    ) -> tuple[np.ndarray, np.ndarray]:
   """(order, new_id): the states reachable from `start` in breadth-first order, arcs
   taken in label order, and each state's index in that order (-1: unreachable).
@@ -148,7 +148,7 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
                    fragments: tuple = ()) -> _byte_dfa.ByteDfa:
   """Builds a `ByteDfa` from arc arrays over class labels, numbered canonically.
 
-  States are numbered by `_breadth_first` (start 0; unreachable ones dropped), so that
+  States are numbered by `breadth_first` (start 0; unreachable ones dropped), so that
   equal minimal automata give equal tables, whatever OpenFst's numbering.
 
   Args:
@@ -167,7 +167,7 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
         accepting=np.zeros((0,), bool),
         start=_byte_dfa.NO_STATE,
     )
-  order, new_id = _breadth_first(num_states, start, src, labels, dst)
+  order, new_id = breadth_first(num_states, start, src, labels, dst)
   reached = new_id[src] >= 0
   # Column j holds the arcs labelled j (byte class j - 1); column 0 (epsilon) stays empty.
   table = np.full((len(order), len(edges)), _byte_dfa.NO_STATE, np.int32)
@@ -215,13 +215,14 @@ def _split_pseudo(arcs: np.ndarray, pseudo: tuple):
   return fragment_arcs, marker_arcs, fragments, markers
 
 
-def _export_fast(fst: pywrapfst.Fst, edges=_nfa.BYTE_EDGES, fragments: tuple = ()
-                 ) -> _byte_dfa.ByteDfa:
-  """Exports a DFA through OpenFst's binary `const` format, parsed with numpy.
+def fst_arcs(fst: pywrapfst.Fst) -> tuple:
+  """(start, accepting, src, labels, dst) of an epsilon-free acceptor, as numpy arrays
+  (bool `[Q]`, int arcs in state order).
 
-  A `ConstFst` stores fixed-size state records and then all arcs in state order, so
-  (unlike the `vector` format, whose records have variable length) the whole file is
-  read by two `np.frombuffer` calls; converting to `const` costs about a microsecond.
+  Read through OpenFst's binary `const` format: a `ConstFst` stores fixed-size state
+  records and then all arcs in state order, so (unlike the `vector` format, whose
+  records have variable length) the whole file is read by two `np.frombuffer` calls;
+  converting to `const` costs about a microsecond.
   """
   data = pywrapfst.convert(fst, "const").write_to_string()
   if not data.startswith(_CONST_HEADER_PREFIX):
@@ -237,10 +238,14 @@ def _export_fast(fst: pywrapfst.Fst, edges=_nfa.BYTE_EDGES, fragments: tuple = (
   labels = arcs[0::4]
   if labels.size and labels.min() <= _nfa.EPSILON_LABEL:
     raise ValueError("Expected an epsilon-free automaton, got epsilon arcs instead.")
-  return _dfa_from_arcs(
-      start, states["final"] != _ZERO, np.arange(num_states).repeat(states["num_arcs"]),
-      labels, arcs[3::4], edges, fragments,
-  )
+  return (start, states["final"] != _ZERO, np.arange(num_states).repeat(states["num_arcs"]),
+          labels, arcs[3::4])
+
+
+def _export_fast(fst: pywrapfst.Fst, edges=_nfa.BYTE_EDGES, fragments: tuple = ()
+                 ) -> _byte_dfa.ByteDfa:
+  """Exports a DFA read by `fst_arcs` (numpy, no loop over states or arcs)."""
+  return _dfa_from_arcs(*fst_arcs(fst), edges, fragments)
 
 
 def fst_to_byte_dfa(fst: pynini.Fst) -> _byte_dfa.ByteDfa:
@@ -248,7 +253,7 @@ def fst_to_byte_dfa(fst: pynini.Fst) -> _byte_dfa.ByteDfa:
 
   Removes epsilons, determinizes and minimizes with OpenFst, keeps only states that
   are accessible and co-accessible, and numbers them breadth-first from the start
-  (state 0), bytes in order (`_breadth_first`): one language, one table. The
+  (state 0), bytes in order (`breadth_first`): one language, one table. The
   empty language gives a DFA with 0 states and `start == NO_STATE`. `fst` is not
   modified; symbol tables, if any, are ignored.
   """

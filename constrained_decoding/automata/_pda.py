@@ -40,7 +40,6 @@ import dataclasses
 import time
 
 import numpy as np
-import pywrapfst
 
 from constrained_decoding import _arrays
 from constrained_decoding import errors
@@ -62,6 +61,9 @@ DEFAULT_MAX_PUSHES = 16
 @dataclasses.dataclass(frozen=True, eq=False)
 class Rtn:
   """A recursive transition network over bytes: one DFA per rule, states numbered globally.
+
+  Each rule's states are consecutive, numbered breadth-first from the rule's start
+  (`_rule_dfa`), so equal rule bodies give equal blocks of the tables.
 
   Attributes:
     rules: Rule names; rule 0 is the start rule.
@@ -113,7 +115,11 @@ def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray, li
   A `RuleRef` to rule j becomes the pseudo-byte `_CALL_BASE + j`, which the regex back
   end treats as one more byte class, so the DFA is minimal over bytes and calls alike;
   column 256 + j of the table holds the call arcs of rule j. Register markers
-  (`ir.Marker`, pseudo-bytes below `_CALL_BASE`) come back as (state, marker, target).
+  (`ir.Marker`, pseudo-bytes below `_CALL_BASE`) come back as (state, marker, target),
+  by state and then marker. States are numbered as byte DFAs are
+  (`_fsa.breadth_first`: from the start, bytes, markers, then calls in order), so that
+  equal rule bodies give equal tables however they were written. The empty language
+  gives no states.
   """
   fst, edges, pseudo = _fsa.minimal_class_fst(body)
   markers = [p for p in pseudo if isinstance(p, ir.Marker)]
@@ -121,28 +127,32 @@ def _rule_dfa(body: ir.Node, num_rules: int) -> tuple[np.ndarray, np.ndarray, li
     raise _registers.RegisterError(
         f"A grammar rule holds {len(pseudo)} distinct register markers. Expected at most"
         f" {_CALL_BASE - _nfa.FRAGMENT_BASE}.")
-  # Read the (small) DFA arc by arc: class label k + 1 covers values edges[k]..edges[k+1]-1.
-  start = fst.start()
-  order = [start] + [s for s in range(fst.num_states()) if s != start]
-  new_id = {old: new for new, old in enumerate(order)}
+  start, accepting, src, labels, dst = _fsa.fst_arcs(fst)
+  if not len(accepting):
+    return np.zeros((0, 256 + num_rules), np.int32), np.zeros((0,), bool), []
+  order, new_id = _fsa.breadth_first(len(accepting), start, src, labels, dst)
+  reached = new_id[src] >= 0
+  src, labels, dst = new_id[src[reached]], labels[reached], new_id[dst[reached]]
+  # One entry per (arc, value of its class): class label k + 1 covers edges[k]..edges[k+1]-1.
+  edges = np.asarray(edges, np.int64)
+  lo = edges[labels - 1]
+  size = edges[labels] - lo
+  arc = np.repeat(np.arange(len(labels)), size)
+  value = lo[arc] + np.arange(len(arc)) - np.repeat(np.cumsum(size) - size, size)
+  state, target = src[arc], dst[arc]
+  is_call = (value >= _CALL_BASE) & (value < _CALL_BASE + num_rules)
+  keep = (value < 256) | is_call
+  column = np.where(is_call, 256 + value - _CALL_BASE, value)
   table = np.full((len(order), 256 + num_rules), NO_STATE, np.int32)
-  accepting = np.zeros(len(order), bool)
-  zero = pywrapfst.Weight.zero(fst.weight_type())
+  table[state[keep], column[keep]] = target[keep]
   marker_arcs = []
-  for old in order:
-    q = new_id[old]
-    accepting[q] = fst.final(old) != zero
-    for arc in fst.arcs(old):
-      lo, hi = edges[arc.ilabel - 1], edges[arc.ilabel]
-      for value in range(lo, hi):
-        column = value if value < 256 else 256 + value - _CALL_BASE
-        if value < 256 or _CALL_BASE <= value < _CALL_BASE + num_rules:
-          table[q, column] = new_id[arc.nextstate]
-        elif markers and _nfa.FRAGMENT_BASE <= value < _CALL_BASE:
-          node = pseudo[value - _nfa.FRAGMENT_BASE]
-          if isinstance(node, ir.Marker):
-            marker_arcs.append((q, node, new_id[arc.nextstate]))
-  return table, accepting, marker_arcs
+  if markers:
+    is_pseudo = (value >= _nfa.FRAGMENT_BASE) & (value < _CALL_BASE)
+    for at in np.flatnonzero(is_pseudo)[np.lexsort((value[is_pseudo], state[is_pseudo]))]:
+      node = pseudo[int(value[at]) - _nfa.FRAGMENT_BASE]
+      if isinstance(node, ir.Marker):
+        marker_arcs.append((int(state[at]), node, int(target[at])))
+  return table, accepting[order], marker_arcs
 
 
 def build_rtn(grammar: "_grammar.GrammarIR") -> Rtn:

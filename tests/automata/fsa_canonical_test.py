@@ -1,4 +1,4 @@
-"""Byte DFAs are numbered canonically (`_fsa._breadth_first`): equal languages, equal tables.
+"""Byte DFAs are numbered canonically (`_fsa.breadth_first`): equal languages, equal tables.
 
 The oracle is an independent breadth-first numbering written here (a queue over bytes
 0..255, then token-class, fragment and marker arcs in index order), and languages that
