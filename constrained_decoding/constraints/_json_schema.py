@@ -80,8 +80,9 @@ not generated):
   enforced, additional properties before and after them but not between two declared
   ones (`_json_objects.py`: an automaton over the set of declared keys written). It
   writes each value about 2^(n-1) times for n members, so an object whose copies would
-  exceed `MAX_ANY_ORDER_SIZE` IR nodes or `MAX_ANY_ORDER_WIDE` (12) string bodies and
-  schema-free values (3 string members fit, 4 do not) is written once, linearly, with
+  exceed `MAX_ANY_ORDER_SIZE` IR nodes or `MAX_ANY_ORDER_WIDE` (6) wide parts (string
+  bodies and schema-free values; formats such as `email` count more, `wide_parts`: 2
+  string members fit, 3 do not) is written once, linearly, with
   register markers: the device checks its keys in a few int32 words per row
   (`_json_objects.register_object`, `automata/_registers.py`), additional properties
   anywhere among the declared ones. Inside a recursive schema, or where the compiler

@@ -321,6 +321,42 @@ def test_large_objects_check_keys_in_registers_or_keep_schema_order(caplog):
                    "dependentRequired": {"p0": ["p1"]}}).to_ir()
 
 
+def test_objects_choose_registers_by_the_measured_cost_of_their_copies(caplog):
+  # A member's copies are weighed by what they cost once composed (`wide_parts`): an
+  # `email` (a bounded hostname of [A-Za-z0-9] positions) weighs several string bodies,
+  # so three members with one of them check their keys in registers, while three
+  # integers (no wide part) or one plain string among integers keep the automaton.
+  from constrained_decoding.constraints import _json_objects  # pylint: disable=g-import-not-at-top
+
+  def weight(schema):
+    return _json_objects.wide_parts(cd.JsonSchema(schema).to_ir())
+
+  assert weight({"type": "integer"}) == 0 and weight({"type": "string"}) == 1
+  assert weight({"type": "string", "format": "date-time"}) < 1  # Digits only.
+  assert weight({"type": "string", "format": "email"}) > 6
+  assert 1 < weight({"type": "string", "format": "uri"}) < weight(
+      {"type": "string", "format": "email"})
+  assert weight({"type": "string", "maxLength": 16}) == 2  # 16 positions of the body.
+  for first, registers in [({"type": "string", "format": "email"}, True),
+                           ({"type": "string"}, False), ({"type": "integer"}, False)]:
+    schema = {"type": "object", "properties": {"a": first, "b": {"type": "integer"},
+                                               "c": {"type": "integer"}}}
+    caplog.clear()
+    with caplog.at_level("INFO"):
+      dfa = compile_byte_dfa(cd.JsonSchema(schema).to_ir())
+    assert bool(len(dfa.marker_arcs)) == registers, first
+    assert ("checks its 3 keys on the device" in caplog.text) == registers
+    validator = jsonschema.Draft202012Validator(schema)
+    value = "x@example.com" if first.get("type") == "string" else 7
+    for text in [f'{{"c":1,"a":{json.dumps(value)},"b":2}}', '{"b":1,"x":[0],"c":2}',
+                 f'{{"a":{json.dumps(value)},"a":{json.dumps(value)}}}', '{"b":"1"}']:
+      expected = validator.is_valid(json.loads(text)) and text.count('"a"') < 2
+      # Additional members between declared ones: accepted by registers only.
+      if not registers and re.search(r'\d,"x"', text):
+        expected = False
+      assert dfa.accepts(text.encode()) == expected, (first, text)
+
+
 def test_property_order_option_is_checked():
   with pytest.raises(ValueError, match=r"property_order is 'sorted'"):
     cd.JsonSchema({}, property_order="sorted")
