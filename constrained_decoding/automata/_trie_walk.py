@@ -4,8 +4,7 @@ Each frontier pair (trie node, DFA state, origin) stands for the bytes from the 
 the node read from `origin` into `state`; a walk steps every pair to each child byte the
 DFA allows and emits an edge (origin, token, state) for every token a node spells. Wide
 frontiers step in numpy (about 20 calls per level whatever their size), narrow ones (the
-deep tails of long tokens) in plain Python; long frontiers are walked once per distinct
-(node, state) pair (`_walk_shared_frontier`). Composition (`_compose.py`), fragments
+deep tails of long tokens) in plain Python. Composition (`_compose.py`), fragments
 (`_splice.py`), counted chains and the pushdown compiler build on these walks.
 """
 
@@ -276,42 +275,6 @@ def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin
   if found:  # Flat (source, token, target) triples: a [3, n] array's rows.
     parts.append(np.array(found, np.int32).reshape(-1, 3).T)
   return parts
-
-
-# A frontier at least this long is walked once per distinct (node, state) pair (below
-# it, sorting the pairs costs about what sharing saves).
-_SHARED_FRONTIER = 2048
-
-
-def _walk_shared_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin, *,
-                          max_edges: int, deadline: float, what: str):
-  """`_walk_frontier` (without stops), walking each distinct (node, state) pair once.
-
-  What lies below a pair does not depend on its origin, and the states of one string
-  body (its loop states and the near-loop states of keys that must differ from declared
-  ones) share their exits: RPG's default schema has 17,200 frontier pairs, 1,806 of
-  them distinct. Each distinct pair is walked once and its edges copied to every origin
-  that has it.
-  """
-  budget = dict(max_edges=max_edges, deadline=deadline, what=what)
-  if len(node) < _SHARED_FRONTIER:
-    return _walk_frontier(transitions, trie, node, state, origin, **budget)
-  key = node.astype(np.int64) << 32 | state
-  order = key.argsort(kind="stable")
-  key = key[order]
-  starts = np.flatnonzero(np.diff(key, prepend=-1))
-  if 2 * len(starts) > len(node):  # Mostly distinct already.
-    return _walk_frontier(transitions, trie, node, state, origin, **budget)
-  parts = _walk_frontier(transitions, trie, node[order[starts]], state[order[starts]],
-                         np.arange(len(starts), dtype=np.int32), **budget)
-  if not parts:
-    return parts
-  pair, tok, dst = _concatenate_columns(parts)
-  bounds = np.append(starts, len(node))
-  which, index = _ranges(bounds[pair], bounds[pair + 1])
-  if len(which) > max_edges:
-    raise _too_many_edges(what, f"more than {max_edges}", max_edges)
-  return [(origin[order[index]], tok[which], dst[which])]
 
 
 def _root_frontier(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray,

@@ -9,7 +9,6 @@ from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _openfst_io
-from constrained_decoding.automata import _trie_walk
 
 _PATTERNS = [
     r"Red|Orange|Yellow|Green|Blue|Indigo|Violet",
@@ -120,26 +119,34 @@ def test_wide_states_become_terminals(gemma_compiler):
 
 
 @pytest.mark.parametrize("copies", [1, 3, 40])
-def test_shared_frontier_walk_equals_plain_walk(copies, gemma_compiler, monkeypatch):
-  """Walking each distinct (node, state) pair once and copying its edges to every
-  origin gives the edges of walking every pair (same multiset)."""
-  monkeypatch.setattr(_trie_walk, "_SHARED_FRONTIER", 16)
+def test_repeated_frontier_pairs_walk_each_origin(copies, gemma_compiler):
+  """A frontier repeating (node, state) pairs under other origins (a string body's loop
+  states share their exits) gives each origin the edges its pair gives alone, and the
+  edge budget counts every copy."""
   dfa = _fsa.compile_byte_dfa(cd.Regex(r'"[a-z ]{0,6}"(, "[0-9]+")?').to_ir())
   trie = gemma_compiler.trie
   rng = np.random.default_rng(copies)
   origins = np.arange(dfa.num_states, dtype=np.int64)
-  node, state, origin = _compose._root_frontier(dfa, trie, origins)  # pylint: disable=protected-access
+  node, state, _ = _compose._root_frontier(dfa, trie, origins)  # pylint: disable=protected-access
   pick = rng.integers(0, len(node), size=copies * len(node))
-  frontier = (node[pick], state[pick], rng.integers(0, 50, size=len(pick)).astype(np.int32))
+  origin = rng.integers(0, 50, size=len(pick)).astype(np.int32)
   budget = dict(max_edges=10**8, deadline=float("inf"), what="test")
 
   def as_rows(parts):
     src, tok, dst = _compose._concatenate_columns(parts)  # pylint: disable=protected-access
     return sorted(zip(src.tolist(), tok.tolist(), dst.tolist()))
 
-  plain = as_rows(_compose._walk_frontier(dfa.transitions, trie, *frontier, **budget))  # pylint: disable=protected-access
-  shared = as_rows(_compose._walk_shared_frontier(dfa.transitions, trie, *frontier, **budget))  # pylint: disable=protected-access
-  assert plain and shared == plain
+  # Oracle: each distinct pair walked alone (its own origin k), its edges relabelled.
+  alone = as_rows(_compose._walk_frontier(  # pylint: disable=protected-access
+      dfa.transitions, trie, node, state, np.arange(len(node), dtype=np.int32), **budget))
+  by_pair: dict[int, list] = {}
+  for k, tok, dst in alone:
+    by_pair.setdefault(k, []).append((tok, dst))
+  expected = sorted((o, tok, dst) for p, o in zip(pick.tolist(), origin.tolist())
+                    for tok, dst in by_pair.get(p, ()))
+  walked = as_rows(_compose._walk_frontier(dfa.transitions, trie, node[pick], state[pick],  # pylint: disable=protected-access
+                                           origin, **budget))
+  assert expected and walked == expected
   with pytest.raises(cd.CompileBudgetError, match="token edges"):
-    _compose._walk_shared_frontier(dfa.transitions, trie, *frontier,  # pylint: disable=protected-access
-                                   **dict(budget, max_edges=len(plain) - 1))
+    _compose._walk_frontier(dfa.transitions, trie, node[pick], state[pick], origin,  # pylint: disable=protected-access
+                            **dict(budget, max_edges=len(expected) - 1))
