@@ -139,8 +139,12 @@ SLOT_CHECK_PACKED = {"cpu": True, "default": False}
 # (Lanes share first lexemes only where they outnumber the slots _SHARE_FROM to 1: it
 # cuts the queue's work, not its tail (the longest lane), and costs a loop of its own;
 # Python with Gemma 3 at batch 1 (5 lanes a slot) was 0.64 -> 0.72 ms with it, at 64
-# (41 a slot) 18.4 -> 14.6 ms: docs/lexer_runtime.md "Lane schedule".)
+# (41 a slot) 18.4 -> 14.6 ms: docs/lexer_runtime.md "Lane schedule".) The first
+# lexemes run in a queue of their own, FIRST_SLOTS slots a row: a row has F columns
+# (the widest state's count, Python 37) but ~2.5 lexemes on average, so the one loop
+# ran ~15x the lanes there are for as long as the longest (12 micro-steps).
 _FIRST_COLUMNS = 4
+FIRST_SLOTS = 2
 _SHARE_FROM = 8
 
 
@@ -209,7 +213,7 @@ def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]
 
 
 def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
-           first: tuple | None = None):
+           first: tuple | None = None, queue_slots: int = 0):
   """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
 
   A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
@@ -368,11 +372,11 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
 
   def run(config, *carry):
     unroll, select, pool = config
-    slots = pool * math.ceil(math.sqrt(b))
+    slots = queue_slots or pool * math.ceil(math.sqrt(b))
     # The queue's iterations cost more than the loop's and it needs more of them, so it
     # pays where lanes outnumber slots (SQL at batch 1: 221 lanes of 2.8 micro-steps
     # on average were 0.13 -> 0.16 ms in it); `advance`'s 2 lanes a row never are.
-    if pool and 4 * slots <= n:
+    if pool and (queue_slots or 4 * slots <= n):
       if first is None or n < _SHARE_FROM * slots:
         return _queue(micro, count, count > 0, start, (1, 4, 5), buffers, slots, unroll,
                       max_steps)
@@ -424,7 +428,9 @@ def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, star
   b, f = first_items.shape
   n = lane_first.size
   items1 = jnp.full((b, f, 2), -1, jnp.int32).at[:, :, 0].set(first_items)
-  one = _lanes(tables, state, items1)  # B * F lanes: the one loop (no queue, no sharing)
+  # B * F lanes, of which ~2.5 a row have a lexeme (Python, Gemma 3: F = 37): a small
+  # queue runs those alone (the one loop ran all B * F for the longest one's ~12 steps).
+  one = _lanes(tables, state, items1, queue_slots=FIRST_SLOTS * b)
   suffix, isuf = buffers
   cols, icols = min(_FIRST_COLUMNS, suffix.shape[1]), 1
   fits = (jnp.all(one["suffix"][:, cols:] == 0, axis=1)
