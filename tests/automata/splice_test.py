@@ -108,7 +108,11 @@ SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "object"},
                                       "b": {"type": "array", "items": {"type": "object"}}}},
     {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "null"}}}},
-    {"type": "object", "properties": {"a": {}, "b": {"title": "any"}, "c": True},
+    # Two free-form members each (any order, written twice): three would be past the
+    # any-order budget of wide parts, a register object this test does not contract.
+    {"type": "object", "properties": {"a": {}, "b": {"title": "any"}},
+     "required": ["a"], "additionalProperties": False},
+    {"type": "object", "properties": {"a": {}, "c": True},
      "required": ["a"], "additionalProperties": False},
 ]
 
