@@ -1,6 +1,7 @@
 """Shared fixtures. Real vocabulary: the Gemma 3 tokenizer in the default model's GGUF."""
 
 import importlib
+import importlib.util
 import inspect
 import os
 import shutil
@@ -20,6 +21,7 @@ if _OWN_XLA_CACHE:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="cd-tests-xla-")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
+import beartype  # noqa: E402
 import jaxtyping  # noqa: E402
 
 # Check jaxtyping shape annotations of the whole package while tracing (STYLE.md G15).
@@ -37,13 +39,22 @@ import constrained_decoding as cd  # noqa: E402
 # `constrained_decoding.testing` keep the checked wrappers (bound at import, before this),
 # only the module's own calls (`_exact`'s enumeration, `reference_walk`) skip them.
 _UNCHECKED = {
-    "constrained_decoding.automata._registers": ("ByteWalker.step", "ByteWalker.moves"),
+    "constrained_decoding.automata._registers": ("ByteWalker.step", "ByteWalker.moves",
+                                                 "ByteWalker.accepting"),
     "constrained_decoding.tables": ("ConstraintTables.has_registers",
                                     "ConstraintTables.has_hashes"),
     "constrained_decoding.testing._reference": (
         "_step", "_matching_groups", "_extended", "_after_guard", "_guard_of", "_terminals",
-        "reference_allowed", "reference_end_allowed", "reference_step_stack"),
+        "reference_allowed", "reference_end_allowed", "reference_step_stack",
+        "reference_stack_needs"),
+    # Once per token of a GGUF vocabulary (262,144 calls per Gemma 3 load).
+    "constrained_decoding.vocab._vocabulary": ("_spm_piece_bytes",),
 }
+# Functions whose *nested* functions are the hot loop (the hook wraps those too, at every
+# call of the outer one): replaced by a copy of the module's function compiled without
+# the hook, itself checked at its boundary. `accepted_sequences`' recursive `walk` runs
+# once per prefix of a finite language (735,532 checked calls in slotted_chains_test).
+_UNCHECKED_INSIDE = {"constrained_decoding.testing._exact": ("accepted_sequences",)}
 
 
 def _uncheck(module_name: str, qualname: str) -> None:
@@ -62,9 +73,25 @@ def _uncheck(module_name: str, qualname: str) -> None:
           if isinstance(checked, property) else plain)
 
 
+def _uncheck_inside(module_name: str, name: str) -> None:
+  """Puts in place of `module.name` the same function from a copy of the module loaded
+  without the hook (its nested functions unchecked), wrapped in the hook's checks; raises
+  if the name was not wrapped (then this list is stale)."""
+  owner = importlib.import_module(module_name)
+  if not hasattr(owner.__dict__[name], "__wrapped__"):
+    raise AssertionError(f"{module_name}.{name} is not wrapped by the jaxtyping hook")
+  spec = importlib.util.spec_from_file_location(f"{module_name}__unchecked", owner.__file__)
+  plain = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(plain)  # A plain source loader: the hook's finder is not asked.
+  setattr(owner, name, jaxtyping.jaxtyped(typechecker=beartype.beartype)(getattr(plain, name)))
+
+
 for _module, _names in _UNCHECKED.items():
   for _name in _names:
     _uncheck(_module, _name)
+for _module, _names in _UNCHECKED_INSIDE.items():
+  for _name in _names:
+    _uncheck_inside(_module, _name)
 
 
 def pytest_unconfigure(config):
