@@ -51,15 +51,8 @@ Kb x W words of OR and N scattered ids. `advance`: log2(N) + Kb gathers, then 2 
 of O(D). Ks, K, N, Kb, L are maxima over lexer states, so every row pays the worst
 state's widths.
 
-Measured (`.venv/bin/python benchmarks/lexed_step.py`, Gemma 3 vocabulary, 262,144
-tokens; `constraints/grammars/sql_select_lexed.lark`; this 2-core shared CPU, jitted
-`allowed_bits` + `advance`, median / p90 / max over the 87 states of two queries, best
-of 5 rounds): compile 2.1-2.6 s; tables 5.7 MiB (set_bits 60 x 8,192 words 1.9 MiB,
-listed tokens N = 2,058 per state 2 x 1.1 MiB, K = 612 slots, Ks = 214 lanes, L = 16,
-Kb = 2; canonical LR(1) 343 states x 33 terminals, 0.1 MiB). Step: batch 1 0.24 / 0.27
-/ 0.55 ms, batch 8 0.78 / 0.91 / 1.15 ms, batch 64 8.9 / 12.9 / 13.8 ms; the flat JSON
-grammar's step in the same runs 0.26-1.0 ms (batch 1), 0.35-1.1 ms (8), 0.87-1.3 ms
-(64): on par up to batch 8, 7-10x at batch 64, where the lanes are ~3/4 of the step.
+Measured step costs against the flat JSON grammar's (`benchmarks/lexed_step.py`, Gemma
+3; on CPU and an H200) and what was tried: docs/lexer_runtime.md, "Lane schedule".
 
 Approximation: a pending lexeme counts as fine when it can still become an ignored
 lexeme or a terminal the parser takes next; whether the text after that terminal can
@@ -71,11 +64,9 @@ pick theirs by `init_state(..., constraint_ids=)`); not with `ConstraintTables` 
 flat runtime. Indentation (`_lanes`, docs/lexer_runtime.md "Python: INDENT/DEDENT"): a
 newline lexeme's class carries its width; lanes feed NEWLINE / INDENT / DEDENT and keep
 their own pushed widths; a pending newline that needs an INDENT is refused when the
-indentation stack is full. Python (`grammars/python_lexed.lark`, Gemma 3): 425 lexer
-states, Ks = 662 lanes, 43.1 MiB; its step is lane-bound (see the doc for figures and
-the levers). Not yet: `rewind`, Go's semicolons, parser-stack-aware masks (near the stack bound a row may be left with only
-tokens that would overflow: they are refused, so a walk can dead-end within a few
-tokens of D; pick D above the nesting the text needs).
+indentation stack is full. Not yet: `rewind`, parser-stack-aware masks (near the stack
+bound a row may be left with only tokens that would overflow: they are refused, so a
+walk can dead-end within a few tokens of D; pick D above the nesting the text needs).
 
 Public:
   LexedTables, tables_from_arrays(arrays)   the device tables.
@@ -129,20 +120,17 @@ SEARCH_METHOD = {"cpu": "scan", "default": "scan_unrolled"}
 # 8, 1,024-2,048 at 64). On a GPU the cost is the loop's iterations (launches), which
 # the one loop keeps fewest.
 LANE_POOL = {"cpu": 128, "default": 0}
-# `allowed_bits`' check of each outcome slot (its lane's result and the lexeme pending
-# in its final state): True packs both sides in words and ANDs them (`_slot_ok_packed`:
-# Python's mask without lanes 3.8 -> ~1.5 ms at batch 64 on CPU); False is the plain
-# form, kept off CPU where the packed one is not yet timed.
+# The CPU-only form of `allowed_bits`' slot check (the plain one off CPU, not yet timed
+# there): packed words (`_slot_ok_packed`: Python's mask without lanes 3.5 -> 1.6 ms at
+# batch 64).
 SLOT_CHECK_PACKED = {"cpu": True, "default": False}
 # In the queue, lanes start after their first lexeme, run once per row and distinct
 # first lexeme (`_after_first`): the pushed entries of that run copied to each lane.
 # (Lanes share first lexemes only where they outnumber the slots _SHARE_FROM to 1: it
 # cuts the queue's work, not its tail (the longest lane), and costs a loop of its own;
 # Python with Gemma 3 at batch 1 (5 lanes a slot) was 0.64 -> 0.72 ms with it, at 64
-# (41 a slot) 18.4 -> 14.6 ms: docs/lexer_runtime.md "Lane schedule".) The first
-# lexemes run in a queue of their own, FIRST_SLOTS slots a row: a row has F columns
-# (the widest state's count, Python 37) but ~2.5 lexemes on average, so the one loop
-# ran ~15x the lanes there are for as long as the longest (12 micro-steps).
+# (41 a slot) 18.4 -> 14.6 ms: docs/lexer_runtime.md "Lane schedule".) First lexemes
+# run in a queue of FIRST_SLOTS a row (Python: F = 37 columns, ~2.5 used a row).
 _FIRST_COLUMNS = 4
 FIRST_SLOTS = 2
 _SHARE_FROM = 8
@@ -544,16 +532,12 @@ def _pending_ok(tables: LexedTables, top, final, paren, room):
 
 
 def _slot_ok_packed(tables: LexedTables, lanes: dict, lane, final):
-  """`_pending_ok` of each slot after its lane (and the lane's ok), as one AND of words.
-
-  Per lane [B, X]: the action bits of its top state (zero when the lane failed) and a
-  flags word (ok; ok inside brackets; ok outside with a newline it can take); per
-  final lexer state: its viable terminals and a flags word (free; a pending newline
-  inside brackets; one outside). A slot is fine when some word of the two ANDs to
-  non-zero: the same cases as `_pending_ok`, with 4 + 4 gathered words a slot instead
-  of ~15 gathers, and ending in a reduction, so XLA materializes it rather than
-  recomputing it in each consumer (the listed tokens' gather on CPU recomputed the
-  whole check per listed token: 1.7 of 3.8 ms of Python's mask at batch 64)."""
+  """Each slot's lane ok and `_pending_ok`, as one AND of words: per lane [B, X] the
+  action bits of its top state (zero if it failed) and flags (ok; ok in brackets; ok
+  outside with a newline it can take); per final lexer state its viable terminals and
+  flags (free; a newline in brackets; one outside). Same cases, 4 + 4 gathered words a
+  slot instead of ~15 gathers, and a reduction, which XLA materializes (it fused the
+  plain check into the listed tokens' gather: 1.7 of Python's 3.8 ms at batch 64)."""
   ok, top, paren, room = (lanes[k] for k in ("ok", "top", "paren", "room"))
   nl = ((tables.action_bits[top, _NEWLINE // 32] >> (_NEWLINE % 32)) & 1) == 1
   nl_out = nl & (~tables.nl_needs_indent[top] | room)
