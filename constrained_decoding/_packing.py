@@ -239,7 +239,10 @@ def stack_needs(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
   returning = (group_pops == 1) & accepting[a.group_state]
   returning_edges = np.nonzero(returning[a.edge_group])[0]
   returning_groups = np.nonzero(returning)[0]
-  returned_to = np.asarray(a.group_pops)[returning_groups, 0].astype(np.int64)
+  group_pop_symbols = np.asarray(a.group_pops)
+  # No columns when nothing is ever pushed (only tail calls): then no group returns.
+  returned_to = (group_pop_symbols[returning_groups, 0] if group_pop_symbols.shape[1]
+                 else np.zeros(0)).astype(np.int64)
   term = np.asarray(a.state_terminals)
   has_term = (term[..., 0] >= 0) & (term[..., 1] >= 0)
   term_source = np.nonzero(has_term)[0]
