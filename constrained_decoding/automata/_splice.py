@@ -227,83 +227,107 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
       return None
     sizes.append(fragment.num_states - 1)
   total = q + sum(sizes)
-  new_trans = np.full((total, 256), NO_STATE, np.int32)
-  new_trans[:q] = trans
-  accepting = np.zeros(total, bool)
-  accepting[:q] = dfa.accepting
-  copies = np.zeros(total, bool)
-  phis = []
-  offset = q
-  for (s, k, _), size in zip(arcs.tolist(), sizes):
-    fragment = automata[k].dfa
-    phi = np.empty(size + 1, np.int32)
-    phi[0] = s
-    phi[1:] = np.arange(offset, offset + size, dtype=np.int32)
-    offset += size
-    # Entry f + 1 of [NO_STATE, phi...] maps f, and NO_STATE (-1) to itself; the copy's
-    # states after its start are the block offset - size..offset - 1.
-    lookup = np.concatenate([[NO_STATE], phi])
-    shifted = automata[k].shifted_transitions
-    new_trans[s] = lookup[shifted[0]]
-    np.take(lookup, shifted[1:], out=new_trans[offset - size:offset])
-    copies[phi] = True
-    phis.append(phi)
-  # Accepting copy states also continue like c (whose row is final now: c is no copy).
-  edge_parts, frontier_parts, terminals = [], [], {}
-  ops = None if arc_ops is None else dict(arc_ops)
-  ops_of: dict[int, list] = {}
-  for (state, byte), crossed in (arc_ops or {}).items():
-    ops_of.setdefault(state, []).append((byte, crossed))
-  for (_, k, c), phi in zip(arcs.tolist(), phis):
-    automaton = automata[k]
-    finals = phi[automaton.dfa.accepting]
-    follow = new_trans[c] != NO_STATE
-    if not _IS_EXIT_BYTE[follow].all() or (new_trans[finals][:, follow] != NO_STATE).any():
-      return None
-    new_trans[np.ix_(finals, np.flatnonzero(follow))] = new_trans[c, follow]
-    accepting[finals] = dfa.accepting[c]
-    for byte, crossed in ops_of.get(c, ()):
-      for f in finals.tolist():
-        ops[(f, byte)] = crossed
-    src, tok, dst = automaton.edges
-    edge_parts.append((phi[src], tok, phi[dst]))
-    for state, edges in automaton.terminals.items():
-      terminals[int(phi[state])] = [(bits, int(phi[target])) for bits, target in edges]
-    nxt = new_trans[c, automaton.exit_byte]
-    keep = np.flatnonzero(nxt != NO_STATE)
-    frontier_parts.append((automaton.exit_node[keep], nxt[keep],
-                           phi[automaton.exit_from[keep]]))
-  class_edges = [np.arange(257) if d.class_edges is None else d.class_edges
-                 for d in [dfa] + [a.dfa for a in automata]]
-  # A continuation c that only the fragment arcs led to is unreachable now (the copies'
-  # accepting states took its arcs): drop it, so that the DFA stays trimmed.
+  # A continuation c that only the fragment arcs led to is unreachable once spliced (the
+  # copies' accepting states take its arcs): drop it, so that the DFA stays trimmed.
+  # Known before the copies are written (no row leads to it), so the table is built in
+  # the final numbering: the copies' rows are written once, not renumbered afterwards.
   keep = np.ones(total, bool)
   reached = set(dfa.token_arcs[:, 2].tolist()) | {dfa.start}
   for c in set(arcs[:, 2].tolist()) - reached:
     keep[c] = bool((trans == c).any()) or not drop_unreached
+  dropped = int(total - np.count_nonzero(keep))
+  new_id = None  # Old number -> new; entry [-1] maps NO_STATE to itself.
+  base = trans.copy()  # The rows of dfa's states, in the final numbering.
+  if dropped:
+    new_id = np.cumsum(keep, dtype=np.int32) - 1
+    new_id = np.append(np.where(keep, new_id, NO_STATE), NO_STATE).astype(np.int32)
+    base = new_id[trans]
+  new_trans = np.full((total - dropped, 256), NO_STATE, np.int32)
+  accepting = np.zeros(total, bool)
+  accepting[:q] = dfa.accepting
+  copies = np.zeros(total, bool)
+  phis, new_phis = [], []
+  offset = q
+  for (s, k, _), size in zip(arcs.tolist(), sizes):
+    phi = np.empty(size + 1, np.int32)
+    phi[0] = s
+    phi[1:] = np.arange(offset, offset + size, dtype=np.int32)
+    new_phi = phi if new_id is None else new_id[phi]
+    # Entry f + 1 of [NO_STATE, new_phi...] maps f, and NO_STATE (-1) to itself; the
+    # copy's states after its start are a block (all kept: only states of dfa drop).
+    lookup = np.concatenate([[NO_STATE], new_phi])
+    shifted = automata[k].shifted_transitions
+    base[s] = lookup[shifted[0]]
+    np.take(lookup, shifted[1:], out=new_trans[offset - dropped:offset - dropped + size])
+    offset += size
+    copies[phi] = True
+    phis.append(phi)
+    new_phis.append(new_phi)
+  # Accepting copy states also continue like c (whose row is final now: c is no copy).
+  frontier_parts, terminals = [], {}
+  ops = None if arc_ops is None else dict(arc_ops)
+  ops_of: dict[int, list] = {}
+  for (state, byte), crossed in (arc_ops or {}).items():
+    ops_of.setdefault(state, []).append((byte, crossed))
+  for (_, k, c), phi, new_phi in zip(arcs.tolist(), phis, new_phis):
+    automaton = automata[k]
+    finals = phi[automaton.dfa.accepting]
+    new_finals = new_phi[automaton.dfa.accepting]
+    follow = base[c] != NO_STATE
+    if (not _IS_EXIT_BYTE[follow].all()
+        or (new_trans[new_finals][:, follow] != NO_STATE).any()):
+      return None
+    new_trans[np.ix_(new_finals, np.flatnonzero(follow))] = base[c, follow]
+    accepting[finals] = dfa.accepting[c]
+    for byte, crossed in ops_of.get(c, ()):
+      for f in finals.tolist():
+        ops[(f, byte)] = crossed
+    for state, edges in automaton.terminals.items():
+      terminals[int(new_phi[state])] = [(bits, int(new_phi[target])) for bits, target in edges]
+    nxt = base[c, automaton.exit_byte]
+    reads = np.flatnonzero(nxt != NO_STATE)
+    frontier_parts.append((automaton.exit_node[reads], nxt[reads],
+                           new_phi[automaton.exit_from[reads]]))
+  new_trans[:q - dropped] = base if new_id is None else base[keep[:q]]
+  class_edges = [np.arange(257) if d.class_edges is None else d.class_edges
+                 for d in [dfa] + [a.dfa for a in automata]]
   class_edges = np.unique(np.concatenate(class_edges))
-  src, tok, dst = _columns(edge_parts)
-  node, state, origin = _columns(frontier_parts)
-  if keep.all():
+  edges = _copy_edges(arcs[:, 1], new_phis, automata)
+  frontier = _columns(frontier_parts)
+  if new_id is None:
     return (ByteDfa(transitions=new_trans, accepting=accepting, start=dfa.start,
                     token_arcs=dfa.token_arcs, class_edges=class_edges),
-            _compose.GivenEdges(copies, (src, tok, dst), terminals, (node, state, origin),
-                                ops))
-  new_id = np.cumsum(keep, dtype=np.int32) - 1
-  new_id = np.append(np.where(keep, new_id, NO_STATE), NO_STATE).astype(np.int32)  # [-1]: -1.
+            _compose.GivenEdges(copies, edges, terminals, frontier, ops))
   token_arcs = dfa.token_arcs.copy()
   token_arcs[:, [0, 2]] = new_id[token_arcs[:, [0, 2]]]
-  spliced = ByteDfa(transitions=new_id[new_trans[keep]], accepting=accepting[keep],
+  spliced = ByteDfa(transitions=new_trans, accepting=accepting[keep],
                     start=int(new_id[dfa.start]), token_arcs=token_arcs,
                     class_edges=class_edges)
   given = _compose.GivenEdges(
-      copies[keep], (new_id[src], tok, new_id[dst]),
-      {int(new_id[s]): [(bits, int(new_id[t])) for bits, t in edges]
-       for s, edges in terminals.items()},
-      (node, new_id[state], new_id[origin]),
+      copies[keep], edges, terminals, frontier,
       None if ops is None else {(int(new_id[s]), b): crossed for (s, b), crossed in ops.items()
                                 if new_id[s] >= 0})
   return spliced, given
+
+
+def _copy_edges(fragment_of: np.ndarray, phis: list,
+                automata: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The copies' explicit edges (source, token, target) int32, copy by copy: each
+  fragment's edges renumbered by its copy's states `phis[i]` (final numbers), written
+  once into the output columns: one gather per edge column, no concatenation or later
+  renumbering pass (the maps compose on a copy's ~350 states, not its ~29k edges).
+  """
+  counts = [len(automata[k].edges[0]) for k in fragment_of.tolist()]
+  total = sum(counts)
+  src, tok, dst = (np.empty(total, np.int32) for _ in range(3))
+  at = 0
+  for k, phi, n in zip(fragment_of.tolist(), phis, counts):
+    fragment_src, fragment_tok, fragment_dst = automata[k].edges
+    np.take(phi, fragment_src, out=src[at:at + n])
+    tok[at:at + n] = fragment_tok
+    np.take(phi, fragment_dst, out=dst[at:at + n])
+    at += n
+  return src, tok, dst
 
 
 def _columns(parts: list) -> tuple[np.ndarray, ...]:
