@@ -285,9 +285,13 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
     for _, byte in contracted.arc_ops:
       tagged_bytes[byte] = True
     # Only tokens holding a byte some operation is read with can cross one: walk those.
-    crossing = _tokens_with(token_bytes, tagged_bytes)[token_dfa.edge_token]
-    hits = _crossed_hits(contracted, byte_state[token_dfa.edge_source],
-                         token_dfa.edge_token, np.flatnonzero(crossing), token_bytes)
+    crossing = np.flatnonzero(_tokens_with(token_bytes, tagged_bytes)[token_dfa.edge_token])
+    # Source states and tokens of those edges alone (a tenth to a fifth of the edges with
+    # spliced JSON values, whose copies' edges repeat per copy), then the edge ids back.
+    edge, *rest = _crossed_hits(contracted, byte_state[token_dfa.edge_source[crossing]],
+                                token_dfa.edge_token[crossing], np.arange(len(crossing)),
+                                token_bytes)
+    hits = (crossing[edge], *rest)
   hashes = {}
   uniques = any(k in (UOPEN, UCLOSE) for ops in contracted.arc_ops.values() for k, _, _ in ops)
   if crossed_at is None and not uniques:  # Edges grouped by the ops they cross, in numpy.
