@@ -9,7 +9,10 @@ spliced schema-free JSON fragments):
 1. `extract` replaces each eligible `Repeat(X, n, m)` of the IR (the shape
    `_counting.find_chain` accepts) by an `ir.Fragment` whose body is the *compressed*
    repeat `X{n', m'}` (`_counting._compressed`: every bound past ~2L, L the longest
-   token, shares one shape), so the byte DFA stays small whatever m is.
+   token, shares one shape), so the byte DFA stays small whatever m is. An `ir.Graph`
+   that is one path ending in a run of one label (`_path_repeat`: a `propertyNames`
+   pattern `^[a-z][a-z0-9_]{0,31}$` intersected with JSON strings) is its head, then
+   that run as a repeat.
 2. `splice_chains` replaces each pseudo-byte arc s --F--> c of such a fragment by a copy
    of the compressed chain's byte DFA: s is its position 0 (s may read other bytes,
    none the chain reads), and every accepting copy state also continues like c (c
@@ -141,19 +144,68 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
           stride=slotted.stride, inner=[], body=None, slotted=slotted)
     return ir.Fragment(name, graph)
 
+  def path_fragment(graph: ir.Graph) -> ir.Node | None:
+    # A path graph ending in a bounded run of one class (a `propertyNames` pattern such
+    # as `^[a-z][a-z0-9_]{0,31}$`, intersected with JSON strings): its head, then the run
+    # as a chain.
+    split = _path_repeat(graph)
+    if split is None:
+      return None
+    head, run = split
+    fragment = chain_fragment(run)
+    return None if fragment is None else ir.concat(*head, fragment)
+
   def chain_or_descend(n: ir.Node) -> ir.Node | None:
     # Top-down: a repeat is judged as written, before anything inside it is replaced.
     # Bytes, classes, terminals, rule references and (schema-free) fragments stay as they are.
     if isinstance(n, ir.Repeat) and (n.max is not None or n.min >= _counting.MIN_COUNT_WIDE):
       return chain_fragment(n)
     if isinstance(n, ir.Graph):
-      return slotted_fragment(n)
+      found = slotted_fragment(n)
+      return found if found is not None else path_fragment(n)
     return None
 
   if not _any_node(node, chain_or_descend):
     return node, {}  # Most constraints hold no chain: no rewrite (~2x the search).
   out = ir.transform(node, before=chain_or_descend)
   return (out, chains) if chains else (node, {})
+
+
+def _path_repeat(graph: ir.Graph) -> tuple[list[ir.Node], ir.Repeat] | None:
+  """(head labels, Repeat(K, a, b)) when `graph` is one path from state 0 whose last b
+  arcs all read the same label K and whose finals are exactly the last b - a + 1 states
+  (its language is then `head K{a,b}`); None otherwise (or when b is below
+  `_counting.MIN_COUNT_WIDE`, where no chain is counted)."""
+  n, arcs = graph.num_states, graph.arcs
+  if len(arcs) != n - 1 or n - 1 < _counting.MIN_COUNT_WIDE or not graph.finals:
+    return None
+  out = {}
+  for a, label, b in arcs:
+    if a in out:
+      return None
+    out[a] = (label, b)
+  labels, state, seen = [], 0, {0}
+  while state in out:
+    label, state = out[state]
+    if state in seen:
+      return None
+    seen.add(state)
+    labels.append((label, state))
+  if len(seen) != n:
+    return None
+  order = [0] + [b for _, b in labels]  # States along the path.
+  run = labels[-1][0]
+  j0 = len(labels)
+  while j0 > 0 and labels[j0 - 1][0] == run:
+    j0 -= 1
+  position = {q: j for j, q in enumerate(order)}
+  finals = sorted(position[q] for q in graph.finals)
+  if finals[0] < j0 or finals != list(range(finals[0], n)):
+    return None
+  b = n - 1 - j0
+  if b < _counting.MIN_COUNT_WIDE:
+    return None
+  return [label for label, _ in labels[:j0]], ir.Repeat(run, finals[0] - j0, b)
 
 
 def _any_node(node: ir.Node, found) -> bool:
