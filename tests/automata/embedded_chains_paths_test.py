@@ -150,3 +150,34 @@ def _regex_of(node: ir.Node) -> str:
 ])
 def test_path_repeat_refuses_other_graphs(graph):
   assert ec._path_repeat(graph) is None  # pylint: disable=protected-access
+
+
+# A head of the chain's class right before it (`_headed_chain`): e-mail's host name.
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9]|[-.][A-Za-z0-9]){0,31}"
+_HEADED = [r"[a-z]+@" + _HOST, r'\[("[a-z0-9][a-z0-9]{2,12}",)*\]',
+           r'(a[A-Za-z0-9][A-Za-z0-9]{0,9}!)+']
+
+
+@pytest.mark.parametrize("pattern", _HEADED)
+def test_headed_chain_equals_plain_composition(pattern, compilers, vocab):
+  counted = compilers[0].compile(cd.Regex(pattern))
+  plain = compilers[1].compile(cd.Regex(pattern))
+  assert counted.token_counts.shape[0] >= 1 and plain.token_counts.shape[0] == 0
+  ref.assert_same_walks(counted, plain, vocab.eos_ids, walks=120, max_steps=60)
+
+
+def test_headed_host_name_matches_re_at_every_length(compilers, vocab):
+  pattern = _HEADED[0]
+  tables = compilers[0].compile(cd.Regex(pattern))
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(5)
+  for units in itertools.chain(range(35), (31, 32, 33) * 8):
+    for _ in range(3):
+      # Mostly valid units; a first unit `-b` or `.c` (no label starts with them), a
+      # stray `-` or `_` now and then.
+      units_of = ["a", "Z", "9", "-b", ".c"] + (["-", "_"] if rng.random() < 0.3 else [])
+      host = "".join(rng.choice(units_of if j else ["a", "Z", "9", "-b", ".c"])
+                     for j in range(units))
+      text = "ab@" + host
+      tokens = index.random_tokenization(text.encode(), rng)
+      assert ref.reference_accepts(tables, tokens) == bool(re.fullmatch(pattern, text)), text
