@@ -2,9 +2,13 @@
 `propertyNames` pattern such as `^[a-z][a-z0-9_]{0,31}$` reaches the compiler as an
 `ir.Graph` (the pattern intersected with JSON strings), one path whose tail is the run.
 
-Oracles: `jsonschema` and `re.fullmatch` on keys of every length up to the bound + 1
-under random tokenizations, plain composition (allowed sets along random walks), and
-the path's own language by enumeration.
+A character of the chain's class right before it (an e-mail host name) joins the chain
+as its first position (`_embedded_chains._headed_chain`).
+
+Oracles: `jsonschema` and `re.fullmatch` on keys and host names of every length up to
+the bound + 1 under random tokenizations, plain composition (allowed sets along random
+walks), the path's own language by enumeration, and the device step (jax) against the
+numpy reference walk.
 """
 
 import itertools
@@ -12,7 +16,9 @@ import json
 import random
 import re
 
+import jax
 import jsonschema
+import numpy as np
 import pytest
 
 import constrained_decoding as cd
@@ -181,3 +187,21 @@ def test_headed_host_name_matches_re_at_every_length(compilers, vocab):
       text = "ab@" + host
       tokens = index.random_tokenization(text.encode(), rng)
       assert ref.reference_accepts(tables, tokens) == bool(re.fullmatch(pattern, text)), text
+
+
+def test_headed_chain_device_step_agrees_with_reference(compilers, vocab):
+  tables = compilers[0].compile(cd.Regex(_HEADED[0]))
+  index = ref.TokenIndex(vocab)
+  rng = random.Random(2)
+  step = jax.jit(cd.advance)
+  for text in ["ab@" + "a" * 32, "ab@Z-b.c9", "ab@a" + "-b" * 31, "ab@abcdefgh.c"]:
+    tokens = index.random_tokenization(text.encode(), rng)
+    states, ok = ref.reference_walk(tables, tokens)
+    state = cd.init_state(tables, batch_size=1)
+    for token, expected in zip(tokens, states):
+      allowed = np.asarray(cd.allowed_tokens(tables, state))[0]
+      np.testing.assert_array_equal(
+          allowed, ref.reference_allowed(tables, int(state.state[0]), ()))
+      state = step(tables, state, np.array([token], np.int32))
+      assert int(state.state[0]) == expected
+    assert ok == bool(re.fullmatch(_HEADED[0], text))
