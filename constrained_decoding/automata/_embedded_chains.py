@@ -110,18 +110,26 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
   names: dict[tuple, str] = {}
   rejected: set = set()
 
-  def chain_fragment(repeat: ir.Repeat) -> ir.Node | None:
-    key = (repeat.node, repeat.min, repeat.max)
+  def named(key, build) -> str | None:
+    # The fragment name of the chain `build()` makes for `key`, built once; None (and
+    # remembered) where there is no chain.
     if key in rejected:
       return None
     name = names.get(key)
     if name is None:
-      embedded = _embedded_chain(repeat, span)
+      embedded = build()
       if embedded is None:
         rejected.add(key)
         return None
       name = names[key] = f"{_NAME_PREFIX}{len(names)}"
       chains[name] = embedded
+    return name
+
+  def chain_fragment(repeat: ir.Repeat) -> ir.Node | None:
+    name = named((repeat.node, repeat.min, repeat.max),
+                 lambda: _embedded_chain(repeat, span))
+    if name is None:
+      return None
     embedded = chains[name]
     return ir.Fragment(name, ir.repeat(repeat.node, embedded.n2,
                                        None if embedded.chain.max is None else embedded.m2))
@@ -152,17 +160,10 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
     # first reads only K, so the state before K counts too (the `@` of an e-mail
     # address, before `[A-Za-z0-9](?:[A-Za-z0-9]|[-.][A-Za-z0-9]){0,31}`).
     head, repeat = parts[k], parts[k + 1]
-    key = ("headed", repeat.node, repeat.min, repeat.max, head)
-    if key in rejected:
-      return None
-    name = names.get(key)
+    name = named(("headed", repeat.node, repeat.min, repeat.max, head),
+                 lambda: _headed_chain(head, repeat, span))
     if name is None:
-      embedded = _headed_chain(head, repeat, span)
-      if embedded is None:
-        rejected.add(key)
-        return None
-      name = names[key] = f"{_NAME_PREFIX}{len(names)}"
-      chains[name] = embedded
+      return None
     embedded = chains[name]
     return ir.Fragment(name, ir.concat(head, ir.repeat(
         repeat.node, embedded.n2 - 1, None if embedded.chain.max is None else embedded.m2 - 1)))
