@@ -277,14 +277,16 @@ def _save_kit(kit, cases, walks, compiled, vocab, report):
   print(f"kit {kit}: {total / 2**20:.1f} MiB")
 
 
-def _load_kit(kit, report, base=None):
-  """The cases of a kit written by `--save-kit`, with nothing but jax and numpy (and
-  each lexed case again as `<name>@base` under the runtime module `base`)."""
+def _load_kit(kit, report, names, base=None):
+  """The cases `names` of a kit written by `--save-kit`, with nothing but jax and numpy
+  (and each lexed case again as `<name>@base` under the runtime module `base`)."""
   with open(os.path.join(kit, "kit.json")) as f:
     saved = json.load(f)
   report["compiled_elsewhere"] = saved["compiled_here"]
   cases = {}
   for name in saved["walks"]:
+    if name not in names:
+      continue
     if name == "json":
       # On the device once: numpy tables would be copied to it at every call.
       cases[name] = (_FLAT_INIT, _flat_step, jax.device_put(
@@ -343,7 +345,7 @@ def main(argv=None):
             "cases": {}, "load_average": {}}
   base = _load_runtime(args.baseline_runtime) if args.baseline_runtime else None
   if args.kit:
-    cases, walks = _load_kit(args.kit, report, base)
+    cases, walks = _load_kit(args.kit, report, set(args.cases.split(",")), base)
   else:
     cases, walks, compiled, vocab = _compile_cases(args.cases.split(","), report,
                                                    args.python_walks, base)
