@@ -278,14 +278,14 @@ def _save_kit(kit, cases, walks, compiled, vocab, report):
 
 
 def _load_kit(kit, report, names, base=None):
-  """The cases `names` of a kit written by `--save-kit`, with nothing but jax and numpy
+  """The cases `names` (None: all) of a kit written by `--save-kit`, with nothing but jax and numpy
   (and each lexed case again as `<name>@base` under the runtime module `base`)."""
   with open(os.path.join(kit, "kit.json")) as f:
     saved = json.load(f)
   report["compiled_elsewhere"] = saved["compiled_here"]
   cases = {}
   for name in saved["walks"]:
-    if name not in names:
+    if names is not None and name not in names:
       continue
     if name == "json":
       # On the device once: numpy tables would be copied to it at every call.
@@ -312,7 +312,8 @@ def main(argv=None):
   parser = argparse.ArgumentParser()
   parser.add_argument("--batch-sizes", default="1,8,64")
   parser.add_argument("--rounds", type=int, default=3)
-  parser.add_argument("--cases", default="sql,python,json")
+  parser.add_argument("--cases", default=None,
+                      help="comma-separated (default sql,python,json; with --kit, every case of the kit)")
   parser.add_argument("--python-walks", type=int, default=0)
   parser.add_argument("--baseline-runtime", default=None)
   parser.add_argument("--save-kit", default=None,
@@ -345,9 +346,10 @@ def main(argv=None):
             "cases": {}, "load_average": {}}
   base = _load_runtime(args.baseline_runtime) if args.baseline_runtime else None
   if args.kit:
-    cases, walks = _load_kit(args.kit, report, set(args.cases.split(",")), base)
+    cases, walks = _load_kit(args.kit, report,
+                             None if args.cases is None else set(args.cases.split(",")), base)
   else:
-    cases, walks, compiled, vocab = _compile_cases(args.cases.split(","), report,
+    cases, walks, compiled, vocab = _compile_cases((args.cases or "sql,python,json").split(","), report,
                                                    args.python_walks, base)
     if args.save_kit:
       _save_kit(args.save_kit, cases, walks, compiled, vocab, report)
