@@ -349,8 +349,8 @@ def main(argv=None):
     cases, walks = _load_kit(args.kit, report,
                              None if args.cases is None else set(args.cases.split(",")), base)
   else:
-    cases, walks, compiled, vocab = _compile_cases((args.cases or "sql,python,json").split(","), report,
-                                                   args.python_walks, base)
+    names = (args.cases or "sql,python,json").split(",")
+    cases, walks, compiled, vocab = _compile_cases(names, report, args.python_walks, base)
     if args.save_kit:
       _save_kit(args.save_kit, cases, walks, compiled, vocab, report)
       return
