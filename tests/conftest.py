@@ -55,6 +55,16 @@ _UNCHECKED = {
         "reference_stack_needs"),
     # Once per token of a GGUF vocabulary (262,144 calls per Gemma 3 load).
     "constrained_decoding.vocab._vocabulary": ("_spm_piece_bytes",),
+    # Grammar and JSON compiles the constraint tests run by the thousand: the PDA's
+    # configuration interning, the NFA builder's adders (also in its `_ADDERS` table),
+    # a rule's references, the cache pruning after each write.
+    "constrained_decoding.automata._pda": ("_Configurations.intern",),
+    "constrained_decoding.automata._nfa": (
+        "_add_char_class", "_add_bytes", "_add_byte_class", "_add_concat",
+        "_add_concat_with_loops", "_add_union", "_add_repeat", "_add_terminal",
+        "_add_fragment", "_add_marker", "_add_graph", "_add_node"),
+    "constrained_decoding.constraints._grammar": ("references",),
+    "constrained_decoding._cache": ("prune_cache",),
 }
 # Functions whose *nested* functions are the hot loop (the hook wraps those too, at every
 # call of the outer one): replaced by a copy of the module's function compiled without
@@ -70,13 +80,18 @@ def _uncheck(module_name: str, qualname: str) -> None:
   *outer, name = qualname.split(".")
   for part in outer:
     owner = getattr(owner, part)
-  checked = owner.__dict__[name]
+  checked = owner.__dict__.get(name)
   fn = checked.fget if isinstance(checked, property) else checked
   if not hasattr(fn, "__wrapped__"):
-    raise AssertionError(f"{module_name}.{qualname} is not wrapped by the jaxtyping hook")
+    raise AssertionError(f"{module_name}.{qualname} is gone or not wrapped by the jaxtyping "
+                         "hook: update conftest's _UNCHECKED")
   plain = inspect.unwrap(fn)
   setattr(owner, name, property(plain, doc=checked.__doc__)
           if isinstance(checked, property) else plain)
+  module = importlib.import_module(module_name)
+  for table in [v for v in vars(module).values() if isinstance(v, dict)]:
+    for key in [k for k, v in table.items() if v is checked]:  # Dispatch tables.
+      table[key] = plain
 
 
 def _uncheck_inside(module_name: str, name: str) -> None:
