@@ -36,15 +36,6 @@ def vocab():
   return cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
 
 
-@pytest.fixture(scope="module")
-def compilers(vocab, tmp_path_factory):
-  cache = str(tmp_path_factory.mktemp("paths"))
-  counted = cd.Compiler(vocab, cd.CompileOptions(cache_dir=cache, memoize=False))
-  plain = cd.Compiler(vocab, cd.CompileOptions(cache_dir=cache, memoize=False,
-                                               counted_chains=False))
-  return counted, plain
-
-
 # (pattern, characters the random keys draw from, longest key the pattern allows)
 _PATTERNS = [
     ("^[a-z][a-z0-9_]{0,31}$", "ab_9zZ-", 32),

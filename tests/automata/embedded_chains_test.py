@@ -31,15 +31,6 @@ def vocab():
   return cd.Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens) - 1])
 
 
-@pytest.fixture(scope="module")
-def compilers(vocab, tmp_path_factory):
-  cache = str(tmp_path_factory.mktemp("embedded"))
-  counted = cd.Compiler(vocab, cd.CompileOptions(cache_dir=cache, memoize=False))
-  plain = cd.Compiler(vocab, cd.CompileOptions(cache_dir=cache, memoize=False,
-                                               counted_chains=False))
-  return counted, plain
-
-
 _OBJECT = {"type": "object", "properties": {
     "a": {"type": "string", "maxLength": 20}, "b": {"type": "integer"},
     "c": {"type": "string", "minLength": 2, "maxLength": 9},
