@@ -61,6 +61,7 @@ from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _registers
 from constrained_decoding.automata import _slotted_chains
+from constrained_decoding.automata import _slotted_counting
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -452,9 +453,9 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
     e = copy.chain
     if e.slotted is not None:
       # Entries once liveness is known (below); the moves of every present cell now.
-      _slotted_chains.add_slotted(counting, e.slotted, copy.cell,
-                                  counts_of[e.chain.char_class], vocab,
-                                  copy.cell >= 0, None, moves)
+      _slotted_counting.add_slotted(counting, e.slotted, copy.cell,
+                                    counts_of[e.chain.char_class], vocab,
+                                    copy.cell >= 0, None, moves)
     elif not counting.add_chain(e.chain, copy.cell, e.m2, e.stride, e.inner, e.body,
                                 counts_of[e.chain.char_class], vocab, entries_of, moves):
       return None
@@ -475,9 +476,9 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
     e = copy.chain
     if e.slotted is not None:
       usable = (copy.cell >= 0) & live[np.maximum(copy.cell, 0)]
-      _slotted_chains.add_slotted(counting, e.slotted, copy.cell,
-                                  counts_of[e.chain.char_class], vocab, usable,
-                                  entries_of, [])
+      _slotted_counting.add_slotted(counting, e.slotted, copy.cell,
+                                    counts_of[e.chain.char_class], vocab, usable,
+                                    entries_of, [])
   live_states = np.flatnonzero(live)
   order = np.concatenate([[dfa.start], live_states[live_states != dfa.start]])
   new_id = np.full(q, -1, np.int64)

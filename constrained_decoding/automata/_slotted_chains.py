@@ -26,7 +26,7 @@ vocabulary each of those ~126 states gets ~33k token edges. Here:
   `\n` or `\u001f`): per slot a, a decoder DFA reads one character from a and ends in
   the slot it leads to; its inner states (inside a character) are columns S.. of the
   layer, after the S slot columns (stride = S + all inner states).
-* Counting terminals (`add_slotted`). K is the set of characters written literally
+* Counting terminals (`_slotted_counting.add_slotted`). K is the set of characters written literally
   (the chain's class; escaped ones are not in K). A token wholly in K takes slot s to
   F_t(s) (f along its code points) and layer j to j + c, c its characters: one terminal
   per pair (s, F_t(s)), target q + stride * c + (F_t(s) - s) with `token_counts`' row of
@@ -50,7 +50,7 @@ Public names:
   length_product(text, min_length, max_length) -> ir.Graph or None.
   Slotted, find_slotted(graph)                 the recognized chain.
   chain_dfa(slotted)                           its byte DFA and cell layout.
-  add_slotted(...)                             its counting entries.
+(Its counting entries: `_slotted_counting.add_slotted`.)
 """
 
 import dataclasses
@@ -60,9 +60,7 @@ import json
 
 import numpy as np
 
-from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _fsa
-from constrained_decoding.automata import _loops
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
@@ -183,15 +181,16 @@ def _present(f: np.ndarray, final_cells: np.ndarray) -> np.ndarray:
   """bool [L + 1, S]: the cells of the full product of `f` with layers 0..L reachable
   from (0, 0) and co-reachable to `final_cells` (bool [L + 1, S])."""
   layers, s = final_cells.shape
-  defined = f >= 0
+  succ = np.zeros((s, s), bool)  # succ[a, b]: some atom takes slot a to slot b.
+  a, c = np.nonzero(f >= 0)
+  succ[a, f[a, c]] = True
   reach = np.zeros((layers, s), bool)
   reach[0, 0] = True
   for j in range(layers - 1):
-    reach[j + 1, np.unique(f[reach[j]][defined[reach[j]]])] = True
+    reach[j + 1] = succ[reach[j]].any(axis=0)
   co = final_cells.copy()
-  safe = np.maximum(f, 0)
   for j in range(layers - 2, -1, -1):
-    co[j] |= (defined & co[j + 1][safe]).any(axis=1)
+    co[j] |= (succ & co[j + 1]).any(axis=1)
   return reach & co
 
 
@@ -414,14 +413,16 @@ def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray, bounds: n
   layers = graph.num_states // s
   num_atoms = len(bounds) - 1
   f = np.full((s, num_atoms), -1, np.int64)
-  atoms_of = []
-  for (a, label, b) in graph.arcs:
-    atoms = np.flatnonzero(masks[label])
-    atoms_of.append(atoms)
-    old = f[a % s, atoms]
-    if ((old >= 0) & (old != b % s)).any():
-      return None  # Not one slot function (or not deterministic).
-    f[a % s, atoms] = b % s
+  pairs = _arc_atoms(graph.arcs, src, dst, masks, num_atoms)
+  for a, b, atoms in pairs():
+    # f(a mod S, atom) = b mod S for each; two values for one key: not one slot
+    # function (or not deterministic).
+    both = np.unique(((a % s) * num_atoms + atoms) * s + b % s)
+    key, value = both // s, both % s
+    old = f.reshape(-1)[key]
+    if (key[1:] == key[:-1]).any() or ((old >= 0) & (old != value)).any():
+      return None
+    f.reshape(-1)[key] = value
   read = (f >= 0).any(axis=0)
   literal = _literal(bounds, escaped)
   if _class_size(bounds, read & literal) < MIN_CLASS_SIZE:
@@ -434,10 +435,11 @@ def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray, bounds: n
     return None
   # The graph's arcs among present cells must be exactly the product's.
   flat = present.reshape(-1)
-  got = np.zeros((layers, s, num_atoms), bool)
-  for a, b, atoms in zip(src.tolist(), dst.tolist(), atoms_of):
-    if flat[a] and flat[b]:
-      got[a // s, a % s, atoms] = True
+  got = np.zeros(layers * s * num_atoms, bool)
+  for a, b, atoms in pairs():
+    keep = flat[a] & flat[b]
+    got[a[keep] * num_atoms + atoms[keep]] = True
+  got = got.reshape(layers, s, num_atoms)
   want = np.zeros((layers, s, num_atoms), bool)
   safe = np.maximum(f, 0)
   # Layer j, slot a, atom c: (j + 1, f(a, c)) is present.
@@ -457,6 +459,27 @@ def _verify(graph: ir.Graph, s: int, src: np.ndarray, dst: np.ndarray, bounds: n
                  accepting=present & final_cells, present=present,
                  char_class=ir.CharClass(_ranges_of(bounds, read & literal)),
                  escaped=escaped, decoders=tuple(decoders))
+
+
+def _arc_atoms(arcs: tuple, src: np.ndarray, dst: np.ndarray, masks: dict, num_atoms: int):
+  """A function yielding (source, target, atom) int64 arrays: one entry per arc and atom of
+  its label, in chunks of at most ~1M entries (numpy instead of a loop per arc)."""
+  index: dict = {}
+  label_of = np.fromiter((index.setdefault(label, len(index)) for _, label, _ in arcs),
+                         np.int64, len(arcs))
+  atoms = [np.flatnonzero(masks[label]) for label in index]
+  sizes = np.array([len(x) for x in atoms], np.int64)
+  starts, flat = np.cumsum(sizes) - sizes, np.concatenate(atoms + [np.zeros(0, np.int64)])
+  step = max(1, (1 << 20) // max(num_atoms, 1))
+
+  def chunks():
+    for lo in range(0, len(arcs), step):
+      arc = np.arange(lo, min(lo + step, len(arcs)))
+      n = sizes[label_of[arc]]
+      at = np.repeat(arc, n)
+      offset = np.arange(len(at)) - np.repeat(np.cumsum(n) - n, n)
+      yield src[at], dst[at], flat[starts[label_of[at]] + offset]
+  return chunks
 
 
 def _decoder(bounds: np.ndarray, row: np.ndarray, escaped: bool) -> Decoder | None:
@@ -581,210 +604,3 @@ def _finishes(decoder: Decoder, s: int) -> np.ndarray:
       if len(inner):
         out[k] |= out[inner].any(axis=0)
   return out
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Tokens:
-  """The tokens wholly in K of a vocabulary, in id order (per K: `_ClassCounts.inner`).
-
-  Attributes:
-    ids: int64 `[N]`.
-    count: int64 `[N]`: characters (code points) of each.
-    head: int64 `[N, 8]`: first bytes, zero padded.
-    num_bytes: int64 `[N]`.
-    code_points: int64: every token's code points, concatenated.
-    offset: int64 `[N]`: where each token's code points start in `code_points`.
-  """
-
-  ids: np.ndarray
-  count: np.ndarray
-  head: np.ndarray
-  num_bytes: np.ndarray
-  code_points: np.ndarray
-  offset: np.ndarray
-
-
-_HEAD = 8
-
-
-def _tokens(counts, vocab) -> _Tokens:
-  hit = counts.inner.get("slotted tokens")
-  if hit is not None:
-    return hit
-  ids = np.flatnonzero(counts.counts > 0)
-  data = [vocab.token_bytes[t] for t in ids.tolist()]
-  head = np.frombuffer(b"".join(d[:_HEAD].ljust(_HEAD, b"\0") for d in data),
-                       np.uint8).reshape(-1, _HEAD).astype(np.int64)
-  text = "".join(d.decode("utf-8") for d in data)
-  count = counts.counts[ids].astype(np.int64)
-  out = _Tokens(ids=ids, count=count, head=head,
-                num_bytes=np.array([len(d) for d in data], np.int64),
-                code_points=np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64),
-                offset=np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64))
-  counts.inner["slotted tokens"] = out
-  return out
-
-
-def _key(slotted: Slotted) -> bytes:
-  return (slotted.bounds.tobytes() + slotted.slot_next.tobytes()
-          + bytes([slotted.escaped]))
-
-
-def _suffix_slots(slotted: Slotted, counts, vocab, last: int) -> np.ndarray:
-  """int8 [last + 1, S + 1, N]: [i, s, t] is the slot that token t's characters from
-  the i-th on (all of them for i = 0) lead to from slot s; S for none (cached per
-  slot function)."""
-  key = ("slotted suffixes", _key(slotted), last)
-  hit = counts.inner.get(key)
-  if hit is not None:
-    return hit
-  tokens = _tokens(counts, vocab)
-  s, n = slotted.num_slots, len(tokens.ids)
-  f = np.full((s + 1, slotted.slot_next.shape[1]), s, np.int64)
-  f[:s] = np.where(slotted.slot_next >= 0, slotted.slot_next, s)
-  atom = np.searchsorted(slotted.bounds, tokens.code_points, "right") - 1
-  order = np.argsort(-tokens.count, kind="stable")
-  length, offset = tokens.count[order], tokens.offset[order]
-  table = np.repeat(np.arange(s + 1, dtype=np.int64)[:, None], n, axis=1)
-  out = np.empty((last + 1, s + 1, n), np.int8)
-  out[:] = table  # Past a token's end: the identity.
-  for p in range(int(length.max(initial=0)) - 1, -1, -1):
-    # Tokens longer than p (a prefix: sorted by length, longest first) read atom p.
-    m = int(np.searchsorted(-length, -p, "left"))
-    table[:, :m] = np.take_along_axis(table[:, :m], f[:, atom[offset[:m] + p]], axis=0)
-    if p <= last:
-      out[p][:, order] = table
-  counts.inner[key] = out
-  return out
-
-
-def _inner_walks(slotted: Slotted, counts, vocab, a: int) -> dict:
-  """Tokens wholly in K read from each inner state x of slot `a`'s decoder (1-based):
-  {"finish": {(x, i, b'): token indices (into `_tokens`)}, "inside": {(x, x'): ...}}:
-  finishing the character under way after their first i characters (into slot b),
-  then led by the rest to slot b', or ending inside it at x'."""
-  key = ("slotted inner", _key(slotted), a)
-  hit = counts.inner.get(key)
-  if hit is not None:
-    return hit
-  decoder = slotted.decoders[a]
-  n = decoder.num_inner
-  tokens = _tokens(counts, vocab)
-  head = tokens.head
-  starts = head < 0x80
-  starts |= head >= 0xC0  # Bytes starting a character.
-  out = {"finish": {}, "inside": {}}
-  suffixes = None
-  for x in range(1, n + 1):
-    take = np.flatnonzero(decoder.next[x, head[:, 0]] >= 0)
-    if not len(take):
-      continue
-    if suffixes is None:
-      suffixes = _suffix_slots(slotted, counts, vocab, _MAX_CHARACTER_BYTES)
-    h, length = head[take], tokens.num_bytes[take]
-    state = np.full(len(take), x, np.int64)
-    done = np.zeros(len(take), np.int64)  # k once the character is finished, else 0
-    slot = np.full(len(take), -1, np.int64)
-    for p in range(_MAX_CHARACTER_BYTES):
-      going = (state > 0) & (done == 0) & (p < length)
-      nxt = decoder.next[np.maximum(state, 0), h[:, p]]
-      finished = going & (nxt > n)
-      done[finished] = p + 1
-      slot[finished] = nxt[finished] - n - 1
-      state = np.where(going & ~finished, nxt, state)
-      state[going & (nxt < 0)] = -1
-    rows = np.arange(len(take))
-    k = np.minimum(done, _HEAD - 1)
-    # The rest starts a character: the first k bytes are i whole ones.
-    whole = (done > 0) & ((done == length) | starts[rows, k])
-    i = np.cumsum(starts, axis=1)[rows, np.maximum(k - 1, 0)]
-    i = np.where(whole, i, 0)
-    after = np.where(whole, suffixes[np.minimum(i, _MAX_CHARACTER_BYTES),
-                                     np.maximum(slot, 0), take], slotted.num_slots)
-    ok = whole & (after < slotted.num_slots)
-    for (ii, b2) in set(zip(i[ok].tolist(), after[ok].tolist())):
-      out["finish"][(x, ii, b2)] = take[ok & (i == ii) & (after == b2)]
-    ends = (done == 0) & (state > 0) & (length <= _MAX_CHARACTER_BYTES)
-    for x2 in np.unique(state[ends]).tolist():
-      out["inside"][(x, x2)] = take[ends & (state == x2)]
-  counts.inner[key] = out
-  return out
-
-
-def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
-                usable: np.ndarray, entries_of: dict | None, moves: list) -> None:
-  """Adds to `counting` the terminals of the chain (one per (slot, slot after) pair,
-  and per way of finishing an escape under way), to `entries_of` (state ->
-  [(terminal, filter)], when not None) the entries of the `usable` cells (bool
-  `[L + 1, stride]`: present, and live for the tokens), and to `moves` (sources,
-  targets) arrays: a move per cell and count a token may take (for liveness).
-
-  `cell` is `[L + 1, stride]` in the composed DFA's numbering; `counts` the
-  `_counting._ClassCounts` of K.
-  """
-  klass, w, s, stride = slotted.char_class, counting.num_words, slotted.num_slots, slotted.stride
-  row = counting.class_row(klass, counts)
-  tokens = _tokens(counts, vocab)
-  max_count = int(counts.counts.max(initial=0))
-  fkey = _key(slotted)
-  layers = slotted.length + 1
-
-  def filter_of(allowed: np.ndarray, every: np.ndarray) -> int:
-    if len(allowed) == len(every):
-      return -1
-    r = int(allowed.max())
-    if np.array_equal(allowed, every[every <= r]):
-      return -1 if r >= max_count else _tables.AT_MOST - r  # A bound: no bitmap.
-    key = ("count set", klass, allowed.tobytes())
-    return counting._get(key, lambda: _loops.token_bits(  # pylint: disable=protected-access
-        np.flatnonzero(np.isin(counts.counts, allowed)), w), (-1, -1, -1))
-
-  listed: dict[int, list] = {}
-
-  def place(key, members: np.ndarray, source: int, target: int, delta: int | None) -> None:
-    """One terminal of the tokens `members` (indices into `tokens`) from column
-    `source` to column `target`, `delta` + c layers on (None: the same layer, c apart)."""
-    if delta is None:
-      bias, step = target - source, 0
-    else:
-      bias, step = stride * delta + target - source, stride
-    t = counting._get(key, lambda: _loops.token_bits(tokens.ids[members], w),  # pylint: disable=protected-access
-                      (row, step, bias))
-    rows = np.flatnonzero(usable[:, source])
-    if not len(rows):
-      return
-    if delta is None:
-      lands = usable[rows, target][:, None]
-      to = rows[:, None]
-      filters = [-1]
-      which = np.zeros(len(rows), np.int64)
-    else:
-      every = np.unique(tokens.count[members])
-      to = rows[:, None] + delta + every[None, :]  # [rows, counts]: the layer each lands on
-      lands = (to < layers) & usable[np.minimum(to, layers - 1), target]
-      patterns, which = np.unique(lands, axis=0, return_inverse=True)
-      which = which.reshape(-1)
-      filters = [filter_of(every[p], every) if p.any() else None for p in patterns]
-    sources, targets = cell[rows, source], cell[np.minimum(to, layers - 1), target]
-    for k in np.flatnonzero(lands.any(axis=1)).tolist():
-      listed.setdefault(int(sources[k]), []).append((t, filters[which[k]]))
-    ks, cs = np.nonzero(lands)
-    moves.append((sources[ks], targets[ks, cs]))
-
-  final = _suffix_slots(slotted, counts, vocab, 0)[0]
-  for a in range(s):
-    for b in range(s):
-      members = np.flatnonzero(final[a] == b)
-      if len(members):
-        place(("slotted", klass, fkey, a, b), members, a, b, 0)
-  for a, decoder in enumerate(slotted.decoders):
-    if not decoder.num_inner:
-      continue
-    col = slotted.inner_column(a) - 1  # + x: inner state x's column
-    walks = _inner_walks(slotted, counts, vocab, a)
-    for (x, i, b2), members in walks["finish"].items():
-      place(("slotted finish", klass, fkey, a, x, i, b2), members, col + x, b2, 1 - i)
-    for (x, x2), members in walks["inside"].items():
-      place(("slotted inside", klass, fkey, a, x, x2), members, col + x, col + x2, None)
-  if entries_of is not None:
-    entries_of.update(listed)
