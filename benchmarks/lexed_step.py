@@ -70,6 +70,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import constrained_decoding as cd  # noqa: E402
 from constrained_decoding.runtime import _lexed  # noqa: E402
+from constrained_decoding.runtime import _lexed_lanes  # noqa: E402
 
 SQL_TEXTS = [
     "SELECT name, count(*) AS n FROM users AS u LEFT JOIN orders AS o ON u.id = o.uid"
@@ -324,25 +325,25 @@ def main(argv=None):
                       help="also time allowed_bits and advance of lexed cases apart")
   parser.add_argument("--lane-unroll", type=int, default=None,
                       help="micro-steps per lane-loop iteration off CPU (runtime default: "
-                           "_lexed.LANE_UNROLL)")
+                           "_lexed_lanes.LANE_UNROLL)")
   parser.add_argument("--lane-pool", default=None,
                       help="lane schedule: 0 = every lane in one loop, n = a work queue of "
                            "n x ceil(sqrt(B)) slots; 'cpu:N' or 'default:N' (off CPU) or "
-                           "N for both (runtime default: _lexed.LANE_POOL)")
+                           "N for both (runtime default: _lexed_lanes.LANE_POOL)")
   parser.add_argument("--out", default=None)
   args = parser.parse_args(argv)
   if args.lane_unroll is not None:
-    _lexed.LANE_UNROLL = {**_lexed.LANE_UNROLL, "default": args.lane_unroll}
+    _lexed_lanes.LANE_UNROLL = {**_lexed_lanes.LANE_UNROLL, "default": args.lane_unroll}
   if args.lane_pool is not None:
     platform, _, value = args.lane_pool.rpartition(":")
-    platforms = [platform] if platform else list(_lexed.LANE_POOL)
-    _lexed.LANE_POOL = {**_lexed.LANE_POOL, **{p: int(value) for p in platforms}}
+    platforms = [platform] if platform else list(_lexed_lanes.LANE_POOL)
+    _lexed_lanes.LANE_POOL = {**_lexed_lanes.LANE_POOL, **{p: int(value) for p in platforms}}
   report = {"device": str(jax.devices()[0]),
             "command": " ".join(["benchmarks/lexed_step.py"] + list(
                 sys.argv[1:] if argv is None else argv)),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "jax": jax.__version__, "lane_unroll": getattr(_lexed, "LANE_UNROLL", None),
-            "lane_pool": getattr(_lexed, "LANE_POOL", None),
+            "jax": jax.__version__, "lane_unroll": _lexed_lanes.LANE_UNROLL,
+            "lane_pool": _lexed_lanes.LANE_POOL,
             "cases": {}, "load_average": {}}
   base = _load_runtime(args.baseline_runtime) if args.baseline_runtime else None
   if args.kit:

@@ -3,6 +3,9 @@
 Increment 3 of docs/lexer_runtime.md. `LexedTables` holds the arrays that
 `constraints/_lexed_grammar.compile_lexed_grammar` builds on the host; the functions
 here step them inside `jax.jit` (static shapes, `lax.while_loop`, no host callbacks).
+The lanes (the parser's micro-steps, the CPU work queue and the lane schedule's
+settings `LANE_*`, `FIRST_SLOTS`) are in `_lexed_lanes.py`; this module builds each
+row's lanes and turns their results into masks and next states.
 The row state is `runtime.ConstraintState`: `state` is the lexer state, `stack[B, D]`
 the LR parser's states (bottom first, `depth[B]` in use; the bottom is the grammar's
 parser start state), `registers[B, 2 + Di]` the bracket depth, the number of
@@ -77,8 +80,6 @@ Public:
                                             loop's step).
 """
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -88,66 +89,22 @@ from jaxtyping import Array, Bool, Int, UInt32
 from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.lexed_tables import LexedTables
 from constrained_decoding.lexed_tables import lexed_tables_from_arrays
+from constrained_decoding.runtime._lexed_lanes import _NEWLINE
+from constrained_decoding.runtime._lexed_lanes import _lanes
+from constrained_decoding.runtime._lexed_lanes import _materialize
+from constrained_decoding.runtime._lexed_lanes import _per_platform
 from constrained_decoding.runtime._runtime import ConstraintState
 from constrained_decoding.runtime._runtime import _check_int_array
 
 _END = 0  # The parser terminal id of `$END`.
-# Parser terminal ids of the newline, INDENT, DEDENT in an indentation grammar, and the
-# `class_width` codes (as `constraints/_lexed_grammar.py`, a host module).
-_NEWLINE, _INDENT, _DEDENT = 1, 2, 3
-_WIDTH_NONE, _WIDTH_BAD, _WIDTH_EOF = -1, -2, -3
 
-# Per platform (`lax.platform_dependent` keys): micro-steps per iteration of the lanes'
-# `while_loop`, and whether lanes write their stacks by select instead of scatter. On a
-# GPU each iteration of a while loop costs kernel launches and a read-back of its
-# predicate (the flat runtime's edge search lost 0.25-0.38 ms a step to ~20 of them on
-# an H200), and a scatter is a kernel of its own; Python's mask takes a median of 17
-# micro-steps with Gemma 3 (Go's 29, SQL's 5), so 4 an iteration, with selects fused
-# into the rest, cut its iterations to ~5. Not yet timed on a GPU: the H200 baseline of
-# one micro-step an iteration is in benchmarks/results/lexed_step_h200.json (Python 1.5
-# ms a step at batch 1, 2.1 ms at 64); `benchmarks/lexed_step.py --kit` times this. On
-# CPU one micro-step and scatters are cheapest (a select writes every column).
-LANE_UNROLL = {"cpu": 1, "default": 4}
-LANE_SELECT_WRITES = {"cpu": False, "default": True}
 # `jnp.searchsorted` method for `advance`'s listed tokens: its default ("scan") is a
 # loop of log2(N) iterations, each a kernel launch and read-back on a GPU.
 SEARCH_METHOD = {"cpu": "scan", "default": "scan_unrolled"}
-# Lane schedule (`_lanes`): 0 runs every lane in one loop until the longest is done; n > 0
-# runs them as a work queue of n x ceil(sqrt(B)) slots (B rows). On CPU the cost is the
-# micro-steps done, and most lanes end within a few (Python with Gemma 3: 4.1 on
-# average, the longest 17-32), so the queue does a fraction of them; fewer slots mean
-# more iterations, each with a fixed cost (best measured: 128 slots at B = 1, 512 at
-# 8, 1,024-2,048 at 64). On a GPU the cost is the loop's iterations (launches), which
-# the one loop keeps fewest.
-LANE_POOL = {"cpu": 128, "default": 0}
 # The CPU-only form of `allowed_bits`' slot check (the plain one off CPU, not yet timed
 # there): packed words (`_slot_ok_packed`: Python's mask without lanes 3.5 -> 1.6 ms at
 # batch 64).
 SLOT_CHECK_PACKED = {"cpu": True, "default": False}
-# In the queue, lanes start after their first lexeme, run once per row and distinct
-# first lexeme (`_after_first`): the pushed entries of that run copied to each lane.
-# (Lanes share first lexemes only where they outnumber the slots _SHARE_FROM to 1: it
-# cuts the queue's work, not its tail (the longest lane), and costs a loop of its own;
-# Python with Gemma 3 at batch 1 (5 lanes a slot) was 0.64 -> 0.72 ms with it, at 64
-# (41 a slot) 18.4 -> 14.6 ms: docs/lexer_runtime.md "Lane schedule".) First lexemes
-# run in a queue of FIRST_SLOTS a row (Python: F = 37 columns, ~2.5 used a row).
-_FIRST_COLUMNS = 4
-FIRST_SLOTS = 2
-_SHARE_FROM = 8
-
-
-def _per_platform(fn, table: dict, *operands):
-  """`fn(value, *operands)` with this platform's value from `table`."""
-  return jax.lax.platform_dependent(
-      *operands, **{platform: (lambda v: lambda *ops: fn(v, *ops))(value)
-                    for platform, value in table.items()})
-
-
-def _write_column(a, col, value, select: bool):
-  """`a` [N, P] with `a[i, col[i]] = value[i]` where `col[i] < P` (else unchanged)."""
-  if select:
-    return jnp.where(jnp.arange(a.shape[1])[None, :] == col[:, None], value[:, None], a)
-  return a.at[jnp.arange(a.shape[0]), col].set(value, mode="drop")
 
 
 def tables_from_arrays(arrays) -> LexedTables:
@@ -193,328 +150,6 @@ def init_state(tables: LexedTables, batch_size: int | None = None, *,
       done=jnp.zeros((b,), bool), error=jnp.zeros((b,), bool),
       # [bracket depth, indentation levels, widths]: one level, width 0.
       registers=jnp.zeros((b, 2 + tables.indent_depth), jnp.int32).at[:, 1].set(1))
-
-
-def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]:
-  """The row's indentation registers: [bracket depth, levels, widths (Di)]."""
-  return state.registers
-
-
-def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
-           first: tuple | None = None, queue_slots: int = 0):
-  """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
-
-  A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
-  shrinks as it pops below what it pushed) and keeps what it pushes in a suffix of D
-  entries (the same for the indentation stack, whose suffix holds at most one push per
-  lexeme), so it never runs out of room. (A shorter suffix with a rerun on full stacks
-  under `lax.cond` when a lane overflowed it was no faster a step, and compiled the
-  loop twice: docs/lexer_runtime.md "Time to first token".)
-
-  A newline lexeme (`class_width` >= 0) is dropped inside brackets; outside, it feeds
-  the newline terminal (phase 0 -> 1), then compares its width w with the top of the
-  indentation stack: above: INDENT and a push (only from phase 1: after a DEDENT it is
-  "unindent does not match", an error), equal: done, below: DEDENT and a pop (phase 2).
-  The end-of-text class feeds the newline only where the parser takes one, then
-  dedents to width 0. A lexeme of any other class shifts the first member the top
-  state has an action for and moves the bracket depth. One micro-step: one reduce,
-  shift or indentation decision per lane.
-
-  Two schedules of the same micro-steps (`LANE_POOL`): every lane in one `while_loop`
-  until the longest is done, or (pool > 0) a work queue: slots take the rows' lanes
-  that have lexemes in turn and pass to the next lane when theirs ends. Most lanes end
-  within a few micro-steps (Python with Gemma 3: 4.1 on average against 17 iterations
-  of the whole-lane loop), so the queue does a fraction of the micro-steps.
-
-  Returns:
-    A dict of [B * X] arrays: ok (every lexeme taken), top (parser state),
-    paren (bracket depth), room (the indentation stack can take one more level), and
-    base, suffix, size, ibase, isuf, isize (the stacks, for `_materialize`).
-  """
-  b, x, length = items.shape
-  d = p_width = state.stack.shape[1]
-  regs = _registers(tables, state)
-  di = regs.shape[1] - 2
-  indent = di > 1  # Static: tables without indentation skip its steps.
-  pi = max(min(di, length), 1)
-  n = b * x
-  items = items.reshape(n, length)
-  row = jnp.repeat(jnp.arange(b), x)
-  row_stack, row_widths = state.stack, regs[:, 2:]
-  count = jnp.sum(items >= 0, axis=1)
-  # Safety bound on micro-steps (canonical LR(1) tables of a grammar without cycles end
-  # far sooner): per lexeme, at most D reductions that pop, each after a chain of at
-  # most `Nt` that do not, and the indentation steps.
-  max_steps = (length + 1) * (d + di + 3) * (tables.goto_id.shape[1] + 1)
-
-  # `lane`: the lanes' rows of `items`, `suffix`, `isuf` for each slot of the queue, or
-  # None for every lane in order (the one-pass loop, which keeps its plain forms: on an
-  # H200 indexing by an iota instead cost Python's step 5%).
-  def at(a, lane, col):
-    if lane is None:
-      return jnp.take_along_axis(a, col[:, None], axis=1)[:, 0]
-    return a[lane, col]
-
-  def row_of(lane):
-    return row if lane is None else row[lane]
-
-  def read(lane, base, suffix, pos):
-    own = at(suffix, lane, jnp.clip(pos - base, 0, p_width - 1))
-    return jnp.where(pos < base, row_stack[row_of(lane), jnp.clip(pos, 0, d - 1)], own)
-
-  def itop_of(lane, ibase, isuf, isize):
-    own = at(isuf, lane, jnp.clip(isize - 1, 0, pi - 1))
-    return jnp.where(isize > 0, own,
-                     row_widths[row_of(lane), jnp.clip(ibase - 1, 0, di - 1)])
-
-  def write(a, lane, col, value, select):
-    """`a[lane[j], col[j]] = value[j]` where `col[j]` is in range (else unchanged)."""
-    if lane is None:
-      return _write_column(a, col, value, select)
-    return a.at[lane, col].set(value, mode="drop")
-
-  def micro(lane, alive, lanes, suffix, isuf, select):
-    """One micro-step of lanes `lane` (None: all): their scalars in `lanes`, their
-    pushes in rows `lane` of `suffix` and `isuf`; lanes not `alive` or ended stay."""
-    i, base, size, err, paren, ibase, isize, phase = lanes
-    active = alive & (i < (count if lane is None else count[lane])) & ~err
-    depth = base + size
-    cls = at(items, lane, jnp.minimum(i, length - 1))
-    c = jnp.maximum(cls, 0)
-    width = tables.class_width[c] if indent else None
-    top = read(lane, base, suffix, depth - 1)
-    # An ordinary lexeme: the first member of its class the top state takes.
-    members = tables.class_members[c]  # [N, M]
-    acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
-    has = acts != 0
-    first = jnp.argmax(has, axis=1)[:, None]
-    a_lexeme = jnp.take_along_axis(acts, first, axis=1)[:, 0]
-    t_lexeme = jnp.take_along_axis(members, first, axis=1)[:, 0]
-    if indent:
-      # A newline lexeme.
-      is_nl = width != _WIDTH_NONE
-      outside = is_nl & (paren <= 0)
-      skip = is_nl & (paren > 0)  # inside brackets: dropped
-      w = jnp.maximum(width, 0)
-      itop = itop_of(lane, ibase, isuf, isize)
-      a_nl = tables.action[top, _NEWLINE]
-      feeding = outside & (phase == 0)
-      eof_no_nl = feeding & (width == _WIDTH_EOF) & (a_nl == 0)
-      resolving = outside & (phase > 0)
-      want_indent = resolving & (w > itop)
-      equal = resolving & (w == itop)
-      term = jnp.where(~is_nl, t_lexeme,
-                       jnp.where(~resolving, _NEWLINE,
-                                 jnp.where(want_indent, _INDENT, _DEDENT)))
-      a = jnp.where(~is_nl, a_lexeme, tables.action[top, term])
-      nomove = skip | equal | eof_no_nl
-    else:  # No indentation in these tables: every lexeme is ordinary (static).
-      a, term = a_lexeme, t_lexeme
-      nomove = jnp.zeros_like(active)
-    shift = (a > 0) & ~nomove
-    reduce = (a < -1) & ~nomove  # -1 is accept, only on $END, which no lexeme is.
-    rule = jnp.maximum(-a - 1, 0)
-    new = depth - jnp.where(reduce, tables.rule_len[rule], 0)  # where the push goes
-    below = read(lane, base, suffix, new - 1)
-    # A reduction enters goto[below, lhs] and runs the unit reductions after it.
-    entry = tables.goto_id[below, tables.rule_lhs[rule]]
-    chained = jnp.where(entry >= 0, tables.goto_chain[jnp.maximum(entry, 0),
-                                                      jnp.maximum(term, 0)], -1)
-    target = jnp.where(shift, a - 1, chained)
-    new_base = jnp.minimum(base, new)
-    slot = new - new_base
-    moves = shift | reduce
-    bad = active & ((~moves & ~nomove) | (moves & ((new + 1 > d) | (target < 0))))
-    if indent:
-      bad |= active & ((feeding & (width == _WIDTH_BAD))
-                       | (want_indent & ((phase == 2) | (ibase + isize >= di))))
-    ok = active & ~bad
-    moved = ok & moves
-    suffix = write(suffix, lane, jnp.where(moved, slot, p_width), target, select)
-    shifted = ok & shift
-    if indent:
-      # Indentation: push on INDENT, pop on DEDENT.
-      push = shifted & want_indent
-      pop = shifted & resolving & ~want_indent
-      isuf = write(isuf, lane, jnp.where(push, isize, pi), w, select)
-      own_pop = pop & (isize > 0)
-      isize = jnp.where(push, isize + 1, jnp.where(own_pop, isize - 1, isize))
-      ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
-      # Next lexeme after: an ordinary shift, INDENT, dropped or equal newlines.
-      done_item = ok & ((shift & ~is_nl) | push | skip | equal)
-      phase = jnp.where(ok & feeding & (shift | eof_no_nl), 1,
-                        jnp.where(pop, 2, jnp.where(done_item, 0, phase)))
-      paren = paren + jnp.where(shifted & ~is_nl, tables.class_paren[c], 0)
-    else:
-      done_item = shifted
-    lanes = (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base),
-             jnp.where(moved, slot + 1, size), err | bad, paren, ibase, isize, phase)
-    return lanes, suffix, isuf
-
-  zero = jnp.zeros((n,), jnp.int32)
-  # Each lane's scalars before its first micro-step: i, base, size, err, paren, ibase,
-  # isize, phase.
-  start = (zero, state.depth[row], zero, jnp.zeros((n,), bool), regs[row, 0],
-           regs[row, 1], zero, zero)
-  buffers = (jnp.zeros((n, p_width), jnp.int32), jnp.zeros((n, pi), jnp.int32))
-
-  def run(config, *carry):
-    unroll, select, pool = config
-    slots = queue_slots or pool * math.ceil(math.sqrt(b))
-    # The queue's iterations cost more than the loop's and it needs more of them, so it
-    # pays where lanes outnumber slots (SQL at batch 1: 221 lanes of 2.8 micro-steps
-    # on average were 0.13 -> 0.16 ms in it); `advance`'s 2 lanes a row never are.
-    if pool and (queue_slots or 4 * slots <= n):
-      if first is None or n < _SHARE_FROM * slots:
-        return _queue(micro, count, count > 0, start, (1, 4, 5), buffers, slots, unroll,
-                      max_steps)
-      shared_start, shared_buffers = _after_first(tables, state, first, start, buffers)
-      live = (count > shared_start[0]) & ~shared_start[3]
-      return _queue(micro, count, live, shared_start, range(7), shared_buffers, slots,
-                    unroll, max_steps)
-
-    def cond(carry):
-      (i, *_, err), step = carry[0][:4], carry[-1]
-      # Some lane has lexemes left and no error, within the safety bound.
-      return jnp.any((i < count) & ~err) & (step < max_steps)
-
-    def body_unrolled(carry):
-      lanes, suffix, isuf, step = carry
-      for _ in range(unroll):  # finished lanes are left as they are by `micro`
-        lanes, suffix, isuf = micro(None, True, lanes, suffix, isuf, select)
-      return lanes, suffix, isuf, step + 1
-
-    lanes, suffix, isuf, steps = jax.lax.while_loop(
-        cond, body_unrolled, (start, *buffers, jnp.int32(0)))
-    return (*lanes, suffix, isuf, steps)
-
-  configs = {p: (LANE_UNROLL[p], LANE_SELECT_WRITES[p], LANE_POOL.get(p, 0))
-             for p in LANE_UNROLL}
-  i, base, size, err, paren, ibase, isize, _, suffix, isuf, steps = _per_platform(
-      run, configs)
-  top = read(None, base, suffix, base + size - 1)
-  room = (ibase + isize < di) & (itop_of(None, ibase, isuf, isize) < tables.max_width)
-  return dict(ok=~err & (i >= count), top=top, paren=paren, room=room,
-              base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize,
-              steps=steps)
-
-
-def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, start: tuple,
-                 buffers: tuple):
-  """Each lane's scalars and stacks after its first lexeme, from one run per row of
-  each distinct first lexeme of the row's lexer state (`first` = (first_items [B, F],
-  lane_first [B, X]), `lexed_tables.first_lexeme_tables`).
-
-  A lane's micro-steps are a function of its row and its lexemes, so its state after
-  its first lexeme is the first-lexeme run's: i = 1, the same base, size, bracket
-  depth, indentation, phase 0 and the same pushed entries (those columns are copied;
-  a first-lexeme run that wrote past the copied columns leaves its lanes to start from
-  the row, as before). A failed first lexeme fails its lanes without running them.
-  Returns `start` and `buffers` for `_queue`, per lane.
-  """
-  first_items, lane_first = first
-  b, f = first_items.shape
-  n = lane_first.size
-  items1 = jnp.full((b, f, 2), -1, jnp.int32).at[:, :, 0].set(first_items)
-  # B * F lanes, of which ~2.5 a row have a lexeme (Python, Gemma 3: F = 37): a small
-  # queue runs those alone (the one loop ran all B * F for the longest one's ~12 steps).
-  one = _lanes(tables, state, items1, queue_slots=FIRST_SLOTS * b)
-  suffix, isuf = buffers
-  cols, icols = min(_FIRST_COLUMNS, suffix.shape[1]), 1
-  fits = (jnp.all(one["suffix"][:, cols:] == 0, axis=1)
-          & jnp.all(one["isuf"][:, icols:] == 0, axis=1))
-  lane_first = lane_first.reshape(n)
-  at = jnp.repeat(jnp.arange(b) * f, n // b) + jnp.maximum(lane_first, 0)
-  shared = (lane_first >= 0) & fits[at]
-  pick = lambda k, default: jnp.where(shared, one[k][at], default)
-  i, base, size, _, paren, ibase, isize, phase = start
-  start = (jnp.where(shared, 1, i), pick("base", base), pick("size", size),
-           shared & ~one["ok"][at], pick("paren", paren), pick("ibase", ibase),
-           pick("isize", isize), phase)
-  head = jnp.where(shared[:, None], one["suffix"][at, :cols], 0)
-  ihead = jnp.where(shared[:, None], one["isuf"][at, :icols], 0)
-  return start, (jnp.concatenate([head, suffix[:, cols:]], axis=1),
-                 jnp.concatenate([ihead, isuf[:, icols:]], axis=1))
-
-
-def _queue(micro, count, live, start, per_lane, buffers, pool: int, unroll: int,
-           max_steps: int):
-  """The lanes' micro-steps as a work queue: `pool` slots (static) run the lanes that
-  have lexemes, in order; a slot whose lane ends (all lexemes taken, an error, or the
-  safety bound) stores the lane's scalars and takes the next lane of the queue.
-
-  Each lane runs alone from its start to its end, as in the one-pass loop (which
-  leaves an ended lane as it is), so the results are the same, in about (micro-steps
-  of all lanes) / pool iterations plus the longest lane's tail instead of (longest
-  lane) x (all lanes) micro-steps. `start`: the lanes' scalars before their first
-  micro-step (i, base, size, err, paren, ibase, isize, phase: base, paren and ibase
-  from the lane's row, the others 0). Returns the lanes' scalars [n] (as `start`), the
-  pushes `buffers` and the number of iterations.
-  """
-  n = count.shape[0]
-  queue = jnp.zeros((n,), jnp.int32).at[jnp.where(live, jnp.cumsum(live) - 1, n)].set(
-      jnp.arange(n, dtype=jnp.int32), mode="drop")
-  n_live = jnp.sum(live)
-  firsts = jnp.arange(pool)
-  slot_lane = jnp.where(firsts < n_live, queue[firsts], -1)
-  lanes = tuple(v[jnp.maximum(slot_lane, 0)] for v in start)
-  # Ended lanes' scalars [n, 8] (as `start`); lanes without lexemes keep their start.
-  results = jnp.stack([v.astype(jnp.int32) for v in start], axis=1)
-  # A fresh lane's start: base, paren, ibase from its row; the others are constants.
-  start_rows = tuple(v if k in per_lane else None for k, v in enumerate(start))
-  start_consts = tuple(None if k in per_lane else jnp.zeros((), v.dtype)
-                       for k, v in enumerate(start))
-
-  def cond(carry):
-    return jnp.any(carry[0] >= 0)
-
-  def body(carry):
-    slot_lane, lanes, suffix, isuf, results, head, steps, it = carry
-    occupied = slot_lane >= 0
-    lane = jnp.maximum(slot_lane, 0)
-    for _ in range(unroll):
-      lanes, suffix, isuf = micro(lane, occupied, lanes, suffix, isuf, False)
-    steps = steps + unroll
-    i, err = lanes[0], lanes[3]
-    ended = occupied & ((i >= count[lane]) | err | (steps >= max_steps))
-    # The safety bound ends a lane unfinished (i < count: not ok), as the one-pass loop.
-    results = results.at[jnp.where(ended, slot_lane, n)].set(
-        jnp.stack([v.astype(jnp.int32) for v in lanes], axis=1), mode="drop")
-    free = ~occupied | ended
-    ahead = head + jnp.cumsum(free) - 1
-    nxt = jnp.where(ahead < n_live, queue[jnp.clip(ahead, 0, n - 1)], -1)
-    slot_lane = jnp.where(free, nxt, slot_lane)
-    fresh = free & (slot_lane >= 0)
-    lane = jnp.maximum(slot_lane, 0)
-    lanes = tuple(v if s is None else jnp.where(fresh, s[lane], v)
-                  for s, v in zip(start_rows, lanes))
-    lanes = tuple(v if s is None else jnp.where(fresh, s, v)
-                  for s, v in zip(start_consts, lanes))
-    steps = jnp.where(fresh, 0, steps)
-    return (slot_lane, lanes, suffix, isuf, results, head + jnp.sum(free), steps, it + 1)
-
-  carry = (slot_lane, lanes, *buffers, results, jnp.int32(pool),
-           jnp.zeros((pool,), jnp.int32), jnp.int32(0))
-  _, _, suffix, isuf, results, _, _, iterations = jax.lax.while_loop(cond, body, carry)
-  return (*(results[:, k].astype(v.dtype) for k, v in enumerate(start)), suffix, isuf,
-          iterations)
-
-
-def _materialize(state: ConstraintState, lanes: dict, row):
-  """The parser stack [N, D] and indentation widths [N, Di] each lane leaves."""
-  d = state.stack.shape[1]
-  di = state.registers.shape[1] - 2
-  pos = jnp.arange(d)[None, :]
-  base = lanes["base"][:, None]
-  own = jnp.take_along_axis(lanes["suffix"], jnp.clip(pos - base, 0, d - 1), axis=1)
-  stack = jnp.where(pos < base, state.stack[row], own)
-  ipos = jnp.arange(di)[None, :]
-  ibase = lanes["ibase"][:, None]
-  pi = lanes["isuf"].shape[1]
-  iown = jnp.take_along_axis(lanes["isuf"], jnp.clip(ipos - ibase, 0, pi - 1), axis=1)
-  widths = jnp.where(ipos < ibase, state.registers[row, 2:], iown)
-  widths = jnp.where(ipos < ibase + lanes["isize"][:, None], widths, 0)
-  return stack, widths
 
 
 def _pending_ok(tables: LexedTables, top, final, paren, room):

@@ -17,6 +17,7 @@ from lexed_python_test import _BATCH  # pylint: disable=import-error  (same dire
 from lexed_python_test import _Setup  # pylint: disable=import-error
 from lexed_python_test import _walk  # pylint: disable=import-error
 from constrained_decoding.runtime import _lexed
+from constrained_decoding.runtime import _lexed_lanes
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +46,9 @@ def test_first_lexemes_in_a_queue_of_one_slot_a_row_agree(setup, monkeypatch):
   # The lanes share first lexemes (4 queue slots: lanes outnumber them 8 to 1), and the
   # rows' distinct first lexemes (several a row) run in 1 slot a row: every slot takes
   # a next first lexeme, against the default schedule.
-  assert 4 * _lexed._SHARE_FROM <= _BATCH * setup.tables.state_seq_lanes.shape[1]
-  monkeypatch.setattr(_lexed, "LANE_POOL", {"cpu": 1})
-  monkeypatch.setattr(_lexed, "FIRST_SLOTS", 1)
+  assert 4 * _lexed_lanes._SHARE_FROM <= _BATCH * setup.tables.state_seq_lanes.shape[1]
+  monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 1})
+  monkeypatch.setattr(_lexed_lanes, "FIRST_SLOTS", 1)
   _walk(setup, steps=24, seed=23, compare_with=_other())
 
 

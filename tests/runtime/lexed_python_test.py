@@ -31,6 +31,7 @@ from constrained_decoding.constraints import _lexed_grammar
 from constrained_decoding.constraints import _lr
 from constrained_decoding import testing as cd_testing
 from constrained_decoding.runtime import _lexed
+from constrained_decoding.runtime import _lexed_lanes
 
 _PATH = _lr.__file__.replace("_lr.py", "grammars/python_lexed.lark")
 _BATCH = 16
@@ -278,10 +279,10 @@ def test_device_agrees_with_host_reference(setup):
 def test_accelerator_lane_settings_agree_with_cpu_ones(setup, monkeypatch):
   # What a GPU or TPU traces (several micro-steps per loop iteration, stack writes by
   # select, an unrolled token search), forced on CPU: the same masks and states.
-  monkeypatch.setattr(_lexed, "LANE_UNROLL", {"cpu": 2})
-  monkeypatch.setattr(_lexed, "LANE_SELECT_WRITES", {"cpu": True})
+  monkeypatch.setattr(_lexed_lanes, "LANE_UNROLL", {"cpu": 2})
+  monkeypatch.setattr(_lexed_lanes, "LANE_SELECT_WRITES", {"cpu": True})
   monkeypatch.setattr(_lexed, "SEARCH_METHOD", {"cpu": "scan_unrolled"})
-  monkeypatch.setattr(_lexed, "LANE_POOL", {"cpu": 0})  # every lane in one loop
+  monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 0})  # every lane in one loop
   other = (jax.jit(lambda t, s: _lexed.allowed_tokens(t, s)),
            jax.jit(lambda t, s, k: _lexed.advance(t, s, k)))
   _walk(setup, steps=20, seed=11, compare_with=other)
@@ -291,7 +292,7 @@ def test_lane_queue_with_one_slot_per_row_agrees(setup, monkeypatch):
   # The lanes as a work queue of one slot per row (a slot takes the next lane at every
   # lane's end: the most refills) against the default pool: same masks and states,
   # the fused step included.
-  monkeypatch.setattr(_lexed, "LANE_POOL", {"cpu": 1})
+  monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 1})
   other = (jax.jit(lambda t, s: _lexed.allowed_tokens(t, s)),
            jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(t, s)[1](k)))
   _walk(setup, steps=20, seed=13, compare_with=other)
@@ -304,9 +305,9 @@ def test_lanes_after_shared_first_lexemes_agree(setup, monkeypatch):
   # start from the row instead: both against every lane run whole in one loop (the
   # fixture's functions at _BATCH rows), mask and fused step.
   assert setup.tables.state_first_items is not None
-  assert 16 * (setup.tables.state_seq_lanes.shape[1] + 1) >= _lexed._SHARE_FROM * 4
-  monkeypatch.setattr(_lexed, "LANE_POOL", {"cpu": 1})
-  monkeypatch.setattr(_lexed, "_FIRST_COLUMNS", 1)
+  assert 16 * (setup.tables.state_seq_lanes.shape[1] + 1) >= _lexed_lanes._SHARE_FROM * 4
+  monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 1})
+  monkeypatch.setattr(_lexed_lanes, "_FIRST_COLUMNS", 1)
   other = (jax.jit(lambda t, s: _lexed.allowed_tokens(t, s)),
            jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(t, s)[1](k)))
   _walk(setup, steps=20, seed=17, compare_with=other)
