@@ -10,7 +10,6 @@ Function (`lw` is the lowering in progress, `_json_schema._Lowerer`):
 import functools
 
 from constrained_decoding import errors
-from constrained_decoding.constraints import _grammar_passes
 from constrained_decoding.constraints import _intersect
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_counted_objects
@@ -392,8 +391,7 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
   """
   sizes = [_json_objects.ir_size(member, lw.memos["size"]) for _, member, _ in members]
   result = None
-  if not any(_grammar_passes.has_rule_ref(member, lw.memos["rule_ref"])
-             for _, member, _ in members):
+  if not any(_rule_refs(lw, member) & _ANY_REF for _, member, _ in members):
     result = _json_objects.any_order_members(
         members, extra, lw.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
         0 if extra is None else _json_objects.ir_size(extra, lw.memos["size"]),
@@ -430,11 +428,33 @@ def _calls(lw, keyed: list, extra: ir.Node | None) -> bool:
 
 
 def calls_register_rule(lw, node: ir.Node) -> bool:
-  """Whether `node` holds an `ir.RuleRef` other than the free-form value rule's
-  (memoized by node identity across the lowering's calls, linear in all)."""
-  return ir.fold(node, lambda n, children: (isinstance(n, ir.RuleRef)
-                                            and not lw.is_free_form(n)) or any(children),
-                 memo=lw.memos["calls"])
+  """Whether `node` holds an `ir.RuleRef` other than the free-form value rule's, outside
+  fragment bodies (memoized by node identity across the lowering's calls, linear in all)."""
+  return bool(_rule_refs(lw, node) & _REGISTER_CALL)
+
+
+# Bits of `_rule_refs`.
+_ANY_REF = 1  # Some `ir.RuleRef`, fragment bodies included.
+_REGISTER_CALL = 2  # A `RuleRef` other than the free-form value rule's, outside fragments.
+
+
+def _rule_refs(lw, node: ir.Node) -> int:
+  """The `_ANY_REF` and `_REGISTER_CALL` bits of `node`: one `ir.fold` (memo "refs",
+  by node identity across the lowering) answers both `_any_order`'s question and
+  `calls_register_rule`'s, which then finds the members already walked."""
+  is_free_form = lw.is_free_form
+
+  def bits(n: ir.Node, children: tuple) -> int:
+    if isinstance(n, ir.RuleRef):
+      return _ANY_REF if is_free_form(n) else _ANY_REF | _REGISTER_CALL
+    if isinstance(n, ir.Fragment):  # A leaf to the register analysis, not to `_ANY_REF`.
+      return children[0] & _ANY_REF
+    out = 0
+    for child in children:
+      out |= child
+    return out
+
+  return ir.fold(node, bits, enter_fragments=True, memo=lw.memos["refs"])
 
 
 def _member(lw, key: str, value: ir.Node, marker: ir.Node = ir.EPSILON) -> ir.Node:

@@ -395,7 +395,8 @@ class _Lowerer:
     self.log = _log
     # Per-measure memos of `ir.fold` over the IR built so far (by node identity), so
     # that measuring each object as objects nest stays linear: "size"
-    # (`_json_objects.ir_size`), "wide" (`wide_parts`), "rule_ref", "calls", "callable".
+    # (`_json_objects.ir_size`), "wide" (`wide_parts`), "refs"
+    # (`_json_object_schemas._rule_refs`), "callable".
     self.memos: collections.defaultdict = collections.defaultdict(dict)
 
   def unsupported(self, pointer: str, message: str) -> None:
