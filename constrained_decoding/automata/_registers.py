@@ -285,7 +285,9 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
     for _, byte in contracted.arc_ops:
       tagged_bytes[byte] = True
     # Only tokens holding a byte some operation is read with can cross one: walk those.
-    crossing = np.flatnonzero(_tokens_with(token_bytes, tagged_bytes)[token_dfa.edge_token])
+    # (Their tagged extent is > 0; `_crossed_hits` asks for the same extents, so one
+    # pass over the vocabulary's bytes serves both on a process's first compile.)
+    crossing = np.flatnonzero(_tagged_extent(token_bytes, tagged_bytes)[token_dfa.edge_token])
     # Source states and tokens of those edges alone (a tenth to a fifth of the edges with
     # spliced JSON values, whose copies' edges repeat per copy), then the edge ids back.
     edge, *rest = _crossed_hits(contracted, byte_state[token_dfa.edge_source[crossing]],
