@@ -242,8 +242,10 @@ def _cycle_states(table: np.ndarray, q: int, skip: np.ndarray, predecessors: "Pr
   shortest way q -> s of such an s has ahead(u) + behind(u) <= MAX_LOOP_BYTES too, so
   the forward search may skip every other state without changing those distances.
   """
-  behind = _distances(q, lambda s: [p for p in predecessors[s].tolist() if not skip[p]],
-                      MAX_LOOP_BYTES)
+  # The forward search below asks about states at most MAX_LOOP_BYTES - 1 bytes before
+  # q (it takes a step first), so the backward search stops there: its widest level
+  # (the most states fan in) is never read.
+  behind = _distances(q, predecessors.lists(skip), MAX_LOOP_BYTES - 1)
   ahead, front = {q: 0}, [q]
   for step in range(1, MAX_LOOP_BYTES):
     reached = []
@@ -523,14 +525,37 @@ class Predecessors:
   sliced on demand (a wide-state search reads the rows of a few states near each loop,
   so building one array per state up front cost more than the search)."""
 
-  __slots__ = ("_sources", "_bounds")
+  __slots__ = ("_sources", "_bounds", "_lists")
 
   def __init__(self, sources: np.ndarray, bounds: list[int]):
     self._sources = sources
     self._bounds = bounds
+    self._lists = None  # (skipped states, their lists): see `lists`.
 
   def __getitem__(self, r: int) -> np.ndarray:
     return self._sources[self._bounds[r]:self._bounds[r + 1]]
+
+  def lists(self, skip: np.ndarray):
+    """A function r -> the states with an arc into r that `skip` (bool `[Q]`) leaves, as
+    a list of ints: for the plain-Python searches of `_cycle_states` (slicing one list
+    of every source, made once per skip mask, costs less than a numpy slice per state).
+    """
+    key = np.flatnonzero(skip).tobytes()
+    if self._lists is None or self._lists[0] != key:
+      sources, bounds = self._sources, self._bounds
+      if key:  # Skipped sources are dropped (rarely any: spliced fragments).
+        kept = ~skip[sources]
+        sources = sources[kept]
+        bounds = np.concatenate([[0], np.cumsum(kept)])[bounds].tolist()
+      self._lists = (key, sources.tolist(), bounds)
+    _, sources, bounds = self._lists
+    return lambda r: sources[bounds[r]:bounds[r + 1]]
+
+  def union(self, states) -> np.ndarray:
+    """int64: the distinct states with an arc into any of `states`, ascending (as
+    `np.unique` of their rows, without its hashing: a sort of a few dozen values)."""
+    rows = np.sort(np.concatenate([self[r] for r in states]))
+    return rows[np.concatenate([[True], rows[1:] != rows[:-1]])] if len(rows) else rows
 
   def __len__(self) -> int:
     return len(self._bounds) - 1

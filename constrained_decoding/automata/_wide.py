@@ -243,7 +243,7 @@ class WideStates:
       is_member = member_mask(dfa.num_states, members)
       position = {r: i for i, r in enumerate(members)}
       # Bytes into the loop, for the states with an arc into it (only they can qualify).
-      candidates = np.unique(np.concatenate([predecessors[r] for r in members]))
+      candidates = predecessors.union(members)
       candidates = candidates[~skip[candidates] & ~is_member[candidates]]
       into_loop = is_member[table[candidates]] @ size
       for p in candidates[into_loop >= _loops.MIN_SELF_LOOP_BYTES].tolist():
@@ -317,7 +317,7 @@ class WideStates:
       way_in = member_mask(dfa.num_states, members + entries)
       # Only states with an arc that way can qualify: tokens whose first byte leads
       # that way, per such state (one product over them, not over every state).
-      candidates = np.unique(np.concatenate([predecessors[r] for r in members + entries]))
+      candidates = predecessors.union(members + entries)
       candidates = candidates[~skip[candidates] & (index[candidates] < 0)]
       tokens_in = way_in[table[candidates]].astype(np.float64) @ counts
       for p in candidates[tokens_in >= _loops.MIN_TERMINAL_TOKENS].tolist():
