@@ -204,7 +204,7 @@ def extract(node: ir.Node, span: int) -> tuple[ir.Node, dict[str, EmbeddedChain]
       return found if found is not None else path_fragment(n)
     return None
 
-  if not _any_node(node, chain_or_descend):
+  if not _any_node(node, chain_or_descend, (ir.Repeat, ir.Concat, ir.Graph)):
     return node, {}  # Most constraints hold no chain: no rewrite (~2x the search).
   out = ir.transform(node, before=chain_or_descend)
   return (out, chains) if chains else (node, {})
@@ -271,21 +271,33 @@ def _path_repeat(graph: ir.Graph) -> tuple[list[ir.Node], ir.Repeat] | None:
   return [label for label, _ in labels[:j0]], ir.Repeat(run, finals[0] - j0, b)
 
 
-def _any_node(node: ir.Node, found) -> bool:
+def _any_node(node: ir.Node, found, kinds: tuple | None = None) -> bool:
   """Whether `found(n)` is not None for some sub-node n that `ir.transform(node,
   before=found)` visits (found ones are not entered, nor are fragments), in the same
-  top-down order, stopping at the first."""
+  top-down order, stopping at the first.
+
+  `kinds` (optional): the node types `found` can hit; it is not called on others, and
+  leaves of other types are skipped (a schema's IR is mostly leaves and unions: ~40k
+  nodes a corpus pass)."""
+  children_of = ir._CHILDREN.get  # pylint: disable=protected-access
+  skip = (frozenset() if kinds is None
+          else frozenset(t for t in _LEAF_TYPES if not issubclass(t, kinds)))
   seen, stack = set(), [node]
   while stack:
     n = stack.pop()
-    if id(n) in seen:
+    if type(n) in skip or id(n) in seen:
       continue
     seen.add(id(n))
-    if found(n) is not None:
+    if (kinds is None or isinstance(n, kinds)) and found(n) is not None:
       return True
     if not isinstance(n, ir.Fragment):
-      stack.extend(reversed(ir.children(n)))
+      get = children_of(type(n))
+      stack.extend(reversed(ir.children(n) if get is None else get(n)))
   return False
+
+
+# IR node types without children (`ir.children` is empty).
+_LEAF_TYPES = (ir.Bytes, ir.CharClass, ir.ByteClass, ir.Terminal, ir.RuleRef, ir.Marker)
 
 
 def _embedded_chain(repeat: ir.Repeat, span: int) -> EmbeddedChain | None:

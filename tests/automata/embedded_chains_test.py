@@ -234,6 +234,11 @@ def test_chain_search_visits_what_the_rewrite_visits_up_to_the_first_found():
     assert hit == bool(firsts)
     want = by_transform[:firsts[0] + 1] if firsts else by_transform
     assert [id(n) for n in by_search] == [id(n) for n in want]
+    # Told the kinds `found` can hit, the search asks it about those alone, in order.
+    by_kind = []
+    assert _embedded_chains._any_node(  # pylint: disable=protected-access
+        node, lambda n: record(n, by_kind), (ir.Repeat,)) == hit
+    assert [id(n) for n in by_kind] == [id(n) for n in want if isinstance(n, ir.Repeat)]
 
 
 def test_edge_ranges_are_the_concatenated_slices():
