@@ -194,11 +194,11 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
       filters = [-1]
       which = np.zeros(len(rows), np.int64)
     else:
-      every = np.unique(tokens.count[members])
+      # The distinct counts, ascending (np.unique sorts ~33k of them: 10x slower).
+      every = np.flatnonzero(np.bincount(tokens.count[members]))
       to = rows[:, None] + delta + every[None, :]  # [rows, counts]: the layer each lands on
       lands = (to < layers) & usable[np.minimum(to, layers - 1), target]
-      patterns, which = np.unique(lands, axis=0, return_inverse=True)
-      which = which.reshape(-1)
+      patterns, which = _unique_bool_rows(lands)
       filters = [filter_of(every[p], every) if p.any() else None for p in patterns]
     sources, targets = cell[rows, source], cell[np.minimum(to, layers - 1), target]
     for k in np.flatnonzero(lands.any(axis=1)).tolist():
@@ -223,3 +223,16 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
       place(("slotted inside", klass, fkey, a, x, x2), members, col + x, col + x2, None)
   if entries_of is not None:
     entries_of.update(listed)
+
+
+def _unique_bool_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """`np.unique(rows, axis=0, return_inverse=True)` of bool `rows` [N, C] (distinct rows
+  in lexicographic order, and the index of each row's), through one int64 code per
+  row when C < 63 (first column the most significant bit: the same order)."""
+  width = rows.shape[1]
+  if width >= 63:
+    patterns, which = np.unique(rows, axis=0, return_inverse=True)
+    return patterns, which.reshape(-1)
+  shifts = np.arange(width - 1, -1, -1, dtype=np.int64)
+  codes, which = np.unique((rows.astype(np.int64) << shifts).sum(axis=1), return_inverse=True)
+  return (codes[:, None] >> shifts) & 1 == 1, which.reshape(-1)

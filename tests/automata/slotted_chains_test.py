@@ -353,3 +353,20 @@ def test_gemma_non_blank_string_is_small_and_exact(gemma_compiler, gemma_vocab):
           data = json.dumps(edit, ensure_ascii=False).encode()
           tokens = index.random_tokenization(data, rng)
           assert ref.reference_accepts(tables, tokens) == want, edit
+
+
+def test_unique_bool_rows_is_numpys_unique_by_rows():
+  """The landing patterns of `add_slotted` (one int code per row, or numpy's own past 62
+  columns) in numpy's order, with its inverse: random and repeated rows, 1..70 columns."""
+  from constrained_decoding.automata import _slotted_counting  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(0)
+  for trial in range(600):
+    n, c = int(rng.integers(1, 40)), int(rng.integers(1, 71))
+    rows = rng.random((n, c)) < rng.random()
+    if trial % 3 == 0:
+      rows[rng.integers(0, n, n)] = rows[rng.integers(0, n)]
+    want, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+    got, inverse = _slotted_counting._unique_bool_rows(rows)  # pylint: disable=protected-access
+    assert got.dtype == bool and np.array_equal(got, want)
+    assert np.array_equal(inverse, want_inverse.reshape(-1))
