@@ -83,8 +83,11 @@ def _partners(dfa: ByteDfa, members: np.ndarray, loop: np.ndarray,
   loop = loop[:, first]
   inside = loop >= 0  # [M, C]
   same = table[states][:, None, :] == members[np.maximum(loop, 0)][None]  # [P, M, C]
-  agree = (inside & same) @ size
-  disagree = (inside & ~same) @ size
+  same &= inside
+  # Byte counts as float32 (sums of at most 256 are exact): a BLAS product, ~10x faster
+  # than numpy's integer matmul on [P, M, C].
+  agree = (same.astype(np.float32) @ size.astype(np.float32)).astype(np.int64)
+  disagree = (inside @ size)[None] - agree  # The other bytes that stay in L.
   agree[disagree > MAX_DISAGREEING_BYTES] = -1
   best = agree.argmax(axis=1)
   rows = np.arange(len(states))
