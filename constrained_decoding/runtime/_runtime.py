@@ -51,16 +51,7 @@ from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from constrained_decoding.errors import DecodingArgumentError
 from constrained_decoding.lexed_tables import LexedTables
-from constrained_decoding.tables import GUARD_ATLEAST as _ATLEAST
-from constrained_decoding.tables import GUARD_CLEAR as _CLEAR
-from constrained_decoding.tables import GUARD_COUNT as _COUNT
-from constrained_decoding.tables import GUARD_LIVE as _LIVE
-from constrained_decoding.tables import GUARD_NEED as _NEED
-from constrained_decoding.tables import GUARD_SET as _SET
-from constrained_decoding.tables import GUARD_FAIL as _FAIL
-from constrained_decoding.tables import GUARD_UCLOSE as _UCLOSE
-from constrained_decoding.tables import GUARD_UHASH as _UHASH
-from constrained_decoding.tables import HASH_PRIME, HASH_STORED, UNIQUE_CAP_RADIX
+from constrained_decoding.runtime import _guards
 from constrained_decoding.tables import AT_MOST
 from constrained_decoding.tables import RELATIVE
 from constrained_decoding.tables import ConstraintTables
@@ -327,18 +318,32 @@ def _allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Ar
   groups, match = _matching_groups(tables, state)
   # Gather one mask row per batch row, the deepest matching group's, however many match.
   deepest, any_match = _deepest_group(tables, groups, match)
-  bits = jnp.where(any_match[:, None], tables.mask_bits[tables.group_mask[deepest]],
-                   jnp.uint32(0))
-  if tables.group_excluded.shape[0]:  # Static: counted chains, tokens too long for r.
-    bits &= ~tables.excluded_bits[tables.group_excluded[deepest]]
+  mask_row = tables.group_mask[deepest]
+  # Static: counted chains (tokens too long for r), push-down tables near the stack bound.
+  excluded = tables.group_excluded[deepest] if tables.group_excluded.shape[0] else None
+  capped = _capped_row(tables, state, deepest) if _capped(tables, state) else None
+  end = _end_allowed(tables, state)
+  stopped = state.done | state.error
+
+  def mask(take):
+    """The mask without guarded tokens, from `take(table, rows)` of each table's row
+    per batch row: all words, or (for `_guards.guarded_bits`) some of them."""
+    bits = jnp.where(any_match[:, None], take(tables.mask_bits, mask_row), jnp.uint32(0))
+    if excluded is not None:
+      bits &= ~take(tables.excluded_bits, excluded)
+    if capped is not None:  # Guarded tokens are capped too (`refused_at` below).
+      bits &= ~take(tables.capped_bits, capped)
+    eos = take(tables.eos_bits[None, :], jnp.zeros_like(mask_row))
+    return jnp.where(stopped[:, None], eos, bits | jnp.where(end[:, None], eos, jnp.uint32(0)))
+
+  bits = mask(lambda table, rows: table[rows])
   if tables.has_registers:  # Static: objects whose keys the device checks.
-    bits |= _guarded_bits(tables, state, deepest, any_match)
-  if _capped(tables, state):  # Static: push-down only; guarded tokens are capped too.
-    bits &= ~tables.capped_bits[_capped_row(tables, state, deepest)]
-  bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
-                    jnp.uint32(0))
-  stopped = (state.done | state.error)[:, None]
-  return jnp.where(stopped, tables.eos_bits[None, :], bits)
+    at = lambda words: lambda table, rows: table[rows[:, None], words]
+    bits = _guards.guarded_bits(
+        tables, bits, _registers(tables, state), tables.group_guarded[deepest],
+        any_match & ~stopped, lambda words: mask(at(words)),
+        None if capped is None else lambda words: at(words)(tables.capped_bits, capped))
+  return bits
 
 
 def _registers(tables: ConstraintTables, state: ConstraintState) -> Int[Array, "B R"]:
@@ -346,150 +351,6 @@ def _registers(tables: ConstraintTables, state: ConstraintState) -> Int[Array, "
   if state.registers is None:
     return jnp.zeros(state.state.shape + tables.register_init.shape, jnp.int32)
   return state.registers
-
-
-def _run_guards(tables: ConstraintTables, registers: Array, guard: Array
-                ) -> tuple[Array, list]:
-  """Evaluates guards (`automata/_registers.py`) on each row's registers.
-
-  `registers` is `[B, NR]`, `guard` `[B, *N]` guard ids (-1: none, passes). Returns
-  (passes `[B, *N]`, per operation i of the guards the (word, value after it) pairs,
-  `[B, *N]` each, word NR for no write). O operations per guard, O^2 small compares.
-  """
-  ops = tables.guard_ops[jnp.maximum(guard, 0)]  # [B, *N, O, 3]
-  kind, word, operand = ops[..., 0], jnp.maximum(ops[..., 1], 0), ops[..., 2]
-  kind = jnp.where((guard >= 0)[..., None], kind, -1)
-  batch = registers.shape[0]
-  flat = word.reshape(batch, -1)
-  current = jnp.take_along_axis(registers, jnp.minimum(flat, registers.shape[1] - 1),
-                                axis=1).reshape(word.shape)  # [B, *N, O]
-  ok = jnp.ones(guard.shape, bool)
-  has_live = jnp.zeros(guard.shape, bool)
-  some_live = jnp.zeros(guard.shape, bool)
-  writes = []
-  for i in range(ops.shape[-2]):  # Static and small: the longest guard.
-    value = current[..., i]
-    for j in range(i):  # Earlier operations on the same word come first.
-      same = word[..., j] == word[..., i]
-      value = jnp.where(same & (kind[..., j] == _CLEAR), 0, value)
-      value = jnp.where(same & (kind[..., j] == _SET), value | operand[..., j], value)
-      value = jnp.where(same & (kind[..., j] == _COUNT), value + 1, value)
-    k, o = kind[..., i], operand[..., i]
-    ok &= ~((k == _SET) & ((value & o) != 0))
-    ok &= ~((k == _NEED) & ((value & o) != o))
-    ok &= ~((k == _COUNT) & (value >= o))
-    ok &= ~((k == _ATLEAST) & (value < o))
-    has_live |= k == _LIVE
-    some_live |= (k == _LIVE) & ((~value & o) != 0)
-    after = jnp.where(k == _CLEAR, 0, jnp.where(k == _SET, value | o,
-                                                jnp.where(k == _COUNT, value + 1, value)))
-    writes.append((jnp.where((k == _CLEAR) | (k == _SET) | (k == _COUNT), word[..., i],
-                             registers.shape[1]), after))
-  if tables.has_hashes:  # Static: arrays of distinct strings.
-    passes, more = _run_hash_ops(tables, registers, kind, word, operand)
-    ok &= passes
-    writes += more
-  return ok & (~has_live | some_live), writes
-
-
-_PRIME = np.uint32(HASH_PRIME)
-
-
-def _mod_prime(x: Array) -> Array:
-  """x mod p for uint32 x < 2p (p = 2^31 - 1)."""
-  return jnp.where(x >= _PRIME, x - _PRIME, x)
-
-
-def _mul_add_mod(h: Array, m: Array, a: Array) -> Array:
-  """(h * m + a) mod p for uint32 h, m, a < p = 2^31 - 1, in 16-bit limbs (no 64-bit
-  product: jax's x64 is off). With h = hh 2^16 + hl, m = mh 2^16 + ml and 2^31 = 1:
-  h m = hh mh 2^32 + (hh ml + hl mh) 2^16 + hl ml, where 2^32 = 2 and a cross term
-  c = ch 2^15 + cl contributes ch + cl 2^16."""
-  hh, hl = h >> 16, h & 0xFFFF
-  mh, ml = m >> 16, m & 0xFFFF
-  fold = lambda x: _mod_prime((x & _PRIME) + (x >> 31))  # Any uint32 -> [0, p).
-  high = fold((hh * mh) << 1)  # < 2^31 before folding.
-  cross = hh * ml + hl * mh  # < 2^32.
-  cross = _mod_prime(_mod_prime(cross >> 15) + ((cross & 0x7FFF) << 16))
-  low = fold(hl * ml)
-  return _mod_prime(_mod_prime(_mod_prime(high + cross) + low) + a)
-
-
-def _run_hash_ops(tables: ConstraintTables, registers: Array, kind: Array, word: Array,
-                  operand: Array) -> tuple[Array, list]:
-  """UCLOSE, UHASH and FAIL operations (`tables.py`, "Distinct strings") of guards
-  whose operations are `[B, *N, O]`: (passes `[B, *N]`, (word, value) writes). A guard
-  holds at most one UCLOSE and one UHASH (`automata/_unique_strings.rewrite`)."""
-  num_words = registers.shape[1]
-  batch = registers.shape[0]
-  closes, hashes = kind == _UCLOSE, kind == _UHASH
-  pick = lambda where, x: jnp.sum(jnp.where(where, x, 0), axis=-1)
-  has_close, close_word, close_op = closes.any(-1), pick(closes, word), pick(closes, operand)
-  has_hash, hash_word, hash_row = hashes.any(-1), pick(hashes, word), pick(hashes, operand)
-  shape = close_word.shape
-
-  def read(words):  # [B, *N, k] register words, clamped into range.
-    flat = jnp.minimum(words.reshape(batch, -1), num_words - 1)
-    return jnp.take_along_axis(registers, flat, axis=1).reshape(words.shape).astype(
-        jnp.uint32)
-
-  row, cap = close_op // UNIQUE_CAP_RADIX, close_op % UNIQUE_CAP_RADIX
-  consts = tables.hash_consts[row].astype(jnp.uint32)  # [B, *N, 4]
-  h = read(close_word[..., None] + jnp.arange(3))  # h0, h1, n
-  n = h[..., 2].astype(jnp.int32)
-  done = [_mul_add_mod(h[..., w], consts[..., 2 * w], consts[..., 2 * w + 1]) for w in (0, 1)]
-  slots = (num_words - HASH_STORED) // 2  # Any block's pairs fit in this many.
-  stored = read(close_word[..., None] + HASH_STORED + jnp.arange(2 * slots))
-  stored = stored.reshape(shape + (slots, 2))
-  repeated = ((stored[..., 0] == done[0][..., None]) & (stored[..., 1] == done[1][..., None])
-              & (jnp.arange(slots) < n[..., None])).any(-1)
-  passes = ~(kind == _FAIL).any(-1) & ~(has_close & (repeated | (n >= cap)))
-  nowhere = jnp.int32(num_words)
-  pair = close_word + HASH_STORED + 2 * n
-  writes = [(jnp.where(has_close, pair, nowhere), done[0].astype(jnp.int32)),
-            (jnp.where(has_close, pair + 1, nowhere), done[1].astype(jnp.int32)),
-            (jnp.where(has_close, close_word + 2, nowhere), n + 1)]
-  consts = tables.hash_consts[hash_row].astype(jnp.uint32)
-  h = read(hash_word[..., None] + jnp.arange(2))
-  for w in (0, 1):
-    value = _mul_add_mod(h[..., w], consts[..., 2 * w], consts[..., 2 * w + 1])
-    writes.append((jnp.where(has_hash, hash_word + w, nowhere), value.astype(jnp.int32)))
-  return passes, writes
-
-
-def _extend_hashes(tables: ConstraintTables, registers: Array, source: Array,
-                   tokens: Array, extend: Array) -> Array:
-  """`registers` with the running hash of the rows in `extend` extended by their token
-  (a token read inside a string item that crosses no marker: `token_hash`)."""
-  block = tables.state_hashing[source]  # [B]
-  extend &= block >= 0
-  rows = jnp.arange(registers.shape[0])
-  consts = tables.token_hash[tokens].astype(jnp.uint32)  # [B, 4]
-  for w in (0, 1):
-    at = jnp.maximum(block, 0) + w
-    h = jnp.take_along_axis(registers, jnp.minimum(at, registers.shape[1] - 1)[:, None],
-                            axis=1)[:, 0].astype(jnp.uint32)
-    value = _mul_add_mod(h, consts[:, 2 * w], consts[:, 2 * w + 1]).astype(jnp.int32)
-    registers = registers.at[rows, jnp.where(extend, at, registers.shape[1])].set(
-        value, mode="drop")
-  return registers
-
-
-def _guarded_bits(tables: ConstraintTables, state: ConstraintState, deepest: Array,
-                  any_match: Array) -> UInt32[Array, "B W"]:
-  """The tokens of each row's guarded edges whose guards pass (not in the mask rows)."""
-  row = tables.group_guarded[deepest]
-  slots = tables.guarded_slots[row]  # [B, Gm]
-  safe = jnp.maximum(slots, 0)
-  tokens = tables.edge_tokens[safe]
-  passes, _ = _run_guards(tables, _registers(tables, state), tables.guarded_ids[row])
-  passes &= (slots >= 0) & any_match[:, None]
-  rows = jnp.broadcast_to(jnp.arange(slots.shape[0])[:, None], slots.shape)
-  words = jnp.where(passes, tokens >> 5, tables.mask_bits.shape[1])  # Out of range: dropped.
-  bits = jnp.uint32(1) << (tokens & 31).astype(jnp.uint32)
-  # A group's guarded tokens are distinct, so adding their bits ORs them.
-  return jnp.zeros((slots.shape[0], tables.mask_bits.shape[1]), jnp.uint32).at[
-      rows, words].add(bits, mode="drop")
 
 
 def allowed_tokens(tables: AnyTables, state: ConstraintState) -> Bool[Array, "B V"]:
@@ -666,7 +527,7 @@ def advance(
     listed = tables.guarded_slots[row] == slot[:, None]  # [B, Gm]
     guard = jnp.where(found & listed.any(axis=1), jnp.take_along_axis(
         tables.guarded_ids[row], jnp.argmax(listed, axis=1)[:, None], axis=1)[:, 0], -1)
-    passes, writes = _run_guards(tables, registers, guard)
+    passes, writes = _guards.run_guards(tables, registers, guard)
     found &= passes
     guarded = found & (guard >= 0)
     rows = jnp.arange(guard.shape[0])
@@ -718,7 +579,7 @@ def advance(
   stack, depth, overflow = _apply_stack(tables, state, active & found, num_pops, push)
   moved = active & found & ~overflow
   if tables.has_hashes:  # Static. Tokens inside a string item without a guard.
-    written = _extend_hashes(tables, written, state.state, safe, ~guarded)
+    written = _guards.extend_hashes(tables, written, state.state, safe, ~guarded)
   if tables.has_registers:  # Static. A row that did not move keeps its registers.
     registers = jnp.where(moved[:, None], written, registers)
   return state.replace(

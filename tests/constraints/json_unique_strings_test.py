@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import constrained_decoding as cd
 from constrained_decoding.automata import _unique_strings
 from constrained_decoding.automata._fsa import compile_byte_dfa
-from constrained_decoding.runtime import _runtime
+from constrained_decoding.runtime import _guards
 from constrained_decoding.tables import HASH_PRIME
 from constrained_decoding.testing import TokenIndex, reference_allowed, reference_step_stack
 
@@ -299,7 +299,7 @@ def test_modular_arithmetic_matches_python_integers():
   values = np.concatenate([rng.integers(0, HASH_PRIME, (20_000, 3)),
                            np.array(list(itertools.product(edges, repeat=3)))])
   h, m, a = values.T
-  got = jax.jit(_runtime._mul_add_mod)(*(jnp.asarray(x, jnp.uint32) for x in (h, m, a)))
+  got = jax.jit(_guards.mul_add_mod)(*(jnp.asarray(x, jnp.uint32) for x in (h, m, a)))
   expected = [(int(x) * int(y) + int(z)) % HASH_PRIME for x, y, z in values]
   assert np.asarray(got).astype(np.int64).tolist() == expected
 
