@@ -33,17 +33,20 @@ if typing.TYPE_CHECKING:
 
 def _bitmap(counts: _ClassCounts, r: int, num_words: int) -> np.ndarray:
   """uint32 [W]: the tokens of 1..r characters of the class (read only: shared). All r
-  are made on first use, each adding the tokens of exactly r characters to r - 1's (a
-  compile asks for most of them, 0.2 ms each one by one)."""
+  are made on first use (a compile asks for most of them): the tokens of exactly c
+  characters per c in one scatter, then ORed up along c (row by row: numpy's
+  accumulate along axis 0 is ~20x slower)."""
   if not counts.bitmaps:
-    c = counts.counts.astype(np.int64)
-    order = np.argsort(c, kind="stable")
-    at_most = np.searchsorted(c[order], np.arange(128), side="right")  # Tokens of <= k.
-    bits = counts.bitmaps[0] = np.zeros(num_words, np.uint32)
-    for k in range(1, 128):
-      if at_most[k] > at_most[k - 1]:
-        bits = bits | _loops.token_bits(order[at_most[k - 1]:at_most[k]], num_words)
-      counts.bitmaps[k] = bits
+    tokens = np.flatnonzero(counts.counts > 0)
+    c = counts.counts[tokens].astype(np.int64)
+    top = int(c.max(initial=0))
+    rows = np.zeros((top + 1, num_words), np.uint32)
+    np.bitwise_or.at(rows.reshape(-1), c * num_words + (tokens >> 5),
+                     np.uint32(1) << (tokens & 31).astype(np.uint32))
+    for k in range(1, top + 1):
+      rows[k] |= rows[k - 1]
+    for k in range(128):  # Past the longest token: its row.
+      counts.bitmaps[k] = rows[min(k, top)]
   return counts.bitmaps[min(max(r, 0), 127)]
 
 
