@@ -16,6 +16,7 @@ import numpy as np
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _loops
 from constrained_decoding.automata._slotted_chains import _MAX_CHARACTER_BYTES, Slotted
+from constrained_decoding.vocab import _joined
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -47,13 +48,18 @@ def _tokens(counts, vocab) -> _Tokens:
   if hit is not None:
     return hit
   ids = np.flatnonzero(counts.counts > 0)
-  data = [vocab.token_bytes[t] for t in ids.tolist()]
-  head = np.frombuffer(b"".join(d[:_HEAD].ljust(_HEAD, b"\0") for d in data),
-                       np.uint8).reshape(-1, _HEAD).astype(np.int64)
-  text = "".join(d.decode("utf-8") for d in data)
+  # Gathered from the vocabulary's joined bytes (a Python pass per token: ~17 ms of a
+  # process's first compile with Gemma 3). Each token is whole UTF-8: so are they joined.
+  data, starts, ends = _joined.joined(vocab.token_bytes)
+  lo, num_bytes = starts[ids], ends[ids] - starts[ids]
+  joined = data[np.repeat(lo - (np.cumsum(num_bytes) - num_bytes), num_bytes)
+                + np.arange(int(num_bytes.sum()))]
+  at = lo[:, None] + np.arange(_HEAD)
+  head = np.where(at < (lo + num_bytes)[:, None], data[np.minimum(at, max(len(data) - 1, 0))],
+                  0).astype(np.int64)
+  text = joined.tobytes().decode("utf-8")
   count = counts.counts[ids].astype(np.int64)
-  out = _Tokens(ids=ids, count=count, head=head,
-                num_bytes=np.array([len(d) for d in data], np.int64),
+  out = _Tokens(ids=ids, count=count, head=head, num_bytes=num_bytes.astype(np.int64),
                 code_points=np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64),
                 offset=np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64))
   counts.inner["slotted tokens"] = out
