@@ -89,11 +89,14 @@ class Contracted:
     arc_ops: (state, byte) -> tuple of primitive ops `(kind, word, operand)` applied
       before reading the byte.
     num_words: Register words the operations use (1 + the largest word).
+    source: The DFA `contract` folded (marker arcs kept), or None: what the compiler
+      inlines fragments into when `_splice.splice` refuses (`_splice.inline`).
   """
 
   dfa: ByteDfa
   arc_ops: dict
   num_words: int
+  source: ByteDfa | None = None
 
 
 def _primitive(marker: ir.Marker) -> tuple[int, int, int]:
@@ -139,7 +142,7 @@ def contract(dfa: ByteDfa) -> Contracted:
   words = [word for ops in arc_ops.values() for _, word, _ in ops]
   plain = dataclasses.replace(dfa, transitions=trans, marker_arcs=np.zeros((0, 3), np.int32),
                               markers=())
-  return Contracted(plain, arc_ops, 1 + max(words, default=-1))
+  return Contracted(plain, arc_ops, 1 + max(words, default=-1), source=dfa)
 
 
 def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int, int], ...]]:
