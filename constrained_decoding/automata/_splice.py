@@ -349,7 +349,8 @@ def inline(dfa: ByteDfa, automata: list[FragmentAutomaton | None]) -> ByteDfa | 
   where c does). That NFA is nearly deterministic (only sources that read bytes
   besides a fragment, which is why `splice` failed, are not), so OpenFst determinizes
   and minimizes it in a fraction of what the inlined IR's NFA takes (pydantic
-  discriminated pets: ~5.7k NFA states instead of 8.7k, which determinize to 10k).
+  discriminated pets: 4.6k NFA states, 847 + 11 copies of 345, instead of 8.7k, which
+  determinize to 10k).
   The canonical numbering (`_fsa.breadth_first`) makes the result the same DFA; the
   byte classes are the union of both automata's, as the inlined NFA's bounds are.
 
