@@ -24,6 +24,10 @@ from constrained_decoding.errors import CompileBudgetError
 _PY_FRONTIER = 24
 
 
+# A frontier of at least this many pairs has its tokens emitted at once (`_emit`'s ~10
+# numpy calls are nothing next to it); smaller ones are emitted together at the end.
+_EMIT_AT_ONCE = 4096
+
 # `_TrieViews.node_token` of a node spelling several tokens (ids with the same bytes).
 _SEVERAL_TOKENS = -2
 
@@ -262,8 +266,14 @@ def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin
         break
       node, row, origin = (np.asarray(node, np.int32), np.asarray(state, np.int32) << 8,
                            np.asarray(origin, np.int32))
-    levels.append((node, row, origin))
-    pending += len(node) * 4  # Rarely more than a few tokens share one byte string.
+    if len(node) >= _EMIT_AT_ONCE:  # Large: emitted now, not copied into a concatenation.
+      edges = _emit(trie, views, node, row >> 8, origin)
+      if edges is not None:
+        parts.append(edges)
+        num_edges += len(edges[0])
+    else:
+      levels.append((node, row, origin))
+      pending += len(node) * 4  # Rarely more than a few tokens share one byte string.
     check()
     node, row, origin = _numpy_step(views, flat, node, row, origin)
   if levels:

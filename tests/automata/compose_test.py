@@ -9,6 +9,7 @@ from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _openfst_io
+from constrained_decoding.automata import _trie_walk
 
 _PATTERNS = [
     r"Red|Orange|Yellow|Green|Blue|Indigo|Violet",
@@ -116,6 +117,17 @@ def test_wide_states_become_terminals(gemma_compiler):
   # ~255k tokens in one bitmap; only a few hundred explicit edges remain.
   bits = np.unpackbits(ours.terminal_bits[0].view(np.uint8)).sum()
   assert bits > 200_000 and len(ours.edge_token) < 5_000
+
+
+@pytest.mark.parametrize("emit_at_once", [1, 10**9])
+@pytest.mark.parametrize("pattern", [r'\{"a": "[^"\n]*", "b": [0-9]\}', r"key: [a-z][a-z ]*\n"])
+def test_frontiers_emitted_at_once_or_at_the_end_agree_with_openfst(
+    emit_at_once, pattern, gemma_compiler, monkeypatch):
+  """Walks emit a large frontier's tokens at once and small ones together at the end
+  (`_trie_walk._EMIT_AT_ONCE`): either way every edge is found."""
+  monkeypatch.setattr(_trie_walk, "_EMIT_AT_ONCE", emit_at_once)
+  node, ours = _compose_pattern(pattern, gemma_compiler)
+  assert pynini.equivalent(_ours_as_fst(ours), _openfst_token_dfa(gemma_compiler.trie, node))
 
 
 @pytest.mark.parametrize("copies", [1, 3, 40])
