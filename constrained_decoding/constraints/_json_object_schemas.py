@@ -439,9 +439,16 @@ _REGISTER_CALL = 2  # A `RuleRef` other than the free-form value rule's, outside
 
 
 def _rule_refs(lw, node: ir.Node) -> int:
-  """The `_ANY_REF` and `_REGISTER_CALL` bits of `node`: one `ir.fold` (memo "refs",
-  by node identity across the lowering) answers both `_any_order`'s question and
-  `calls_register_rule`'s, which then finds the members already walked."""
+  """The `_ANY_REF` and `_REGISTER_CALL` bits of `node`: 0 without a walk while the
+  lowering has made no `RuleRef` (`may_hold_rule_refs`: no recursion met, free-form
+  values inlined), the common case; else `_rule_refs_walk`."""
+  return _rule_refs_walk(lw, node) if lw.may_hold_rule_refs() else 0
+
+
+def _rule_refs_walk(lw, node: ir.Node) -> int:
+  """`_rule_refs` by one `ir.fold` (memo "refs", by node identity across the lowering)
+  that answers both `_any_order`'s question and `calls_register_rule`'s, which then
+  finds the members already walked."""
   is_free_form = lw.is_free_form
 
   def bits(n: ir.Node, children: tuple) -> int:

@@ -429,6 +429,13 @@ class _Lowerer:
       self.rules[FREE_FORM_RULE] = jv.json_value_rule(self.ws, FREE_FORM_RULE)
     return self._any_value
 
+  def may_hold_rule_refs(self) -> bool:
+    """Whether IR built so far may hold an `ir.RuleRef`. The lowering makes them only
+    for a conjunction met inside itself (`_json_conjunctions._lower_rule`, which names
+    it in `names` first) and for free-form values with `free_form_depth=None`; while
+    neither happened, analyses that look for references need not walk the IR."""
+    return bool(self.names) or isinstance(self._any_value, ir.RuleRef)
+
   def is_free_form(self, node: ir.Node) -> bool:
     """Whether `node` is `any_value` (cheap: equal nodes share their parts)."""
     return node == self._any_value
