@@ -182,15 +182,27 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
 
   listed: dict[int, list] = {}
 
-  def place(key, members: np.ndarray, source: int, target: int, delta: int | None) -> None:
-    """One terminal of the tokens `members` (indices into `tokens`) from column
-    `source` to column `target`, `delta` + c layers on (None: the same layer, c apart)."""
+  def piece(key, members) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct counts, ascending; bitmap) of the tokens `members()` (indices into
+    `tokens`) of terminal `key`: kept with K's counts, as the pieces they come from
+    (per vocabulary and slot function; each compile asks twice)."""
+    hit = counts.inner.get(("slotted piece",) + key)
+    if hit is None:
+      chosen = members()  # (np.unique sorts ~33k counts: 10x slower than bincount.)
+      hit = counts.inner[("slotted piece",) + key] = (
+          np.flatnonzero(np.bincount(tokens.count[chosen])),
+          _loops.token_bits(tokens.ids[chosen], w))
+    return hit
+
+  def place(key, members, source: int, target: int, delta: int | None) -> None:
+    """One terminal of the tokens `members()` from column `source` to column `target`,
+    `delta` + c layers on (None: the same layer, c apart)."""
     if delta is None:
       bias, step = target - source, 0
     else:
       bias, step = stride * delta + target - source, stride
-    t = counting._get(key, lambda: _loops.token_bits(tokens.ids[members], w),  # pylint: disable=protected-access
-                      (row, step, bias))
+    every, bits = piece(key, members)
+    t = counting._get(key, lambda: bits, (row, step, bias))  # pylint: disable=protected-access
     rows = np.flatnonzero(usable[:, source])
     if not len(rows):
       return
@@ -200,8 +212,6 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
       filters = [-1]
       which = np.zeros(len(rows), np.int64)
     else:
-      # The distinct counts, ascending (np.unique sorts ~33k of them: 10x slower).
-      every = np.flatnonzero(np.bincount(tokens.count[members]))
       to = rows[:, None] + delta + every[None, :]  # [rows, counts]: the layer each lands on
       lands = (to < layers) & usable[np.minimum(to, layers - 1), target]
       patterns, which = _unique_bool_rows(lands)
@@ -212,21 +222,26 @@ def add_slotted(counting, slotted: Slotted, cell: np.ndarray, counts, vocab,
     ks, cs = np.nonzero(lands)
     moves.append((sources[ks], targets[ks, cs]))
 
-  final = _suffix_slots(slotted, counts, vocab, 0)[0]
-  for a in range(s):
-    for b in range(s):
-      members = np.flatnonzero(final[a] == b)
-      if len(members):
-        place(("slotted", klass, fkey, a, b), members, a, b, 0)
+  pairs = counts.inner.get(("slotted pairs", fkey))
+  if pairs is None:  # The (slot, slot after) pairs some token takes.
+    final = _suffix_slots(slotted, counts, vocab, 0)[0]
+    pairs = counts.inner[("slotted pairs", fkey)] = [
+        (a, b) for a in range(s) for b in np.unique(final[a][final[a] < s]).tolist()]
+  for a, b in pairs:
+    place(("slotted", klass, fkey, a, b),
+          lambda a=a, b=b: np.flatnonzero(_suffix_slots(slotted, counts, vocab, 0)[0][a] == b),
+          a, b, 0)
   for a, decoder in enumerate(slotted.decoders):
     if not decoder.num_inner:
       continue
     col = slotted.inner_column(a) - 1  # + x: inner state x's column
     walks = _inner_walks(slotted, counts, vocab, a)
     for (x, i, b2), members in walks["finish"].items():
-      place(("slotted finish", klass, fkey, a, x, i, b2), members, col + x, b2, 1 - i)
+      place(("slotted finish", klass, fkey, a, x, i, b2), lambda m=members: m, col + x, b2,
+            1 - i)
     for (x, x2), members in walks["inside"].items():
-      place(("slotted inside", klass, fkey, a, x, x2), members, col + x, col + x2, None)
+      place(("slotted inside", klass, fkey, a, x, x2), lambda m=members: m, col + x, col + x2,
+            None)
   if entries_of is not None:
     entries_of.update(listed)
 
