@@ -248,12 +248,13 @@ def allowed_bits(tables: LexedTables, state: ConstraintState) -> UInt32[Array, "
     DecodingArgumentError: `state` does not fit `tables` (at trace time inside jit).
   """
   _check_state("allowed_bits", tables, state)
-  return _bits_of_lanes(tables, state, _state_lanes(tables, state))
+  return _bits_of_lanes(tables, state, _state_lanes(tables, state, stacks=False))
 
 
-def _state_lanes(tables: LexedTables, state: ConstraintState) -> dict:
+def _state_lanes(tables: LexedTables, state: ConstraintState, stacks: bool = True) -> dict:
   """`_lanes` of each row's lexer state: one per distinct sequence of the state, then
-  one for the end of sequence; each value [B, Ks + 1, ...]."""
+  one for the end of sequence; each value [B, Ks + 1, ...] (the lanes' stacks only
+  with `stacks`: `allowed_bits` reads their top states)."""
   b = state.stack.shape[0]
   seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
   end_items, _ = _end_lane(tables, state.state, _lane_width(tables))
@@ -263,7 +264,7 @@ def _state_lanes(tables: LexedTables, state: ConstraintState) -> dict:
     lane_first = tables.state_lane_first[state.state]
     first = (tables.state_first_items[state.state],
              jnp.pad(lane_first, [(0, 0), (0, 1)], constant_values=-1))  # end lane: own
-  lanes = _lanes(tables, state, items, first)
+  lanes = _lanes(tables, state, items, first, stacks=stacks)
   return {k: v.reshape(b, -1, *v.shape[1:]) for k, v in lanes.items() if k != "steps"}
 
 

@@ -75,7 +75,7 @@ def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]
 
 
 def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
-           first: tuple | None = None, queue_slots: int = 0):
+           first: tuple | None = None, queue_slots: int = 0, stacks: bool = True):
   """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
 
   A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
@@ -100,10 +100,16 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   within a few micro-steps (Python with Gemma 3: 4.1 on average against 17 iterations
   of the whole-lane loop), so the queue does a fraction of the micro-steps.
 
+  With `stacks` False (static: `allowed_bits`, which needs each lane's top state and
+  indentation room, not its stack) the queue keeps pushes per slot ([slots, D], reused
+  by the slot's next lane) instead of per lane ([B * X, D]: 10.9 MB for Python at batch
+  64, whose creation and cache misses the queue paid at every micro-step).
+
   Returns:
     A dict of [B * X] arrays: ok (every lexeme taken), top (parser state),
     paren (bracket depth), room (the indentation stack can take one more level), and
-    base, suffix, size, ibase, isuf, isize (the stacks, for `_materialize`).
+    base, size, ibase, isize, and with `stacks` suffix, isuf (the stacks, for
+    `_materialize`).
   """
   b, x, length = items.shape
   d = p_width = state.stack.shape[1]
@@ -121,9 +127,10 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   # most `Nt` that do not, and the indentation steps.
   max_steps = (length + 1) * (d + di + 3) * (tables.goto_id.shape[1] + 1)
 
-  # `lane`: the lanes' rows of `items`, `suffix`, `isuf` for each slot of the queue, or
-  # None for every lane in order (the one-pass loop, which keeps its plain forms: on an
-  # H200 indexing by an iota instead cost Python's step 5%).
+  # `lane`: the lanes' rows of `items` for each slot of the queue, or None for every
+  # lane in order (the one-pass loop, which keeps its plain forms: on an H200 indexing
+  # by an iota instead cost Python's step 5%); `buf`: their rows of `suffix` and `isuf`
+  # (the lanes', or the queue's slots' own: an iota), None with `lane`.
   def at(a, lane, col):
     if lane is None:
       return jnp.take_along_axis(a, col[:, None], axis=1)[:, 0]
@@ -132,12 +139,12 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   def row_of(lane):
     return row if lane is None else row[lane]
 
-  def read(lane, base, suffix, pos):
-    own = at(suffix, lane, jnp.clip(pos - base, 0, p_width - 1))
+  def read(lane, buf, base, suffix, pos):
+    own = at(suffix, buf, jnp.clip(pos - base, 0, p_width - 1))
     return jnp.where(pos < base, row_stack[row_of(lane), jnp.clip(pos, 0, d - 1)], own)
 
-  def itop_of(lane, ibase, isuf, isize):
-    own = at(isuf, lane, jnp.clip(isize - 1, 0, pi - 1))
+  def itop_of(lane, buf, ibase, isuf, isize):
+    own = at(isuf, buf, jnp.clip(isize - 1, 0, pi - 1))
     return jnp.where(isize > 0, own,
                      row_widths[row_of(lane), jnp.clip(ibase - 1, 0, di - 1)])
 
@@ -147,16 +154,20 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
       return _write_column(a, col, value, select)
     return a.at[lane, col].set(value, mode="drop")
 
-  def micro(lane, alive, lanes, suffix, isuf, select):
+  def micro(lane, buf, alive, lanes, suffix, isuf, select):
     """One micro-step of lanes `lane` (None: all): their scalars in `lanes`, their
-    pushes in rows `lane` of `suffix` and `isuf`; lanes not `alive` or ended stay."""
+    pushes in rows `buf` of `suffix` and `isuf`; lanes not `alive` or ended stay.
+    Also returns their top state and, where the step ends the lane well (its last
+    lexeme taken: no DEDENT, which is never a lexeme's last step), top width after it:
+    as `ends`, without reading the buffers after their writes (in the queue's loop
+    such a read made XLA copy them at every iteration)."""
     i, base, size, err, paren, ibase, isize, phase = lanes
     active = alive & (i < (count if lane is None else count[lane])) & ~err
     depth = base + size
     cls = at(items, lane, jnp.minimum(i, length - 1))
     c = jnp.maximum(cls, 0)
     width = tables.class_width[c] if indent else None
-    top = read(lane, base, suffix, depth - 1)
+    top = read(lane, buf, base, suffix, depth - 1)
     # An ordinary lexeme: the first member of its class the top state takes.
     members = tables.class_members[c]  # [N, M]
     acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
@@ -170,7 +181,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
       outside = is_nl & (paren <= 0)
       skip = is_nl & (paren > 0)  # inside brackets: dropped
       w = jnp.maximum(width, 0)
-      itop = itop_of(lane, ibase, isuf, isize)
+      itop = itop_of(lane, buf, ibase, isuf, isize)
       a_nl = tables.action[top, _NEWLINE]
       feeding = outside & (phase == 0)
       eof_no_nl = feeding & (width == _WIDTH_EOF) & (a_nl == 0)
@@ -189,7 +200,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     reduce = (a < -1) & ~nomove  # -1 is accept, only on $END, which no lexeme is.
     rule = jnp.maximum(-a - 1, 0)
     new = depth - jnp.where(reduce, tables.rule_len[rule], 0)  # where the push goes
-    below = read(lane, base, suffix, new - 1)
+    below = read(lane, buf, base, suffix, new - 1)
     # A reduction enters goto[below, lhs] and runs the unit reductions after it.
     entry = tables.goto_id[below, tables.rule_lhs[rule]]
     chained = jnp.where(entry >= 0, tables.goto_chain[jnp.maximum(entry, 0),
@@ -204,16 +215,18 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
                        | (want_indent & ((phase == 2) | (ibase + isize >= di))))
     ok = active & ~bad
     moved = ok & moves
-    suffix = write(suffix, lane, jnp.where(moved, slot, p_width), target, select)
+    top_after = jnp.where(moved, target, top)
+    suffix = write(suffix, buf, jnp.where(moved, slot, p_width), target, select)
     shifted = ok & shift
     if indent:
       # Indentation: push on INDENT, pop on DEDENT.
       push = shifted & want_indent
       pop = shifted & resolving & ~want_indent
-      isuf = write(isuf, lane, jnp.where(push, isize, pi), w, select)
+      isuf = write(isuf, buf, jnp.where(push, isize, pi), w, select)
       own_pop = pop & (isize > 0)
       isize = jnp.where(push, isize + 1, jnp.where(own_pop, isize - 1, isize))
       ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
+      itop_after = jnp.where(push, w, itop)
       # Next lexeme after: an ordinary shift, INDENT, dropped or equal newlines.
       done_item = ok & ((shift & ~is_nl) | push | skip | equal)
       phase = jnp.where(ok & feeding & (shift | eof_no_nl), 1,
@@ -221,16 +234,26 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
       paren = paren + jnp.where(shifted & ~is_nl, tables.class_paren[c], 0)
     else:
       done_item = shifted
+      itop_after = jnp.zeros_like(top)  # no room: `di` is 1, ibase 1
     lanes = (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base),
              jnp.where(moved, slot + 1, size), err | bad, paren, ibase, isize, phase)
-    return lanes, suffix, isuf
+    return lanes, suffix, isuf, (top_after, itop_after)
 
   zero = jnp.zeros((n,), jnp.int32)
   # Each lane's scalars before its first micro-step: i, base, size, err, paren, ibase,
   # isize, phase.
   start = (zero, state.depth[row], zero, jnp.zeros((n,), bool), regs[row, 0],
            regs[row, 1], zero, zero)
-  buffers = (jnp.zeros((n, p_width), jnp.int32), jnp.zeros((n, pi), jnp.int32))
+
+  def ends(lane, buf, lanes, suffix, isuf):
+    """(top state, top indentation width) of lanes `lane` (None: all) at their end."""
+    base, size, ibase, isize = (lanes[k] for k in (1, 2, 5, 6))
+    return (read(lane, buf, base, suffix, base + size - 1),
+            itop_of(lane, buf, ibase, isuf, isize))
+
+  # (top, top width) of every lane before it pushes anything: its row's.
+  row_ends = (row_stack[row, jnp.clip(start[1] - 1, 0, d - 1)],
+              row_widths[row, jnp.clip(start[5] - 1, 0, di - 1)])
 
   def run(config, *carry):
     unroll, select, pool = config
@@ -239,13 +262,21 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     # pays where lanes outnumber slots (SQL at batch 1: 221 lanes of 2.8 micro-steps
     # on average were 0.13 -> 0.16 ms in it); `advance`'s 2 lanes a row never are.
     if pool and (queue_slots or 4 * slots <= n):
+      rows = n if stacks else slots  # the pushes per lane, or per slot
+      buffers = (jnp.zeros((rows, p_width), jnp.int32), jnp.zeros((rows, pi), jnp.int32))
       if first is None or n < _SHARE_FROM * slots:
-        return _queue(micro, count, count > 0, start, (1, 4, 5), buffers, slots, unroll,
-                      max_steps)
-      shared_start, shared_buffers = _after_first(tables, state, first, start, buffers)
+        return _queue(micro, count, count > 0, start, row_ends, (1, 4, 5),
+                      buffers, slots, unroll, max_steps, per_slot=not stacks)
+      shared_start, shared_ends, heads = _after_first(tables, state, first, start,
+                                                      row_ends)
       live = (count > shared_start[0]) & ~shared_start[3]
-      return _queue(micro, count, live, shared_start, range(7), shared_buffers, slots,
-                    unroll, max_steps)
+      if stacks:  # each lane's row starts with its first lexeme's pushes
+        buffers = tuple(jnp.concatenate([h, a[:, h.shape[1]:]], axis=1)
+                        for h, a in zip(heads, buffers))
+        heads = None
+      return _queue(micro, count, live, shared_start, shared_ends, range(7),
+                    buffers, slots, unroll, max_steps, heads, per_slot=not stacks)
+    buffers = (jnp.zeros((n, p_width), jnp.int32), jnp.zeros((n, pi), jnp.int32))
 
     def cond(carry):
       (i, *_, err), step = carry[0][:4], carry[-1]
@@ -255,26 +286,28 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     def body_unrolled(carry):
       lanes, suffix, isuf, step = carry
       for _ in range(unroll):  # finished lanes are left as they are by `micro`
-        lanes, suffix, isuf = micro(None, True, lanes, suffix, isuf, select)
+        lanes, suffix, isuf, _ = micro(None, None, True, lanes, suffix, isuf, select)
       return lanes, suffix, isuf, step + 1
 
     lanes, suffix, isuf, steps = jax.lax.while_loop(
         cond, body_unrolled, (start, *buffers, jnp.int32(0)))
-    return (*lanes, suffix, isuf, steps)
+    top, itop = ends(None, None, lanes, suffix, isuf)
+    return (*lanes, top, itop) + ((suffix, isuf) if stacks else ()) + (steps,)
 
   configs = {p: (LANE_UNROLL[p], LANE_SELECT_WRITES[p], LANE_POOL.get(p, 0))
              for p in LANE_UNROLL}
-  i, base, size, err, paren, ibase, isize, _, suffix, isuf, steps = _per_platform(
-      run, configs)
-  top = read(None, base, suffix, base + size - 1)
-  room = (ibase + isize < di) & (itop_of(None, ibase, isuf, isize) < tables.max_width)
-  return dict(ok=~err & (i >= count), top=top, paren=paren, room=room,
-              base=base, suffix=suffix, size=size, ibase=ibase, isuf=isuf, isize=isize,
-              steps=steps)
+  out = _per_platform(run, configs)
+  i, base, size, err, paren, ibase, isize, _, top, itop = out[:10]
+  room = (ibase + isize < di) & (itop < tables.max_width)
+  result = dict(ok=~err & (i >= count), top=top, itop=itop, paren=paren, room=room,
+                base=base, size=size, ibase=ibase, isize=isize, steps=out[-1])
+  if stacks:
+    result.update(suffix=out[10], isuf=out[11])
+  return result
 
 
 def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, start: tuple,
-                 buffers: tuple):
+                 row_ends: tuple):
   """Each lane's scalars and stacks after its first lexeme, from one run per row of
   each distinct first lexeme of the row's lexer state (`first` = (first_items [B, F],
   lane_first [B, X]), `lexed_tables.first_lexeme_tables`).
@@ -284,7 +317,9 @@ def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, star
   depth, indentation, phase 0 and the same pushed entries (those columns are copied;
   a first-lexeme run that wrote past the copied columns leaves its lanes to start from
   the row, as before). A failed first lexeme fails its lanes without running them.
-  Returns `start` and `buffers` for `_queue`, per lane.
+  Returns `start`, the (top, top width) of each lane there (`row_ends`: from the row)
+  and its pushes there ([n, C] and [n, 1]: the first columns of its stacks), for
+  `_queue`.
   """
   first_items, lane_first = first
   b, f = first_items.shape
@@ -293,8 +328,7 @@ def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, star
   # B * F lanes, of which ~2.5 a row have a lexeme (Python, Gemma 3: F = 37): a small
   # queue runs those alone (the one loop ran all B * F for the longest one's ~12 steps).
   one = _lanes(tables, state, items1, queue_slots=FIRST_SLOTS * b)
-  suffix, isuf = buffers
-  cols, icols = min(_FIRST_COLUMNS, suffix.shape[1]), 1
+  cols, icols = min(_FIRST_COLUMNS, state.stack.shape[1]), 1
   fits = (jnp.all(one["suffix"][:, cols:] == 0, axis=1)
           & jnp.all(one["isuf"][:, icols:] == 0, axis=1))
   lane_first = lane_first.reshape(n)
@@ -305,39 +339,54 @@ def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, star
   start = (jnp.where(shared, 1, i), pick("base", base), pick("size", size),
            shared & ~one["ok"][at], pick("paren", paren), pick("ibase", ibase),
            pick("isize", isize), phase)
+  ends = (pick("top", row_ends[0]), pick("itop", row_ends[1]))
   head = jnp.where(shared[:, None], one["suffix"][at, :cols], 0)
   ihead = jnp.where(shared[:, None], one["isuf"][at, :icols], 0)
-  return start, (jnp.concatenate([head, suffix[:, cols:]], axis=1),
-                 jnp.concatenate([ihead, isuf[:, icols:]], axis=1))
+  return start, ends, (head, ihead)
 
 
-def _queue(micro, count, live, start, per_lane, buffers, pool: int, unroll: int,
-           max_steps: int):
+def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
+           unroll: int, max_steps: int, heads=None, per_slot: bool = False):
   """The lanes' micro-steps as a work queue: `pool` slots (static) run the lanes that
   have lexemes, in order; a slot whose lane ends (all lexemes taken, an error, or the
-  safety bound) stores the lane's scalars and takes the next lane of the queue.
+  safety bound) stores the lane's scalars, its top state and top width, and takes the
+  next lane of the queue.
 
   Each lane runs alone from its start to its end, as in the one-pass loop (which
   leaves an ended lane as it is), so the results are the same, in about (micro-steps
   of all lanes) / pool iterations plus the longest lane's tail instead of (longest
   lane) x (all lanes) micro-steps. `start`: the lanes' scalars before their first
   micro-step (i, base, size, err, paren, ibase, isize, phase: base, paren and ibase
-  from the lane's row, the others 0). Returns the lanes' scalars [n] (as `start`), the
-  pushes `buffers` and the number of iterations.
+  from the lane's row, the others 0); `start_ends` their (top, top width) there.
+  `buffers`: the pushes, a row per lane ([n, D] and [n, Pi]) or with `per_slot` (static)
+  a row per slot ([pool, D], [pool, Pi]: a slot's next lane writes over its last's and
+  reads only what it pushed itself; `heads` [n, C], [n, 1] are the first columns a lane
+  starts with).
+  Returns the lanes' scalars [n] (as `start`), their (top, top width), the pushes
+  `buffers` and the number of iterations.
   """
   n = count.shape[0]
+  slots = jnp.arange(pool)
   queue = jnp.zeros((n,), jnp.int32).at[jnp.where(live, jnp.cumsum(live) - 1, n)].set(
       jnp.arange(n, dtype=jnp.int32), mode="drop")
   n_live = jnp.sum(live)
-  firsts = jnp.arange(pool)
-  slot_lane = jnp.where(firsts < n_live, queue[firsts], -1)
+  slot_lane = jnp.where(slots < n_live, queue[slots], -1)
   lanes = tuple(v[jnp.maximum(slot_lane, 0)] for v in start)
-  # Ended lanes' scalars [n, 8] (as `start`); lanes without lexemes keep their start.
-  results = jnp.stack([v.astype(jnp.int32) for v in start], axis=1)
+  # Ended lanes' scalars and ends [n, 10] (as `start`, `start_ends`); lanes without
+  # lexemes keep their start.
+  results = jnp.stack([v.astype(jnp.int32) for v in start + tuple(start_ends)], axis=1)
   # A fresh lane's start: base, paren, ibase from its row; the others are constants.
   start_rows = tuple(v if k in per_lane else None for k, v in enumerate(start))
   start_consts = tuple(None if k in per_lane else jnp.zeros((), v.dtype)
                        for k, v in enumerate(start))
+
+  def with_heads(fresh, lane, suffix, isuf):
+    """The slots' buffers with their fresh lanes' first columns (`heads`)."""
+    if heads is None:
+      return suffix, isuf
+    return tuple(a.at[:, :h.shape[1]].set(jnp.where(fresh[:, None], h[lane],
+                                                    a[:, :h.shape[1]]))
+                 for a, h in zip((suffix, isuf), heads))
 
   def cond(carry):
     return jnp.any(carry[0] >= 0)
@@ -346,14 +395,19 @@ def _queue(micro, count, live, start, per_lane, buffers, pool: int, unroll: int,
     slot_lane, lanes, suffix, isuf, results, head, steps, it = carry
     occupied = slot_lane >= 0
     lane = jnp.maximum(slot_lane, 0)
+    buf = slots if per_slot else lane
+    # A fresh lane's first columns (none where its slot's steps went on).
+    suffix, isuf = with_heads(occupied & (steps == 0), lane, suffix, isuf)
     for _ in range(unroll):
-      lanes, suffix, isuf = micro(lane, occupied, lanes, suffix, isuf, False)
+      lanes, suffix, isuf, (top, itop) = micro(lane, buf, occupied, lanes, suffix, isuf,
+                                               False)
     steps = steps + unroll
     i, err = lanes[0], lanes[3]
     ended = occupied & ((i >= count[lane]) | err | (steps >= max_steps))
     # The safety bound ends a lane unfinished (i < count: not ok), as the one-pass loop.
     results = results.at[jnp.where(ended, slot_lane, n)].set(
-        jnp.stack([v.astype(jnp.int32) for v in lanes], axis=1), mode="drop")
+        jnp.stack([v.astype(jnp.int32) for v in lanes + (top, itop)], axis=1),
+        mode="drop")
     free = ~occupied | ended
     ahead = head + jnp.cumsum(free) - 1
     nxt = jnp.where(ahead < n_live, queue[jnp.clip(ahead, 0, n - 1)], -1)
@@ -370,8 +424,9 @@ def _queue(micro, count, live, start, per_lane, buffers, pool: int, unroll: int,
   carry = (slot_lane, lanes, *buffers, results, jnp.int32(pool),
            jnp.zeros((pool,), jnp.int32), jnp.int32(0))
   _, _, suffix, isuf, results, _, _, iterations = jax.lax.while_loop(cond, body, carry)
-  return (*(results[:, k].astype(v.dtype) for k, v in enumerate(start)), suffix, isuf,
-          iterations)
+  out = tuple(results[:, k].astype(v.dtype) for k, v in enumerate(start))
+  out += (results[:, 8], results[:, 9])
+  return out + ((suffix, isuf) if not per_slot else ()) + (iterations,)
 
 
 def _materialize(state: ConstraintState, lanes: dict, row):
