@@ -20,8 +20,9 @@ Token level (composition with the vocabulary, Alg. 2):
   _near_loop.py    states that move like a loop but for a few bytes.
   _token_classes.py  bitmaps of token-class labels (`TEXT_TOKEN`, ...).
   _splice.py       shared fragments composed once, spliced in (free-form JSON values).
-  _counting.py, _embedded_chains.py, _slotted_chains.py  counted chains (`X{n,m}`,
-                   `maxLength`) as counting terminals: tables that do not grow with m.
+  _counting.py, _embedded_chains.py, _slotted_chains.py, _slotted_counting.py  counted
+                   chains (`X{n,m}`, `maxLength`) as counting terminals: tables that do
+                   not grow with m.
   _registers.py    guards and writes on token edges (keys checked on the device).
   _streamline.py   drops the edge groups of a `TokenPda` no stack reaches.
 """
