@@ -534,7 +534,6 @@ def _class_dfa(ranges: tuple, escaped: bool) -> ByteDfa:
 
 def _longest_inner_path(table: np.ndarray, n: int) -> int:
   """Bytes on the longest path through inner states (n of them, acyclic or not)."""
-  depth = np.zeros(n + 1, np.int64)
   frontier = {0}
   for step in range(n + 2):
     nxt = set()
