@@ -73,12 +73,36 @@ def test_loop_states_match_the_definition(seed):
   skip = np.array([rng.random() < 0.3 for _ in range(dfa.num_states)])
   # Skipped states (spliced copies) are not there for loops: as if no byte led to them.
   without_skipped = np.where(skip[np.maximum(dfa.transitions, 0)], NO_STATE, dfa.transitions)
+  # The backward-first search (with predecessors), one object for both skip masks.
+  predecessors = _loops.state_predecessors(dfa.byte_classes[0])
   for q in range(dfa.num_states):
     expected = _reference_loop(dfa.transitions, q)
     assert _loops._loop_states(dfa, q, no_skip) == expected  # pylint: disable=protected-access
     assert _loops._loop_states(without_classes, q, no_skip) == expected  # pylint: disable=protected-access
+    assert _loops._loop_states(dfa, q, no_skip, predecessors) == expected  # pylint: disable=protected-access
     if not skip[q]:
-      assert _loops._loop_states(dfa, q, skip) == _reference_loop(without_skipped, q)  # pylint: disable=protected-access
+      expected = _reference_loop(without_skipped, q)
+      assert _loops._loop_states(dfa, q, skip) == expected  # pylint: disable=protected-access
+      assert _loops._loop_states(dfa, q, skip, predecessors) == expected  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_state_predecessors_match_the_table(seed):
+  rng = random.Random(seed)
+  dfa = _random_dfa(rng, rng.randint(1, 40), rng.randint(1, 12))
+  table = dfa.byte_classes[0]
+  predecessors = _loops.state_predecessors(table)
+  skip = np.array([rng.random() < 0.3 for _ in range(dfa.num_states)])
+  assert len(predecessors) == dfa.num_states
+  for r in range(dfa.num_states):
+    expected = sorted({p for p in range(dfa.num_states) if r in table[p].tolist()})
+    assert predecessors[r].tolist() == expected
+    assert predecessors.lists(skip)(r) == [p for p in expected if not skip[p]]
+    assert predecessors.lists(np.zeros_like(skip))(r) == expected
+  states = rng.sample(range(dfa.num_states), rng.randint(1, dfa.num_states))
+  union = predecessors.union(states)
+  assert union.tolist() == sorted({p for r in states for p in predecessors[r].tolist()})
+  assert union.dtype == np.int64
 
 
 def test_byte_classes_read_like_the_byte_table():
