@@ -14,10 +14,8 @@ definition). Two callers, two shapes of work:
   distinct strings (hash operations, Gd in the hundreds) candidates are evaluated one by
   one, as `run_guards` does.
 
-`guarded_bits` ORs the passing candidates' tokens into a row's mask in place. On CPU at
-batch 64 (config_package_json, Gemma 3), the evaluation per candidate and a separate
-[B, W] buffer for the scatter were 3/4 of `allowed_bits`
-(benchmarks/register_objects_step.py).
+On CPU at batch 64 (config_package_json, Gemma 3) the evaluation per candidate was
+most of `allowed_bits`' own work (benchmarks/register_objects_step.py).
 """
 
 import jax
@@ -141,29 +139,25 @@ def guarded_passes(tables: ConstraintTables, registers: Array, guard: Array
   return (((word >> (safe % _PACK).astype(jnp.uint32)) & 1) == 1) | (guard < 0)
 
 
-def guarded_bits(tables: ConstraintTables, bits: UInt32[Array, "B W"], registers: Array,
-                 row: Array, live: Array, bits_at, refused_at=None) -> UInt32[Array, "B W"]:
-  """`bits` with the tokens of each row's guarded edges whose guards pass ORed in.
+def guarded_bits(tables: ConstraintTables, registers: Array, row: Array, live: Array,
+                 num_words: int) -> UInt32[Array, "B W"]:
+  """The tokens of each row's guarded edges whose guards pass, packed as the mask
+  (`[B, num_words]`; the mask rows leave them out). `row` is each row's row of
+  `guarded_slots` (`[B]`), `live` whether the row takes guarded tokens at all (`[B]`).
 
-  `row` is each row's row of `guarded_slots` (`[B]`), `live` whether the row takes
-  guarded tokens at all (`[B]`: a group matches, the row is not stopped). `bits_at(words)`
-  returns `bits` at `[B, N]` word indices, recomputed from the tables (reading `bits`
-  itself would make XLA keep a second [B, W] buffer); `refused_at(words)`, where given,
-  the bits that guarded tokens may not set (the stack-aware exclusion row).
-
-  A row's guarded tokens are distinct, so adding to a word the bits it does not hold yet
-  ORs them: one scatter into `bits` in place.
+  A row's guarded tokens are distinct, so scatter-adding their bits into zeros ORs them.
+  (Adding into the mask itself, in place, measured no faster at batch 64 on CPU and
+  slower at batch 1: the bits a word already holds had to be read back first.)
   """
   slots = tables.guarded_slots[row]  # [B, Gm]
   tokens = tables.edge_tokens[jnp.maximum(slots, 0)]
   passes = guarded_passes(tables, registers, tables.guarded_ids[row])
   passes &= (slots >= 0) & live[:, None]
-  words = tokens >> 5
-  new = (jnp.uint32(1) << (tokens & 31).astype(jnp.uint32)) & ~bits_at(words)
-  if refused_at is not None:
-    new &= ~refused_at(words)
   rows = jnp.broadcast_to(jnp.arange(slots.shape[0])[:, None], slots.shape)
-  return bits.at[rows, jnp.where(passes, words, bits.shape[1])].add(new, mode="drop")
+  words = jnp.where(passes, tokens >> 5, num_words)  # Out of range: dropped.
+  bits = jnp.uint32(1) << (tokens & 31).astype(jnp.uint32)
+  return jnp.zeros((slots.shape[0], num_words), jnp.uint32).at[rows, words].add(
+      bits, mode="drop")
 
 
 _PRIME = np.uint32(HASH_PRIME)

@@ -318,32 +318,19 @@ def _allowed_bits(tables: ConstraintTables, state: ConstraintState) -> UInt32[Ar
   groups, match = _matching_groups(tables, state)
   # Gather one mask row per batch row, the deepest matching group's, however many match.
   deepest, any_match = _deepest_group(tables, groups, match)
-  mask_row = tables.group_mask[deepest]
-  # Static: counted chains (tokens too long for r), push-down tables near the stack bound.
-  excluded = tables.group_excluded[deepest] if tables.group_excluded.shape[0] else None
-  capped = _capped_row(tables, state, deepest) if _capped(tables, state) else None
-  end = _end_allowed(tables, state)
-  stopped = state.done | state.error
-
-  def mask(take):
-    """The mask without guarded tokens, from `take(table, rows)` of each table's row
-    per batch row: all words, or (for `_guards.guarded_bits`) some of them."""
-    bits = jnp.where(any_match[:, None], take(tables.mask_bits, mask_row), jnp.uint32(0))
-    if excluded is not None:
-      bits &= ~take(tables.excluded_bits, excluded)
-    if capped is not None:  # Guarded tokens are capped too (`refused_at` below).
-      bits &= ~take(tables.capped_bits, capped)
-    eos = take(tables.eos_bits[None, :], jnp.zeros_like(mask_row))
-    return jnp.where(stopped[:, None], eos, bits | jnp.where(end[:, None], eos, jnp.uint32(0)))
-
-  bits = mask(lambda table, rows: table[rows])
+  bits = jnp.where(any_match[:, None], tables.mask_bits[tables.group_mask[deepest]],
+                   jnp.uint32(0))
+  if tables.group_excluded.shape[0]:  # Static: counted chains, tokens too long for r.
+    bits &= ~tables.excluded_bits[tables.group_excluded[deepest]]
   if tables.has_registers:  # Static: objects whose keys the device checks.
-    at = lambda words: lambda table, rows: table[rows[:, None], words]
-    bits = _guards.guarded_bits(
-        tables, bits, _registers(tables, state), tables.group_guarded[deepest],
-        any_match & ~stopped, lambda words: mask(at(words)),
-        None if capped is None else lambda words: at(words)(tables.capped_bits, capped))
-  return bits
+    bits |= _guards.guarded_bits(tables, _registers(tables, state),
+                                 tables.group_guarded[deepest], any_match, bits.shape[1])
+  if _capped(tables, state):  # Static: push-down only; guarded tokens are capped too.
+    bits &= ~tables.capped_bits[_capped_row(tables, state, deepest)]
+  bits |= jnp.where(_end_allowed(tables, state)[:, None], tables.eos_bits[None, :],
+                    jnp.uint32(0))
+  stopped = (state.done | state.error)[:, None]
+  return jnp.where(stopped, tables.eos_bits[None, :], bits)
 
 
 def _registers(tables: ConstraintTables, state: ConstraintState) -> Int[Array, "B R"]:

@@ -1,8 +1,8 @@
 """Guards evaluated once per row (`runtime/_guards.py`) against independent oracles.
 
 `allowed_bits` evaluates every guard of register tables once per row and reads each
-guarded candidate's result from packed words, then ORs the passing tokens into the mask
-in place. Oracles: the host's definition of a guard (`tables.apply_guard`, through
+guarded candidate's result from packed words, then ORs the passing tokens into the mask.
+Oracles: the host's definition of a guard (`tables.apply_guard`, through
 `testing.reference_allowed` / `reference_step_stack`) and the per-candidate evaluation
 `_guards.run_guards` that `advance` uses. Two levels:
 
@@ -88,9 +88,9 @@ def test_guard_results_match_the_host_definition_on_random_registers(name, small
 
 
 def test_a_guarded_token_the_mask_row_holds_stays_one_bit(small_tables):
-  """The scatter adds only the bits a word does not hold yet, so it ORs: with every mask
-  row full, passing guarded tokens (their bits already set) change nothing. The compiler
-  leaves guarded tokens out of the mask rows, so only edited tables reach this case."""
+  """Guarded tokens are ORed into the mask: with every mask row full, passing guarded
+  tokens (their bits already set) change nothing. The compiler leaves guarded tokens out
+  of the mask rows, so only edited tables reach this case."""
   tables = small_tables["closed"]
   full = dataclasses.replace(tables, mask_bits=np.full_like(tables.mask_bits, 0xFFFFFFFF))
   allowed_bits, advance = jax.jit(cd.allowed_bits), jax.jit(cd.advance)
