@@ -107,9 +107,9 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
 
   Returns:
     A dict of [B * X] arrays: ok (every lexeme taken), top (parser state),
-    paren (bracket depth), room (the indentation stack can take one more level), and
-    base, size, ibase, isize, and with `stacks` suffix, isuf (the stacks, for
-    `_materialize`).
+    paren (bracket depth), itop and room (the top indentation width, and whether the
+    indentation stack can take one more level: both only where ok), and base, size,
+    ibase, isize, and with `stacks` suffix, isuf (the stacks, for `_materialize`).
   """
   b, x, length = items.shape
   d = p_width = state.stack.shape[1]
