@@ -12,7 +12,8 @@ git show e9745df~1:constrained_decoding/runtime/_lexed.py > /tmp/lexed_before.py
 ```
 
 `--baseline-runtime FILE` loads FILE as a second `runtime/_lexed.py` (its own
-`tables_from_arrays` on the same compiled arrays) and times it as case `<name>@base`
+`tables_from_arrays` on the same compiled arrays; `FILE,LANES` with the
+`runtime/_lexed_lanes.py` of the same commit, from 30efa83 on) and times it as case `<name>@base`
 beside each grammar with a lexer, checking that both give the same masks and states on
 the first batch of every size. `--out` writes the JSON report (with the command line and
 the load average before and after each batch size: this machine is shared).
@@ -191,12 +192,30 @@ def _python_walks(vocab, arrays, tables, rounds, seed=0):
   return out
 
 
-def _load_runtime(path):
-  """A second copy of `runtime/_lexed.py` from `path` (another commit's version)."""
-  spec = importlib.util.spec_from_file_location("lexed_baseline", path)
+def _load_module(name, path):
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def _load_runtime(paths):
+  """A second copy of `runtime/_lexed.py` (another commit's version) from `paths`:
+  `_lexed.py`, or `_lexed.py,_lexed_lanes.py` for a runtime split in two (since
+  30efa83), whose `_lexed.py` then imports that `_lexed_lanes.py`, not this tree's."""
+  lexed, *lanes = paths.split(",")
+  if not lanes and "_lexed_lanes" in open(lexed).read():
+    raise SystemExit(f"--baseline-runtime {paths}: this _lexed.py imports _lexed_lanes; "
+                     "give its own as well: --baseline-runtime OLD_lexed.py,OLD_lanes.py")
+  name = "constrained_decoding.runtime._lexed_lanes"
+  saved = sys.modules.get(name)
+  try:
+    if lanes:
+      sys.modules[name] = _load_module("lexed_lanes_baseline", lanes[0])
+    return _load_module("lexed_baseline", lexed)
+  finally:
+    if saved is not None:
+      sys.modules[name] = saved
 
 
 def _same(a, b):
