@@ -37,9 +37,15 @@ blocked until ready, garbage collection off. `--rounds` rounds (after a dropped 
 round) interleave old / new / regex, the order reversed every other round; per state the
 best of the rounds is kept, and the row reports the median (and p90) over the states,
 plus new/old ratios of the medians.
+
+`--baseline-runtime FILE` also times the new tables under another version of
+`runtime/_runtime.py` (variant `base`, e.g. `git show 50d17d5:constrained_decoding/runtime/_runtime.py
+> /tmp/r.py`), loaded beside the library's, interleaved with the rest: before/after of a
+runtime change on the same tables. The markdown then adds new/base ratios.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -104,6 +110,27 @@ def compile_variants(compiler, schema) -> dict:
   return out
 
 
+def baseline_fns(path: str) -> dict:
+  """{"step": ..., "own": ...} as `step_bench`'s, jitted with the runtime module at
+  `path` (another version of `runtime/_runtime.py`) in place of the library's. Its
+  `ConstraintState` is the library's, so states walked here feed it."""
+  spec = importlib.util.spec_from_file_location("_baseline_runtime", path)
+  rt = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(rt)
+  rt.ConstraintState = cd.runtime.ConstraintState
+
+  @jax.jit
+  def step(tables, state, logits, tokens):
+    masked = rt.mask_logits(tables, state, logits)
+    return step_bench._argmax(masked), rt.advance(tables, state, tokens)  # pylint: disable=protected-access
+
+  @jax.jit
+  def own(tables, state, tokens):
+    return rt.allowed_bits(tables, state), rt.advance(tables, state, tokens)
+
+  return {"step": step, "own": own}
+
+
 def walk(tables, tokens):
   """States before each token of `tokens` (batch 1), or None if a token is rejected."""
   state, out = cd.runtime.init_state(tables, batch_size=1), []
@@ -161,6 +188,8 @@ def main(argv=None) -> None:
   parser.add_argument("--max-states", type=int, default=64)
   parser.add_argument("--regex-steps", type=int, default=64)
   parser.add_argument("--out", default=DEFAULT_OUT)
+  parser.add_argument("--baseline-runtime", default=None,
+                      help="a runtime/_runtime.py to time the new tables under too")
   args = parser.parse_args(argv)
   load = {"start": os.getloadavg()}
   from benchmarks import _gemma_vocab  # pylint: disable=g-import-not-at-top
@@ -196,6 +225,12 @@ def main(argv=None) -> None:
   rx_states = spaced(walk(rx_tables, rx_tokens), args.regex_steps)
 
   fns = {"step": step_bench._step, "own": step_bench._constraint_step}  # pylint: disable=protected-access
+  variants = ("old", "new")
+  base = None
+  if args.baseline_runtime:
+    base, variants = baseline_fns(args.baseline_runtime), ("old", "new", "base")
+    for vs in work.values():
+      vs["base"] = vs["new"]
   rows = []
   for batch in [int(b) for b in args.batch_sizes.split(",")]:
     logits = jax.random.normal(jax.random.PRNGKey(0), (batch, vocab.vocab_size), jnp.float32)
@@ -203,13 +238,13 @@ def main(argv=None) -> None:
     for name, vs in work.items():
       for v, (tab, states) in vs.items():
         subjects[name, v] = (tab, batches(states, batch))
-    order = [("regex", "regex")] + [(n, v) for n in work for v in ("old", "new")]
+    order = [("regex", "regex")] + [(n, v) for n in work for v in variants]
     best = {}
     with regex_bench._NoGc():  # pylint: disable=protected-access
       for rnd in range(args.rounds + 1):  # Round 0 warms up (compiles) and is dropped.
         for key in (order if rnd % 2 else order[::-1]):
           tab, states = subjects[key]
-          for f, fn in fns.items():
+          for f, fn in (base if key[1] == "base" else fns).items():
             cpu, wall = time_calls(fn, tab, states, logits if f == "step" else None)
             if rnd:
               for clock, t in (("cpu", cpu), ("wall", wall)):
@@ -232,6 +267,7 @@ def main(argv=None) -> None:
                             "device": str(jax.devices()[0]), "cpus": os.cpu_count(),
                             "load_average_1_5_15": load},
             "rounds": args.rounds, "max_states": args.max_states,
+            "baseline_runtime": args.baseline_runtime,
             "timing": "per state best of rounds (CPU: process_time, wall: perf_counter); "
                       "median / p90 over the timed states",
             "tables": metas, "skipped_instances": skipped, "rows": rows,
@@ -256,9 +292,14 @@ def markdown(rows) -> str:
     o = next(x for x in rows if x["schema"] == r["schema"] and x["batch"] == r["batch"]
              and x["variant"] == "old")
     g = rx[r["batch"]]
+    b = next((x for x in rows if x["schema"] == r["schema"] and x["batch"] == r["batch"]
+              and x["variant"] == "base"), None)
     cell = lambda f, c: (f"{o[f'{f}_{c}']['median_us']:.0f} / {r[f'{f}_{c}']['median_us']:.0f}"
                          f" / {g[f'{f}_{c}']['median_us']:.0f} "
-                         f"({r[f'{f}_{c}']['median_us'] / o[f'{f}_{c}']['median_us']:.2f})")
+                         f"({r[f'{f}_{c}']['median_us'] / o[f'{f}_{c}']['median_us']:.2f})"
+                         + ("" if b is None else
+                            f"; base {b[f'{f}_{c}']['median_us']:.0f} (new/base "
+                            f"{r[f'{f}_{c}']['median_us'] / b[f'{f}_{c}']['median_us']:.2f})"))
     lines.append(f"| {r['schema']} | {r['batch']} | "
                  + " | ".join(cell(f, c) for f, c in cols) + " |")
   return "\n".join(lines)
