@@ -261,17 +261,20 @@ def ir_size(node: ir.Node, memo: dict | None = None) -> int:
   """Number of IR nodes in the tree (shared subtrees counted once per occurrence, a
   bounded repeat's body once per copy, at most `COUNTED_REPEAT_COPIES` for a counted one).
   `memo`: shared between calls (`ir.fold`), so nested objects are measured once."""
-  def size(n: ir.Node, children: tuple) -> int:
-    if isinstance(n, ir.Fragment):
-      return 1  # One arc of the byte automaton until spliced.
-    if isinstance(n, ir.Repeat):
-      copies = max(1, n.min if n.max is None else n.max)
-      if copies > COUNTED_REPEAT_COPIES and _is_counted(n):
-        copies = COUNTED_REPEAT_COPIES
-      return 1 + children[0] * copies
-    return 1 + sum(children)
+  return ir.fold(node, _size, memo=memo)
 
-  return ir.fold(node, size, memo=memo)
+
+def _size(n: ir.Node, children: tuple) -> int:
+  """`ir_size` of `n` given its children's. A leaf, most nodes, costs one test (a
+  `Fragment` has none here: one arc of the byte automaton until spliced)."""
+  if not children:
+    return 1
+  if type(n) is ir.Repeat:  # pylint: disable=unidiomatic-typecheck
+    copies = max(1, n.min if n.max is None else n.max)
+    if copies > COUNTED_REPEAT_COPIES and _is_counted(n):
+      copies = COUNTED_REPEAT_COPIES
+    return 1 + children[0] * copies
+  return 1 + sum(children)
 
 
 @functools.lru_cache(maxsize=256)
@@ -305,15 +308,18 @@ def wide_parts(node: ir.Node, memo: dict | None = None) -> float:
 
 def _wide_and_narrow(n: ir.Node, children: tuple) -> tuple[int, int]:
   """(wide parts, narrow class positions) of `n` given its children's (`wide_parts`)."""
-  if isinstance(n, ir.Fragment):
-    return 1, 0
-  if isinstance(n, ir.CharClass):
-    return 0, int(sum(hi - lo + 1 for lo, hi in n.ranges) >= NARROW_CLASS)
-  if isinstance(n, ir.Repeat):
+  if not children:
+    kind = type(n)
+    if kind is ir.CharClass:
+      return 0, int(sum(hi - lo + 1 for lo, hi in n.ranges) >= NARROW_CLASS)
+    return (1, 0) if kind is ir.Fragment else (0, 0)
+  if type(n) is ir.Repeat:  # pylint: disable=unidiomatic-typecheck
     if n.max is None and _is_wide(n.node):
       return 1, 0
     copies = max(1, n.min if n.max is None else n.max)
     return children[0][0] * copies, children[0][1] * copies
+  if len(children) == 1:
+    return children[0]
   return sum(w for w, _ in children), sum(k for _, k in children)
 
 
