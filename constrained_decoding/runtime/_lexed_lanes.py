@@ -315,8 +315,8 @@ def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, star
   A lane's micro-steps are a function of its row and its lexemes, so its state after
   its first lexeme is the first-lexeme run's: i = 1, the same base, size, bracket
   depth, indentation, phase 0 and the same pushed entries (those columns are copied;
-  a first-lexeme run that wrote past the copied columns leaves its lanes to start from
-  the row, as before). A failed first lexeme fails its lanes without running them.
+  a first-lexeme run whose stacks end with more pushed entries than the copied columns
+  leaves its lanes to start from the row, as before). A failed first lexeme fails its lanes without running them.
   Returns `start`, the (top, top width) of each lane there (`row_ends`: from the row)
   and its pushes there ([n, C] and [n, 1]: the first columns of its stacks), for
   `_queue`.
@@ -329,8 +329,9 @@ def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, star
   # queue runs those alone (the one loop ran all B * F for the longest one's ~12 steps).
   one = _lanes(tables, state, items1, queue_slots=FIRST_SLOTS * b)
   cols, icols = min(_FIRST_COLUMNS, state.stack.shape[1]), 1
-  fits = (jnp.all(one["suffix"][:, cols:] == 0, axis=1)
-          & jnp.all(one["isuf"][:, icols:] == 0, axis=1))
+  # A run fits when what it holds pushed at its end lies in the copied columns (a lane
+  # reads only the first `size` / `isize` entries it pushed).
+  fits = (one["size"] <= cols) & (one["isize"] <= icols)
   lane_first = lane_first.reshape(n)
   at = jnp.repeat(jnp.arange(b) * f, n // b) + jnp.maximum(lane_first, 0)
   shared = (lane_first >= 0) & fits[at]
