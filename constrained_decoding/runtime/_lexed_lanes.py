@@ -316,7 +316,8 @@ def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, star
   its first lexeme is the first-lexeme run's: i = 1, the same base, size, bracket
   depth, indentation, phase 0 and the same pushed entries (those columns are copied;
   a first-lexeme run whose stacks end with more pushed entries than the copied columns
-  leaves its lanes to start from the row, as before). A failed first lexeme fails its lanes without running them.
+  leaves its lanes to start from the row, as before). A failed first lexeme fails its
+  lanes without running them.
   Returns `start`, the (top, top width) of each lane there (`row_ends`: from the row)
   and its pushes there ([n, C] and [n, 1]: the first columns of its stacks), for
   `_queue`.
