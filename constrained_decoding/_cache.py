@@ -3,7 +3,7 @@ environment variable.
 
 Two caches live under the root, both safe to delete at any time (they are rebuilt):
 
-  <root>/          per-vocabulary compilation work: the token trie (`trie-v*.npz`, and
+  <root>/          per-vocabulary compilation work: the token trie (`trie-v*.arrays`, and
                    `tv-v*.fst`), the token bitmaps of wide states (`wide-v*.arrays`),
                    counted classes' character counts (`class-counts-v*`), and grammars
                    with a lexer: their lexer-state x token tables (`lexer-v*.npz`) and
@@ -56,9 +56,10 @@ class Format(typing.NamedTuple):
 # Every kind of compile-cache file and its current format (the writers read their
 # version here, so that pruning knows which files are dead).
 FORMATS = {
-    "trie": Format(1, ".npz"),          # automata/_detokenizer.py: the token trie
+    "trie": Format(2, ".arrays"),       # automata/_detokenizer.py: the token trie (v1: .npz)
     "tv": Format(1, ".fst"),            # automata/_detokenizer.py: T_V as an OpenFst file
-    "class-counts": Format(2, ".npz"),  # automata/_counting*.py (+ -subtrie-, -inner-)
+    # automata/_counting*.py (+ -subtrie-, -inner-); v<3: .npz.
+    "class-counts": Format(3, ".arrays"),
     "lexer": Format(1, ".npz"),         # automata/_token_table.py: lexer x token tables
     "lexed": Format(1, ".npz"),         # _lexed_cache.py: whole lexed-grammar tables
     "wide": Format(8, ".arrays"),       # automata/_wide.py: terminal bitmaps (v<8: .npz)

@@ -62,7 +62,7 @@ def test_compiler_writes_under_the_setting_and_logs(monkeypatch, tmp_path, caplo
   with caplog.at_level(logging.INFO, logger="constrained_decoding"):
     cd.Compiler(vocab).compile(cd.Regex("a+b"))
   assert os.listdir(tmp_path) == [f"trie-v{_detokenizer.TRIE_FORMAT_VERSION}-"
-                                  f"{vocab.fingerprint}.npz"]
+                                  f"{vocab.fingerprint}{_detokenizer.ARRAYS_SUFFIX}"]
   messages = [r.getMessage() for r in caplog.records if r.name.startswith("constrained_")]
   assert any(m.startswith("building the token trie for Vocabulary(") for m in messages)
   assert capsys.readouterr().err == ""  # logging, not print

@@ -1,5 +1,6 @@
 """A flat file of named numpy arrays, read in one system call: the per-vocabulary cache's
-format for terminals and fragments (`_wide.WideStates`).
+format for terminals and fragments (`_wide.WideStates`), the token trie and the class
+counts (`_detokenizer.read_cache_file` reads a path ending in `.arrays` with it).
 
 `.npz` costs ~0.6 ms to read a terminal's nine arrays (a zip directory, a header parsed
 per array with `ast.literal_eval`, a CRC per member), and a compile reads tens to

@@ -238,6 +238,7 @@ _CLASS_CACHE_SIZE = 16
 
 # Bumped (in `_cache.FORMATS`) when the cached class counts change meaning.
 _COUNTS_FORMAT = _cache.FORMATS["class-counts"].version
+COUNTS_SUFFIX = _cache.FORMATS["class-counts"].suffix  # Also of -subtrie-, -inner- files.
 # Leading bytes of each token kept with the counts (escapes read inside an X are
 # shorter: `_counting_terminals._inner_tokens`).
 FIRST_BYTES = 8
@@ -306,7 +307,7 @@ def _counts_path(cache_dir: str | None, vocab, char_class: ir.CharClass) -> str 
     return None
   digest = hashlib.sha256(repr(char_class.ranges).encode()).hexdigest()[:16]
   return os.path.join(cache_dir,
-                      f"class-counts-v{_COUNTS_FORMAT}-{vocab.fingerprint}-{digest}.npz")
+                      f"class-counts-v{_COUNTS_FORMAT}-{vocab.fingerprint}-{digest}{COUNTS_SUFFIX}")
 
 
 def _load_counts(path: str | None, vocab_size: int) -> dict | None:
@@ -701,8 +702,8 @@ def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):
     return hit
   # On disk next to the counts (a first compile would spend ~40 ms on it and on the
   # trie's parent links it needs).
-  path = None if counts.path is None else counts.path[:-len(".npz")] + (
-      f"-subtrie-{hashlib.sha256(key).hexdigest()[:16]}.npz")
+  path = None if counts.path is None else counts.path[:-len(COUNTS_SUFFIX)] + (
+      f"-subtrie-{hashlib.sha256(key).hexdigest()[:16]}{COUNTS_SUFFIX}")
   hit = _load_trie(path, trie.fingerprint + ":counted")
   if hit is None:
     nb = counts.next_byte

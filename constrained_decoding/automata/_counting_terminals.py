@@ -22,6 +22,7 @@ import typing
 
 import numpy as np
 
+from constrained_decoding import _cache
 from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _loops
@@ -399,8 +400,9 @@ def _inner_tokens(counts: _ClassCounts, body, body_node: ir.Node, inner: list,
   if hit is not None:
     return hit
   # On disk next to the class counts (~20 ms of a process's first compile).
-  path = None if counts.path is None else counts.path[:-len(".npz")] + "-inner-" + (
-      hashlib.sha256(repr(key).encode()).hexdigest()[:16] + ".npz")
+  suffix = _cache.FORMATS["class-counts"].suffix  # The counts' file's ending.
+  path = None if counts.path is None else counts.path[:-len(suffix)] + "-inner-" + (
+      hashlib.sha256(repr(key).encode()).hexdigest()[:16] + suffix)
   hit = _load_inner(path)
   if hit is None:
     hit = _walk_inner_tokens(counts, body, inner)

@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 
 from constrained_decoding import _cache
+from constrained_decoding.automata import _array_file
 from constrained_decoding.vocab._vocabulary import Vocabulary
 
 # Progress of slow one-time work, at INFO (standard `logging`, so absl's handler shows
@@ -32,6 +33,8 @@ _LOG = logging.getLogger(__name__)
 
 # Bumped (in `_cache.FORMATS`) when the on-disk layout of the trie changes.
 TRIE_FORMAT_VERSION = _cache.FORMATS["trie"].version
+# The name ending of `_array_file` cache files (`read_cache_file`, `write_cache_file`).
+ARRAYS_SUFFIX = ".arrays"
 _FIELDS = ("child_start", "child_byte", "child_node", "node_depth", "token_start",
            "token_ids")
 
@@ -205,14 +208,23 @@ _UNWRITABLE: set[str] = set()  # Cache directories already warned about.
 
 
 def read_cache_file(path: str | None, names=None) -> dict | None:
-  """The arrays `names` (all when None) of the .npz `write_cache_file` wrote at `path`,
+  """The arrays `names` (all when None) of the file `write_cache_file` wrote at `path`,
   its file touched as recently used (pruned last); None when there is no path, or the
-  file is missing (maybe pruned by another process) or damaged: the caller rebuilds."""
+  file is missing (maybe pruned by another process) or damaged: the caller rebuilds.
+
+  A path ending in `ARRAYS_SUFFIX` is an `_array_file` (mapped, pages read as touched:
+  the trie and class counts; Gemma 3's trie in ~0.1 ms where its .npz took ~6 ms), any
+  other a .npz."""
   if path is None:
     return None
   try:
-    with np.load(path) as f:
-      arrays = {name: f[name] for name in (f.files if names is None else names)}
+    if path.endswith(ARRAYS_SUFFIX):
+      arrays = _array_file.read(path)
+      if names is not None:
+        arrays = {name: arrays[name] for name in names}
+    else:
+      with np.load(path) as f:
+        arrays = {name: f[name] for name in (f.files if names is None else names)}
   except _cache.READ_ERRORS:
     return None
   _cache.touch(path)
@@ -221,9 +233,11 @@ def read_cache_file(path: str | None, names=None) -> dict | None:
 
 def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None, *,
                      max_bytes: int | None = None) -> bool:
-  """Writes `arrays` to `path` in `cache_dir` as .npz (or with `save(file, arrays)`),
-  atomically (write, then rename, so a concurrent reader never sees a partial file),
-  then keeps the directory within `max_bytes` (`_cache.after_write`).
+  """Writes `arrays` to `path` in `cache_dir` as an `_array_file` when `path` ends in
+  `ARRAYS_SUFFIX`, else as .npz (or with `save(file, arrays)`), atomically (write, then
+  rename, so a concurrent reader never sees a partial file, and a reader's mapping of
+  the old file stays whole), then keeps the directory within `max_bytes`
+  (`_cache.after_write`).
 
   The disk cache is an optimization: when the directory cannot be written (read-only
   home, full disk), this warns once per directory and returns False instead of failing
@@ -232,6 +246,8 @@ def write_cache_file(cache_dir: str, path: str, arrays: dict, save=None, *,
   tmp = None
   try:
     os.makedirs(cache_dir, exist_ok=True)
+    if save is None and path.endswith(ARRAYS_SUFFIX):
+      save = _array_file.write
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp" if save else ".npz")
     with os.fdopen(fd, "wb") as f:
       if save is None:
@@ -257,7 +273,8 @@ def load_or_build_trie(vocab: Vocabulary, cache_dir: str | None) -> VocabTrie:
   """`build_trie`, cached in `cache_dir` under the vocabulary fingerprint (None: no cache)."""
   if cache_dir is None:
     return build_trie(vocab)
-  path = os.path.join(cache_dir, f"trie-v{TRIE_FORMAT_VERSION}-{vocab.fingerprint}.npz")
+  path = os.path.join(cache_dir, f"trie-v{TRIE_FORMAT_VERSION}-{vocab.fingerprint}"
+                      f"{_cache.FORMATS['trie'].suffix}")
   arrays = read_cache_file(path, _FIELDS)
   if arrays is not None:
     return VocabTrie(**arrays, fingerprint=vocab.fingerprint)

@@ -17,6 +17,7 @@ import pytest
 
 import constrained_decoding as cd
 from constrained_decoding import tables as _tables
+from constrained_decoding.automata import _array_file
 from constrained_decoding.automata import _counting
 from constrained_decoding.testing import _reference as ref
 
@@ -362,10 +363,11 @@ def test_chain_subtries_are_cached_on_disk(vocab, tmp_path, spy):
   assert len(builds) == 1 and len(walks) == 1  # Read from disk.
   for name in _tables._ARRAY_FIELDS:  # pylint: disable=protected-access
     np.testing.assert_array_equal(getattr(first, name), getattr(second, name), err_msg=name)
-  with np.load(tmp_path / files[0]) as f:
-    arrays = dict(f)
+  arrays = dict(_array_file.read(str(tmp_path / files[0])))
   arrays["token_ids"] = arrays["token_ids"][:-1]  # Not a trie any more.
-  np.savez(tmp_path / files[0], **arrays)
+  with open(tmp_path / (files[0] + ".new"), "wb") as f:  # Replaced, not cut in place.
+    _array_file.write(f, arrays)
+  os.replace(tmp_path / (files[0] + ".new"), tmp_path / files[0])
   third = compile_fresh()
   assert len(builds) == 2
   np.testing.assert_array_equal(first.edge_tokens, third.edge_tokens)

@@ -8,6 +8,7 @@ import pynini
 import pytest
 
 import constrained_decoding as cd
+from constrained_decoding.automata import _array_file
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _loops
 from constrained_decoding.automata import _wide
@@ -114,3 +115,58 @@ def test_unwritable_cache_dir_warns_once_and_compiles(tmp_path, monkeypatch):
   reference = cd.Compiler(vocab, cd.CompileOptions(cache_dir=None)).compile(spec)
   for name in ("mask_bits", "edge_tokens", "edge_targets", "terminal_bits"):
     np.testing.assert_array_equal(getattr(tables, name), getattr(reference, name))
+
+
+def _trie_fields(trie) -> list:
+  return [getattr(trie, name) for name in _detokenizer._FIELDS]  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "other_arrays"])
+def test_a_damaged_trie_cache_file_is_rebuilt(byte_vocab, tmp_path, damage):
+  expected = _trie_fields(_detokenizer.build_trie(byte_vocab))
+  _detokenizer.load_or_build_trie(byte_vocab, str(tmp_path))
+  (path,) = tmp_path.iterdir()
+  assert path.name.endswith(_detokenizer.ARRAYS_SUFFIX)  # An `_array_file`, not .npz.
+  data = path.read_bytes()
+  if damage == "other_arrays":  # Readable, but without the trie's arrays.
+    with open(path, "wb") as f:
+      _array_file.write(f, {"child_start": np.zeros(3, np.int32)})
+  else:
+    path.write_bytes({"truncated": data[:len(data) - 100], "garbage": b"x" * len(data),
+                      "empty": b""}[damage])
+  assert _detokenizer.read_cache_file(str(path), _detokenizer._FIELDS) is None  # pylint: disable=protected-access
+  for got, want in zip(_trie_fields(_detokenizer.load_or_build_trie(byte_vocab,
+                                                                      str(tmp_path))),
+                       expected):
+    np.testing.assert_array_equal(got, want)
+  assert path.read_bytes() == data  # Rewritten whole.
+
+
+def test_a_trie_cache_of_an_older_format_is_ignored(byte_vocab, tmp_path):
+  """A v1 file (.npz) under the same fingerprint, even a readable one holding another
+  trie, is never read: the current version's name differs."""
+  expected = _trie_fields(_detokenizer.build_trie(byte_vocab))
+  old = tmp_path / f"trie-v1-{byte_vocab.fingerprint}.npz"
+  np.savez(old, **{name: np.zeros(2, np.int32) for name in _detokenizer._FIELDS})  # pylint: disable=protected-access
+  for got, want in zip(_trie_fields(_detokenizer.load_or_build_trie(byte_vocab,
+                                                                      str(tmp_path))),
+                       expected):
+    np.testing.assert_array_equal(got, want)
+  (path,) = tmp_path.iterdir()  # The dead format pruned on write.
+  assert path.name == f"trie-v2-{byte_vocab.fingerprint}{_detokenizer.ARRAYS_SUFFIX}"
+
+
+def test_cache_files_by_suffix_round_trip(tmp_path):
+  arrays = {"a": np.arange(5, dtype=np.int16), "b": np.ones((2, 3), np.uint8)}
+  for suffix in (_detokenizer.ARRAYS_SUFFIX, ".npz"):
+    path = str(tmp_path / f"x{suffix}")
+    assert _detokenizer.write_cache_file(str(tmp_path), path, arrays)
+    with open(path, "rb") as f:
+      assert (f.read(len(_array_file.MAGIC)) == _array_file.MAGIC) == (suffix != ".npz")
+    got = _detokenizer.read_cache_file(path)
+    assert sorted(got) == ["a", "b"]
+    for name, value in arrays.items():
+      np.testing.assert_array_equal(got[name], value)
+      assert got[name].dtype == value.dtype
+    assert list(_detokenizer.read_cache_file(path, ["b"])) == ["b"]
+    assert _detokenizer.read_cache_file(path, ["b", "missing"]) is None

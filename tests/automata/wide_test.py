@@ -262,14 +262,14 @@ def test_prune_cache(tmp_path):
   current = f"wide-v{_wide.WIDE_FORMAT_VERSION}-"
   (tmp_path / "wide-v1-old.npz").write_bytes(b"x" * 10)
   (tmp_path / f"{current}old-format.npz").write_bytes(b"x" * 10)
-  (tmp_path / "trie-v1-keep.npz").write_bytes(b"x" * 10)
+  (tmp_path / "trie-v2-keep.arrays").write_bytes(b"x" * 10)
   for i in range(8):
     path = tmp_path / f"{current}{i}.arrays"
     path.write_bytes(b"x" * 100)
     os.utime(path, (1000 + i, 1000 + i))
   _wide.prune_cache(str(tmp_path), max_bytes=1000)  # 800 bytes: under the limit.
   names = sorted(p.name for p in tmp_path.iterdir())
-  assert "wide-v1-old.npz" not in names and "trie-v1-keep.npz" in names
+  assert "wide-v1-old.npz" not in names and "trie-v2-keep.arrays" in names
   assert f"{current}old-format.npz" not in names
   assert len(names) == 9
   _wide.prune_cache(str(tmp_path), max_bytes=500)  # Down to 3/4 of 500: 3 files.
