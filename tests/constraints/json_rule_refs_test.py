@@ -36,7 +36,10 @@ _RECURSIVE = [
 
 
 def _schemas(corpus: bool) -> list:
+  """The recursive schemas, the suite's files when present and the corpus when asked or
+  when the suite is absent (a clone not beside shared/: the answers still need cases)."""
   out = list(_RECURSIVE)
+  corpus = corpus or not os.path.isdir(_SUITE)
   for path in sorted(glob.glob(os.path.join(_REPO, "benchmarks", "schemas", "*.json"))
                      if corpus else []):
     with open(path) as f:
