@@ -103,9 +103,10 @@ def _packed_passes(tables: ConstraintTables, registers: Array) -> UInt32[Array, 
   g // 16 (`[B, ceil(Gd / 16)]`). Tables without hash operations only.
 
   Evaluated guard-major (`[Gd, B]`, a guard's operations constant along the inner axis:
-  10-20% faster than batch-major on CPU at batch 64, 3 corpus schemas). The packing is a matrix product with powers of two: besides
-  packing, it keeps XLA from fusing the evaluation into each candidate's read, where
-  it would run again for every one of a row's Gm candidates.
+  10-20% faster than batch-major on CPU at batch 64, 3 corpus schemas). The packing is
+  a matrix product with powers of two: besides packing, it keeps XLA from fusing the
+  evaluation into each candidate's read, where it would run again for every one of a
+  row's Gm candidates.
   """
   num_guards = tables.guard_ops.shape[0]
   num_packed = -(-num_guards // _PACK)
