@@ -43,6 +43,7 @@ machine's drift falls on all of them alike.
 import argparse
 import dataclasses
 import gc
+import importlib
 import json
 import os
 import platform
@@ -192,10 +193,15 @@ class Ours:
 
 def _clear_spec_caches():
   """Clears the spec-level lowering cache (a whole-schema memo) so each compile lowers."""
-  from constrained_decoding.constraints import _specs  # pylint: disable=import-outside-toplevel
-  cache = getattr(_specs, "_lowered_schema", None)
-  if hasattr(cache, "cache_clear"):
-    cache.cache_clear()
+  # The memo is in `_specs_values` (in `_specs` in trees before the split).
+  for name in ("_specs_values", "_specs"):
+    try:
+      module = importlib.import_module(f"constrained_decoding.constraints.{name}")
+    except ImportError:
+      continue
+    cache = getattr(module, "_lowered_schema", None)
+    if hasattr(cache, "cache_clear"):
+      cache.cache_clear()
 
 
 class Peer:

@@ -93,20 +93,20 @@ def compile_variants(compiler, schema) -> dict:
   before and after 166ebd3 (module globals patched, then restored)."""
   from constrained_decoding.constraints import _json_object_schemas as jos  # pylint: disable=g-import-not-at-top
   from constrained_decoding.constraints import _json_objects as jo  # pylint: disable=g-import-not-at-top
-  from constrained_decoding.constraints import _specs  # pylint: disable=g-import-not-at-top
+  from constrained_decoding.constraints import _specs_values  # pylint: disable=g-import-not-at-top
   saved = jo.wide_parts, jos.MAX_ANY_ORDER_WIDE
   out = {}
   try:
     for variant in ("old", "new"):
       jo.wide_parts, jos.MAX_ANY_ORDER_WIDE = (
           (old_wide_parts, OLD_MAX_ANY_ORDER_WIDE) if variant == "old" else saved)
-      _specs._lowered_schema.cache_clear()  # pylint: disable=protected-access
+      _specs_values._lowered_schema.cache_clear()  # pylint: disable=protected-access
       t = time.process_time()
       tables, info = compiler.compile_with_info(cd.JsonSchema(schema))
       out[variant] = (jax.device_put(tables), info, time.process_time() - t)
   finally:
     jo.wide_parts, jos.MAX_ANY_ORDER_WIDE = saved
-    _specs._lowered_schema.cache_clear()  # pylint: disable=protected-access
+    _specs_values._lowered_schema.cache_clear()  # pylint: disable=protected-access
   return out
 
 

@@ -5,9 +5,9 @@ from constrained_decoding.constraints._specs import Grammar
 from constrained_decoding.constraints._grammar import GrammarIR
 from constrained_decoding.constraints._lexed_options import Indentation
 from constrained_decoding.constraints._lexed_options import Semicolons
-from constrained_decoding.constraints._specs import JsonSchema
-from constrained_decoding.constraints._specs import Json
-from constrained_decoding.constraints._specs import Dataclass
+from constrained_decoding.constraints._specs_values import JsonSchema
+from constrained_decoding.constraints._specs_values import Json
+from constrained_decoding.constraints._specs_values import Dataclass
 from constrained_decoding.constraints._dataclass import format_dataclass
 from constrained_decoding.constraints._dataclass import parse_dataclass
 
