@@ -8,12 +8,13 @@ Byte level:
   _fsa.py          that NFA -> pynini/OpenFst -> minimal `ByteDfa` (the only place IR meets
                    pynini): `compile_byte_dfa`, `minimal_class_fst`.
   _byte_dfa.py     `ByteDfa`, plain numpy arrays; `_openfst_io.py` converts fast.
-  _pda.py          grammars: one byte DFA per rule, calls on a stack (`TokenPda`).
+  _rtn.py          grammars: one byte DFA per rule, calls as arcs (`Rtn`, `build_rtn`).
   _lexer.py        terminal sets of lexed grammars (`docs/lexer_runtime.md`).
 
 Token level (composition with the vocabulary, Alg. 2):
   _detokenizer.py  `VocabTrie`, the trie form of the detokenizing FST.
   _compose.py      byte DFA ∘ vocabulary trie -> token edges (`compose`).
+  _pda.py          `Rtn` ∘ vocabulary trie -> `TokenPda` (grammars, calls on a stack).
   _loops.py        loops of wide states and their terminal bitmaps (pure data).
   _wide.py         `WideStates`: which states get a terminal bitmap, and the
                    per-vocabulary store of terminals (memory and disk cache).

@@ -16,7 +16,7 @@ Public functions:
   ir_to_fst(node)         an (epsilon-)NFA acceptor for the IR node, as a `pynini.Fst`.
   fst_to_byte_dfa(fst)    rmepsilon + determinize + minimize, exported as a `ByteDfa`.
   compile_byte_dfa(node)  the same DFA as `fst_to_byte_dfa(ir_to_fst(node))`, faster.
-  minimal_class_fst(node) its minimal DFA over byte classes, before export (`_pda.py`).
+  minimal_class_fst(node) its minimal DFA over byte classes, before export (`_rtn.py`).
   fst_arcs(fst)           a DFA's arcs as numpy arrays (`const` format).
   breadth_first(...)      the canonical numbering of a DFA's states.
 
@@ -287,7 +287,7 @@ def minimal_class_fst(node: ir.Node, *, fragments: bool = False
   Returns (fst, edges, pseudo): arc label k + 1 covers the values edges[k] ..
   edges[k + 1] - 1 (bytes, and past 255 the pseudo-bytes of `ir.RuleRef`s and, with
   `fragments`, of fragments: `pseudo`). `compile_byte_dfa` expands it into a
-  `ByteDfa`; `_pda.py` reads its call arcs.
+  `ByteDfa`; `_rtn.py` reads its call arcs.
   """
   # Lists of ints, acyclic: the collector would look at them in vain (`ir.gc_paused`).
   with ir.gc_paused():

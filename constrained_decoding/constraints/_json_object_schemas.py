@@ -422,7 +422,7 @@ def _calls(lw, keyed: list, extra: ir.Node | None) -> bool:
   the device stack, and the callee (the object itself, say) could clear them, so such
   an object keeps its automaton. Calls of the free-form value rule
   (`free_form_depth=None`) are fine: that rule uses no registers, so the object's words
-  are the same after it returns (`automata/_pda._check_calls` verifies it)."""
+  are the same after it returns (`automata/_rtn._check_calls` verifies it)."""
   nodes = [node for _, node, _ in keyed] + ([] if extra is None else [extra])
   return any(calls_register_rule(lw, node) for node in nodes)
 

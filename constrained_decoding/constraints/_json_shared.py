@@ -50,7 +50,7 @@ def record(lw, key: str, hint: str, body: ir.Node) -> None:
 def _callable(lw, body: ir.Node) -> bool:
   """Whether `body` touches no register word (`ir.Marker`) and calls no rule but the
   free-form value's, which touches none either: the row's words are not saved on the
-  stack, so a callee must leave its callers' words alone (`automata/_pda._check_calls`
+  stack, so a callee must leave its callers' words alone (`automata/_rtn._check_calls`
   refuses a call where it might not, and the compiler would then fall back to objects
   in schema order: a narrower language)."""
   return not ir.fold(body, lambda n, children: isinstance(n, ir.Marker) or (

@@ -1,4 +1,4 @@
-"""Rule DFAs of grammars are numbered canonically (`_pda._rule_dfa`, `_fsa.breadth_first`):
+"""Rule DFAs of grammars are numbered canonically (`_rtn._rule_dfa`, `_fsa.breadth_first`):
 equal rule bodies give equal tables, however they were written.
 
 Oracles: an independent breadth-first numbering written here (a queue over bytes 0..255,
@@ -11,6 +11,7 @@ import pytest
 
 import constrained_decoding as cd
 from constrained_decoding.automata import _pda
+from constrained_decoding.automata import _rtn as rtn_lib
 from constrained_decoding.constraints import _ir as ir
 
 
@@ -76,5 +77,5 @@ def test_builtin_grammar_rules_are_numbered_breadth_first(name):
 
 def test_rule_dfa_of_the_empty_language_has_no_states():
   empty = ir.Concat((ir.Bytes(b"a"), ir.ByteClass(())))
-  table, accepting, markers = _pda._rule_dfa(empty, 2)  # pylint: disable=protected-access
+  table, accepting, markers = rtn_lib._rule_dfa(empty, 2)  # pylint: disable=protected-access
   assert table.shape == (0, 258) and accepting.shape == (0,) and markers == []

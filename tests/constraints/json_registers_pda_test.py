@@ -5,7 +5,7 @@ strings, an any-order object whose member values call nothing) is never live acr
 push or a pop, so push-down tables carry guards like flat ones (`_packing.pack_pda_tables`,
 `automata/_pda.py`). Nor is one whose calls go to the free-form value rule
 (`free_form_depth=None`), which touches no register: the words are the same after it
-returns (`_pda._check_calls` refuses any other call where words are live). Oracles: `jsonschema` on the texts; the Python-integer reference
+returns (`_rtn._check_calls` refuses any other call where words are live). Oracles: `jsonschema` on the texts; the Python-integer reference
 (`testing.reference_allowed`, `reference_step_stack`: guards and hashes evaluated by
 `tables.apply_guard`, stacks as tuples) against the jitted device step on random walks;
 random Gemma 3 tokenizations of valid and invalid documents.
