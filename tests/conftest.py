@@ -72,7 +72,8 @@ _UNCHECKED = {
     "constrained_decoding.constraints._intersect": ("_common_ranges", "_CharNfa.add"),
     "constrained_decoding.constraints._ir": ("normalize_ranges", "char_class", "children",
                                              "_no_children"),
-    "constrained_decoding.constraints._grammar": ("references", "_node_depth"),
+    "constrained_decoding.constraints._grammar": ("references",),
+    "constrained_decoding.constraints._grammar_depth": ("_node_depth",),
     # `ir.fold` functions, once per IR node of every JSON Schema lowering.
     "constrained_decoding.constraints._json_objects": ("_size", "_wide_and_narrow"),
     "constrained_decoding.automata._loops": ("Predecessors.__getitem__",),
