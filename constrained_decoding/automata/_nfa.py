@@ -17,6 +17,7 @@ Public names:
   remove_epsilons(nfa)             in place; returns the final states.
   byte_classes(bounds)             the class edges of an NFA's `bounds`.
   pack_bytes(nfa, edges, finals)   the `vector` bytes, and whether already deterministic.
+  pack_arcs(num_states, start, accepting, arc_state, label, dst)  the same from arc columns.
   binary_header(fst_type)          the start of an OpenFst binary file (also `const`).
   BYTE_EDGES, TOKEN_CLASS_BASE, FRAGMENT_BASE, EPSILON_LABEL  the label layout.
 """
@@ -216,19 +217,11 @@ def _pack_bytes_numpy(nfa: Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
   num_arcs = int(ends[-1]) if len(ends) else 0
   label = np.repeat(first - (ends - labels_per_range), labels_per_range) + np.arange(num_arcs)
   arc_state = np.repeat(range_state, labels_per_range)
-  arc_count = np.bincount(arc_state, minlength=num_states)
-  # State s's record starts after 3 words per earlier state and 4 per earlier arc.
-  arcs_before = np.cumsum(arc_count) - arc_count
-  start = 3 * np.arange(num_states) + 4 * arcs_before
-  words = np.zeros(3 * num_states + 4 * num_arcs, np.int32)
-  words[start] = _INF_BITS
+  accepting = np.zeros(num_states, bool)
   final_states = np.fromiter(finals, np.int64)
-  words[start[final_states[final_states < num_states]]] = 0
-  words[start + 1] = arc_count
-  arc_at = 3 * (arc_state + 1) + 4 * np.arange(num_arcs)
-  words[arc_at] = label
-  words[arc_at + 1] = label
-  words[arc_at + 3] = np.repeat(flat[2::3], labels_per_range)
+  accepting[final_states[final_states < num_states]] = True
+  data = pack_arcs(num_states, 0, accepting, arc_state, label,
+                   np.repeat(flat[2::3], labels_per_range))
   # Deterministic: no state has two arcs with one label.
   key = arc_state * (len(edges) + 1) + label
   if num_states * (len(edges) + 1) <= 1 << 22:
@@ -236,8 +229,31 @@ def _pack_bytes_numpy(nfa: Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
   else:
     key.sort()
     deterministic = not (key[1:] == key[:-1]).any()
-  header = _HEADER_PREFIX + struct.pack("<Qqqq", _NFA_PROPERTIES, 0, num_states, num_arcs)
-  return header + words.astype("<i4", copy=False).tobytes(), deterministic
+  return data, deterministic
+
+
+def pack_arcs(num_states: int, start: int, accepting: np.ndarray, arc_state: np.ndarray,
+              label: np.ndarray, dst: np.ndarray) -> bytes:
+  """An epsilon-free acceptor in OpenFst's binary `vector` format (`pack_bytes`'s
+  layout): per state its final weight (One if `accepting`, else Zero), arc count and
+  arcs `(label, label, One, next)`. `arc_state` must be non-decreasing: a state's arcs
+  are written in the order given.
+  """
+  num_arcs = len(arc_state)
+  arc_count = np.bincount(arc_state, minlength=num_states)
+  # State s's record starts after 3 words per earlier state and 4 per earlier arc.
+  arcs_before = np.cumsum(arc_count) - arc_count
+  at = 3 * np.arange(num_states) + 4 * arcs_before
+  words = np.zeros(3 * num_states + 4 * num_arcs, np.int32)
+  words[at] = np.where(accepting, 0, _INF_BITS)
+  words[at + 1] = arc_count
+  arc_at = 3 * (arc_state + 1) + 4 * np.arange(num_arcs)
+  words[arc_at] = label
+  words[arc_at + 1] = label
+  words[arc_at + 3] = dst
+  header = _HEADER_PREFIX + struct.pack("<Qqqq", _NFA_PROPERTIES, start, num_states,
+                                        num_arcs)
+  return header + words.astype("<i4", copy=False).tobytes()
 
 
 

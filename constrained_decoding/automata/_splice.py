@@ -35,7 +35,6 @@ Public names:
 import dataclasses
 import functools
 import hashlib
-import struct
 
 import numpy as np
 import pywrapfst
@@ -405,7 +404,9 @@ def inline(dfa: ByteDfa, automata: list[FragmentAutomaton | None]) -> ByteDfa | 
     parts.append((start_src, start_label, start_dst + offset))
   src, label, dst = (np.concatenate([np.asarray(p[i], np.int64) for p in parts])
                      for i in range(3))
-  data = _pack_arcs(size, dfa.start, np.concatenate(accepting), src, label, dst)
+  order = np.argsort(src, kind="stable")  # pack_arcs wants arcs grouped by state.
+  data = _nfa.pack_arcs(size, dfa.start, np.concatenate(accepting), src[order],
+                        label[order], dst[order])
   # pylint: disable=protected-access
   fst = _fsa._minimize(pywrapfst.Fst.read_from_string(data), has_epsilons=False)
   edges = byte_edges.tolist()
@@ -420,25 +421,3 @@ def _byte_arcs(transitions: np.ndarray, first: np.ndarray, ids: np.ndarray):
   table = transitions[:, first]
   row, klass = np.nonzero(table != NO_STATE)
   return ids[row], klass + 1, table[row, klass].astype(np.int64)
-
-
-def _pack_arcs(num_states: int, start: int, accepting: np.ndarray, src: np.ndarray,
-               label: np.ndarray, dst: np.ndarray) -> bytes:
-  """An epsilon-free acceptor in OpenFst's binary `vector` format (`_nfa.pack_bytes`'s
-  layout): per state its final weight (One or Zero), arc count and arcs
-  `(label, label, One, next)`."""
-  # pylint: disable=protected-access
-  order = np.argsort(src, kind="stable")
-  src, label, dst = src[order], label[order], dst[order]
-  count = np.bincount(src, minlength=num_states)
-  at = 3 * np.arange(num_states) + 4 * (np.cumsum(count) - count)
-  words = np.zeros(3 * num_states + 4 * len(src), np.int32)
-  words[at] = np.where(accepting, 0, _nfa._INF_BITS)
-  words[at + 1] = count
-  arc_at = 3 * (src + 1) + 4 * np.arange(len(src))
-  words[arc_at] = label
-  words[arc_at + 1] = label
-  words[arc_at + 3] = dst
-  header = _nfa._HEADER_PREFIX + struct.pack("<Qqqq", _nfa._NFA_PROPERTIES, start,
-                                             num_states, len(src))
-  return header + words.astype("<i4", copy=False).tobytes()
