@@ -605,13 +605,3 @@ def normalize(grammar: GrammarIR, keep=frozenset()) -> GrammarIR:
     )
   return grammar
 
-
-# Lowering by recursion depth lives in `_grammar_depth.py`, which builds on this module.
-# Imported last (every name above is defined by then), so that the front ends and tests
-# keep calling `_grammar.unroll` etc.
-from constrained_decoding.constraints import _grammar_depth  # noqa: E402
-
-to_regular = _grammar_depth.to_regular
-min_depth = _grammar_depth.min_depth
-unroll = _grammar_depth.unroll
-sample_text = _grammar_depth.sample_text

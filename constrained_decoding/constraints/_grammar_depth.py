@@ -5,7 +5,7 @@ recursion it lowers to one IR node (`to_regular`); with it, `unroll` bounds the 
 the recursion and returns a regular IR node as well. `sample_text` draws random strings
 of a bounded depth, a test oracle independent of the automata.
 
-Public (re-exported by `_grammar.py`, where the callers find them):
+Public (callers import this module; it builds on `_grammar.py`, which does not import it):
   to_regular(grammar)                    the IR of a normalized grammar without recursion.
   min_depth(grammar)                     least recursion depth of any string, or None.
   unroll(grammar, max_depth)             regular IR of the strings of depth <= max_depth.

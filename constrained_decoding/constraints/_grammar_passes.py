@@ -12,6 +12,7 @@ call rules as expressions (the push-down compiler reads rules as expressions).
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _grammar
+from constrained_decoding.constraints import _grammar_depth
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_keywords
 
@@ -50,7 +51,7 @@ def recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node],
     )
   grammar = _grammar.normalize(_lift_overlapping_unions(grammar), keep=keep)
   if not _grammar.recursive_rules(grammar) and not set(grammar.names) & keep:
-    return _grammar.to_regular(grammar)
+    return _grammar_depth.to_regular(grammar)
   return grammar
 
 

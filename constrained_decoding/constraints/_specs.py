@@ -218,6 +218,7 @@ class Grammar:
       GrammarRecursionError: `max_depth` is too small for any string.
     """
     from constrained_decoding.constraints import _grammar  # pylint: disable=g-import-not-at-top
+    from constrained_decoding.constraints import _grammar_depth  # pylint: disable=g-import-not-at-top
 
     if self.lexer:
       raise _errors.UnsupportedFeatureError(
@@ -226,8 +227,8 @@ class Grammar:
           " which builds LexedTables for it.")
     grammar = self.grammar_ir()
     if self.max_depth is None or not _grammar.recursive_rules(grammar):
-      return _grammar.to_regular(grammar)
-    return _grammar.unroll(grammar, self.max_depth)
+      return _grammar_depth.to_regular(grammar)
+    return _grammar_depth.unroll(grammar, self.max_depth)
 
   def pushdown_grammar(self):
     """The normalized grammar when it needs the push-down runtime, else None.

@@ -2,7 +2,7 @@
 
 Oracles: the unstreamlined tables walked by the numpy reference (`testing`), whose
 allowed sets are rebuilt from edges, not mask rows; grammar strings from
-`_grammar.sample_text` under random tokenizations; a hand-built automaton whose
+`_grammar_depth.sample_text` under random tokenizations; a hand-built automaton whose
 never-legal groups are known.
 """
 
@@ -17,7 +17,7 @@ import constrained_decoding as cd
 from constrained_decoding import _packing
 from constrained_decoding.automata import _pda
 from constrained_decoding.automata import _streamline
-from constrained_decoding.constraints import _grammar
+from constrained_decoding.constraints import _grammar_depth
 from constrained_decoding.testing import (TokenIndex, reference_allowed, reference_end_allowed,
                                           reference_step_stack)
 
@@ -154,7 +154,7 @@ def _walks(name, tables, vocab, rng, *, random_walks, strings):
   index = TokenIndex(vocab)
   grammar = cd.Grammar.builtin(name).grammar_ir()
   return _random_walks(tables, rng, random_walks, 40) + [
-      index.random_tokenization(_grammar.sample_text(grammar, rng, max_depth=4), rng)
+      index.random_tokenization(_grammar_depth.sample_text(grammar, rng, max_depth=4), rng)
       for _ in range(strings)]
 
 

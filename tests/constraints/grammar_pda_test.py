@@ -1,7 +1,7 @@
 """Recursive grammars as token-level push-down automata (Alg. 3): build, tables, runtime.
 
 Oracles: `lark` Earley parsers for the built-in grammars (`grammar_test._twin`), Python's
-`json`, the grammar's own random strings (`_grammar.sample_text`), and the numpy
+`json`, the grammar's own random strings (`_grammar_depth.sample_text`), and the numpy
 reference walker (`testing.reference_step_stack`) for the device runtime.
 """
 
@@ -17,7 +17,7 @@ import pytest
 import constrained_decoding as cd
 from constrained_decoding import errors
 from constrained_decoding.automata import _pda
-from constrained_decoding.constraints import _grammar
+from constrained_decoding.constraints import _grammar_depth
 from constrained_decoding.testing import (TokenIndex, reference_accepts, reference_allowed,
                                           reference_end_allowed, reference_step_stack)
 
@@ -68,7 +68,7 @@ def test_random_grammar_strings_are_accepted_under_random_tokenizations(
   grammar = cd.Grammar.builtin(name).grammar_ir()
   rng = random.Random(1)
   for _ in range(25):
-    text = _grammar.sample_text(grammar, rng, max_depth=5)
+    text = _grammar_depth.sample_text(grammar, rng, max_depth=5)
     assert grammar_test._twin_accepts(name, text), text  # pylint: disable=protected-access
     for tokens in (index.random_tokenization(text, rng), index.longest_tokenization(text)):
       assert reference_accepts(tables, tokens), (text, tokens)
@@ -80,7 +80,7 @@ def test_prefixes_are_viable_and_wrong_strings_rejected(name, tables_for, index)
   grammar = cd.Grammar.builtin(name).grammar_ir()
   rng = random.Random(2)
   for _ in range(15):
-    text = _grammar.sample_text(grammar, rng, max_depth=4)
+    text = _grammar_depth.sample_text(grammar, rng, max_depth=4)
     tokens = index.longest_tokenization(text)
     # One walk allows every token in turn exactly when every prefix is viable (walking
     # each prefix again, as before, repeated the same steps: quadratic, ~2 min).

@@ -19,6 +19,7 @@ import constrained_decoding as cd
 from constrained_decoding import errors
 from constrained_decoding.automata._fsa import compile_byte_dfa
 from constrained_decoding.constraints import _grammar
+from constrained_decoding.constraints import _grammar_depth
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.testing import TokenIndex, reference_walk
 
@@ -275,7 +276,7 @@ def test_max_depth_counts_active_recursive_rules(text, wrap, max_depth):
   for n in range(7):
     s = f"{wrap[0]}{'(' * n}x{')' * n}{wrap[1]}"
     assert dfa.accepts(s.encode()) == (n + 1 <= max_depth), s
-  assert _grammar.min_depth(cd.Grammar(text).grammar_ir()) == 1
+  assert _grammar_depth.min_depth(cd.Grammar(text).grammar_ir()) == 1
 
 
 def test_to_ir_is_regular_ir():
@@ -383,7 +384,7 @@ def test_builtin_random_strings_are_accepted_by_dfa(name, samples, checked):
   g = cd.Grammar.builtin(name).grammar_ir()
   dfa = _builtin_dfa(name, 3)
   rng = random.Random(f"sample-{name}")
-  texts = [_grammar.sample_text(g, rng, max_depth=3) for _ in range(samples)]
+  texts = [_grammar_depth.sample_text(g, rng, max_depth=3) for _ in range(samples)]
   for text in texts:
     assert dfa.accepts(text), text
   for text in sorted(texts, key=len)[:checked]:  # The generator itself, against the twin.
@@ -450,7 +451,7 @@ def test_arithmetic_with_gemma_vocabulary(gemma_compiler, gemma_vocab):
   index = TokenIndex(gemma_vocab)
   rng = random.Random(0)
   g = spec.grammar_ir()
-  texts = [_grammar.sample_text(g, rng, max_depth=2) for _ in range(15)]
+  texts = [_grammar_depth.sample_text(g, rng, max_depth=2) for _ in range(15)]
   texts += [b"1 + 2 * (3 - 4)", b" -7 "]
   for text in texts:
     for _ in range(3):
