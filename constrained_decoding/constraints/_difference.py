@@ -18,7 +18,6 @@ import fractions
 
 import numpy as np
 
-from constrained_decoding.automata import _fsa
 from constrained_decoding.constraints import _ir as ir
 
 _DIGIT = ir.char_class([(0x30, 0x39)])
@@ -56,6 +55,9 @@ def ascii_difference(a: ir.Node, b: ir.Node, max_states: int = 100_000) -> ir.No
     ValueError: the product exceeds `max_states` states, or a language reads a
       non-ASCII byte.
   """
+  # Imported here: `automata` imports this package (`_utf8` -> `_ir`), so a module-level
+  # import would make `import constrained_decoding.automata._nfa` alone fail.
+  from constrained_decoding.automata import _fsa  # pylint: disable=g-import-not-at-top
   dfa_a, dfa_b = _fsa.compile_byte_dfa(a), _fsa.compile_byte_dfa(b)
   if dfa_a.num_states == 0:
     return ir.NOTHING
