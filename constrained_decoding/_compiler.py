@@ -312,9 +312,11 @@ class Compiler:
     if contracted is not None:
       guards = _registers.attach(token_dfa, token_dfa.byte_state, contracted,
                                  self.vocab.token_bytes)
-    packed_bytes = _packing.estimate_nbytes(token_dfa, self.vocab, min_bucket=opts.min_bucket)
-    if guards is not None and guards.token_hash is not None:  # Distinct strings.
-      packed_bytes += guards.token_hash.nbytes
+    hash_bytes = (guards.token_hash.nbytes  # Distinct strings.
+                  if guards is not None and guards.token_hash is not None else 0)
+    packed_bytes = hash_bytes + _packing.estimate_nbytes(
+        token_dfa, self.vocab, min_bucket=opts.min_bucket,
+        within=opts.max_table_bytes - hash_bytes)
     if packed_bytes > opts.max_table_bytes:
       raise CompileBudgetError(
           f"{what} would need {packed_bytes / 2**20:.1f} MiB of tables "

@@ -28,21 +28,31 @@ from constrained_decoding.tables import (CAP_PAD, DEFAULT_MIN_BUCKET, NO_FINISH,
 _EXACT_ROWS_ABOVE = 512
 
 
-def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET) -> int:
+def estimate_nbytes(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET,
+                    within: int | None = None) -> int:
   """Upper bound on the bytes `pack_tables` would use, checked before it allocates.
 
   Mask rows (32 KiB each with 262k tokens) are counted one per state for small
   automata, and exactly (distinct allowed sets, as packing deduplicates them) for
-  large ones, where many states of repeated sub-schemas share their rows.
+  large ones, where many states of repeated sub-schemas share their rows. With
+  `within` (the budget the caller checks against), the bound with one row per state is
+  returned when it is within it: counting exactly (a pass over the edges, ~1 ms with
+  200k) could only lower a bound that already passes.
   """
   s = token_dfa.num_states
-  s_pad = bucket_size(s, min_bucket)
-  e_pad = bucket_size(len(token_dfa.edge_token), min_bucket)
   rows = s
-  if s > _EXACT_ROWS_ABOVE:
+  if s > _EXACT_ROWS_ABOVE and (within is None
+                                or _nbytes(token_dfa, vocab, min_bucket, rows) > within):
     edge_start = np.searchsorted(token_dfa.edge_source, np.arange(s + 1)).tolist()
     terminals = np.ascontiguousarray(np.asarray(token_dfa.state_terminals)[:, :, 0], np.int32)
     rows = len(_distinct_groups(token_dfa.edge_token, edge_start, terminals)[1])
+  return _nbytes(token_dfa, vocab, min_bucket, rows)
+
+
+def _nbytes(token_dfa, vocab, min_bucket: int, rows: int) -> int:
+  """`estimate_nbytes` with `rows` distinct mask rows."""
+  s_pad = bucket_size(token_dfa.num_states, min_bucket)
+  e_pad = bucket_size(len(token_dfa.edge_token), min_bucket)
   m_pad = bucket_size(rows, min_bucket)
   t_pad = bucket_size(token_dfa.terminal_bits.shape[0], 1)
   r = token_dfa.state_terminals.shape[1]
