@@ -5,6 +5,9 @@ NFA is built by one adder per IR node type (`build_nfa`), its few epsilon arcs r
 (`remove_epsilons`), its ranges cut into byte classes (`byte_classes`: maximal byte
 ranges no range splits), and it is packed as the bytes `pywrapfst.Fst.read_from_string`
 parses in one call (`pack_bytes`). `_fsa.py` determinizes, minimizes and exports it.
+States that spell equal suffixes into one state are built once (`Nfa.cons`: the tails
+of alternatives, a string's `\\uXXXX` escapes, literals' endings), which saves OpenFst
+about a third of its work.
 
 Labels: byte `b` is the value b and label b + 1 (OpenFst reserves label 0 for epsilon).
 A token-level `ir.Terminal` (class j of `ir.TOKEN_CLASSES`) is the pseudo-byte
@@ -12,7 +15,7 @@ A token-level `ir.Terminal` (class j of `ir.TOKEN_CLASSES`) is the pseudo-byte
 `FRAGMENT_BASE` on, numbered in the order the NFA meets them (`Nfa.pseudo`).
 
 Public names:
-  Nfa, build_nfa(node, fragments)  the NFA of an IR node (start 0, final 1).
+  Nfa, build_nfa(node, fragments, share)  the NFA of an IR node (start 0, final 1).
   nfa_size(node, fragments)        about how many states `build_nfa` would create.
   remove_epsilons(nfa)             in place; returns the final states.
   byte_classes(bounds)             the class edges of an NFA's `bounds`.
@@ -76,9 +79,9 @@ class Nfa:
     bounds: Every `lo` and `hi + 1` of a range: the edges of the byte classes.
   """
 
-  __slots__ = ("arcs", "epsilons", "bounds", "keep_fragments", "pseudo")
+  __slots__ = ("arcs", "epsilons", "bounds", "keep_fragments", "pseudo", "cons", "alive")
 
-  def __init__(self, fragments: bool = False):
+  def __init__(self, fragments: bool = False, share: bool = True):
     self.arcs: list[list[int]] = [[], []]
     self.epsilons: dict[int, list[int]] = {}
     self.bounds = {0, 256}
@@ -86,6 +89,13 @@ class Nfa:
     self.keep_fragments = fragments
     # Pseudo-byte index of each kept fragment and marker: label FRAGMENT_BASE + index.
     self.pseudo: dict = {}
+    # Shared states, by what they spell and the state they go on to: `_cons_key(part,
+    # next)` -> the state before a concatenation's part (`_add_concat`), and
+    # `(next << 8) | byte` -> a literal's state whose only arc is `byte` to `next`
+    # (`_add_bytes`). A state's right language depends on nothing else, so sharing it
+    # keeps the language; determinizing and minimizing get ~30% fewer states and arcs.
+    self.cons: dict = {} if share else _NoSharing()
+    self.alive: list = []  # The nodes whose ids are in `cons`, kept alive.
 
   def pseudo_label(self, node) -> int:
     """The label of the pseudo-byte standing for `node` (a kept fragment, a marker)."""
@@ -103,6 +113,13 @@ class Nfa:
     self.arcs[src] += (lo, hi, dst)
     self.bounds.add(lo)
     self.bounds.add(hi + 1)
+
+
+class _NoSharing(dict):
+  """`Nfa.cons` of an NFA built without shared states (a reference for tests)."""
+
+  def get(self, key, default=None):
+    return default
 
 
 def remove_epsilons(nfa: Nfa) -> set[int]:
@@ -316,23 +333,29 @@ def _char_class_template(ranges: tuple[tuple[int, int], ...]):
 
 
 def _add_bytes(nfa: Nfa, node: ir.Bytes, src: int, dst: int) -> None:
+  """Adds the literal `node.data` from src to dst as a chain built from its end, each
+  state after the first byte shared with every chain that spells the same suffix into
+  the same state (`Nfa.cons`)."""
   data = node.data
   if not data:
     nfa.add_epsilon(src, dst)
     return
-  arcs, bounds = nfa.arcs, nfa.bounds
-  state = src
-  last = len(data) - 1
-  for i, b in enumerate(data):
-    if i == last:
-      nxt = dst
-    else:
-      nxt = len(arcs)
-      arcs.append([])
-    arcs[state] += (b, b, nxt)
-    bounds.add(b)
-    bounds.add(b + 1)
-    state = nxt
+  arcs, bounds, cons = nfa.arcs, nfa.bounds, nfa.cons
+  nxt = dst
+  for i in range(len(data) - 1, 0, -1):
+    b = data[i]
+    key = (nxt << 8) | b
+    state = cons.get(key)
+    if state is None:
+      state = cons[key] = len(arcs)
+      arcs.append([b, b, nxt])
+      bounds.add(b)
+      bounds.add(b + 1)
+    nxt = state
+  b = data[0]
+  arcs[src] += (b, b, nxt)
+  bounds.add(b)
+  bounds.add(b + 1)
 
 
 def _add_byte_class(nfa: Nfa, node: ir.ByteClass, src: int, dst: int) -> None:
@@ -345,17 +368,50 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
   if not parts:
     nfa.add_epsilon(src, dst)
     return
-  state = src
   last = len(parts) - 1
   adders = _ADDERS
   loops = _separated_lists(parts) if ir.Repeat in map(type, parts) else None
   if loops:
     _add_concat_with_loops(nfa, parts, loops, src, dst)
     return
-  for i, part in enumerate(parts):
-    nxt = dst if i == last else nfa.new_state()
-    adders.get(type(part), _add_unknown)(nfa, part, state, nxt)
-    state = nxt
+  # The state before part i spells parts[i:] into dst whatever leads to it, so it is
+  # shared with every concatenation that has an equal suffix into the same state
+  # (`Nfa.cons`): the longest such suffix is looked up from the end, and only the parts
+  # before it are built, from the start (pseudo-bytes keep their order of appearance).
+  cons = nfa.cons
+  nxt = dst
+  i = last
+  while i:
+    state = cons.get(_cons_key(parts[i], nxt))
+    if state is None:
+      break
+    nxt = state
+    i -= 1
+  arcs = nfa.arcs
+  before = len(arcs) - 1  # Part k >= 1 starts at the fresh state before + k.
+  arcs.extend([] for _ in range(i))
+  alive = nfa.alive
+  for k in range(i, 0, -1):
+    part = parts[k]
+    cons[_cons_key(part, before + k + 1 if k < i else nxt)] = before + k
+    alive.append(part)
+  state = src
+  for k in range(i + 1):
+    part = parts[k]
+    target = before + k + 1 if k < i else nxt
+    adders.get(type(part), _add_unknown)(nfa, part, state, target)
+    state = target
+
+
+def _cons_key(part, nxt: int):
+  """`Nfa.cons`'s key of the state that spells `part` and then goes on as `nxt`: leaves
+  by value, other nodes by identity (`Nfa.alive` keeps them, and so their ids)."""
+  kind = type(part)
+  if kind is ir.CharClass or kind is ir.ByteClass:
+    return (kind, part.ranges, nxt)
+  if kind is ir.Bytes:
+    return (kind, part.data, nxt)
+  return (id(part), nxt)
 
 
 def _separated_lists(parts: tuple) -> dict[int, tuple[int, tuple]]:
@@ -588,14 +644,15 @@ _LEAF_SIZE = {
 }
 
 
-def build_nfa(node: ir.Node, fragments: bool = False) -> Nfa:
+def build_nfa(node: ir.Node, fragments: bool = False, share: bool = True) -> Nfa:
   """The epsilon-NFA of `node` from state 0 to state 1; with `fragments`, each distinct
-  `ir.Fragment` is one pseudo-byte arc instead of its body.
+  `ir.Fragment` is one pseudo-byte arc instead of its body; without `share`, no state is
+  shared (`Nfa.cons`), so that it has `nfa_size`'s states.
 
   Raises:
     UnsupportedFeatureError: `node` contains a `Terminal` that is not a token class.
   """
-  nfa = Nfa(fragments)
+  nfa = Nfa(fragments, share)
   _add_node(nfa, node, 0, 1)
   return nfa
 
