@@ -217,13 +217,16 @@ def _untagged_arcs(dfa, arc_ops: dict) -> tuple[np.ndarray, np.ndarray]:
   bytes carries operations, and tagged (state, byte) pairs are few.
   """
   table, _, size = dfa.byte_classes
-  untagged = np.broadcast_to(size.astype(np.int32), table.shape).copy()
-  if arc_ops:
+  arc = table != NO_STATE
+  if arc_ops:  # Drop the (state, class) arcs whose every byte is tagged.
     keys = np.array(list(arc_ops), np.int64)
     class_of = np.repeat(np.arange(len(size)), size)
-    np.subtract.at(untagged, (keys[:, 0], class_of[keys[:, 1]]), 1)
-  src, column = np.nonzero((table != NO_STATE) & (untagged > 0))
-  return src, table[src, column]
+    pairs, tagged = np.unique(keys[:, 0] * len(size) + class_of[keys[:, 1]],
+                              return_counts=True)
+    arc.reshape(-1)[pairs[tagged == size[pairs % len(size)]]] = False
+  # Flat positions (row-major, as `np.nonzero` orders them): one index array, one gather.
+  at = np.flatnonzero(arc)
+  return at // len(size), table.reshape(-1).take(at)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -281,8 +284,9 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
   live_needs = list(live.values())
   live_index = np.full(dfa.num_states, -1, np.int32)
   live_index[list(live)] = np.arange(len(live))
-  # Per token-DFA state first: one gather per edge, not two.
-  needs_live = live_index[byte_state][token_dfa.edge_target]
+  # Per token-DFA state first: one gather per edge, not two. (Gathers by int32 ids are
+  # `take`s: indexing with them goes through numpy's casting iterator, 1.5-4x slower.)
+  needs_live = live_index.take(byte_state).take(token_dfa.edge_target)
   if crossed_at is None:
     tagged_bytes = np.zeros(256, bool)
     for _, byte in contracted.arc_ops:
@@ -290,10 +294,11 @@ def attach(token_dfa, byte_state: np.ndarray, contracted: Contracted,
     # Only tokens holding a byte some operation is read with can cross one: walk those.
     # (Their tagged extent is > 0; `_crossed_hits` asks for the same extents, so one
     # pass over the vocabulary's bytes serves both on a process's first compile.)
-    crossing = np.flatnonzero(_tagged_extent(token_bytes, tagged_bytes)[token_dfa.edge_token])
+    crossing = _tagged_extent(token_bytes, tagged_bytes).astype(bool).take(
+        token_dfa.edge_token).nonzero()[0]
     # Source states and tokens of those edges alone (a tenth to a fifth of the edges with
     # spliced JSON values, whose copies' edges repeat per copy), then the edge ids back.
-    edge, *rest = _crossed_hits(contracted, byte_state[token_dfa.edge_source[crossing]],
+    edge, *rest = _crossed_hits(contracted, byte_state.take(token_dfa.edge_source[crossing]),
                                 token_dfa.edge_token[crossing], np.arange(len(crossing)),
                                 token_bytes)
     hits = (crossing[edge], *rest)
@@ -428,12 +433,12 @@ def _crossed_hits(contracted: Contracted, sources: np.ndarray, tokens: np.ndarra
   # Each token is walked up to its last byte that some operation is read with (no hit
   # lies past it), longest walks first: the edges still walking are a prefix.
   edge_token = tokens[edges]
-  length = _tagged_extent(token_bytes, tagged_bytes)[edge_token]
+  length = _tagged_extent(token_bytes, tagged_bytes).take(edge_token)
   longest = int(length.max())
   # A stable sort of 16-bit keys is a radix sort: ~5x faster than of int64 ones.
   shorter = (longest - length).astype(np.uint16 if longest < 1 << 16 else np.int64)
   by_length = np.argsort(shorter, kind="stable")
-  first = starts[edge_token[by_length]]
+  first = starts.take(edge_token[by_length])
   state = sources[edges[by_length]].astype(np.int64)
   # Edges walking at each position: those longer than it.
   alive = len(edges) - np.cumsum(np.bincount(length, minlength=longest + 1))[:longest]
