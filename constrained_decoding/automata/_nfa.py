@@ -21,6 +21,7 @@ Public names:
   byte_classes(bounds)             the class edges of an NFA's `bounds`.
   pack_bytes(nfa, edges, finals)   the `vector` bytes, and whether already deterministic.
   pack_arcs(num_states, start, accepting, arc_state, label, dst)  the same from arc columns.
+  pack_const(nfa, edges, finals), pack_const_arcs(...)  the same in the `const` format.
   binary_header(fst_type)          the start of an OpenFst binary file (also `const`).
   BYTE_EDGES, TOKEN_CLASS_BASE, FRAGMENT_BASE, EPSILON_LABEL  the label layout.
 """
@@ -58,6 +59,15 @@ def binary_header(fst_type: bytes) -> bytes:
 
 
 _HEADER_PREFIX = binary_header(b"vector")
+_CONST_HEADER_PREFIX = binary_header(b"const")
+# kExpanded | kAcceptor: a `ConstFst` is not mutable; the other bits stay unknown.
+_CONST_PROPERTIES = 0x1 | 0x10000
+# The `const` format's fixed-size state record (ConstFst::State); its arcs follow all
+# the states, 4 words each (label, label, weight, next).
+CONST_STATE = np.dtype([
+    ("final", "<f4"), ("first_arc", "<u4"), ("num_arcs", "<u4"),
+    ("num_input_epsilons", "<u4"), ("num_output_epsilons", "<u4"),
+])
 
 # One class per byte (label b + 1 is byte b) and per token class (label 257 + j).
 BYTE_EDGES = list(range(257 + len(ir.TOKEN_CLASSES)))
@@ -221,6 +231,14 @@ def _pack_bytes_numpy(nfa: Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
   (int64) and the arcs `(label, label, weight One, next)` in the order of the state's
   ranges, labels ascending within a range.
   """
+  accepting, arc_state, label, dst, deterministic = _numpy_arcs(nfa, edges, finals)
+  return pack_arcs(len(accepting), 0, accepting, arc_state, label, dst), deterministic
+
+
+def _numpy_arcs(nfa: Nfa, edges: list[int], finals):
+  """(accepting, arc state, label, next, deterministic) of an epsilon-free NFA, with
+  numpy: one arc per class of each range, in the order of the state's ranges, labels
+  ascending within a range; deterministic when no state has two arcs with one label."""
   arcs = nfa.arcs
   num_states = len(arcs)
   per_state = np.fromiter(map(len, arcs), np.int64, num_states) // 3
@@ -237,16 +255,71 @@ def _pack_bytes_numpy(nfa: Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
   accepting = np.zeros(num_states, bool)
   final_states = np.fromiter(finals, np.int64)
   accepting[final_states[final_states < num_states]] = True
-  data = pack_arcs(num_states, 0, accepting, arc_state, label,
-                   np.repeat(flat[2::3], labels_per_range))
-  # Deterministic: no state has two arcs with one label.
   key = arc_state * (len(edges) + 1) + label
   if num_states * (len(edges) + 1) <= 1 << 22:
     deterministic = num_arcs == 0 or int(np.bincount(key).max()) <= 1
   else:
     key.sort()
     deterministic = not (key[1:] == key[:-1]).any()
-  return data, deterministic
+  return accepting, arc_state, label, np.repeat(flat[2::3], labels_per_range), deterministic
+
+
+def pack_const(nfa: Nfa, edges: list[int], finals) -> tuple[bytes, bool]:
+  """An epsilon-free NFA in OpenFst's binary `const` format, label `k + 1` meaning class
+  `k`, and whether it is deterministic (no label twice on one state).
+
+  `pywrapfst.Fst.read_from_string` takes a `ConstFst` in one copy, ~20x faster than a
+  `vector` file (one allocation per state); determinization reads either. The same arcs
+  as `pack_bytes`, in the same order.
+
+  Raises:
+    ValueError: The NFA has epsilon arcs (`remove_epsilons` first).
+  """
+  if nfa.epsilons:
+    raise ValueError("Expected an NFA without epsilon arcs; call remove_epsilons first.")
+  if len(nfa.arcs) >= 64:  # Below that, numpy's overhead loses.
+    accepting, arc_state, label, dst, deterministic = _numpy_arcs(nfa, edges, finals)
+    return pack_const_arcs(len(accepting), 0, accepting, arc_state, label, dst), deterministic
+  class_of = {edge: k for k, edge in enumerate(edges)}
+  state_words: list[int] = []  # Per state: final weight, first arc, arcs, 0, 0.
+  arc_words: list[int] = []  # Per arc: label, label, weight One, next.
+  deterministic = True
+  for state, arcs in enumerate(nfa.arcs):
+    begin = len(arc_words)
+    for k in range(0, len(arcs), 3):
+      dst = arcs[k + 2]
+      first, last = class_of[arcs[k]] + 1, class_of[arcs[k + 1] + 1]
+      for label in range(first, last + 1):
+        arc_words += (label, label, 0, dst)
+    count = (len(arc_words) - begin) >> 2
+    state_words += (0 if state in finals else _INF_BITS, begin >> 2, count, 0, 0)
+    if deterministic and count > 1 and len(set(arc_words[begin::4])) != count:
+      deterministic = False
+  header = _CONST_HEADER_PREFIX + struct.pack(
+      "<Qqqq", _CONST_PROPERTIES, 0, len(nfa.arcs), len(arc_words) >> 2)
+  # `struct.pack` converts a list of ints faster than `array` or numpy do.
+  return (header + struct.pack(f"<{len(state_words)}i", *state_words)
+          + struct.pack(f"<{len(arc_words)}i", *arc_words)), deterministic
+
+
+def pack_const_arcs(num_states: int, start: int, accepting: np.ndarray, arc_state: np.ndarray,
+                    label: np.ndarray, dst: np.ndarray) -> bytes:
+  """`pack_arcs` in the `const` format: the `CONST_STATE` records (final weight One if
+  `accepting`, else Zero; first arc; arc count; no epsilons), then all arcs
+  `(label, label, One, next)`. `arc_state` must be non-decreasing."""
+  num_arcs = len(arc_state)
+  arc_count = np.bincount(arc_state, minlength=num_states)
+  states = np.zeros(num_states, CONST_STATE)
+  states["final"] = np.where(accepting, np.float32(0), np.float32(np.inf))
+  states["first_arc"] = np.cumsum(arc_count) - arc_count
+  states["num_arcs"] = arc_count
+  arcs = np.zeros((num_arcs, 4), "<i4")
+  arcs[:, 0] = label
+  arcs[:, 1] = label
+  arcs[:, 3] = dst
+  header = _CONST_HEADER_PREFIX + struct.pack("<Qqqq", _CONST_PROPERTIES, start, num_states,
+                                              num_arcs)
+  return header + states.tobytes() + arcs.tobytes()
 
 
 def pack_arcs(num_states: int, start: int, accepting: np.ndarray, arc_state: np.ndarray,

@@ -1,7 +1,9 @@
 """The fast paths of `automata/_fsa.py` against the plain ones and against `re`.
 
 `_nfa.pack_bytes` packs large epsilon-free NFAs with numpy and builds non-ASCII classes
-from a cached template; both must give the very same bytes / language.
+from a cached template; both must give the very same bytes / language. `_nfa.pack_const`
+must give the same automaton in the `const` format, and `_fsa.fst_arcs` the arcs that
+pywrapfst lists.
 """
 
 import random
@@ -9,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+import pywrapfst
 
 import constrained_decoding as cd
 from constrained_decoding.automata import _fsa
@@ -54,6 +57,59 @@ def test_numpy_packing_equals_the_loop(spec):
       for label in range(first, last):
         labels[state, label] = labels.get((state, label), 0) + 1
   assert deterministic == all(v == 1 for v in labels.values())
+
+
+def _arc_lists(fst) -> list:
+  """Every state's finality and arcs, read through pywrapfst's own API."""
+  return [(fst.final(s) == pywrapfst.Weight.one(fst.weight_type()),
+           [(a.ilabel, a.olabel, a.nextstate) for a in fst.arcs(s)]) for s in fst.states()]
+
+
+@pytest.mark.parametrize("spec", [cd.Regex(p) for p in _PATTERNS] + [
+    cd.JsonSchema({"type": "object", "properties": {"é\x01": {"type": "string"},
+                                                    "n": {"type": "integer"}}}),
+])
+def test_const_packing_equals_the_vector_packing(spec):
+  nfa = _nfa.build_nfa(spec.to_ir())
+  finals = _nfa.remove_epsilons(nfa)
+  edges = _nfa.byte_classes(nfa.bounds)
+  vector, deterministic = _nfa.pack_bytes(nfa, edges, finals)
+  expected = _arc_lists(pywrapfst.Fst.read_from_string(vector))
+  const, const_deterministic = _nfa.pack_const(nfa, edges, finals)
+  fst = pywrapfst.Fst.read_from_string(const)
+  assert fst.fst_type() == "const"
+  assert _arc_lists(fst) == expected
+  assert const_deterministic == deterministic
+  # Both ways of writing it: numpy for 64 states and more, a loop below.
+  small = _nfa.Nfa()
+  small.arcs = nfa.arcs[:60]
+  small.arcs = [[x if i % 3 != 2 or x < 60 else 1 for i, x in enumerate(a)]
+                for a in small.arcs]
+  small_vector, small_deterministic = _nfa.pack_bytes(small, edges, finals)
+  small_const, small_const_deterministic = _nfa.pack_const(small, edges, finals)
+  assert (_arc_lists(pywrapfst.Fst.read_from_string(small_const))
+          == _arc_lists(pywrapfst.Fst.read_from_string(small_vector)))
+  assert small_const_deterministic == small_deterministic
+
+
+def test_const_packing_refuses_epsilons():
+  nfa = _nfa.build_nfa(cd.Regex("a*b").to_ir())
+  with pytest.raises(ValueError, match="epsilon"):
+    _nfa.pack_const(nfa, _nfa.byte_classes(nfa.bounds), {1})
+
+
+def test_fst_arcs_leaves_the_properties_of_its_input():
+  nfa = _fsa.ir_to_fst(cd.Regex("(ab|ac)*d").to_ir()).rmepsilon()
+  dfa = pywrapfst.determinize(nfa).minimize()
+  every = pywrapfst.FstProperties.FST_PROPERTIES
+  before = dfa.properties(every, False)
+  start, accepting, src, labels, dst = _fsa.fst_arcs(dfa)
+  assert dfa.properties(every, False) == before
+  assert sorted(zip(src.tolist(), labels.tolist(), dst.tolist())) == sorted(
+      (s, a.ilabel, a.nextstate) for s in dfa.states() for a in dfa.arcs(s))
+  assert start == dfa.start()
+  assert accepting.tolist() == [dfa.final(s) == pywrapfst.Weight.one("tropical")
+                                for s in dfa.states()]
 
 
 def _sample(rng: random.Random) -> str:
