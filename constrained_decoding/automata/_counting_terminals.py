@@ -88,6 +88,13 @@ class _Rows:
     self._rows.append(bits)
     return len(self._rows) - 1
 
+  def copy(self) -> "_Rows":
+    """Another `_Rows` with the same rows and numbering (the arrays shared)."""
+    out = _Rows()
+    out._index = {key: list(same) for key, same in self._index.items()}  # pylint: disable=protected-access
+    out._rows = list(self._rows)  # pylint: disable=protected-access
+    return out
+
   def padded(self, bucket, num_words: int) -> np.ndarray:
     """uint32 [bucket(len), W]: the rows, then empty ones."""
     out = np.zeros((bucket(len(self._rows)), num_words), np.uint32)
@@ -279,10 +286,14 @@ class CountingTerminals:
       rank = np.empty(len(by_first), np.int64)
       rank[by_first] = np.arange(len(by_first))
       first_groups, inverse = first_groups[by_first], rank[inverse.reshape(-1)]
-    exact_rows, split_rows = _Rows(), _Rows()
+    # `split_rows` stays None while it would equal `exact_rows` (the same rows added in
+    # the same order: every group so far has no exclusion), and is copied from it at the
+    # first group that has one; without exclusions (most schemas) each row is added once.
+    exact_rows, split_rows = _Rows(), None
     excluded: dict[tuple[int, int], int] = {}  # (class row, r) -> row of excluded_bits
     row_of: dict[tuple, tuple[int, int, int]] = {}
-    groups = np.zeros((len(row_of_group), 3), np.int32)  # exact row, split row, exclusion
+    plain: dict[int, tuple[int, int, int]] = {}  # The same for a row without entries.
+    hits = []  # (exact row, split row, exclusion) of each visited group
     parts: dict[tuple, tuple] = {}  # `_split`'s pieces shared across r
     visited = (range(len(row_of_group)) if first_groups is None
                else first_groups.tolist())
@@ -292,22 +303,36 @@ class CountingTerminals:
     loose_rows: dict[int, int] = {}  # id of a `parts` loose row -> its split row
     for k in visited:
       row, entries = rows[k], entries_of_group[k]
+      if not entries:
+        hit = plain.get(row)
+        if hit is None:
+          exact, exact_key = mask_bits[row], row_keys[row]
+          e = exact_rows.add(exact, exact_key)
+          hit = plain[row] = (e, e if split_rows is None else split_rows.add(exact, exact_key),
+                              0)
+        hits.append(hit)
+        continue
       key = (row, entries)
       hit = row_of.get(key)
       if hit is None:
         exact, loose, exclusion = self._split(mask_bits, row, entries, parts)
-        x = 0 if exclusion is None else excluded.setdefault(exclusion, len(excluded) + 1)
-        exact_key = fingerprint(exact) if entries else row_keys[row]
-        if x == 0:
-          split = split_rows.add(exact, exact_key)
+        exact_key = fingerprint(exact)
+        if exclusion is None:
+          e = exact_rows.add(exact, exact_key)
+          hit = (e, e if split_rows is None else split_rows.add(exact, exact_key), 0)
         else:  # One loose row (kept alive by `parts`) serves every r of its key.
+          if split_rows is None:
+            split_rows = exact_rows.copy()
+          x = excluded.setdefault(exclusion, len(excluded) + 1)
           split = loose_rows.get(id(loose))
           if split is None:
             split = loose_rows[id(loose)] = split_rows.add(*loose)
-        hit = row_of[key] = (exact_rows.add(exact, exact_key), split, x)
-      groups[k] = hit
+          hit = (exact_rows.add(exact, exact_key), split, x)
+        row_of[key] = hit
+      hits.append(hit)
+    groups = np.array(hits, np.int32).reshape(-1, 3)
     if first_groups is not None:
-      groups = groups[first_groups][inverse]
+      groups = groups[inverse]
     w = mask_bits.shape[1]
     bucket = lambda n: _tables.bucket_size(n, min_bucket)  # pylint: disable=unnecessary-lambda-assignment
     if not excluded or bucket(len(exact_rows)) <= bucket(len(split_rows)) + bucket(

@@ -565,18 +565,25 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   e = len(token_dfa.edge_token)
   # Only edges leaving a chain state may be relative: computed on them alone (a schema's
   # edges are mostly outside its chains, up to millions; they are sorted by source).
-  bounds = np.searchsorted(token_dfa.edge_source, np.arange(c + 1))
-  inside = _ranges(bounds, np.flatnonzero(t_copy >= 0))
-  s_ = token_dfa.edge_source[inside].astype(np.int64)
-  d_ = token_dfa.edge_target[inside].astype(np.int64)
-  offset = (t_pos[d_] - t_pos[s_]) * strides[t_copy[s_]] + t_slot[d_] - t_slot[s_]
+  sources = token_dfa.edge_source
+  chain_states = np.flatnonzero(t_copy >= 0).astype(sources.dtype)
+  lo = np.searchsorted(sources, chain_states, "left")
+  hi = np.searchsorted(sources, chain_states, "right")
+  inside = _spans(lo, hi)
+  # Each state's place in its copy: an offset within one copy is the places' difference
+  # (only those are relative; across copies the offset is not used).
+  place = t_pos * strides[t_copy] + t_slot
+  d_ = token_dfa.edge_target[inside]
+  offset = place[d_] - np.repeat(place[chain_states], hi - lo)
   # Moves within an unbounded chain's last position are absolute: the strip shares its
   # edges, and has no inner slots of its own.
   last = np.array([cp.chain.m2 if cp.chain.chain.max is None else -2 for cp in copies] + [-2])
   at_last = (t_copy >= 0) & (t_pos == last[t_copy])
-  relative = (t_copy[s_] == t_copy[d_]) & (offset >= 0) & ~(at_last[s_] & at_last[d_])
+  relative = ((t_copy[d_] == np.repeat(t_copy[chain_states], hi - lo)) & (offset >= 0)
+              & ~(np.repeat(at_last[chain_states], hi - lo) & at_last[d_]))
   edge_targets = np.array(packed.edge_targets)
-  edge_targets[:e] = real_abs.astype(np.int32)[token_dfa.edge_target]
+  np.take(real_abs.astype(edge_targets.dtype), token_dfa.edge_target, out=edge_targets[:e],
+          mode="clip")  # (Targets are states: in range. "clip" writes without a buffer.)
   moved = inside[relative]
   # Every other edge needs its target's one real state.
   unplaced = np.flatnonzero(edge_targets[:e] < 0)
@@ -599,7 +606,9 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
     return None
   rows[:c, :own.shape[1], 1] = np.where(has, targets, _tables.NO_STATE)
   if sizes.any():  # Each state's entries after its own terminals.
-    t, filt = np.array(list(itertools.chain.from_iterable(listed)), np.int64).T
+    flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(listed)),
+                       np.int64, 2 * int(sizes.sum()))
+    t, filt = flat[0::2], flat[1::2]
     at = np.repeat(np.arange(c), sizes)
     r = has.sum(axis=1)[at] + np.arange(len(at)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     rows[at, r, 0] = t + nt
@@ -610,8 +619,8 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   t_pad = _tables.bucket_size(total_t, 1)
   terminal_bits = np.zeros((t_pad, token_dfa.terminal_bits.shape[1]), np.uint32)
   terminal_bits[:nt] = token_dfa.terminal_bits
-  if counting.bitmaps:
-    terminal_bits[nt:total_t] = np.stack(counting.bitmaps)
+  for j, bits in enumerate(counting.bitmaps, start=nt):  # (Row by row: no stacked copy.)
+    terminal_bits[j] = bits
   terminal_counts = np.full((t_pad, 3), _tables.NO_STATE, np.int32)
   if counting.counts:
     terminal_counts[nt:total_t] = counting.counts
@@ -671,9 +680,9 @@ def _expand(packed, token_dfa, copies: list[_Copy], order, new_id, copy_of, pos,
   return tables, stats
 
 
-def _ranges(bounds: np.ndarray, rows: np.ndarray) -> np.ndarray:
-  """int64: the indices `bounds[r]:bounds[r + 1]` of each of `rows`, concatenated."""
-  lo, hi = bounds[rows].astype(np.int64), bounds[rows + 1].astype(np.int64)
+def _spans(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+  """int64: the indices `lo[k]:hi[k]` of each k, concatenated."""
+  lo, hi = lo.astype(np.int64), hi.astype(np.int64)
   n = hi - lo
   return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
 

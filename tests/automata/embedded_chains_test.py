@@ -241,12 +241,14 @@ def test_chain_search_visits_what_the_rewrite_visits_up_to_the_first_found():
     assert [id(n) for n in by_kind] == [id(n) for n in want if isinstance(n, ir.Repeat)]
 
 
-def test_edge_ranges_are_the_concatenated_slices():
+def test_edge_spans_are_the_concatenated_slices():
   from constrained_decoding.automata import _embedded_chains  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(3)
   for _ in range(100):
-    bounds = np.concatenate([[0], np.cumsum(rng.integers(0, 4, size=int(rng.integers(1, 30))))])
-    rows = np.flatnonzero(rng.random(len(bounds) - 1) < 0.4)
-    want = [i for r in rows.tolist() for i in range(bounds[r], bounds[r + 1])]
-    assert _embedded_chains._ranges(bounds, rows).tolist() == want  # pylint: disable=protected-access
+    n = int(rng.integers(0, 30))
+    lo = rng.integers(0, 50, size=n).astype(np.int32)  # int32, as searchsorted may give
+    hi = lo + rng.integers(0, 4, size=n)
+    want = [i for a, b in zip(lo.tolist(), hi.tolist()) for i in range(a, b)]
+    got = _embedded_chains._spans(lo, hi)  # pylint: disable=protected-access
+    assert got.dtype == np.int64 and got.tolist() == want
