@@ -20,7 +20,7 @@ import numpy as np
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.tables import (CAP_PAD, DEFAULT_MIN_BUCKET, NO_FINISH, NO_STATE,
                                          PAD_TOKEN, ConstraintTables, bitmask, bucket_size,
-                                         num_words)
+                                         edge_search_steps, num_words)
 
 
 # Above this many states `estimate_nbytes` counts the distinct mask rows exactly (one
@@ -513,7 +513,8 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int,
       terminal_counts=np.full((terminal_bits.shape[0], 3), NO_STATE, np.int32),
       token_counts=np.zeros((0, vocab.vocab_size), np.int8),
       vocab_size=vocab.vocab_size, stack_depth=stack_depth,
-      vocab_fingerprint=vocab.fingerprint)
+      vocab_fingerprint=vocab.fingerprint,
+      edge_search_steps=edge_search_steps(edge_start, min_bucket))
 
 
 def _padded(values: np.ndarray, size: int, fill: int) -> np.ndarray:

@@ -21,7 +21,8 @@ from constrained_decoding.errors import VocabularyMismatchError
 from constrained_decoding.lexed_tables import LexedTables
 from constrained_decoding.tables import (CAP_PAD, DEFAULT_MIN_BUCKET, GUARD_UCLOSE, GUARD_UHASH,
                                          NO_STATE, PAD_TOKEN, UNIQUE_CAP_RADIX,
-                                         RELATIVE, ConstraintTables, bucket_size)
+                                         RELATIVE, ConstraintTables, bucket_size,
+                                         edge_search_steps)
 
 
 def _used_sizes(t: ConstraintTables) -> tuple[int, int, int, int, int]:
@@ -204,7 +205,9 @@ def stack_tables(tables: Sequence[ConstraintTables | LexedTables], *,
   return ConstraintTables(start=np.concatenate(starts).astype(np.int32),
                           eos_bits=first.eos_bits, vocab_size=first.vocab_size,
                           stack_depth=max(t.stack_depth for t in tables),
-                          vocab_fingerprint=known, **out)
+                          vocab_fingerprint=known, **out,
+                          # The largest group of any part, bucketed like the axes.
+                          edge_search_steps=edge_search_steps(out["edge_start"], min_bucket))
 
 
 def _shift(values: np.ndarray, offset: int) -> np.ndarray:

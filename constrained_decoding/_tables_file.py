@@ -12,6 +12,9 @@ the tables, plus `__header__`, the UTF-8 bytes of a small JSON object:
   vocab_fingerprint `Vocabulary.fingerprint` of the vocabulary the tables were built for
   vocab_size, stack_depth   the static fields of the tables (LexedTables: and
                     indent_depth)
+  edge_search_steps the static search bound (`tables.edge_search_steps`); optional:
+                    files without it (written before it existed) get the bound their
+                    arrays need, computed on load, so the version stays
   description       what the tables constrain, e.g. `Regex('\\d+')` (free text)
 
 Loading needs numpy and jax only: this module, like the rest of the device side, never
@@ -79,6 +82,8 @@ class TablesHeader:
     description: What the tables constrain, as given to `save`.
     kind: "ConstraintTables", or "LexedTables" (a grammar with a lexer).
     indent_depth: LexedTables: indentation levels per row (0 for ConstraintTables).
+    edge_search_steps: ConstraintTables: the saved search bound, None when the file
+      has none (the bound is then computed from the arrays on load).
   """
 
   format_version: int
@@ -88,6 +93,7 @@ class TablesHeader:
   description: str = ""
   kind: str = "ConstraintTables"
   indent_depth: int = 0
+  edge_search_steps: int | None = None
 
 
 def _fingerprint_of(vocab: Vocabulary | str) -> str:
@@ -135,6 +141,8 @@ def save_tables(tables: _tables.ConstraintTables | _lexed.LexedTables,
   else:
     arrays = {name: np.asarray(getattr(tables, name), _DTYPES[name])
               for name in _tables._ARRAY_FIELDS}  # pylint: disable=protected-access
+    if tables.edge_search_steps is not None:
+      header["edge_search_steps"] = int(tables.edge_search_steps)
   arrays[_HEADER] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
   # Written beside the target, then renamed: a reader never sees half a file. A file
   # object, not a name: `np.savez` would append ".npz" to a name.
@@ -184,10 +192,20 @@ def _header(archive, path) -> TablesHeader:
                         vocab_size=int(raw["vocab_size"]), stack_depth=int(raw["stack_depth"]),
                         description=str(raw.get("description", "")),
                         kind=kind.rsplit(".", 1)[1],
-                        indent_depth=int(raw["indent_depth"]) if kind == _LEXED_FORMAT else 0)
+                        indent_depth=int(raw["indent_depth"]) if kind == _LEXED_FORMAT else 0,
+                        edge_search_steps=_optional_int(raw.get("edge_search_steps")))
   except (KeyError, TypeError, ValueError) as e:
     raise TablesFileError(f"{where!r} has an incomplete header ({e!r}). Expected the "
                           f"fields of TablesHeader.") from None
+
+
+def _optional_int(value) -> int | None:
+  """`value` as an int >= 0, or None; ValueError otherwise (a damaged header)."""
+  if value is None:
+    return None
+  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    raise ValueError(f"edge_search_steps {value!r} is not an int >= 0")
+  return value
 
 
 def read_tables_header(path: str | os.PathLike) -> TablesHeader:
@@ -287,4 +305,5 @@ def load_tables(path: str | os.PathLike, *, vocab: Vocabulary | str | None
         f"file is damaged.")
   return _tables.ConstraintTables(**arrays, vocab_size=header.vocab_size,
                                   stack_depth=header.stack_depth,
-                                  vocab_fingerprint=header.vocab_fingerprint)
+                                  vocab_fingerprint=header.vocab_fingerprint,
+                                  edge_search_steps=header.edge_search_steps)

@@ -40,6 +40,9 @@ W = ceil(V / 32) words, C constraints stacked, P pops and Q pushes per edge at m
                                token spells (0 for tokens outside the class); C = 0
                                unless some terminal counts
   stack_depth   static int     D, the stack capacity of a row (0 for regular tables)
+  edge_search_steps static int  halvings of the search among one group's edges:
+                               ceil(log2(largest group + 1)), at least that of the
+                               padding bucket (`edge_search_steps()`)
   capped_limits int32  [G, L]  push-down only (L = 0 otherwise): per group, ascending
                                free-capacity limits, padded with CAP_PAD (int32 max)
   capped_rows   int32  [G, L]  row of `capped_bits` removed from g's mask when the row's
@@ -151,6 +154,7 @@ Public names:
   ConstraintTables.save(path, vocab=)  one file; `cd.load_tables` reads it (`_tables_file`).
   estimate_nbytes(token_dfa, vocab)  an upper bound, checked before packing (`_packing`).
   bucket_size(n, min_bucket)   the padding rule.
+  edge_search_steps(edge_start, min_bucket)  the static search bound of the edges.
   stack_needs(a)               need(q), need_return(s) of a push-down automaton (above;
                                `_packing`).
 """
@@ -245,7 +249,7 @@ _ARRAY_FIELDS = ("start", "accepting", "mask_bits", "state_groups", "group_mask"
                  "group_excluded", "excluded_bits")
 # Fields added for push-down tables only: left out of a regular table's `shape_key`.
 _CAPPED_FIELDS = ("capped_limits", "capped_rows", "capped_bits")
-_META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint")
+_META_FIELDS = ("vocab_size", "stack_depth", "vocab_fingerprint", "edge_search_steps")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -305,6 +309,17 @@ class ConstraintTables:
   # Rows removed near counted chains' ends (module docstring); empty otherwise.
   group_excluded: Any = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
   excluded_bits: Any = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.uint32))
+  # Halvings of `advance`'s binary search among a group's edges (static): a search never
+  # leaves one group, so ceil(log2(largest group + 1)), not of all E edges (13 against
+  # 18-21 for JSON schemas). Set from host arrays (`__post_init__`, never below what
+  # they need); None (tables built from device arrays) searches all E.
+  edge_search_steps: int | None = None
+
+  def __post_init__(self):
+    if isinstance(self.edge_start, np.ndarray):  # Host arrays: the bound they need.
+      needed = edge_search_steps(self.edge_start)
+      if self.edge_search_steps is None or self.edge_search_steps < needed:
+        object.__setattr__(self, "edge_search_steps", needed)
 
   @property
   def num_constraints(self) -> int:
@@ -331,7 +346,7 @@ class ConstraintTables:
     names = _ARRAY_FIELDS if self.stack_depth else tuple(
         name for name in _ARRAY_FIELDS if name not in _CAPPED_FIELDS)
     return (tuple(np.shape(getattr(self, name)) for name in names),
-            self.vocab_size, self.stack_depth)
+            self.vocab_size, self.stack_depth, self.edge_search_steps)
 
   def save(self, path, *, vocab, description: str = "") -> None:
     """Writes the tables to one file that `cd.load_tables` reads without pynini.
@@ -363,6 +378,16 @@ def bucket_size(n: int, min_bucket: int = DEFAULT_MIN_BUCKET) -> int:
   while size < n:
     size *= 2
   return size
+
+
+def edge_search_steps(edge_start: np.ndarray, min_bucket: int = 1) -> int:
+  """Halvings that find any token among the edges of the largest group of `edge_start`
+  (ceil(log2(n + 1)) for n edges: one fewer misses the second edge of 2^k), that
+  size bucketed like the other axes (at least `min_bucket`) so that tables padded to
+  one bucket share a compiled step whatever their groups."""
+  edge_start = np.asarray(edge_start, np.int64)
+  largest = int(np.diff(edge_start).max(initial=0)) if len(edge_start) else 0
+  return max(largest, int(min_bucket)).bit_length()
 
 
 def num_words(vocab_size: int) -> int:

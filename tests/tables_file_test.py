@@ -93,7 +93,8 @@ def test_header_keeps_fingerprint_and_description(saved, gemma_vocab, tmp_path):
   assert header == cd.TablesHeader(format_version=_tables_file.TABLES_FILE_VERSION,
                                    vocab_fingerprint=gemma_vocab.fingerprint,
                                    vocab_size=gemma_vocab.vocab_size, stack_depth=0,
-                                   description="dates")
+                                   description="dates",
+                                   edge_search_steps=tables.edge_search_steps)
   # The file name is kept as given (np.savez alone would append ".npz").
   assert sorted(p.name for p in tmp_path.iterdir()) == ["t.cdt"]
 

@@ -412,8 +412,10 @@ EDGE_SEARCH_UNROLL = {"cpu": 1, "default": True}
 def _find_edges(tables: ConstraintTables, group: Array, tokens: Array) -> tuple[Array, Array]:
   """Binary search of each row's token among each of its groups' sorted edges.
 
-  `group` is `[B, K]` (a row's candidate groups) and `tokens` `[B]`: O(log E) steps
-  for all groups at once, a `fori_loop` unrolled per platform (`EDGE_SEARCH_UNROLL`).
+  `group` is `[B, K]` (a row's candidate groups) and `tokens` `[B]`: one `fori_loop`
+  for all groups at once, unrolled per platform (`EDGE_SEARCH_UNROLL`), of
+  `tables.edge_search_steps` halvings (log2 of the largest group, not of all E edges:
+  a search never leaves its group), or log2(E + 1) when the tables do not say.
   """
   num_edges = tables.edge_tokens.shape[0]
   lo = tables.edge_start[group]
@@ -429,7 +431,9 @@ def _find_edges(tables: ConstraintTables, group: Array, tokens: Array) -> tuple[
     left = (value >= tokens) & (lo < hi)
     return jnp.where(right, mid + 1, lo), jnp.where(left, mid, hi)
 
-  steps = int(np.ceil(np.log2(num_edges + 1)))
+  steps = num_edges.bit_length()  # ceil(log2(E + 1)): enough for any group.
+  if tables.edge_search_steps is not None:  # Static: the largest group's bound.
+    steps = min(steps, tables.edge_search_steps)
   search = lambda unroll: lambda lo, hi: jax.lax.fori_loop(0, steps, halve, (lo, hi),
                                                            unroll=unroll)[0]
   lo = jax.lax.platform_dependent(
