@@ -351,7 +351,9 @@ def _add_char_class(nfa: Nfa, node: ir.CharClass, src: int, dst: int) -> None:
   """Adds paths src -> dst spelling the UTF-8 encoding of each scalar value of `node`.
 
   States are shared between sequences with the same byte-range suffix (all the
-  `[80-BF]` continuation tails), so large Unicode classes stay small before minimization.
+  `[80-BF]` continuation tails), so large Unicode classes stay small before minimization;
+  and with other classes into the same dst (`Nfa.cons`), as a string's first character
+  and its other characters are.
   """
   ranges = node.ranges
   if ranges and ranges[-1][1] < 0x80:  # ASCII only: one arc per range (inlined).
@@ -361,17 +363,26 @@ def _add_char_class(nfa: Nfa, node: ir.CharClass, src: int, dst: int) -> None:
       bounds.add(lo)
       bounds.add(hi + 1)
     return
-  num_new, state_arcs, bounds = _char_class_template(ranges)
-  arcs = nfa.arcs
-  base = len(arcs) - 2  # Template state k >= 2 is NFA state base + k.
-  arcs.extend([] for _ in range(num_new))
-  state_of = (src, dst)
+  _, state_arcs, bounds, suffixes = _char_class_template(ranges)
+  arcs, cons = nfa.arcs, nfa.cons
+  # Template state k >= 2 spells suffixes[k - 2] into dst: an existing state, or a new one.
+  state_of = [src, dst]
+  fresh = [False, False]
+  for suffix in suffixes:
+    key = (suffix, dst)
+    state = cons.get(key)
+    fresh.append(state is None)
+    if state is None:
+      state = cons[key] = len(arcs)
+      arcs.append([])
+    state_of.append(state)
   for k, flat in state_arcs:
+    if k >= 2 and not fresh[k]:  # Its arcs are there already.
+      continue
     out = list(flat)
     for i in range(2, len(out), 3):  # Every third entry is a template state.
-      x = out[i]
-      out[i] = state_of[x] if x < 2 else base + x
-    arcs[state_of[k] if k < 2 else base + k] += out
+      out[i] = state_of[out[i]]
+    arcs[state_of[k]] += out
   nfa.bounds |= bounds
 
 
@@ -380,8 +391,9 @@ def _char_class_template(ranges: tuple[tuple[int, int], ...]):
   """The UTF-8 automaton of a non-ASCII class, built once per class (a pure function).
 
   Returns:
-    (number of new states, [(state, flat arcs [lo, hi, next, ...])], byte bounds), with
-    the class built between states 0 (src) and 1 (dst) and new states numbered from 2.
+    (number of new states, [(state, flat arcs [lo, hi, next, ...])], byte bounds,
+    suffixes), with the class built between states 0 (src) and 1 (dst), new states
+    numbered from 2, and new state k spelling the byte ranges `suffixes[k - 2]` into 1.
   """
   nfa = Nfa()
   suffix_states: dict[tuple, int] = {}
@@ -402,7 +414,10 @@ def _char_class_template(ranges: tuple[tuple[int, int], ...]):
       target = 1 if len(seq) == 1 else state_for(seq[1:])
       nfa.add_range(0, *seq[0], target)
   state_arcs = tuple((k, tuple(a)) for k, a in enumerate(nfa.arcs) if a)
-  return len(nfa.arcs) - 2, state_arcs, frozenset(nfa.bounds)
+  suffixes = [None] * (len(nfa.arcs) - 2)
+  for suffix, state in suffix_states.items():
+    suffixes[state - 2] = ("utf8",) + tuple(suffix)
+  return len(nfa.arcs) - 2, state_arcs, frozenset(nfa.bounds), tuple(suffixes)
 
 
 def _add_bytes(nfa: Nfa, node: ir.Bytes, src: int, dst: int) -> None:
@@ -472,7 +487,11 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
   for k in range(i + 1):
     part = parts[k]
     target = before + k + 1 if k < i else nxt
-    adders.get(type(part), _add_unknown)(nfa, part, state, target)
+    kind = type(part)
+    if kind is ir.Repeat and k:  # Only part k leaves its fresh state.
+      _add_repeat(nfa, part, state, target, True)
+    else:
+      adders.get(kind, _add_unknown)(nfa, part, state, target)
     state = target
 
 
@@ -531,8 +550,16 @@ def _add_union(nfa: Nfa, node: ir.Union, src: int, dst: int) -> None:
     adders.get(type(alternative), _add_unknown)(nfa, alternative, src, dst)
 
 
-def _add_repeat(nfa: Nfa, node: ir.Repeat, src: int, dst: int) -> None:
-  """Adds `body{min,max}` (max None: unbounded) between src and dst."""
+def _add_repeat(nfa: Nfa, node: ir.Repeat, src: int, dst: int, own_src: bool = False
+                ) -> None:
+  """Adds `body{min,max}` (max None: unbounded) between src and dst.
+
+  With `own_src` (a concatenation's inner state: no other node adds arcs leaving src),
+  an unbounded loop starts at src itself instead of at a fresh state entered by an
+  epsilon, and `x*` is one state looping on x: the two states that both meant "more x,
+  or go on" (before the loop and after each x) were equal, and so was every state of x
+  that led to one or the other, which determinization kept apart.
+  """
   body, min_count, max_count = node.node, node.min, node.max
   state = src
   if max_count is None:
@@ -541,8 +568,17 @@ def _add_repeat(nfa: Nfa, node: ir.Repeat, src: int, dst: int) -> None:
       nxt = nfa.new_state()
       _add_node(nfa, body, state, nxt)
       state = nxt
-    loop_in, loop_out = nfa.new_state(), nfa.new_state()
-    nfa.add_epsilon(state, loop_in)
+      own_src = True  # A fresh state: only the loop leaves it.
+    if own_src and min_count == 0:
+      _add_node(nfa, body, state, state)
+      nfa.add_epsilon(state, dst)
+      return
+    if own_src:
+      loop_in = state
+    else:
+      loop_in = nfa.new_state()
+      nfa.add_epsilon(state, loop_in)
+    loop_out = nfa.new_state()
     _add_node(nfa, body, loop_in, loop_out)
     nfa.add_epsilon(loop_out, loop_in)
     nfa.add_epsilon(loop_out, dst)

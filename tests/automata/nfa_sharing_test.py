@@ -46,7 +46,7 @@ def _random_pair(rng: random.Random, depth: int, pool: list) -> tuple[ir.Node, s
     pair = ir.Union(tuple(p for p, _ in alts)), "(?:" + "|".join(r for _, r in alts) + ")"
   else:
     body, pattern = _random_pair(rng, depth - 1, pool)
-    low, high = rng.choice([(0, None), (1, None), (0, 1), (1, 2), (2, 2)])
+    low, high = rng.choice([(0, None), (1, None), (2, None), (0, 1), (1, 2), (2, 2)])
     pair = ir.Repeat(body, low, high), f"(?:{pattern}){{{low},{'' if high is None else high}}}"
   pool.append(pair)
   return pair
@@ -94,6 +94,30 @@ def test_literals_share_their_suffixes_into_one_state():
   node = ir.Union((ir.Bytes(b"xyz"), ir.Bytes(b"wyz"), ir.Bytes(b"vz"), ir.Bytes(b"yz")))
   assert len(_nfa.build_nfa(node).arcs) == 2 + 2  # The states before "yz" and "z".
   assert len(_nfa.build_nfa(node, share=False).arcs) == 2 + 2 + 2 + 1 + 1
+
+
+def test_unicode_classes_into_one_state_share_their_continuation_bytes():
+  wide, narrow = ir.char_class([(0x41, 0x41), (0x80, 0x10FFFF)]), ir.char_class([(0x100, 0x7FF)])
+  node = ir.Repeat(ir.Union((ir.Concat((ir.Bytes(b"x"), wide)),
+                             ir.Concat((ir.Bytes(b"y"), narrow)))), 1, None)
+  assert len(_nfa.build_nfa(node).arcs) < len(_nfa.build_nfa(node, share=False).arcs)
+  dfa = _fsa.compile_byte_dfa(node)
+  oracle = re.compile("(?:x[A\x80-\U0010ffff]|y[\u0100-\u07ff])+")
+  rng = random.Random(5)
+  chars = ["x", "y", "A", "\x7f", "\x80", "\xff", "\u0100", "\u07ff", "\u0800", "\uffff",
+           "\U00010000", "\U0010ffff"]
+  texts = ["".join(rng.choice(chars) for _ in range(rng.randrange(5))) for _ in range(3000)]
+  assert sum(bool(oracle.fullmatch(t)) for t in texts) > 20
+  for text in texts:
+    assert dfa.accepts(text.encode()) == bool(oracle.fullmatch(text)), text
+
+
+def test_loops_inside_a_concatenation_start_at_its_state():
+  # `"a*"`: the state after the quote loops on `a` itself (no entry and exit states).
+  node = ir.Concat((ir.Bytes(b"q"), ir.Repeat(ir.Bytes(b"a"), 0, None), ir.Bytes(b"q")))
+  nfa = _nfa.build_nfa(node)
+  assert len(nfa.arcs) == 2 + 2
+  assert [len(v) for v in nfa.epsilons.values()] == [1]  # Out of the loop only.
 
 
 def test_pseudo_bytes_are_numbered_in_order_of_appearance():
