@@ -177,8 +177,10 @@ def _plain_plan(trie: VocabTrie, narrow, outside, plain: dict) -> list:
   for key in sorted(plain):
     group = plain[key]
     origins = np.array([s for s, *_ in group], np.int64)
-    first_bytes = np.stack([np.ones(256, bool) if first is None else first
-                            for _, _, first, *_ in group])
+    first_bytes = np.ones((len(group), 256), bool)  # A part with None: every byte.
+    for k, (_, _, first, *_) in enumerate(group):
+      if first is not None:
+        first_bytes[k] = first
     plan.append((group[0][1].subtrie, origins, first_bytes))
   return plan
 
@@ -347,9 +349,11 @@ def compose_token_dfa(
   new_id[order] = np.arange(len(order), dtype=np.int32)
   state_terminals, terminal_bits = _pack_terminals(terminal_edges, new_id.tolist(), len(order),
                                                    num_words)
-  keep = live[src] & live[dst]
-  src, tok, dst = _sorted_edges(new_id[src[keep]], tok[keep], new_id[dst[keep]], len(order),
-                                _views(trie).token_span)
+  # (Gathers by the int32 states are `take`s: indexing with int32 arrays goes through
+  # numpy's casting iterator, 1.5-4x slower.)
+  keep = live.take(src) & live.take(dst)
+  src, tok, dst = _sorted_edges(new_id.take(src[keep]), tok[keep], new_id.take(dst[keep]),
+                                len(order), _views(trie).token_span)
   return TokenDfa(
       num_states=len(order),
       accepting=dfa.accepting[order].astype(bool),
