@@ -470,19 +470,24 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
   nxt = dst
   i = last
   while i:
-    state = cons.get(_cons_key(parts[i], nxt))
+    part = parts[i]
+    key = _cons_key(part, nxt)
+    state = cons.get(key)
     if state is None:
       break
     nxt = state
     i -= 1
   arcs = nfa.arcs
   before = len(arcs) - 1  # Part k >= 1 starts at the fresh state before + k.
-  arcs.extend([] for _ in range(i))
-  alive = nfa.alive
-  for k in range(i, 0, -1):
-    part = parts[k]
-    cons[_cons_key(part, before + k + 1 if k < i else nxt)] = before + k
+  if i:
+    arcs += [[] for _ in range(i)]
+    cons[key] = before + i
+    alive = nfa.alive
     alive.append(part)
+    for k in range(i - 1, 0, -1):
+      part = parts[k]
+      cons[_cons_key(part, before + k + 1)] = before + k
+      alive.append(part)
   state = src
   for k in range(i + 1):
     part = parts[k]
@@ -499,11 +504,14 @@ def _cons_key(part, nxt: int):
   """`Nfa.cons`'s key of the state that spells `part` and then goes on as `nxt`: leaves
   by value, other nodes by identity (`Nfa.alive` keeps them, and so their ids)."""
   kind = type(part)
-  if kind is ir.CharClass or kind is ir.ByteClass:
-    return (kind, part.ranges, nxt)
-  if kind is ir.Bytes:
+  if kind is _BYTES:
     return (kind, part.data, nxt)
+  if kind is _CHAR_CLASS or kind is _BYTE_CLASS:
+    return (kind, part.ranges, nxt)
   return (id(part), nxt)
+
+
+_BYTES, _CHAR_CLASS, _BYTE_CLASS = ir.Bytes, ir.CharClass, ir.ByteClass
 
 
 def _separated_lists(parts: tuple) -> dict[int, tuple[int, tuple]]:
