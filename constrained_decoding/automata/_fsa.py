@@ -172,25 +172,22 @@ def _dfa_from_arcs(start, accepting, src, labels, dst, edges,
   table = np.full((len(order), len(edges)), _byte_dfa.NO_STATE, np.int32)
   table[new_id[src[reached]], labels[reached]] = new_id[dst[reached]]
   accepting = accepting[order]
-  if len(edges) - 1 != edges[-1]:  # Not one class per value: expand classes to values.
-    sizes = [b - a for a, b in zip(edges, edges[1:])]
-    table = table.take(np.arange(1, len(edges)).repeat(sizes), axis=1)
-  else:
-    table = table[:, 1:]
+  # Expand classes to values: the column of each value is the label of its class. The
+  # 256 byte columns are taken on their own, so the table is row-major (every later
+  # stage reads whole rows or (state, byte) pairs) without a copy.
+  label_of_value = np.arange(1, len(edges)).repeat(np.diff(edges))
+  extra = table.take(label_of_value[_nfa.TOKEN_CLASS_BASE:], axis=1)
+  table = table.take(label_of_value[:_nfa.TOKEN_CLASS_BASE], axis=1)
   token_arcs = fragment_arcs = marker_arcs = np.zeros((0, 3), np.int32)
   markers = ()
-  if table.shape[1] > _nfa.TOKEN_CLASS_BASE:
-    extra = table[:, _nfa.TOKEN_CLASS_BASE:]
+  if extra.shape[1]:
     state, klass = np.nonzero(extra != _byte_dfa.NO_STATE)
     arcs = np.stack([state, klass, extra[state, klass]], axis=1).astype(np.int32)
     is_pseudo = klass >= len(ir.TOKEN_CLASSES)
     token_arcs = arcs[~is_pseudo]
     pseudo_arcs = arcs[is_pseudo]
     pseudo_arcs[:, 1] -= len(ir.TOKEN_CLASSES)
-    table = table[:, :_nfa.TOKEN_CLASS_BASE]
     fragment_arcs, marker_arcs, fragments, markers = _split_pseudo(pseudo_arcs, fragments)
-  # Row-major: every later stage reads whole rows or (state, byte) pairs.
-  table = np.ascontiguousarray(table)
   byte_edges = np.asarray([e for e in edges if e <= _nfa.TOKEN_CLASS_BASE])
   return _byte_dfa.ByteDfa(transitions=table, accepting=accepting, start=0,
                            token_arcs=token_arcs, class_edges=byte_edges,
