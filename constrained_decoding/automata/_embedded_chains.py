@@ -477,10 +477,10 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   term_src = [s for s, listed in terminal_edges.items() for _ in listed]
   term_dst = [t for listed in terminal_edges.values() for _, t in listed]
   live = _compose._live_states(  # pylint: disable=protected-access
-      q, np.concatenate([src, np.array(term_src, np.int64)]
-                        + [a for a, _ in moves]).astype(np.int64),
-      np.concatenate([dst, np.array(term_dst, np.int64)]
-                     + [b for _, b in moves]).astype(np.int64),
+      q, np.concatenate([src, np.array(term_src, np.int64)] + [a for a, _ in moves],
+                        dtype=np.int64),
+      np.concatenate([dst, np.array(term_dst, np.int64)] + [b for _, b in moves],
+                     dtype=np.int64),
       dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return None  # Let plain composition report the empty constraint.
