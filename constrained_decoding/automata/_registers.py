@@ -442,17 +442,29 @@ def _crossed_hits(contracted: Contracted, sources: np.ndarray, tokens: np.ndarra
   state = sources[edges[by_length]].astype(np.int64)
   # Edges walking at each position: those longer than it.
   alive = len(edges) - np.cumsum(np.bincount(length, minlength=longest + 1))[:longest]
+  # The few states an operation leaves get a row of op list indices by byte (-1: none):
+  # a position gathers its states' rows, then looks up bytes only where there is one
+  # (rather than binary-searching every (state, byte) among `keys`).
+  tagged_states, row_of_key = np.unique(keys >> 8, return_inverse=True)
+  row_of_state = np.full(contracted.dfa.num_states, -1, np.int64)
+  row_of_state[tagged_states] = np.arange(len(tagged_states))
+  op_at = np.full((len(tagged_states), 256), -1, np.int64)
+  op_at[row_of_key.reshape(-1), keys & 255] = np.arange(len(keys))
   # Per position: the hits' edge indices and op list indices (empty arrays for none).
   hit_position, hit_edge, hit_ops = ([np.zeros(0, np.int64)] for _ in range(3))
   for position, n in enumerate(alive.tolist()):
-    key = state[:n] * 256 + data[first[:n] + position]
-    at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
-    found = (keys[at] == key).nonzero()[0]
-    if len(found):
-      hit_position.append(np.full(len(found), position))
-      hit_edge.append(by_length[found])
-      hit_ops.append(at[found])
-    state[:n] = flat[key]
+    here = state[:n]
+    byte = data.take(first[:n] + position)
+    rows = row_of_state.take(here)
+    maybe = (rows >= 0).nonzero()[0]
+    if len(maybe):
+      at = op_at[rows[maybe], byte[maybe]]
+      hit = (at >= 0).nonzero()[0]
+      if len(hit):
+        hit_position.append(np.full(len(hit), position))
+        hit_edge.append(by_length[maybe[hit]])
+        hit_ops.append(at[hit])
+    state[:n] = flat.take(here * 256 + byte)
   hit_position, hit_edge, hit_ops = map(np.concatenate, (hit_position, hit_edge, hit_ops))
   order = np.lexsort((hit_position, hit_edge))  # By edge, then position.
   return edges[hit_edge[order]], hit_position[order], hit_ops[order], ops_of
