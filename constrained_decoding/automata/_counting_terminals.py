@@ -174,15 +174,26 @@ class CountingTerminals:
     body_id = self._bodies.setdefault(chain.body, len(self._bodies))
     every = self._get(("every", row, stride), lambda: _bitmap(counts, max_count, w),
                       (row, stride, 0))
+    # The pieces' bitmaps belong to the vocabulary: kept with the pieces (made on first
+    # use, read only), not remade by every compile (~30 us each, a few dozen per body).
+    bits_of = pieces.setdefault("bits", {})
+
+    def piece_bits(piece: tuple, tokens: np.ndarray) -> np.ndarray:
+      bits = bits_of.get(piece)
+      if bits is None:
+        bits = bits_of[piece] = _loops.token_bits(tokens, w)
+        bits.setflags(write=False)
+      return bits
+
     finish, inside = {}, {}  # slot -> [(terminal, k)], [(terminal, slot after)]
     for (x, k), tokens in pieces["finish"].items():
       t = self._get(("finish", row, body_id, stride, x, k),
-                    lambda tokens=tokens: _loops.token_bits(tokens, w),
+                    lambda x=x, k=k, tokens=tokens: piece_bits(("finish", w, x, k), tokens),
                     (row, stride, stride * (1 - k) - slot_of_x[x]))
       finish.setdefault(slot_of_x[x], []).append((t, k))
     for (x, x2), tokens in pieces["inside"].items():
       t = self._get(("inside", row, body_id, stride, x, x2),
-                    lambda tokens=tokens: _loops.token_bits(tokens, w),
+                    lambda x=x, x2=x2, tokens=tokens: piece_bits(("inside", w, x, x2), tokens),
                     (row, 0, slot_of_x[x2] - slot_of_x[x]))
       inside.setdefault(slot_of_x[x], []).append((t, slot_of_x[x2]))
 

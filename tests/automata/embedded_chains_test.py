@@ -5,6 +5,7 @@ random token walks), `re.fullmatch` and `jsonschema` under random tokenizations,
 device step against the numpy reference walk.
 """
 
+import dataclasses
 import json
 import random
 import re
@@ -252,3 +253,24 @@ def test_edge_spans_are_the_concatenated_slices():
     want = [i for a, b in zip(lo.tolist(), hi.tolist()) for i in range(a, b)]
     got = _embedded_chains._spans(lo, hi)  # pylint: disable=protected-access
     assert got.dtype == np.int64 and got.tolist() == want
+
+
+def test_counting_bitmaps_kept_for_the_vocabulary_give_the_same_tables(compilers):
+  """The finishing / inside-X token bitmaps of a chain's escapes are kept with the class
+  counts (per vocabulary) after the first compile: a compile that reuses them builds the
+  tables a compile that makes them does, and they are read only (shared)."""
+  from constrained_decoding.automata import _counting  # pylint: disable=g-import-not-at-top
+
+  counted, _ = compilers
+  spec = cd.JsonSchema(_OBJECT)  # JSON string chains: escapes under way (inner states).
+  _counting._CLASS_CACHE.clear()  # pylint: disable=protected-access
+  fresh = counted.compile(spec)
+  kept = [bits for counts in _counting._CLASS_CACHE.values()  # pylint: disable=protected-access
+          for pieces in counts.inner.values() if isinstance(pieces, dict)
+          for bits in pieces.get("bits", {}).values()]
+  assert kept, "no escape bitmaps were kept"
+  assert not any(bits.flags.writeable for bits in kept)
+  again = counted.compile(spec)
+  for field in dataclasses.fields(fresh):
+    a, b = np.asarray(getattr(fresh, field.name)), np.asarray(getattr(again, field.name))
+    assert a.dtype == b.dtype and np.array_equal(a, b), field.name
