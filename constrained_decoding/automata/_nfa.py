@@ -542,10 +542,18 @@ def _add_concat_with_loops(nfa: Nfa, parts: tuple, loops: dict, src: int, dst: i
     end = i + k  # The last part consumed: the starred repeat, or part i itself.
     nxt = dst if end == last else nfa.new_state()
     if not k:
-      _add_node(nfa, parts[i], state, nxt)
+      if i and type(parts[i]) is ir.Repeat:  # Only part i leaves its fresh state.
+        _add_repeat(nfa, parts[i], state, nxt, True)
+      else:
+        _add_node(nfa, parts[i], state, nxt)
     else:
-      enter, leave = nfa.new_state(), nfa.new_state()  # Fresh: the loop closes on them.
-      nfa.add_epsilon(state, enter)
+      # The loop closes on fresh states; a fresh state of ours may be its entry.
+      leave = nfa.new_state()
+      if i:
+        enter = state
+      else:
+        enter = nfa.new_state()
+        nfa.add_epsilon(state, enter)
       _add_node(nfa, ir.Concat(parts[i:end]) if k > 1 else parts[i], enter, leave)
       _add_node(nfa, ir.Concat(separator), leave, enter)
       nfa.add_epsilon(leave, nxt)

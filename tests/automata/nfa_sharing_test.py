@@ -120,6 +120,21 @@ def test_loops_inside_a_concatenation_start_at_its_state():
   assert [len(v) for v in nfa.epsilons.values()] == [1]  # Out of the loop only.
 
 
+def test_separated_lists_loop_on_their_own_states_only():
+  item, comma = ir.Bytes(b"a"), ir.Bytes(b",")
+  items = ir.Concat((item, ir.Repeat(ir.Concat((comma, item)), 0, None)))
+  node = ir.Union((items, ir.Bytes(b"b"),
+                   ir.Concat((ir.Bytes(b"["), item, ir.Repeat(ir.Concat((comma, item)), 0, None),
+                              ir.Bytes(b"]")))))
+  assert _nfa._separated_lists(items.parts)  # pylint: disable=protected-access
+  dfa = _fsa.compile_byte_dfa(node)
+  oracle = re.compile(r"a(?:,a)*|b|\[a(?:,a)*\]")
+  texts = ["".join(t) for n in range(7) for t in itertools.product("ab,[]", repeat=n)]
+  assert sum(bool(oracle.fullmatch(t)) for t in texts) > 5
+  for text in texts:
+    assert dfa.accepts(text.encode()) == bool(oracle.fullmatch(text)), text
+
+
 def test_pseudo_bytes_are_numbered_in_order_of_appearance():
   def fragment(name):
     return ir.Fragment(name, ir.Bytes(name.encode()))
