@@ -247,7 +247,7 @@ def fst_arcs(fst: pywrapfst.Fst) -> tuple:
   Read through OpenFst's binary `const` format: a `ConstFst` stores fixed-size state
   records and then all arcs in state order, so (unlike the `vector` format, whose
   records have variable length) the whole file is read by two `np.frombuffer` calls;
-  converting to `const` costs about a microsecond.
+  converting to `const` is one copy (`_const_bytes`).
   """
   data = _const_bytes(fst)
   if not data.startswith(_CONST_HEADER_PREFIX):
