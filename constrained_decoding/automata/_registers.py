@@ -394,11 +394,27 @@ def _hit_groups(hits, needs_live: np.ndarray, live_needs: list
   rows = np.full((len(crossing), int(count.max()) + 1), -1, np.int64)
   rows[np.repeat(np.arange(len(crossing)), count), _ranges(count)] = op_index
   rows[:, -1] = needs_live[crossing]
-  keys, group_of = np.unique(rows, axis=0, return_inverse=True)
+  keys, group_of = _unique_rows(rows, max(len(ops_of), len(live_needs)))
   group_ops = [tuple(op for j in key[:-1] if j >= 0 for op in ops_of[j])
                + (live_needs[key[-1]] if key[-1] >= 0 else ())
                for key in keys.tolist()]
   return crossing, group_of.reshape(-1), group_ops
+
+
+def _unique_rows(rows: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+  """`np.unique(rows, axis=0, return_inverse=True)` for int rows of values in
+  -1..bound-1: each row packed into one int64 (first column most significant, so codes
+  sort as the rows do) when the columns fit, a 1-D unique ~10x faster than of rows."""
+  bits = int(bound).bit_length()  # Fields hold value + 1 <= bound.
+  if rows.shape[1] * bits > 62:
+    keys, inverse = np.unique(rows, axis=0, return_inverse=True)
+    return keys, inverse.reshape(-1)
+  code = np.zeros(len(rows), np.int64)
+  for column in rows.T:
+    code <<= bits
+    code += column + 1
+  _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+  return rows[first], inverse.reshape(-1)
 
 
 def _distinct_pairs(src: np.ndarray, dst: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:

@@ -112,3 +112,17 @@ def test_tagged_extent_equals_byte_scan(seed):
   expected = [max((i + 1 for i, b in enumerate(t or b"") if wanted[b]), default=0)
               for t in token_bytes]
   assert got.tolist() == expected
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_rows_equal_numpy_unique_over_rows(seed):
+  """`_unique_rows` (rows packed into int64 codes when they fit, else `np.unique` over
+  rows) gives `np.unique(axis=0)`'s distinct rows and inverse, -1 entries included."""
+  rng = np.random.default_rng(seed)
+  for _ in range(200):
+    n, columns = int(rng.integers(1, 60)), int(rng.integers(1, 8))
+    bound = int(rng.choice([1, 4, 3000, 1 << 20]))  # 1 << 20 with > 3 columns: no packing.
+    rows = rng.integers(-1, bound, (n, columns))[rng.integers(0, n, n)]  # with repeats
+    keys, inverse = np.unique(rows, axis=0, return_inverse=True)
+    got_keys, got_inverse = _registers._unique_rows(rows, bound)  # pylint: disable=protected-access
+    assert np.array_equal(got_keys, keys) and np.array_equal(got_inverse, inverse.reshape(-1))
