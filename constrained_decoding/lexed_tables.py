@@ -13,7 +13,7 @@ never pynini.
 Public:
   LexedTables                               the tables (an immutable pytree).
   lexed_tables_from_arrays(arrays, ...)     them from a host `LexedArrays`.
-  first_lexeme_tables(state_seq_lanes, seq_items)   the derived first-lexeme tables.
+  lane_prefix_tables(state_seq_lanes, seq_items)   the derived lane-prefix tables.
 """
 
 import dataclasses
@@ -38,9 +38,9 @@ _ARRAY_FIELDS = (
 # value per vocabulary, so grammars of one vocabulary still share compiled steps).
 _META_FIELDS = ("vocab_size", "stack_depth", "indent_depth", "vocab_fingerprint")
 # Derived from the array fields on the host when the tables are made (never saved):
-# each lexer state's distinct first lexemes, so a step runs each once per row
-# (`runtime/_lexed.py`, `first_lexeme_tables`).
-_DERIVED_FIELDS = ("state_first_items", "state_lane_first")
+# each lexer state's distinct lane prefixes (first two lexemes), so a step runs each
+# once per row (`runtime/_lexed_lanes.py`, `lane_prefix_tables`).
+_DERIVED_FIELDS = ("state_prefix_items", "state_lane_prefix")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -94,18 +94,18 @@ class LexedTables:
   # `Vocabulary.fingerprint` of the vocabulary the tables were compiled for ("" when
   # unknown): `generate` checks it against the model's, as for `ConstraintTables`.
   vocab_fingerprint: str = ""
-  # Derived (`first_lexeme_tables`), filled in from `state_seq_lanes` and `seq_items`
+  # Derived (`lane_prefix_tables`), filled in from `state_seq_lanes` and `seq_items`
   # when those are concrete; None inside transformations that rebuild the tables from
   # other leaves (the runtime then runs every lane from its first lexeme).
-  state_first_items: Int[_Arr, "S F"] | None = None
-  state_lane_first: Int[_Arr, "S Ks"] | None = None
+  state_prefix_items: Int[_Arr, "S F P"] | None = None
+  state_lane_prefix: Int[_Arr, "S Ks"] | None = None
 
   def __post_init__(self):
-    if self.state_first_items is None and _concrete(self.state_seq_lanes, self.seq_items):
-      first, lane_first = first_lexeme_tables(np.asarray(self.state_seq_lanes),
-                                              np.asarray(self.seq_items))
-      object.__setattr__(self, "state_first_items", first)
-      object.__setattr__(self, "state_lane_first", lane_first)
+    if self.state_prefix_items is None and _concrete(self.state_seq_lanes, self.seq_items):
+      prefixes, lane_prefix = lane_prefix_tables(np.asarray(self.state_seq_lanes),
+                                                 np.asarray(self.seq_items))
+      object.__setattr__(self, "state_prefix_items", prefixes)
+      object.__setattr__(self, "state_lane_prefix", lane_prefix)
 
   @property
   def num_constraints(self) -> int:
@@ -164,30 +164,46 @@ def _concrete(*arrays) -> bool:
              and not isinstance(a, jax.core.Tracer) for a in arrays)
 
 
-def first_lexeme_tables(state_seq_lanes: np.ndarray, seq_items: np.ndarray):
-  """Each lexer state's distinct first lexemes and each lane's index among them.
+def lane_prefix_tables(state_seq_lanes: np.ndarray, seq_items: np.ndarray,
+                       length: int = 2):
+  """Each lexer state's distinct lane prefixes and each lane's index among them.
 
-  Lanes of a state that start with the same lexeme class run the same first micro-steps
-  on the same row (deterministic), so the runtime runs each first lexeme once per row
-  and starts its lanes after it (docs/lexer_runtime.md, "Lane schedule").
+  Lanes of a state that start with the same lexemes run the same first micro-steps on
+  the same row (deterministic), so the runtime runs each prefix (the first `length`
+  lexemes, or the whole sequence when shorter) once per row and starts its lanes after
+  it (docs/lexer_runtime.md, "Lane schedule").
 
   Returns:
-    (state_first_items int32 [S, F]: the distinct first lexeme classes of a state's
-    lanes, ascending, -1 padded (F >= 1); state_lane_first [S, Ks]: the column of
-    each lane's first lexeme there, -1 for padding and lanes without lexemes; int16
-    below 32,768 columns).
+    (state_prefix_items int32 [S, F, length]: the distinct prefixes of a state's lanes
+    (lexeme classes, -1 past a shorter sequence), in ascending order, rows of -1 as
+    padding (F >= 1); state_lane_prefix [S, Ks]: the row there of each lane's prefix, -1
+    for padding and lanes without lexemes; int16 below 32,768 rows).
   """
   lanes = np.asarray(state_seq_lanes)
-  first = np.where(lanes >= 0, np.asarray(seq_items)[np.maximum(lanes, 0), 0], -1)
-  distinct = [np.unique(row[row >= 0]) for row in first]
-  width = max([1] + [len(d) for d in distinct])
-  items = np.full((lanes.shape[0], width), -1, np.int32)
-  lane_first = np.full(lanes.shape, -1, np.int16 if width < 2**15 else np.int32)
-  for s, d in enumerate(distinct):
-    items[s, :len(d)] = d
-    live = first[s] >= 0
-    lane_first[s, live] = np.searchsorted(d, first[s, live])
-  return items, lane_first
+  items = np.asarray(seq_items)
+  items = np.pad(items, [(0, 0), (0, max(0, length - items.shape[1]))],
+                 constant_values=-1)[:, :length]
+  prefix = np.where((lanes >= 0)[..., None], items[np.maximum(lanes, 0)], -1)  # [S, Ks, P]
+  live = prefix[..., 0] >= 0
+  # One int64 key per live lane: (state, prefix digits in base C + 1, -1 as 0), so one
+  # sort finds every state's distinct prefixes in ascending order.
+  radix = int(max(items.max(initial=0), 0)) + 2
+  code = np.zeros(lanes.shape, np.int64)
+  for k in range(length):
+    code = code * radix + (prefix[..., k].astype(np.int64) + 1)
+  key = np.arange(lanes.shape[0], dtype=np.int64)[:, None] * radix ** length + code
+  distinct, inverse = np.unique(key[live], return_inverse=True)
+  state = distinct // radix ** length
+  column = np.arange(len(distinct)) - np.searchsorted(state, state)
+  width = int(column.max(initial=0)) + 1
+  out = np.full((lanes.shape[0], width, length), -1, np.int32)
+  rest = distinct % radix ** length
+  for k in reversed(range(length)):
+    out[state, column, k] = rest % radix - 1
+    rest //= radix
+  lane_prefix = np.full(lanes.shape, -1, np.int16 if width < 2**15 else np.int32)
+  lane_prefix[live] = column[inverse.reshape(-1)]
+  return out, lane_prefix
 
 
 def lexed_tables_from_arrays(arrays, *, vocab_fingerprint: str = "") -> LexedTables:

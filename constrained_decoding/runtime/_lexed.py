@@ -4,7 +4,7 @@ Increment 3 of docs/lexer_runtime.md. `LexedTables` holds the arrays that
 `constraints/_lexed_grammar.compile_lexed_grammar` builds on the host; the functions
 here step them inside `jax.jit` (static shapes, `lax.while_loop`, no host callbacks).
 The lanes (the parser's micro-steps, the CPU work queue and the lane schedule's
-settings `LANE_*`, `FIRST_SLOTS`) are in `_lexed_lanes.py`; this module builds each
+settings `LANE_*`, `PREFIX_SLOTS`) are in `_lexed_lanes.py`; this module builds each
 row's lanes and turns their results into masks and next states.
 The row state is `runtime.ConstraintState`: `state` is the lexer state, `stack[B, D]`
 the LR parser's states (bottom first, `depth[B]` in use; the bottom is the grammar's
@@ -41,13 +41,14 @@ tokens (N per state; tokens of a state are distinct, so adding bits is OR-ing th
 per bitmap slot), runs its lane and the end lane on full stacks, and takes the token
 exactly when `allowed_bits` offers it (same lanes, same tables).
 
-Cost per row and step (exact, simple; the design's viable-set classes and prefix-shared
-lanes are not built): `allowed_bits` runs Ks + 1 lanes, one micro-step (a reduce, a
+Cost per row and step (exact, simple; the design's viable-set classes are not built):
+`allowed_bits` runs Ks + 1 lanes, one micro-step (a reduce, a
 shift or an indentation decision: ~25 gathers) at a time. On CPU (`LANE_POOL`) they
 run as a work queue, so the cost is the micro-steps the lanes take (Python with Gemma
 3: ~4 per lane on average), and where lanes outnumber the queue's slots 8 to 1 (batch
-8 and up) each row first runs each distinct first lexeme of its lexer state once and
-its lanes start after it (`_after_first`: Python's micro-steps 2,144 -> ~900 a row);
+8 and up) each row first runs each distinct prefix (first two lexemes) of its lexer
+state's lanes once and its lanes start after it (`_after_prefix`: Python's micro-steps
+2,139 -> ~475 a row, 175 of them in the prefixes);
 off CPU all lanes run in one loop for as many iterations as
 the longest lane (Python: 17 median), fewest launches. Then
 Kb x W words of OR and N scattered ids. `advance`: log2(N) + Kb gathers, then 2 lanes
@@ -259,12 +260,12 @@ def _state_lanes(tables: LexedTables, state: ConstraintState, stacks: bool = Tru
   seq_items = _sequence_items(tables, tables.state_seq_lanes[state.state])  # [B, Ks, L]
   end_items, _ = _end_lane(tables, state.state, _lane_width(tables))
   items = jnp.concatenate([seq_items, end_items[:, None]], axis=1)
-  first = None
-  if tables.state_first_items is not None:  # Static: the lanes share first lexemes.
-    lane_first = tables.state_lane_first[state.state]
-    first = (tables.state_first_items[state.state],
-             jnp.pad(lane_first, [(0, 0), (0, 1)], constant_values=-1))  # end lane: own
-  lanes = _lanes(tables, state, items, first, stacks=stacks)
+  prefixes = None
+  if tables.state_prefix_items is not None:  # Static: the lanes share prefixes.
+    lane_prefix = tables.state_lane_prefix[state.state]
+    prefixes = (tables.state_prefix_items[state.state],
+                jnp.pad(lane_prefix, [(0, 0), (0, 1)], constant_values=-1))  # end lane: own
+  lanes = _lanes(tables, state, items, prefixes, stacks=stacks)
   return {k: v.reshape(b, -1, *v.shape[1:]) for k, v in lanes.items() if k != "steps"}
 
 

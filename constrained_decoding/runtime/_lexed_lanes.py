@@ -3,8 +3,8 @@
 `runtime/_lexed.py` checks each candidate token of a row by a *lane*: the parser run over
 the lexemes the token completes, on the row's stack. This module runs the lanes of a
 batch: `_lanes` (micro-steps: one reduce, shift or indentation decision per lane), the
-CPU work queue (`_queue`), the shared first lexemes (`_after_first`), and the stacks a
-lane leaves (`_materialize`). The lane schedule's settings (`LANE_*`, `FIRST_SLOTS`) are
+CPU work queue (`_queue`), the shared lane prefixes (`_after_prefix`), and the stacks a
+lane leaves (`_materialize`). The lane schedule's settings (`LANE_*`, `PREFIX_SLOTS`) are
 per platform (`lax.platform_dependent`); docs/lexer_runtime.md "Lane schedule" has the
 measurements behind them.
 """
@@ -43,15 +43,15 @@ LANE_SELECT_WRITES = {"cpu": False, "default": True}
 # 8, 1,024-2,048 at 64). On a GPU the cost is the loop's iterations (launches), which
 # the one loop keeps fewest.
 LANE_POOL = {"cpu": 128, "default": 0}
-# In the queue, lanes start after their first lexeme, run once per row and distinct
-# first lexeme (`_after_first`): the pushed entries of that run copied to each lane.
-# (Lanes share first lexemes only where they outnumber the slots _SHARE_FROM to 1: it
+# In the queue, lanes start after their prefix (first two lexemes), run once per row
+# and distinct prefix (`_after_prefix`): the pushed entries of that run copied to each
+# lane. (Lanes share prefixes only where they outnumber the slots _SHARE_FROM to 1: it
 # cuts the queue's work, not its tail (the longest lane), and costs a loop of its own;
-# Python with Gemma 3 at batch 1 (5 lanes a slot) was 0.64 -> 0.72 ms with it, at 64
-# (41 a slot) 18.4 -> 14.6 ms: docs/lexer_runtime.md "Lane schedule".) First lexemes
-# run in a queue of FIRST_SLOTS a row (Python: F = 37 columns, ~2.5 used a row).
-_FIRST_COLUMNS = 4
-FIRST_SLOTS = 2
+# Python with Gemma 3 at batch 1 (5 lanes a slot) was 0.64 -> 0.72 ms with first
+# lexemes shared: docs/lexer_runtime.md "Lane schedule".) Prefixes run in a queue of
+# PREFIX_SLOTS a row (Python: F = 294 columns, ~37 used a row, ~175 micro-steps).
+_PREFIX_COLUMNS = 4
+PREFIX_SLOTS = 8
 _SHARE_FROM = 8
 
 
@@ -75,7 +75,8 @@ def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]
 
 
 def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L"],
-           first: tuple | None = None, queue_slots: int = 0, stacks: bool = True):
+           prefixes: tuple | None = None, queue_slots: int = 0, stacks: bool = True,
+           heads: int = 0):
   """Runs the parser over each lane's lexemes, X lanes per row on the row's own stacks.
 
   A lane does not copy its row's stacks: it reads the row's `stack[:base]` (`base`
@@ -109,7 +110,9 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     A dict of [B * X] arrays: ok (every lexeme taken), top (parser state),
     paren (bracket depth), itop and room (the top indentation width, and whether the
     indentation stack can take one more level: both only where ok), and base, size,
-    ibase, isize, and with `stacks` suffix, isuf (the stacks, for `_materialize`).
+    ibase, isize, and with `stacks` suffix, isuf (the stacks, for `_materialize`),
+    with `heads` (static C > 0) head, ihead: the first C and 1 entries each lane
+    pushed ([B * X, C], [B * X, 1]; for `_after_prefix`).
   """
   b, x, length = items.shape
   d = p_width = state.stack.shape[1]
@@ -264,18 +267,20 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     if pool and (queue_slots or 4 * slots <= n):
       rows = n if stacks else slots  # the pushes per lane, or per slot
       buffers = (jnp.zeros((rows, p_width), jnp.int32), jnp.zeros((rows, pi), jnp.int32))
-      if first is None or n < _SHARE_FROM * slots:
+      if prefixes is None or n < _SHARE_FROM * slots:
         return _queue(micro, count, count > 0, start, row_ends, (1, 4, 5),
-                      buffers, slots, unroll, max_steps, per_slot=not stacks)
-      shared_start, shared_ends, heads = _after_first(tables, state, first, start,
-                                                      row_ends)
+                      buffers, slots, unroll, max_steps, per_slot=not stacks,
+                      head_columns=heads)
+      shared_start, shared_ends, lane_heads = _after_prefix(tables, state, prefixes,
+                                                            start, row_ends)
       live = (count > shared_start[0]) & ~shared_start[3]
-      if stacks:  # each lane's row starts with its first lexeme's pushes
+      if stacks:  # each lane's row starts with its prefix's pushes
         buffers = tuple(jnp.concatenate([h, a[:, h.shape[1]:]], axis=1)
-                        for h, a in zip(heads, buffers))
-        heads = None
+                        for h, a in zip(lane_heads, buffers))
+        lane_heads = None
       return _queue(micro, count, live, shared_start, shared_ends, range(7),
-                    buffers, slots, unroll, max_steps, heads, per_slot=not stacks)
+                    buffers, slots, unroll, max_steps, lane_heads, per_slot=not stacks,
+                    head_columns=heads)
     buffers = (jnp.zeros((n, p_width), jnp.int32), jnp.zeros((n, pi), jnp.int32))
 
     def cond(carry):
@@ -292,7 +297,8 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     lanes, suffix, isuf, steps = jax.lax.while_loop(
         cond, body_unrolled, (start, *buffers, jnp.int32(0)))
     top, itop = ends(None, None, lanes, suffix, isuf)
-    return (*lanes, top, itop) + ((suffix, isuf) if stacks else ()) + (steps,)
+    out = (*lanes, top, itop) + ((suffix, isuf) if stacks else ())
+    return out + ((suffix[:, :heads], isuf[:, :1]) if heads else ()) + (steps,)
 
   configs = {p: (LANE_UNROLL[p], LANE_SELECT_WRITES[p], LANE_POOL.get(p, 0))
              for p in LANE_UNROLL}
@@ -303,52 +309,58 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
                 base=base, size=size, ibase=ibase, isize=isize, steps=out[-1])
   if stacks:
     result.update(suffix=out[10], isuf=out[11])
+  if heads:
+    result.update(head=out[-3], ihead=out[-2])
   return result
 
 
-def _after_first(tables: LexedTables, state: ConstraintState, first: tuple, start: tuple,
-                 row_ends: tuple):
-  """Each lane's scalars and stacks after its first lexeme, from one run per row of
-  each distinct first lexeme of the row's lexer state (`first` = (first_items [B, F],
-  lane_first [B, X]), `lexed_tables.first_lexeme_tables`).
+def _after_prefix(tables: LexedTables, state: ConstraintState, prefixes: tuple,
+                  start: tuple, row_ends: tuple):
+  """Each lane's scalars and stacks after its prefix (its first two lexemes, or all
+  of a shorter sequence), from one run per row of each distinct prefix of the row's
+  lexer state (`prefixes` = (prefix_items [B, F, P], lane_prefix [B, X]),
+  `lexed_tables.lane_prefix_tables`).
 
   A lane's micro-steps are a function of its row and its lexemes, so its state after
-  its first lexeme is the first-lexeme run's: i = 1, the same base, size, bracket
-  depth, indentation, phase 0 and the same pushed entries (those columns are copied;
-  a first-lexeme run whose stacks end with more pushed entries than the copied columns
-  leaves its lanes to start from the row, as before). A failed first lexeme fails its
-  lanes without running them.
+  its prefix is the prefix run's: the same i, base, size, bracket depth, indentation,
+  phase 0 and the same pushed entries (those columns are copied; a prefix run whose
+  stacks end with more pushed entries than the copied columns leaves its lanes to
+  start from the row, as before). A failed prefix fails its lanes without running
+  them; a lane that is its prefix ends with it.
   Returns `start`, the (top, top width) of each lane there (`row_ends`: from the row)
   and its pushes there ([n, C] and [n, 1]: the first columns of its stacks), for
   `_queue`.
   """
-  first_items, lane_first = first
-  b, f = first_items.shape
-  n = lane_first.size
-  items1 = jnp.full((b, f, 2), -1, jnp.int32).at[:, :, 0].set(first_items)
-  # B * F lanes, of which ~2.5 a row have a lexeme (Python, Gemma 3: F = 37): a small
-  # queue runs those alone (the one loop ran all B * F for the longest one's ~12 steps).
-  one = _lanes(tables, state, items1, queue_slots=FIRST_SLOTS * b)
-  cols, icols = min(_FIRST_COLUMNS, state.stack.shape[1]), 1
+  prefix_items, lane_prefix = prefixes
+  b, f, length = prefix_items.shape
+  n = lane_prefix.size
+  cols = min(_PREFIX_COLUMNS, state.stack.shape[1])
+  # B * F prefix lanes, of which ~37 a row are used (Python, Gemma 3: F = 294): a queue
+  # of PREFIX_SLOTS a row runs those alone, each slot keeping its pushes in its own
+  # row and storing the first `cols` when its lane ends.
+  one = _lanes(tables, state, prefix_items, queue_slots=PREFIX_SLOTS * b, stacks=False,
+               heads=cols)
   # A run fits when what it holds pushed at its end lies in the copied columns (a lane
   # reads only the first `size` / `isize` entries it pushed).
-  fits = (one["size"] <= cols) & (one["isize"] <= icols)
-  lane_first = lane_first.reshape(n)
-  at = jnp.repeat(jnp.arange(b) * f, n // b) + jnp.maximum(lane_first, 0)
-  shared = (lane_first >= 0) & fits[at]
+  fits = (one["size"] <= cols) & (one["isize"] <= 1)
+  lane_prefix = lane_prefix.reshape(n)
+  at = jnp.repeat(jnp.arange(b) * f, n // b) + jnp.maximum(lane_prefix, 0)
+  shared = (lane_prefix >= 0) & fits[at]
+  taken = jnp.sum(prefix_items >= 0, axis=2).reshape(b * f)[at]  # lexemes in the prefix
   pick = lambda k, default: jnp.where(shared, one[k][at], default)
   i, base, size, _, paren, ibase, isize, phase = start
-  start = (jnp.where(shared, 1, i), pick("base", base), pick("size", size),
+  start = (jnp.where(shared, taken, i), pick("base", base), pick("size", size),
            shared & ~one["ok"][at], pick("paren", paren), pick("ibase", ibase),
            pick("isize", isize), phase)
   ends = (pick("top", row_ends[0]), pick("itop", row_ends[1]))
-  head = jnp.where(shared[:, None], one["suffix"][at, :cols], 0)
-  ihead = jnp.where(shared[:, None], one["isuf"][at, :icols], 0)
+  head = jnp.where(shared[:, None], one["head"][at], 0)
+  ihead = jnp.where(shared[:, None], one["ihead"][at], 0)
   return start, ends, (head, ihead)
 
 
 def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
-           unroll: int, max_steps: int, heads=None, per_slot: bool = False):
+           unroll: int, max_steps: int, heads=None, per_slot: bool = False,
+           head_columns: int = 0):
   """The lanes' micro-steps as a work queue: `pool` slots (static) run the lanes that
   have lexemes, in order; a slot whose lane ends (all lexemes taken, an error, or the
   safety bound) stores the lane's scalars, its top state and top width, and takes the
@@ -365,7 +377,9 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
   reads only what it pushed itself; `heads` [n, C], [n, 1] are the first columns a lane
   starts with).
   Returns the lanes' scalars [n] (as `start`), their (top, top width), the pushes
-  `buffers` and the number of iterations.
+  `buffers` (not `per_slot`), with `head_columns` (static C > 0) the first C and 1
+  entries of each lane's pushes at its end ([n, C], [n, 1]: stored from its slot's
+  rows when it ends), and the number of iterations.
   """
   n = count.shape[0]
   slots = jnp.arange(pool)
@@ -377,6 +391,8 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
   # Ended lanes' scalars and ends [n, 10] (as `start`, `start_ends`); lanes without
   # lexemes keep their start.
   results = jnp.stack([v.astype(jnp.int32) for v in start + tuple(start_ends)], axis=1)
+  if head_columns:  # then the first pushed entries (read only below `size` / `isize`)
+    results = jnp.pad(results, [(0, 0), (0, head_columns + 1)])
   # A fresh lane's start: base, paren, ibase from its row; the others are constants.
   start_rows = tuple(v if k in per_lane else None for k, v in enumerate(start))
   start_consts = tuple(None if k in per_lane else jnp.zeros((), v.dtype)
@@ -400,6 +416,11 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
     buf = slots if per_slot else lane
     # A fresh lane's first columns (none where its slot's steps went on).
     suffix, isuf = with_heads(occupied & (steps == 0), lane, suffix, isuf)
+    if head_columns and per_slot:  # stored heads hold zeros, not a last lane's pushes,
+      # past what their lane wrote (as per-lane buffers: the stacks past the depth)
+      suffix, isuf = tuple(
+          a.at[:, :c].set(jnp.where((occupied & (steps == 0))[:, None], 0, a[:, :c]))
+          for a, c in ((suffix, head_columns), (isuf, 1)))
     for _ in range(unroll):
       lanes, suffix, isuf, (top, itop) = micro(lane, buf, occupied, lanes, suffix, isuf,
                                                False)
@@ -407,9 +428,12 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
     i, err = lanes[0], lanes[3]
     ended = occupied & ((i >= count[lane]) | err | (steps >= max_steps))
     # The safety bound ends a lane unfinished (i < count: not ok), as the one-pass loop.
+    stored = [v.astype(jnp.int32)[:, None] for v in lanes + (top, itop)]
+    if head_columns:
+      own = (suffix, isuf) if per_slot else (suffix[lane], isuf[lane])
+      stored += [own[0][:, :head_columns], own[1][:, :1]]
     results = results.at[jnp.where(ended, slot_lane, n)].set(
-        jnp.stack([v.astype(jnp.int32) for v in lanes + (top, itop)], axis=1),
-        mode="drop")
+        jnp.concatenate(stored, axis=1), mode="drop")
     free = ~occupied | ended
     ahead = head + jnp.cumsum(free) - 1
     nxt = jnp.where(ahead < n_live, queue[jnp.clip(ahead, 0, n - 1)], -1)
@@ -428,7 +452,10 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
   _, _, suffix, isuf, results, _, _, iterations = jax.lax.while_loop(cond, body, carry)
   out = tuple(results[:, k].astype(v.dtype) for k, v in enumerate(start))
   out += (results[:, 8], results[:, 9])
-  return out + ((suffix, isuf) if not per_slot else ()) + (iterations,)
+  out += (suffix, isuf) if not per_slot else ()
+  if head_columns:
+    out += (results[:, 10:10 + head_columns], results[:, 10 + head_columns:])
+  return out + (iterations,)
 
 
 def _materialize(state: ConstraintState, lanes: dict, row):

@@ -298,28 +298,35 @@ def test_lane_queue_with_one_slot_per_row_agrees(setup, monkeypatch):
   _walk(setup, steps=20, seed=13, compare_with=other)
 
 
-def test_lanes_after_shared_first_lexemes_agree(setup, monkeypatch):
-  # In the queue (lanes outnumber its 4 slots here), each row runs each distinct first
-  # lexeme of its lexer state once and its lanes start after it (`_after_first`). With
-  # one copied stack column, first lexemes that push more are common, and their lanes
-  # start from the row instead: both against every lane run whole in one loop (the
-  # fixture's functions at _BATCH rows), mask and fused step.
-  assert setup.tables.state_first_items is not None
+def test_lanes_after_shared_prefixes_agree(setup, monkeypatch):
+  # In the queue (lanes outnumber its 4 slots here), each row runs each distinct prefix
+  # (first two lexemes) of its lexer state's lanes once and its lanes start after it
+  # (`_after_prefix`). With one copied stack column, prefixes that push more are
+  # common, and their lanes start from the row instead: both against every lane run
+  # whole in one loop (the fixture's functions at _BATCH rows), mask and fused step.
+  assert setup.tables.state_prefix_items is not None
   assert 16 * (setup.tables.state_seq_lanes.shape[1] + 1) >= _lexed_lanes._SHARE_FROM * 4
   monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 1})
-  monkeypatch.setattr(_lexed_lanes, "_FIRST_COLUMNS", 1)
+  monkeypatch.setattr(_lexed_lanes, "_PREFIX_COLUMNS", 1)
   other = (jax.jit(lambda t, s: _lexed.allowed_tokens(t, s)),
            jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(t, s)[1](k)))
   _walk(setup, steps=20, seed=17, compare_with=other)
 
 
-def test_first_lexeme_tables_list_each_lanes_first_lexeme():
-  lanes = np.array([[1, 2, 3, -1], [0, -1, -1, -1], [3, 3, 1, -1]])
-  seq_items = np.array([[-1, -1], [5, 1], [3, 2], [5, -1]])
-  first, lane_first = lexed_tables.first_lexeme_tables(lanes, seq_items)
-  np.testing.assert_array_equal(first, [[3, 5], [-1, -1], [5, -1]])
-  np.testing.assert_array_equal(lane_first, [[1, 0, 1, -1], [-1, -1, -1, -1],
-                                             [0, 0, 0, -1]])
+def test_lane_prefix_tables_list_each_lanes_first_two_lexemes():
+  lanes = np.array([[1, 2, 3, 4], [0, -1, -1, -1], [3, 3, 1, -1]])
+  seq_items = np.array([[-1, -1, -1], [5, 1, 7], [3, 2, -1], [5, -1, -1], [5, 1, 8]])
+  prefixes, lane_prefix = lexed_tables.lane_prefix_tables(lanes, seq_items)
+  # Lanes 0 and 3 of state 0 share their prefix (5, 1); a one-lexeme lane is its own.
+  np.testing.assert_array_equal(prefixes, [[[3, 2], [5, -1], [5, 1]],
+                                           [[-1, -1], [-1, -1], [-1, -1]],
+                                           [[5, -1], [5, 1], [-1, -1]]])
+  np.testing.assert_array_equal(lane_prefix, [[2, 0, 1, 2], [-1, -1, -1, -1],
+                                              [0, 0, 1, -1]])
+  one, lane_one = lexed_tables.lane_prefix_tables(lanes, seq_items, length=1)
+  np.testing.assert_array_equal(one[:, :, 0], [[3, 5], [-1, -1], [5, -1]])
+  np.testing.assert_array_equal(lane_one, [[1, 0, 1, 1], [-1, -1, -1, -1],
+                                           [0, 0, 0, -1]])
 
 
 def test_advance_from_the_mask_lanes_agrees_with_advance(setup):
