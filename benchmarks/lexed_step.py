@@ -13,7 +13,8 @@ git show e9745df~1:constrained_decoding/runtime/_lexed.py > /tmp/lexed_before.py
 
 `--baseline-runtime FILE` loads FILE as a second `runtime/_lexed.py` (its own
 `tables_from_arrays` on the same compiled arrays; `FILE,LANES` with the
-`runtime/_lexed_lanes.py` of the same commit, from 30efa83 on) and times it as case `<name>@base`
+`runtime/_lexed_lanes.py` of the same commit, from 30efa83 on; `FILE,LANES,TABLES` with
+its `lexed_tables.py` too, needed for commits before 6fb3b0f) and times it as case `<name>@base`
 beside each grammar with a lexer, checking that both give the same masks and states on
 the first batch of every size. `--out` writes the JSON report (with the command line and
 the load average before and after each batch size: this machine is shared).
@@ -202,20 +203,24 @@ def _load_module(name, path):
 def _load_runtime(paths):
   """A second copy of `runtime/_lexed.py` (another commit's version) from `paths`:
   `_lexed.py`, or `_lexed.py,_lexed_lanes.py` for a runtime split in two (since
-  30efa83), whose `_lexed.py` then imports that `_lexed_lanes.py`, not this tree's."""
-  lexed, *lanes = paths.split(",")
-  if not lanes and "_lexed_lanes" in open(lexed).read():
+  30efa83), whose `_lexed.py` then imports that `_lexed_lanes.py`, not this tree's;
+  a third file is that commit's `lexed_tables.py` (needed before 6fb3b0f, whose
+  derived lane tables replaced `state_first_items`)."""
+  lexed, *rest = paths.split(",")
+  if not rest and "_lexed_lanes" in open(lexed).read():
     raise SystemExit(f"--baseline-runtime {paths}: this _lexed.py imports _lexed_lanes; "
                      "give its own as well: --baseline-runtime OLD_lexed.py,OLD_lanes.py")
-  name = "constrained_decoding.runtime._lexed_lanes"
-  saved = sys.modules.get(name)
+  modules = dict(zip(("constrained_decoding.runtime._lexed_lanes",
+                      "constrained_decoding.lexed_tables"), rest))
+  saved = {name: sys.modules.get(name) for name in modules}
   try:
-    if lanes:
-      sys.modules[name] = _load_module("lexed_lanes_baseline", lanes[0])
+    for name, path in reversed(list(modules.items())):  # the tables first
+      sys.modules[name] = _load_module(name.rpartition(".")[2] + "_baseline", path)
     return _load_module("lexed_baseline", lexed)
   finally:
-    if saved is not None:
-      sys.modules[name] = saved
+    for name, module in saved.items():
+      if module is not None:
+        sys.modules[name] = module
 
 
 def _same(a, b):
