@@ -78,6 +78,14 @@ def ir_to_fst(node: ir.Node) -> pynini.Fst:
   return pynini.Fst.read_from_string(data)
 
 
+# What a determinized epsilon-free unweighted acceptor is, as OpenFst property bits.
+_P = pywrapfst.FstProperties
+_DETERMINIZED = (_P.UNWEIGHTED | _P.UNWEIGHTED_CYCLES | _P.NO_EPSILONS | _P.NO_I_EPSILONS
+                 | _P.NO_O_EPSILONS | _P.O_DETERMINISTIC)
+_DETERMINIZED_MASK = (_DETERMINIZED | _P.WEIGHTED | _P.WEIGHTED_CYCLES | _P.EPSILONS
+                      | _P.I_EPSILONS | _P.O_EPSILONS | _P.NON_O_DETERMINISTIC)
+
+
 def _minimize(
     fst: pywrapfst.Fst, *, has_epsilons: bool = True, deterministic: bool = False
 ) -> pywrapfst.Fst:
@@ -88,7 +96,8 @@ def _minimize(
 
   Args:
     fst: An acceptor (a `MutableFst` unless `has_epsilons` and `deterministic` are False).
-    has_epsilons: False if `fst` is known to have no epsilon arcs.
+    has_epsilons: False if `fst` is known to have no epsilon arcs, and no weights but One
+      (and Zero for non-final states): an NFA packed by `_nfa`.
     deterministic: True if `fst` is known to be deterministic (then it has no
       epsilons either); regexes without shared prefixes (`Red|Blue`) often are.
 
@@ -110,6 +119,9 @@ def _minimize(
         " (an ambiguous bounded repetition such as '(a|b)*a(a|b){20}' makes it grow"
         " exponentially). Expected an unambiguous pattern: make the repeated part and what"
         " follows it start with different characters.")
+  if not has_epsilons:  # `_nfa`'s packing: weights One, so the DFA's are too.
+    # Told, minimize skips a pass over every arc that would find it out (~15%).
+    dfa.set_properties(_DETERMINIZED, _DETERMINIZED_MASK)
   return dfa.minimize()
 
 
@@ -213,7 +225,6 @@ def _split_pseudo(arcs: np.ndarray, pseudo: tuple):
 
 # Claims that make every property OpenFst copies into a `ConstFst` known: the true ones
 # of a minimal DFA, and the cautious side (cyclic, unsorted, ...) of the others.
-_P = pywrapfst.FstProperties
 _CLAIMED = (_P.ACCEPTOR | _P.I_DETERMINISTIC | _P.O_DETERMINISTIC | _P.NO_EPSILONS
             | _P.NO_I_EPSILONS | _P.NO_O_EPSILONS | _P.UNWEIGHTED | _P.UNWEIGHTED_CYCLES
             | _P.ACCESSIBLE | _P.COACCESSIBLE | _P.CYCLIC | _P.INITIAL_CYCLIC
