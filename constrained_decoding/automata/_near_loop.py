@@ -64,7 +64,7 @@ def _candidates(dfa: ByteDfa, anchors: list[int], wide: dict, skip: np.ndarray,
   out: dict[int, list[int]] = {}
   for q in anchors:
     states = predecessors[q]
-    bytes_to_q = (table[states] == q) @ size  # Bytes leading to q, per such state.
+    bytes_to_q = (table.take(states, axis=0) == q) @ size  # Bytes leading to q, per state.
     for p in states[(bytes_to_q >= MIN_BYTES_TO_ANCHOR) & ~skip[states]].tolist():
       if p != q and p not in wide:
         out.setdefault(q, []).append(p)
@@ -82,7 +82,8 @@ def _partners(dfa: ByteDfa, members: np.ndarray, loop: np.ndarray,
   table, first, size = dfa.byte_classes  # Bytes of a class agree: count classes.
   loop = loop[:, first]
   inside = loop >= 0  # [M, C]
-  same = table[states][:, None, :] == members[np.maximum(loop, 0)][None]  # [P, M, C]
+  same = (table.take(states, axis=0)[:, None, :]
+          == members.take(np.maximum(loop, 0))[None])  # [P, M, C]
   same &= inside
   # Byte counts as float32 (sums of at most 256 are exact): a BLAS product, ~10x faster
   # than numpy's integer matmul on [P, M, C].
@@ -120,10 +121,12 @@ def _disagreement_walk(trie: VocabTrie, dfa: ByteDfa, members: np.ndarray,
   child_key = trie.child_key
   found_origin, found_node, found_state, visited = [], [], [], 0
   while len(node):
-    nxt_loop = loop[loop_state]  # [P, C]
-    nxt_true = table[np.maximum(true_state, 0)]
+    # Row gathers by `take(axis=0)`, and by the int32 loop states `take`: ~2x faster
+    # than indexing (numpy 2.4's casting iterator for int32 indices).
+    nxt_loop = loop.take(loop_state, axis=0)  # [P, C]
+    nxt_true = table.take(np.maximum(true_state, 0), axis=0)
     nxt_true[true_state < 0] = NO_STATE  # The dead state stays dead (no [Q + 1] copy).
-    pair, klass = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of[nxt_loop]))
+    pair, klass = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of.take(nxt_loop)))
     # Each disagreeing class's bytes.
     which, byte = _compose._ranges(first[klass], first[klass] + size[klass])  # pylint: disable=protected-access
     pair, klass = pair[which], klass[which]
