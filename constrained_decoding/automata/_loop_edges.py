@@ -44,9 +44,9 @@ def _resolved_at_root(trans: np.ndarray, exits, origins: np.ndarray, phi: np.nda
   lookup per exit: fewer numpy calls than one per group expanded to its exits)."""
   inside_token, inside_state = _explicit_inside(exits, cover)
   edges = (np.repeat(origins, len(inside_token)), np.tile(inside_token, len(origins)),
-           phi[:, inside_state].ravel())
+           phi.take(inside_state, axis=1).ravel())
   exit_from, exit_byte = _exit_groups(exits)
-  nxt = trans[phi[:, exit_from], exit_byte]  # [O, exits]
+  nxt = trans[phi.take(exit_from, axis=1), exit_byte]  # [O, exits]
   row, column = np.nonzero(nxt != NO_STATE)
   frontier = (exits.group_full_node[column], nxt[row, column], origins[row])
   return edges, frontier
@@ -57,9 +57,9 @@ def _resolved_at_root_once(trans: np.ndarray, exits, origin: int, phi: np.ndarra
   """`_resolved_at_root` for a single origin (the usual case): one-dimensional lookups,
   a third fewer numpy calls."""
   inside_token, inside_state = _explicit_inside(exits, cover)
-  edges = (np.full(len(inside_token), origin, np.int32), inside_token, phi[inside_state])
+  edges = (np.full(len(inside_token), origin, np.int32), inside_token, phi.take(inside_state))
   exit_from, exit_byte = _exit_groups(exits)
-  nxt = trans[phi[exit_from], exit_byte]
+  nxt = trans[phi.take(exit_from), exit_byte]
   keep = (nxt != NO_STATE).nonzero()[0]
   frontier = (exits.group_full_node[keep], nxt[keep], np.full(len(keep), origin, np.int32))
   return edges, frontier
@@ -107,13 +107,19 @@ def _loop_part_edges(dfa: ByteDfa, group: list):
     which = np.arange(len(origins))
     node, state = np.zeros(len(origins), np.int32), origins
   loop_state = np.full(len(node), terminal.entry, np.int32)
+  # 2-D lookups read flat arrays at row * width + column (int64) with `take`: indexing
+  # by int32 arrays goes through numpy 2.4's casting iterator, 2-4x slower on large ones.
+  flat_trans, flat_phi = trans.reshape(-1), phi.reshape(-1)
+  width, num_loop = np.int64(trans.shape[1]), phi.shape[1]
+  if loop is not None:  # (Read in the walk below only.)
+    flat_loop, loop_width = loop.reshape(-1), np.int64(loop.shape[1])
   found, plain, resolved = [], [], []
   if (phi[which, terminal.entry] == state).all():  # Loop and entry states: at once.
     resolved.append((node, which))
     node = node[:0]
   while len(node):
     agree = loop_state >= 0
-    agree[agree] = phi[which[agree], loop_state[agree]] == state[agree]
+    agree[agree] = flat_phi.take(which[agree] * num_loop + loop_state[agree]) == state[agree]
     resolved.append((node[agree], which[agree]))
     alone = ~agree & (loop_state < 0)
     plain.append((node[alone], state[alone], origins[which[alone]]))
@@ -126,25 +132,27 @@ def _loop_part_edges(dfa: ByteDfa, group: list):
       found.append(edges)
     pair, slot = sub.child_slots(node)
     byte = sub.child_byte[slot]
-    nxt = trans[state[pair], byte]
+    nxt = flat_trans.take(state[pair] * width + byte)
     keep = np.flatnonzero(nxt != NO_STATE)
     pair, byte = pair[keep], byte[keep]
     node, state = sub.child_node[slot[keep]], nxt[keep]
-    loop_state, which = loop[loop_state[pair], byte], which[pair]
+    loop_state, which = flat_loop.take(loop_state[pair] * loop_width + byte), which[pair]
   node, which = (np.concatenate(c) for c in zip(*resolved))
-  end = exits.node_end[node]
+  end = exits.node_end.take(node)
   k, i = _ranges(np.searchsorted(exits.inside_node, node), np.searchsorted(exits.inside_node, end))
   if cover is not None:
     explicit = cover.keep[i]
     k, i = k[explicit], i[explicit]
   o = which[k]
-  found.append((origins[o], exits.inside_token[i], phi[o, exits.inside_state[i]]))
+  found.append((origins[o], exits.inside_token[i],
+                flat_phi.take(o * num_loop + exits.inside_state[i])))
   k, i = _ranges(np.searchsorted(exits.exit_node, node), np.searchsorted(exits.exit_node, end))
   o = which[k]
-  nxt = trans[phi[o, exits.exit_from[i]], exits.exit_byte[i]]
+  nxt = flat_trans.take(flat_phi.take(o * num_loop + exits.exit_from[i]) * width
+                        + exits.exit_byte[i])
   keep = np.flatnonzero(nxt != NO_STATE)
   plain.append((exits.exit_node[i[keep]], nxt[keep], origins[o[keep]]))
   node, state, origin = (np.concatenate(c).astype(np.int32) for c in zip(*plain))
   edges = tuple(np.concatenate(column).astype(np.int32) for column in zip(*found))
-  return edges, (exits.full_node[node], state, origin)
+  return edges, (exits.full_node.take(node), state, origin)
 
