@@ -312,11 +312,13 @@ def canonical_loop(dfa: ByteDfa, q: int, skip: np.ndarray,
   (`skip` as in `_loop_states`; `predecessors`, from `state_predecessors` of the DFA's
   byte-class table, make the search faster)."""
   states = _loop_states(dfa, q, skip, predecessors)
-  trans = dfa.transitions[states]
+  # (Gathers by `take`: indexing by int32 arrays goes through numpy 2.4's casting
+  # iterator, ~2x slower.)
+  trans = dfa.transitions.take(states, axis=0)
   if dfa.num_states <= _INDEX_STATES:  # Each target's position, from an index array.
     index = np.full(dfa.num_states + 1, NO_STATE, np.int32)  # [-1] stays NO_STATE.
     index[states] = np.arange(len(states), dtype=np.int32)
-    return states, index[trans]
+    return states, index.take(trans)
   # Each target's position among the states (O(loop), not an index array of every state).
   order = np.argsort(states)
   ordered = np.asarray(states)[order]
