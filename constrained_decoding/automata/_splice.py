@@ -243,7 +243,9 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
   if dropped:
     new_id = np.cumsum(keep, dtype=np.int32) - 1
     new_id = np.append(np.where(keep, new_id, NO_STATE), NO_STATE).astype(np.int32)
-    base = new_id[trans]
+    # (Gathers by int32 states are `take`s: indexing by int32 arrays goes through numpy
+    # 2.4's casting iterator, 1.5-4x slower.)
+    base = new_id.take(trans)
   new_trans = np.full((total - dropped, 256), NO_STATE, np.int32)
   accepting = np.zeros(total, bool)
   accepting[:q] = dfa.accepting
@@ -254,12 +256,12 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
     phi = np.empty(size + 1, np.int32)
     phi[0] = s
     phi[1:] = np.arange(offset, offset + size, dtype=np.int32)
-    new_phi = phi if new_id is None else new_id[phi]
+    new_phi = phi if new_id is None else new_id.take(phi)
     # Entry f + 1 of [NO_STATE, new_phi...] maps f, and NO_STATE (-1) to itself; the
     # copy's states after its start are a block (all kept: only states of dfa drop).
     lookup = np.concatenate([[NO_STATE], new_phi])
     shifted = automata[k].shifted_transitions
-    base[s] = lookup[shifted[0]]
+    base[s] = lookup.take(shifted[0])
     np.take(lookup, shifted[1:], out=new_trans[offset - dropped:offset - dropped + size])
     offset += size
     copies[phi] = True
@@ -277,7 +279,7 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
     new_finals = new_phi[automaton.dfa.accepting]
     follow = base[c] != NO_STATE
     if (not _IS_EXIT_BYTE[follow].all()
-        or (new_trans[new_finals][:, follow] != NO_STATE).any()):
+        or (new_trans.take(new_finals, axis=0)[:, follow] != NO_STATE).any()):
       return None
     new_trans[np.ix_(new_finals, np.flatnonzero(follow))] = base[c, follow]
     accepting[finals] = dfa.accepting[c]
@@ -286,10 +288,10 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
         ops[(f, byte)] = crossed
     for state, edges in automaton.terminals.items():
       terminals[int(new_phi[state])] = [(bits, int(new_phi[target])) for bits, target in edges]
-    nxt = base[c, automaton.exit_byte]
+    nxt = base[c].take(automaton.exit_byte)
     reads = np.flatnonzero(nxt != NO_STATE)
     frontier_parts.append((automaton.exit_node[reads], nxt[reads],
-                           new_phi[automaton.exit_from[reads]]))
+                           new_phi.take(automaton.exit_from[reads])))
   new_trans[:q - dropped] = base if new_id is None else base[keep[:q]]
   class_edges = [np.arange(257) if d.class_edges is None else d.class_edges
                  for d in [dfa] + [a.dfa for a in automata]]
@@ -301,7 +303,7 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
                     token_arcs=dfa.token_arcs, class_edges=class_edges),
             _compose.GivenEdges(copies, edges, terminals, frontier, ops))
   token_arcs = dfa.token_arcs.copy()
-  token_arcs[:, [0, 2]] = new_id[token_arcs[:, [0, 2]]]
+  token_arcs[:, [0, 2]] = new_id.take(token_arcs[:, [0, 2]])
   spliced = ByteDfa(transitions=new_trans, accepting=accepting[keep],
                     start=int(new_id[dfa.start]), token_arcs=token_arcs,
                     class_edges=class_edges)
