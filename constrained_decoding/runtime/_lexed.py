@@ -4,7 +4,7 @@ Increment 3 of docs/lexer_runtime.md. `LexedTables` holds the arrays that
 `constraints/_lexed_grammar.compile_lexed_grammar` builds on the host; the functions
 here step them inside `jax.jit` (static shapes, `lax.while_loop`, no host callbacks).
 The lanes (the parser's micro-steps, the CPU work queue and the lane schedule's
-settings `LANE_*`, `PREFIX_SLOTS`) are in `_lexed_lanes.py`; this module builds each
+settings `LANE_*`, `PREFIX_POOL`) are in `_lexed_lanes.py`; this module builds each
 row's lanes and turns their results into masks and next states.
 The row state is `runtime.ConstraintState`: `state` is the lexer state, `stack[B, D]`
 the LR parser's states (bottom first, `depth[B]` in use; the bottom is the grammar's

@@ -4,7 +4,7 @@
 the lexemes the token completes, on the row's stack. This module runs the lanes of a
 batch: `_lanes` (micro-steps: one reduce, shift or indentation decision per lane), the
 CPU work queue (`_queue`), the shared lane prefixes (`_after_prefix`), and the stacks a
-lane leaves (`_materialize`). The lane schedule's settings (`LANE_*`, `PREFIX_SLOTS`) are
+lane leaves (`_materialize`). The lane schedule's settings (`LANE_*`, `PREFIX_POOL`) are
 per platform (`lax.platform_dependent`); docs/lexer_runtime.md "Lane schedule" has the
 measurements behind them.
 """
@@ -49,9 +49,10 @@ LANE_POOL = {"cpu": 128, "default": 0}
 # cuts the queue's work, not its tail (the longest lane), and costs a loop of its own;
 # Python with Gemma 3 at batch 1 (5 lanes a slot) was 0.64 -> 0.72 ms with first
 # lexemes shared: docs/lexer_runtime.md "Lane schedule".) Prefixes run in a queue of
-# PREFIX_SLOTS a row (Python: F = 294 columns, ~37 used a row, ~175 micro-steps).
+# PREFIX_POOL x ceil(sqrt(B)) slots (Python: F = 293 columns, ~37 used a row, ~175
+# micro-steps; Go at batch 8 was slower with 8 slots a row than with 24).
 _PREFIX_COLUMNS = 4
-PREFIX_SLOTS = 8
+PREFIX_POOL = 64
 _SHARE_FROM = 8
 
 
@@ -335,11 +336,11 @@ def _after_prefix(tables: LexedTables, state: ConstraintState, prefixes: tuple,
   b, f, length = prefix_items.shape
   n = lane_prefix.size
   cols = min(_PREFIX_COLUMNS, state.stack.shape[1])
-  # B * F prefix lanes, of which ~37 a row are used (Python, Gemma 3: F = 294): a queue
-  # of PREFIX_SLOTS a row runs those alone, each slot keeping its pushes in its own
-  # row and storing the first `cols` when its lane ends.
-  one = _lanes(tables, state, prefix_items, queue_slots=PREFIX_SLOTS * b, stacks=False,
-               heads=cols)
+  # B * F prefix lanes, of which ~37 a row are used (Python, Gemma 3: F = 293): a queue
+  # runs those alone, each slot keeping its pushes in its own row and storing the
+  # first `cols` when its lane ends.
+  one = _lanes(tables, state, prefix_items, queue_slots=PREFIX_POOL * math.ceil(math.sqrt(b)),
+               stacks=False, heads=cols)
   # A run fits when what it holds pushed at its end lies in the copied columns (a lane
   # reads only the first `size` / `isize` entries it pushed).
   fits = (one["size"] <= cols) & (one["isize"] <= 1)

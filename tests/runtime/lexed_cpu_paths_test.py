@@ -2,7 +2,7 @@
 
 `runtime/_lexed.py` keeps some forms behind its platform switch: on CPU the outcome
 slots are checked as packed words (`SLOT_CHECK_PACKED`, `_slot_ok_packed`) and each
-row's distinct lane prefixes run in a small queue of their own (`PREFIX_SLOTS`); off CPU
+row's distinct lane prefixes run in a small queue of their own (`PREFIX_POOL`); off CPU
 the plain slot check and every lane in one loop. Here both are forced on CPU and must
 give the same masks and states at every step of random walks over Python with
 indentation (newline lexemes inside and outside brackets, INDENT near a full
@@ -44,11 +44,11 @@ def test_packed_slot_check_agrees_with_the_plain_one(setup, monkeypatch):
 
 def test_prefixes_in_a_queue_of_one_slot_a_row_agree(setup, monkeypatch):
   # The lanes share prefixes (4 queue slots: lanes outnumber them 8 to 1), and the
-  # rows' distinct prefixes (several a row) run in 1 slot a row: every slot takes a
+  # rows' distinct prefixes (several a row) run in ceil(sqrt(B)) slots: every slot takes a
   # next prefix, reusing the slot's pushes buffer, against the default schedule.
   assert 4 * _lexed_lanes._SHARE_FROM <= _BATCH * setup.tables.state_seq_lanes.shape[1]
   monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 1})
-  monkeypatch.setattr(_lexed_lanes, "PREFIX_SLOTS", 1)
+  monkeypatch.setattr(_lexed_lanes, "PREFIX_POOL", 1)
   _walk(setup, steps=24, seed=23, compare_with=_other())
 
 
