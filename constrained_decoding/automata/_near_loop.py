@@ -126,16 +126,19 @@ def _disagreement_walk(trie: VocabTrie, dfa: ByteDfa, members: np.ndarray,
     nxt_loop = loop.take(loop_state, axis=0)  # [P, C]
     nxt_true = table.take(np.maximum(true_state, 0), axis=0)
     nxt_true[true_state < 0] = NO_STATE  # The dead state stays dead (no [Q + 1] copy).
-    pair, klass = np.nonzero((nxt_loop >= 0) & (nxt_true != member_of.take(nxt_loop)))
+    # Flat positions (pair * C + class) of the disagreeing pairs: one index per lookup.
+    at = np.flatnonzero((nxt_loop >= 0) & (nxt_true != member_of.take(nxt_loop)))
+    pair, klass = np.divmod(at, nxt_loop.shape[1])
     # Each disagreeing class's bytes.
-    which, byte = _compose._ranges(first[klass], first[klass] + size[klass])  # pylint: disable=protected-access
-    pair, klass = pair[which], klass[which]
+    lo = first[klass]
+    which, byte = _compose._ranges(lo, lo + size[klass])  # pylint: disable=protected-access
+    at, pair = at[which], pair[which]
     query = node[pair] * 256 + byte
     slot = np.minimum(np.searchsorted(child_key, query), len(child_key) - 1)
     child = np.flatnonzero(child_key[slot] == query)
-    pair, klass, slot = pair[child], klass[child], slot[child]
+    at, pair, slot = at[child], pair[child], slot[child]
     node = trie.child_node[slot].astype(np.int64)
-    true_state, loop_state = nxt_true[pair, klass], nxt_loop[pair, klass]
+    true_state, loop_state = nxt_true.reshape(-1)[at], nxt_loop.reshape(-1)[at]
     origin = origin[pair]
     visited += len(node)
     if visited > MAX_WALK_PAIRS:
