@@ -46,9 +46,12 @@ def _resolved_at_root(trans: np.ndarray, exits, origins: np.ndarray, phi: np.nda
   edges = (np.repeat(origins, len(inside_token)), np.tile(inside_token, len(origins)),
            phi.take(inside_state, axis=1).ravel())
   exit_from, exit_byte = _exit_groups(exits)
-  nxt = trans[phi.take(exit_from, axis=1), exit_byte]  # [O, exits]
-  row, column = np.nonzero(nxt != NO_STATE)
-  frontier = (exits.group_full_node[column], nxt[row, column], origins[row])
+  # Flat positions and int64 indices: 1-D gathers (see `_loop_part_edges`).
+  nxt = trans.reshape(-1).take(phi.take(exit_from, axis=1) * np.int64(trans.shape[1])
+                               + exit_byte)  # [O, exits]
+  at = np.flatnonzero(nxt != NO_STATE)
+  row, column = np.divmod(at, nxt.shape[1])
+  frontier = (exits.group_full_node[column], nxt.reshape(-1)[at], origins[row])
   return edges, frontier
 
 
