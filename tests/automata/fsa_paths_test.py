@@ -38,14 +38,23 @@ def _packed(nfa, edges, finals, *, plain):
     nfa.epsilons = saved
 
 
-@pytest.mark.parametrize("spec", [cd.Regex(p) for p in _PATTERNS] + [
+# Regexes and an object whose key needs UTF-8 and a control escape.
+_PACKING_SPECS = [cd.Regex(p) for p in _PATTERNS] + [
     cd.JsonSchema({"type": "object", "properties": {"é\x01": {"type": "string"},
                                                     "n": {"type": "integer"}}}),
-])
-def test_numpy_packing_equals_the_loop(spec):
+]
+
+
+def _epsilon_free(spec):
+  """(nfa, finals, byte-class edges) of `spec`, epsilons removed: what the packers take."""
   nfa = _nfa.build_nfa(spec.to_ir())
   finals = _nfa.remove_epsilons(nfa)
-  edges = _nfa.byte_classes(nfa.bounds)
+  return nfa, finals, _nfa.byte_classes(nfa.bounds)
+
+
+@pytest.mark.parametrize("spec", _PACKING_SPECS)
+def test_numpy_packing_equals_the_loop(spec):
+  nfa, finals, edges = _epsilon_free(spec)
   fast, deterministic = _nfa._pack_bytes_numpy(nfa, edges, finals)  # pylint: disable=protected-access
   assert fast == _packed(nfa, edges, finals, plain=True)
   # Deterministic iff no state has two arcs with one label.
@@ -65,14 +74,9 @@ def _arc_lists(fst) -> list:
            [(a.ilabel, a.olabel, a.nextstate) for a in fst.arcs(s)]) for s in fst.states()]
 
 
-@pytest.mark.parametrize("spec", [cd.Regex(p) for p in _PATTERNS] + [
-    cd.JsonSchema({"type": "object", "properties": {"é\x01": {"type": "string"},
-                                                    "n": {"type": "integer"}}}),
-])
+@pytest.mark.parametrize("spec", _PACKING_SPECS)
 def test_const_packing_equals_the_vector_packing(spec):
-  nfa = _nfa.build_nfa(spec.to_ir())
-  finals = _nfa.remove_epsilons(nfa)
-  edges = _nfa.byte_classes(nfa.bounds)
+  nfa, finals, edges = _epsilon_free(spec)
   vector, deterministic = _nfa.pack_bytes(nfa, edges, finals)
   expected = _arc_lists(pywrapfst.Fst.read_from_string(vector))
   const, const_deterministic = _nfa.pack_const(nfa, edges, finals)
