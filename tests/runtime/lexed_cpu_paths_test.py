@@ -14,20 +14,23 @@ import jax
 import pytest
 
 from lexed_python_test import _BATCH  # pylint: disable=import-error  (same directory)
-from lexed_python_test import _Setup  # pylint: disable=import-error
 from lexed_python_test import _walk  # pylint: disable=import-error
+from lexed_python_test import shared_setup  # pylint: disable=import-error
 from constrained_decoding.runtime import _lexed
 from constrained_decoding.runtime import _lexed_lanes
 
 
 @pytest.fixture(scope="module")
 def setup():
-  s = _Setup()
-  # Trace the default (CPU) forms now, before a test patches the settings.
-  state = _lexed.init_state(s.tables, _BATCH)
-  s.allowed(s.tables, state)
-  s.advance(s.tables, state, jax.numpy.full((_BATCH,), s.eos, jax.numpy.int32))
-  return s
+  # `lexed_python_test`'s tables and jitted default forms (traced before any patch).
+  return shared_setup()
+
+
+@pytest.fixture(scope="module")
+def plain():
+  """The plain slot check's mask and fused step, jitted once for both tests that patch
+  `SLOT_CHECK_PACKED` off (each patches before its first call: either may trace it)."""
+  return _other()
 
 
 def _other():
@@ -36,10 +39,10 @@ def _other():
           jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(t, s)[1](k)))
 
 
-def test_packed_slot_check_agrees_with_the_plain_one(setup, monkeypatch):
+def test_packed_slot_check_agrees_with_the_plain_one(setup, plain, monkeypatch):
   assert _lexed.SLOT_CHECK_PACKED["cpu"]  # the default below is the packed form
   monkeypatch.setattr(_lexed, "SLOT_CHECK_PACKED", {"cpu": False})
-  _walk(setup, steps=24, seed=19, compare_with=_other())
+  _walk(setup, steps=24, seed=19, compare_with=plain)
 
 
 def test_prefixes_in_a_queue_of_one_slot_a_row_agree(setup, monkeypatch):
@@ -52,7 +55,7 @@ def test_prefixes_in_a_queue_of_one_slot_a_row_agree(setup, monkeypatch):
   _walk(setup, steps=24, seed=23, compare_with=_other())
 
 
-def test_packed_slot_check_at_a_full_indentation_stack(setup, monkeypatch):
+def test_packed_slot_check_at_a_full_indentation_stack(setup, plain, monkeypatch):
   # Nested blocks up to the indentation stack's last level (`_INDENT`: 6 levels of 4
   # columns), a byte a step, in brackets too: where a newline after `:` needs an INDENT
   # and there is no room left (the packed check's `room` flag), masks equal the plain.
@@ -68,8 +71,8 @@ def test_packed_slot_check_at_a_full_indentation_stack(setup, monkeypatch):
   states.append(state)
   packed = [setup.allowed(setup.tables, s) for s in states]
   monkeypatch.setattr(_lexed, "SLOT_CHECK_PACKED", {"cpu": False})
-  plain = _other()[0]
+  mask = plain[0]
   newline = setup.by_bytes[b"\n"]
-  assert bool(plain(setup.tables, states[-1])[0, newline]) is False  # no room: refused
+  assert bool(mask(setup.tables, states[-1])[0, newline]) is False  # no room: refused
   for s, want in zip(states, packed):
-    assert bool((plain(setup.tables, s) == want).all())
+    assert bool((mask(setup.tables, s) == want).all())

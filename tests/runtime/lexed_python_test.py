@@ -10,6 +10,7 @@ One compiled table set and one batch size for the whole module (one jit compile)
 """
 
 import ast
+import functools
 import glob
 import keyword
 import os
@@ -182,9 +183,22 @@ class _Setup:
                                      self.allowed if check_mask else None)
 
 
+@functools.lru_cache(maxsize=1)
+def shared_setup() -> _Setup:
+  """One `_Setup` a process, for this module and `lexed_cpu_paths_test` (the grammar's
+  compile and the default forms' jit traces were most of each module's set-up time).
+  The default (platform-switched) forms are traced here, before any test patches the
+  settings: a later patch cannot leak into `allowed` / `advance` whatever runs first."""
+  s = _Setup()
+  state = _lexed.init_state(s.tables, _BATCH)
+  s.allowed(s.tables, state)
+  s.advance(s.tables, state, jnp.full((_BATCH,), s.eos, jnp.int32))
+  return s
+
+
 @pytest.fixture(scope="module")
 def setup():
-  return _Setup()
+  return shared_setup()
 
 
 def test_snippets_are_python_and_accepted_under_random_tokenizations(setup):
