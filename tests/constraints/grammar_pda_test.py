@@ -38,7 +38,10 @@ def fixture_index(gemma_vocab):
   return TokenIndex(gemma_vocab)
 
 
+# One jitted step and mask for the module (batch 1): eager calls compiled each
+# primitive on its own.
 _STEP = jax.jit(cd.advance)
+_MASK = jax.jit(cd.allowed_tokens)
 
 
 def _device_walk(tables, tokens):
@@ -159,10 +162,10 @@ def test_device_walk_equals_reference_walk(tables_for, index):
     assert ok
     device, final = _device_walk(tables, tokens)
     assert [(s, st, False) for s, st in reference] == device
-    assert bool(cd.allowed_tokens(tables, final)[0, index.by_bytes[b"}"][0]]) == bool(
+    assert bool(_MASK(tables, final)[0, index.by_bytes[b"}"][0]]) == bool(
         reference_allowed(tables, *reference[-1])[index.by_bytes[b"}"][0]])
     eos = jnp.array([index_vocab_eos(tables)], jnp.int32)
-    assert bool(cd.advance(tables, final, eos).done[0])
+    assert bool(_STEP(tables, final, eos).done[0])
 
 
 def index_vocab_eos(tables) -> int:
@@ -175,11 +178,10 @@ def test_device_mask_equals_reference_mask(tables_for, index):
   tokens = index.longest_tokenization(b'{"a": [[1, 2], {"b": [')
   state = cd.init_state(tables, batch_size=1)
   ref_state, ref_stack = int(tables.start[0]), ()
-  mask = jax.jit(cd.allowed_tokens)
   for t in tokens:
-    np.testing.assert_array_equal(np.asarray(mask(tables, state)[0]),
+    np.testing.assert_array_equal(np.asarray(_MASK(tables, state)[0]),
                                   reference_allowed(tables, ref_state, ref_stack))
-    state = cd.advance(tables, state, jnp.array([t]))
+    state = _STEP(tables, state, jnp.array([t], jnp.int32))
     ref_state, ref_stack = reference_step_stack(tables, ref_state, ref_stack, t)
 
 
@@ -191,7 +193,7 @@ def test_unbalanced_and_forbidden_tokens_set_error(tables_for, index):
   _, final = _device_walk(tables, index.longest_tokenization(b"[1, [2"))
   assert not bool(final.error[0])
   eos = jnp.array([index_vocab_eos(tables)], jnp.int32)
-  after = cd.advance(tables, final, eos)
+  after = _STEP(tables, final, eos)
   assert bool(after.error[0]) and not bool(after.done[0])  # unclosed brackets
 
 
