@@ -26,6 +26,9 @@ _WALKS = [
 ]
 
 
+_MASK = jax.jit(cd.allowed_tokens)
+
+
 @pytest.mark.parametrize("use_jit", [True, False])
 @pytest.mark.parametrize("pattern, texts", _WALKS)
 def test_device_walk_equals_reference(pattern, texts, use_jit, gemma_compiler, index):
@@ -40,11 +43,12 @@ def test_device_walk_equals_reference(pattern, texts, use_jit, gemma_compiler, i
     return cd.advance(tables, state, tokens)
 
   step_fn = jax.jit(step) if use_jit else step
+  mask_fn = _MASK if use_jit else cd.allowed_tokens
   ctx = jax.disable_jit() if not use_jit else _null()
   with ctx:
     state = cd.init_state(tables, batch_size=len(rows))
     for k in range(length + 1):
-      allowed = np.asarray(cd.allowed_tokens(tables, state))
+      allowed = np.asarray(mask_fn(tables, state))
       for b, row in enumerate(rows):
         if k < len(row):
           ref_states, ok = reference_walk(tables, row[:k])
@@ -77,7 +81,7 @@ def test_forbidden_token_sets_sticky_error(gemma_compiler, gemma_vocab, index):
   assert state.error.tolist() == [True, True, False]
   assert state.done.tolist() == [False, False, True]
   # Stopped rows allow only end of sequence, never nothing.
-  allowed = np.asarray(cd.allowed_tokens(tables, state))
+  allowed = np.asarray(_MASK(tables, state))
   for row in allowed:
     assert set(np.nonzero(row)[0]) == set(gemma_vocab.eos_ids)
   # Out-of-range ids are errors, not crashes.
