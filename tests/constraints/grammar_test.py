@@ -74,12 +74,17 @@ def _twin(name: str) -> lark.Lark:
   return lark.Lark(text, parser="earley", lexer="dynamic_complete")
 
 
-def _twin_accepts(name: str, data: bytes) -> bool:
+def lark_accepts(parser: lark.Lark, data: bytes) -> bool:
+  """Whether `parser` parses `data` (UTF-8) whole: the oracle's verdict."""
   try:
-    _twin(name).parse(data.decode("utf-8"))
+    parser.parse(data.decode("utf-8"))
   except lark.exceptions.LarkError:
     return False
   return True
+
+
+def _twin_accepts(name: str, data: bytes) -> bool:
+  return lark_accepts(_twin(name), data)
 
 
 @functools.cache
