@@ -94,7 +94,8 @@ class _SchemaOrderLog(logging.Handler):
 
 
 def run_schema(compiler, speller, name: str, entry: dict, *, whitespace: str,
-               time_limit: float, shared_definitions: str = "inline") -> dict:
+               time_limit: float, shared_definitions: str = "inline",
+               free_form_depth: int | None = 2) -> dict:
   """Compiles one schema and judges its instances; returns its row."""
   row = {"name": name, "style": entry["style"], "corpus_errors": corpus_errors(entry),
          "valid": len(entry["valid"]), "invalid": len(entry["invalid"]), "verdicts": {},
@@ -106,7 +107,7 @@ def run_schema(compiler, speller, name: str, entry: dict, *, whitespace: str,
   cpu = time.process_time()
   try:
     result = suite.compile_case(compiler, entry["schema"], whitespace=whitespace,
-                                time_limit=time_limit,
+                                time_limit=time_limit, free_form_depth=free_form_depth,
                                 shared_definitions=shared_definitions)
   finally:
     cpu = time.process_time() - cpu
@@ -144,14 +145,15 @@ def run_schema(compiler, speller, name: str, entry: dict, *, whitespace: str,
 
 
 def steady_pass(compiler, corpus: dict, names: list[str], *, whitespace: str,
-                shared_definitions: str) -> dict[str, float]:
+                shared_definitions: str, free_form_depth: int | None = 2
+                ) -> dict[str, float]:
   """name -> CPU seconds of compiling it once more with `compiler` (no judging; the
   spec built inside the timer, as in pass 0's `compile_case`)."""
   out = {}
   for name in names:
     cpu = time.process_time()
     compiler.compile(cd.JsonSchema(corpus[name]["schema"], whitespace=whitespace,
-                                   free_form_depth=2, implied_types=True,
+                                   free_form_depth=free_form_depth, implied_types=True,
                                    shared_definitions=shared_definitions))
     out[name] = time.process_time() - cpu
   return out
@@ -187,6 +189,16 @@ def markdown(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
+def _depth(text: str) -> int | None:
+  """`--free-form-depth` value: a non-negative int or 'none'."""
+  if text.lower() == "none":
+    return None
+  depth = int(text)
+  if depth < 0:
+    raise argparse.ArgumentTypeError(f"{text}: expected a non-negative int or 'none'")
+  return depth
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--corpus-dir", default=CORPUS_DIR)
@@ -198,6 +210,9 @@ def parse_args(argv=None):
   parser.add_argument("--random-tokenizations", type=int, default=2)
   parser.add_argument("--shared-definitions", choices=("inline", "call"),
                       default="inline", help="JsonSchema(shared_definitions=...)")
+  parser.add_argument("--free-form-depth", type=_depth, default=2,
+                      help="JsonSchema(free_form_depth=...): an int, or 'none' for calls to"
+                      " one JSON rule on the device stack (push-down tables; default 2)")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir)
   parser.add_argument("--passes", type=int, default=1,
                       help="compile passes over the corpus (default 1); the ones after the"
@@ -207,6 +222,8 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.out is None:
     suffix = "" if args.vocab == "gemma" else f"_{args.vocab}"
+    if args.free_form_depth != 2:
+      suffix += f"_free_form_{args.free_form_depth}".lower()
     args.out = os.path.join(_REPO, "benchmarks", "results", f"schema_corpus{suffix}.json")
   return args
 
@@ -229,7 +246,7 @@ def main(argv=None) -> int:
   rows = []
   for name, entry in corpus.items():
     row = run_schema(compiler, speller, name, entry, whitespace=args.whitespace,
-                     time_limit=args.time_limit,
+                     time_limit=args.time_limit, free_form_depth=args.free_form_depth,
                      shared_definitions=args.shared_definitions)
     rows.append(row)
     print(f"{name}: {row['status']} in {row['compile_s']:.2f} s {row['verdicts']}"
@@ -239,7 +256,8 @@ def main(argv=None) -> int:
   for index in range(1, args.passes):
     cpu_s = steady_pass(compiler, corpus, [r["name"] for r in compiled],
                         whitespace=args.whitespace,
-                        shared_definitions=args.shared_definitions)
+                        shared_definitions=args.shared_definitions,
+                        free_form_depth=args.free_form_depth)
     for r in compiled:
       r.setdefault("compile_cpu_s_by_pass", [r["compile_cpu_s"]]).append(cpu_s[r["name"]])
     by_pass.append(percentiles(list(cpu_s.values())))
@@ -278,7 +296,8 @@ def main(argv=None) -> int:
       print(f"WRONG {w['verdict']}: {r['name']}: {w['text'][:100]}")
     for e in r["corpus_errors"]:
       print(f"CORPUS {r['name']}: {e}")
-  meta = {"vocab": args.vocab, "shared_definitions": args.shared_definitions, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
+  meta = {"vocab": args.vocab, "shared_definitions": args.shared_definitions,
+          "free_form_depth": args.free_form_depth, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
           "time_limit_s": args.time_limit, "random_tokenizations": speller.num_random,
           "wall_s": time.time() - start, "load_average_start": load_start,
           "load_average_end": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
