@@ -4,7 +4,8 @@ Nothing here is public API (`cd.Compiler` drives it, `_compiler.py`); this is th
 for readers, in pipeline order. Each module's docstring lists its own entry points.
 
 Byte level:
-  _nfa.py          IR -> epsilon-NFA over byte ranges, packed for OpenFst (`build_nfa`).
+  _nfa.py          IR -> epsilon-NFA over byte ranges (`build_nfa`, `nfa_size`).
+  _nfa_pack.py     that NFA -> OpenFst's binary formats (`pack_const`, `pack_arcs`).
   _fsa.py          that NFA -> pynini/OpenFst -> minimal `ByteDfa` (the only place IR meets
                    pynini): `compile_byte_dfa`, `minimal_class_fst`.
   _byte_dfa.py     `ByteDfa`, plain numpy arrays; `_openfst_io.py` converts fast.

@@ -10,7 +10,8 @@ minimization treat it like any byte, and the exported `ByteDfa` lists it in
 fragments=True)`), one more pseudo-byte per distinct fragment, exported as
 `fragment_arcs` for `_splice.py` to replace with a copy of the fragment's automaton.
 An `ir.Marker` (a register operation, `_registers.py`) is one more pseudo-byte in the
-same numbering as fragments, exported as `marker_arcs`. (`_nfa.py` builds the NFA.)
+same numbering as fragments, exported as `marker_arcs`. (`_nfa.py` builds the NFA,
+`_nfa_pack.py` packs it.)
 
 Public functions:
   ir_to_fst(node)         an (epsilon-)NFA acceptor for the IR node, as a `pynini.Fst`.
@@ -51,6 +52,7 @@ import pywrapfst
 from constrained_decoding import errors
 from constrained_decoding.automata import _byte_dfa
 from constrained_decoding.automata import _nfa
+from constrained_decoding.automata import _nfa_pack
 from constrained_decoding.constraints import _ir as ir
 
 # Most states subset construction may create before giving up with a typed error: an
@@ -61,8 +63,8 @@ MAX_DETERMINIZED_STATES = 100_000
 # Tropical weights: Zero (inf) marks a non-final state.
 _ZERO = float("inf")
 # The `const` format's header start and its fixed-size state record (ConstFst::State).
-_CONST_HEADER_PREFIX = _nfa.binary_header(b"const")
-_CONST_STATE = _nfa.CONST_STATE
+_CONST_HEADER_PREFIX = _nfa_pack.binary_header(b"const")
+_CONST_STATE = _nfa_pack.CONST_STATE
 
 
 def ir_to_fst(node: ir.Node) -> pynini.Fst:
@@ -74,7 +76,7 @@ def ir_to_fst(node: ir.Node) -> pynini.Fst:
   Raises:
     UnsupportedFeatureError: `node` contains a `Terminal` that is not a token class.
   """
-  data, _ = _nfa.pack_bytes(_nfa.build_nfa(node), _nfa.BYTE_EDGES, {1})
+  data, _ = _nfa_pack.pack_bytes(_nfa.build_nfa(node), _nfa.BYTE_EDGES, {1})
   return pynini.Fst.read_from_string(data)
 
 
@@ -97,7 +99,7 @@ def _minimize(
   Args:
     fst: An acceptor (a `MutableFst` unless `has_epsilons` and `deterministic` are False).
     has_epsilons: False if `fst` is known to have no epsilon arcs, and no weights but One
-      (and Zero for non-final states): an NFA packed by `_nfa`.
+      (and Zero for non-final states): an NFA packed by `_nfa_pack`.
     deterministic: True if `fst` is known to be deterministic (then it has no
       epsilons either); regexes without shared prefixes (`Red|Blue`) often are.
 
@@ -105,7 +107,7 @@ def _minimize(
     CompileBudgetError: Determinizing needs more than `MAX_DETERMINIZED_STATES` states.
   """
   if deterministic:
-    if not isinstance(fst, pywrapfst.MutableFst):  # A `ConstFst` (`_nfa.pack_const`).
+    if not isinstance(fst, pywrapfst.MutableFst):  # A `ConstFst` (`_nfa_pack.pack_const`).
       fst = pywrapfst.convert(fst, "vector")
     return fst.minimize()
   if has_epsilons:
@@ -119,7 +121,7 @@ def _minimize(
         " (an ambiguous bounded repetition such as '(a|b)*a(a|b){20}' makes it grow"
         " exponentially). Expected an unambiguous pattern: make the repeated part and what"
         " follows it start with different characters.")
-  if not has_epsilons:  # `_nfa`'s packing: weights One, so the DFA's are too.
+  if not has_epsilons:  # `_nfa_pack`'s packing: weights One, so the DFA's are too.
     # Told, minimize skips a pass over every arc that would find it out (~15%).
     dfa.set_properties(_DETERMINIZED, _DETERMINIZED_MASK)
   return dfa.minimize()
@@ -330,7 +332,7 @@ def minimal_class_fst(node: ir.Node, *, fragments: bool = False
     nfa = _nfa.build_nfa(node, fragments)
     finals = _nfa.remove_epsilons(nfa)
     edges = _nfa.byte_classes(nfa.bounds)
-    data, deterministic = _nfa.pack_const(nfa, edges, finals)
+    data, deterministic = _nfa_pack.pack_const(nfa, edges, finals)
   fst = _minimize(
       pywrapfst.Fst.read_from_string(data), has_epsilons=False, deterministic=deterministic
   )

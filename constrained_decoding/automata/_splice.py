@@ -42,6 +42,7 @@ import pywrapfst
 from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _nfa
+from constrained_decoding.automata import _nfa_pack
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._detokenizer import VocabTrie
 from constrained_decoding.constraints import _ir as ir
@@ -407,7 +408,7 @@ def inline(dfa: ByteDfa, automata: list[FragmentAutomaton | None]) -> ByteDfa | 
   src, label, dst = (np.concatenate([np.asarray(p[i], np.int64) for p in parts])
                      for i in range(3))
   order = np.argsort(src, kind="stable")  # pack_arcs wants arcs grouped by state.
-  data = _nfa.pack_arcs(size, dfa.start, np.concatenate(accepting), src[order],
+  data = _nfa_pack.pack_arcs(size, dfa.start, np.concatenate(accepting), src[order],
                         label[order], dst[order])
   # pylint: disable=protected-access
   fst = _fsa._minimize(pywrapfst.Fst.read_from_string(data), has_epsilons=False)

@@ -1,9 +1,9 @@
 """The fast paths of `automata/_fsa.py` against the plain ones and against `re`.
 
-`_nfa.pack_bytes` packs large epsilon-free NFAs with numpy and builds non-ASCII classes
-from a cached template; both must give the very same bytes / language. `_nfa.pack_const`
-must give the same automaton in the `const` format, and `_fsa.fst_arcs` the arcs that
-pywrapfst lists.
+`_nfa_pack.pack_bytes` packs large epsilon-free NFAs with numpy and `_nfa` builds
+non-ASCII classes from a cached template; both must give the very same bytes / language.
+`_nfa_pack.pack_const` must give the same automaton in the `const` format, and
+`_fsa.fst_arcs` the arcs that pywrapfst lists.
 """
 
 import random
@@ -16,6 +16,7 @@ import pywrapfst
 import constrained_decoding as cd
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _nfa
+from constrained_decoding.automata import _nfa_pack
 
 _PATTERNS = [
     r'"([^"\\]|\\.)*"',
@@ -33,7 +34,7 @@ def _packed(nfa, edges, finals, *, plain):
   if plain:  # A dummy epsilon entry sends `pack_bytes` down its loop over arcs.
     nfa.epsilons = {len(nfa.arcs) + 10: []}
   try:
-    return _nfa.pack_bytes(nfa, edges, finals)[0]
+    return _nfa_pack.pack_bytes(nfa, edges, finals)[0]
   finally:
     nfa.epsilons = saved
 
@@ -55,7 +56,8 @@ def _epsilon_free(spec):
 @pytest.mark.parametrize("spec", _PACKING_SPECS)
 def test_numpy_packing_equals_the_loop(spec):
   nfa, finals, edges = _epsilon_free(spec)
-  fast, deterministic = _nfa._pack_bytes_numpy(nfa, edges, finals)  # pylint: disable=protected-access
+  fast, deterministic = _nfa_pack._pack_bytes_numpy(  # pylint: disable=protected-access
+      nfa, edges, finals)
   assert fast == _packed(nfa, edges, finals, plain=True)
   # Deterministic iff no state has two arcs with one label.
   labels = {}
@@ -77,9 +79,9 @@ def _arc_lists(fst) -> list:
 @pytest.mark.parametrize("spec", _PACKING_SPECS)
 def test_const_packing_equals_the_vector_packing(spec):
   nfa, finals, edges = _epsilon_free(spec)
-  vector, deterministic = _nfa.pack_bytes(nfa, edges, finals)
+  vector, deterministic = _nfa_pack.pack_bytes(nfa, edges, finals)
   expected = _arc_lists(pywrapfst.Fst.read_from_string(vector))
-  const, const_deterministic = _nfa.pack_const(nfa, edges, finals)
+  const, const_deterministic = _nfa_pack.pack_const(nfa, edges, finals)
   fst = pywrapfst.Fst.read_from_string(const)
   assert fst.fst_type() == "const"
   assert _arc_lists(fst) == expected
@@ -89,8 +91,8 @@ def test_const_packing_equals_the_vector_packing(spec):
   small.arcs = nfa.arcs[:60]
   small.arcs = [[x if i % 3 != 2 or x < 60 else 1 for i, x in enumerate(a)]
                 for a in small.arcs]
-  small_vector, small_deterministic = _nfa.pack_bytes(small, edges, finals)
-  small_const, small_const_deterministic = _nfa.pack_const(small, edges, finals)
+  small_vector, small_deterministic = _nfa_pack.pack_bytes(small, edges, finals)
+  small_const, small_const_deterministic = _nfa_pack.pack_const(small, edges, finals)
   assert (_arc_lists(pywrapfst.Fst.read_from_string(small_const))
           == _arc_lists(pywrapfst.Fst.read_from_string(small_vector)))
   assert small_const_deterministic == small_deterministic
@@ -99,7 +101,7 @@ def test_const_packing_equals_the_vector_packing(spec):
 def test_const_packing_refuses_epsilons():
   nfa = _nfa.build_nfa(cd.Regex("a*b").to_ir())
   with pytest.raises(ValueError, match="epsilon"):
-    _nfa.pack_const(nfa, _nfa.byte_classes(nfa.bounds), {1})
+    _nfa_pack.pack_const(nfa, _nfa.byte_classes(nfa.bounds), {1})
 
 
 def test_fst_arcs_leaves_the_properties_of_its_input():

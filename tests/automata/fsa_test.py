@@ -13,6 +13,7 @@ from constrained_decoding import errors
 from constrained_decoding.automata import _byte_dfa
 from constrained_decoding.automata import _fsa
 from constrained_decoding.automata import _nfa
+from constrained_decoding.automata import _nfa_pack
 from constrained_decoding.automata import _utf8
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _regex
@@ -153,7 +154,7 @@ def test_export_fast_path_agrees_with_slow_path(pattern):
   nfa = _nfa.build_nfa(node)
   finals = _nfa.remove_epsilons(nfa)
   edges = _nfa.byte_classes(nfa.bounds)
-  data, deterministic = _nfa.pack_bytes(nfa, edges, finals)
+  data, deterministic = _nfa_pack.pack_bytes(nfa, edges, finals)
   fst = _fsa._minimize(pywrapfst.Fst.read_from_string(data), has_epsilons=False,
                        deterministic=deterministic)
   fast, slow = _fsa._export_fast(fst, edges), _export_slow(fst, edges)
