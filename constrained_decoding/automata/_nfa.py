@@ -60,13 +60,14 @@ class Nfa:
     self.keep_fragments = fragments
     # Pseudo-byte index of each kept fragment and marker: label FRAGMENT_BASE + index.
     self.pseudo: dict = {}
-    # Shared states, by what they spell and the state they go on to: `_cons_key(part,
-    # next)` -> the state before a concatenation's part (`_add_concat`), and
+    # Shared states, by what they spell and the state they go on to: `(type, data or
+    # ranges, next)` of a leaf part, `(id(part), next)` of another node -> the state
+    # before a concatenation's part (`_add_concat`), and
     # `(next << 8) | byte` -> a literal's state whose only arc is `byte` to `next`
     # (`_add_bytes`). A state's right language depends on nothing else, so sharing it
     # keeps the language; determinizing and minimizing get ~30% fewer states and arcs.
     self.cons: dict = {} if share else _NoSharing()
-    self.alive: list = []  # The nodes whose ids are in `cons`, kept alive.
+    self.alive: list = []  # The nodes whose ids are in `cons`, kept alive (and so their ids).
 
   def pseudo_label(self, node) -> int:
     """The label of the pseudo-byte standing for `node` (a kept fragment, a marker)."""
@@ -244,22 +245,29 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
   if not parts:
     nfa.add_epsilon(src, dst)
     return
-  last = len(parts) - 1
-  adders = _ADDERS
-  loops = _separated_lists(parts) if ir.Repeat in map(type, parts) else None
-  if loops:
-    _add_concat_with_loops(nfa, parts, loops, src, dst)
-    return
+  if _REPEAT in map(type, parts):
+    loops = _separated_lists(parts)
+    if loops:
+      _add_concat_with_loops(nfa, parts, loops, src, dst)
+      return
   # The state before part i spells parts[i:] into dst whatever leads to it, so it is
   # shared with every concatenation that has an equal suffix into the same state
   # (`Nfa.cons`): the longest such suffix is looked up from the end, and only the parts
   # before it are built, from the start (pseudo-bytes keep their order of appearance).
+  # The keys (leaves by value, other nodes by identity) and the adders of one byte and of
+  # ASCII classes are inlined: one corpus pass builds ~16k concatenations.
   cons = nfa.cons
   nxt = dst
-  i = last
+  i = len(parts) - 1
   while i:
     part = parts[i]
-    key = _cons_key(part, nxt)
+    kind = type(part)
+    if kind is _BYTES:
+      key = (kind, part.data, nxt)
+    elif kind is _CHAR_CLASS or kind is _BYTE_CLASS:
+      key = (kind, part.ranges, nxt)
+    else:
+      key = (id(part), nxt)
     state = cons.get(key)
     if state is None:
       break
@@ -274,32 +282,39 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
     alive.append(part)
     for k in range(i - 1, 0, -1):
       part = parts[k]
-      cons[_cons_key(part, before + k + 1)] = before + k
-      alive.append(part)
+      kind = type(part)
+      if kind is _BYTES:
+        cons[(kind, part.data, before + k + 1)] = before + k
+      elif kind is _CHAR_CLASS or kind is _BYTE_CLASS:
+        cons[(kind, part.ranges, before + k + 1)] = before + k
+      else:
+        cons[(id(part), before + k + 1)] = before + k
+        alive.append(part)
+  adders, bounds = _ADDERS, nfa.bounds
   state = src
   for k in range(i + 1):
     part = parts[k]
     target = before + k + 1 if k < i else nxt
     kind = type(part)
-    if kind is ir.Repeat and k:  # Only part k leaves its fresh state.
+    if kind is _BYTES and len(part.data) == 1:
+      b = part.data[0]
+      arcs[state] += (b, b, target)
+      bounds.add(b)
+      bounds.add(b + 1)
+    elif kind is _CHAR_CLASS and part.ranges and part.ranges[-1][1] < 0x80:
+      out = arcs[state]
+      for lo, hi in part.ranges:
+        out += (lo, hi, target)
+        bounds.add(lo)
+        bounds.add(hi + 1)
+    elif kind is _REPEAT and k:  # Only part k leaves its fresh state.
       _add_repeat(nfa, part, state, target, True)
     else:
       adders.get(kind, _add_unknown)(nfa, part, state, target)
     state = target
 
 
-def _cons_key(part, nxt: int):
-  """`Nfa.cons`'s key of the state that spells `part` and then goes on as `nxt`: leaves
-  by value, other nodes by identity (`Nfa.alive` keeps them, and so their ids)."""
-  kind = type(part)
-  if kind is _BYTES:
-    return (kind, part.data, nxt)
-  if kind is _CHAR_CLASS or kind is _BYTE_CLASS:
-    return (kind, part.ranges, nxt)
-  return (id(part), nxt)
-
-
-_BYTES, _CHAR_CLASS, _BYTE_CLASS = ir.Bytes, ir.CharClass, ir.ByteClass
+_BYTES, _CHAR_CLASS, _BYTE_CLASS, _REPEAT = ir.Bytes, ir.CharClass, ir.ByteClass, ir.Repeat
 
 
 def _separated_lists(parts: tuple) -> dict[int, tuple[int, tuple]]:
