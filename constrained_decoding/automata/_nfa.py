@@ -50,7 +50,7 @@ class Nfa:
     bounds: Every `lo` and `hi + 1` of a range: the edges of the byte classes.
   """
 
-  __slots__ = ("arcs", "epsilons", "bounds", "keep_fragments", "pseudo", "cons", "alive")
+  __slots__ = ("arcs", "epsilons", "bounds", "keep_fragments", "pseudo", "cons")
 
   def __init__(self, fragments: bool = False, share: bool = True):
     self.arcs: list[list[int]] = [[], []]
@@ -61,13 +61,12 @@ class Nfa:
     # Pseudo-byte index of each kept fragment and marker: label FRAGMENT_BASE + index.
     self.pseudo: dict = {}
     # Shared states, by what they spell and the state they go on to: `(type, data or
-    # ranges, next)` of a leaf part, `(id(part), next)` of another node -> the state
-    # before a concatenation's part (`_add_concat`), and
+    # ranges, next)` of a leaf part, `(part, next)` of another node (by value) -> the
+    # state before a concatenation's part (`_add_concat`), and
     # `(next << 8) | byte` -> a literal's state whose only arc is `byte` to `next`
     # (`_add_bytes`). A state's right language depends on nothing else, so sharing it
     # keeps the language; determinizing and minimizing get ~30% fewer states and arcs.
     self.cons: dict = {} if share else _NoSharing()
-    self.alive: list = []  # The nodes whose ids are in `cons`, kept alive (and so their ids).
 
   def pseudo_label(self, node) -> int:
     """The label of the pseudo-byte standing for `node` (a kept fragment, a marker)."""
@@ -254,8 +253,10 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
   # shared with every concatenation that has an equal suffix into the same state
   # (`Nfa.cons`): the longest such suffix is looked up from the end, and only the parts
   # before it are built, from the start (pseudo-bytes keep their order of appearance).
-  # The keys (leaves by value, other nodes by identity) and the adders of one byte and of
-  # ASCII classes are inlined: one corpus pass builds ~16k concatenations.
+  # Parts are keyed by value (leaves by their data, other nodes by their cached hash and
+  # `==`): equal sub-trees built as separate objects (a definition lowered at each use)
+  # share too (12% fewer NFA states on the corpus). The keys and the adders of one byte
+  # and of ASCII classes are inlined: one corpus pass builds ~16k concatenations.
   cons = nfa.cons
   nxt = dst
   i = len(parts) - 1
@@ -267,7 +268,7 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
     elif kind is _CHAR_CLASS or kind is _BYTE_CLASS:
       key = (kind, part.ranges, nxt)
     else:
-      key = (id(part), nxt)
+      key = (part, nxt)
     state = cons.get(key)
     if state is None:
       break
@@ -278,8 +279,6 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
   if i:
     arcs += [[] for _ in range(i)]
     cons[key] = before + i
-    alive = nfa.alive
-    alive.append(part)
     for k in range(i - 1, 0, -1):
       part = parts[k]
       kind = type(part)
@@ -288,8 +287,7 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
       elif kind is _CHAR_CLASS or kind is _BYTE_CLASS:
         cons[(kind, part.ranges, before + k + 1)] = before + k
       else:
-        cons[(id(part), before + k + 1)] = before + k
-        alive.append(part)
+        cons[(part, before + k + 1)] = before + k
   adders, bounds = _ADDERS, nfa.bounds
   state = src
   for k in range(i + 1):

@@ -1,12 +1,14 @@
 """Shared suffix states in the byte NFA (`_nfa._add_concat`, `Nfa.cons`).
 
 A concatenation shares the state before its part i with every concatenation whose parts
-from i on are the same (leaves by value, other nodes by identity) into the same state.
+from i on are equal (by value: equal sub-trees built as separate objects too) into the
+same state.
 Oracles: Python's `re` on every string up to length 5 over the alphabet, the minimal DFA
 of the same NFA built without sharing (`build_nfa(share=False)`), and the order in which
 pseudo-bytes (fragments) appear in the IR.
 """
 
+import copy
 import functools
 import itertools
 import random
@@ -25,9 +27,10 @@ _TEXTS = ["".join(t) for n in range(6) for t in itertools.product(_ALPHABET, rep
 
 def _random_pair(rng: random.Random, depth: int, pool: list) -> tuple[ir.Node, str]:
   """(IR node, equivalent Python regex); earlier pairs are reused as they are (one object
-  in several places), so concatenations often end in equal parts."""
+  in several places) or as equal copies, so concatenations often end in equal parts."""
   if pool and rng.random() < 0.35:
-    return rng.choice(pool)
+    node, pattern = rng.choice(pool)
+    return (node if rng.random() < 0.5 else copy.deepcopy(node)), pattern
   kind = rng.randrange(5 if depth else 2)
   if kind == 0:
     text = "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(4)))
@@ -88,6 +91,27 @@ def test_alternatives_with_equal_tails_share_them():
   plain = len(_nfa.build_nfa(node, share=False).arcs)
   # Unshared: 3 states inside each of the 6 alternatives; shared: 3 in all.
   assert (plain, shared) == (2 + 6 * 3, 2 + 3)
+
+
+def test_equal_tails_built_as_separate_objects_share_them():
+  def tail():  # A new object at each call, equal to the others.
+    return ir.Concat((ir.Bytes(b":"), ir.Repeat(ir.char_class([(0x30, 0x39)]), 1, None),
+                      ir.Bytes(b"}")))
+
+  assert tail() == tail() and tail() is not tail()
+  copies = ir.Union(tuple(ir.Concat((ir.Bytes(bytes([c])), tail(), ir.Bytes(b"!")))
+                          for c in b"abc"))
+  one = tail()
+  same = ir.Union(tuple(ir.Concat((ir.Bytes(bytes([c])), one, ir.Bytes(b"!")))
+                        for c in b"abc"))
+  assert len(_nfa.build_nfa(copies).arcs) == len(_nfa.build_nfa(same).arcs)
+  assert len(_nfa.build_nfa(copies).arcs) < len(_nfa.build_nfa(copies, share=False).arcs)
+  dfa = _fsa.compile_byte_dfa(copies)
+  oracle = re.compile(r"[abc]:[0-9]+}!")
+  texts = ["".join(t) for n in range(7) for t in itertools.product("ab:1}!", repeat=n)]
+  assert sum(bool(oracle.fullmatch(t)) for t in texts) == 4  # a:1}! ... b:11}!
+  for text in texts:
+    assert dfa.accepts(text.encode()) == bool(oracle.fullmatch(text)), text
 
 
 def test_literals_share_their_suffixes_into_one_state():
