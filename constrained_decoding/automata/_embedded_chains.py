@@ -279,21 +279,36 @@ def _any_node(node: ir.Node, found, kinds: tuple | None = None) -> bool:
   `kinds` (optional): the node types `found` can hit; it is not called on others, and
   leaves of other types are skipped (a schema's IR is mostly leaves and unions: ~40k
   nodes a corpus pass)."""
-  children_of = ir._CHILDREN.get  # pylint: disable=protected-access
   skip = (frozenset() if kinds is None
           else frozenset(t for t in _LEAF_TYPES if not issubclass(t, kinds)))
+  plan: dict[type, tuple] = {}  # node type -> (ask `found`?, children getter or None)
   seen, stack = set(), [node]
+  pop, push, see = stack.pop, stack.extend, seen.add
   while stack:
-    n = stack.pop()
-    if type(n) in skip or id(n) in seen:
+    n = pop()
+    kind = type(n)
+    if kind in skip:
       continue
-    seen.add(id(n))
-    if (kinds is None or isinstance(n, kinds)) and found(n) is not None:
+    key = id(n)
+    if key in seen:
+      continue
+    see(key)
+    ask, get = plan.get(kind) or plan.setdefault(kind, _plan(kind, kinds))
+    if ask and found(n) is not None:
       return True
-    if not isinstance(n, ir.Fragment):
-      get = children_of(type(n))
-      stack.extend(reversed(ir.children(n) if get is None else get(n)))
+    if get is not None:
+      push(reversed(get(n)))
   return False
+
+
+def _plan(kind: type, kinds: tuple | None) -> tuple:
+  """`_any_node`'s handling of nodes of type `kind`: whether `found` is asked about
+  them, and how their children are read (None: not entered, a fragment)."""
+  if issubclass(kind, ir.Fragment):
+    get = None
+  else:
+    get = ir._CHILDREN.get(kind, ir.children)  # pylint: disable=protected-access
+  return kinds is None or issubclass(kind, kinds), get
 
 
 # IR node types without children (`ir.children` is empty).
