@@ -183,26 +183,33 @@ def lane_prefix_tables(state_seq_lanes: np.ndarray, seq_items: np.ndarray,
   items = np.asarray(seq_items)
   items = np.pad(items, [(0, 0), (0, max(0, length - items.shape[1]))],
                  constant_values=-1)[:, :length]
-  prefix = np.where((lanes >= 0)[..., None], items[np.maximum(lanes, 0)], -1)  # [S, Ks, P]
-  live = prefix[..., 0] >= 0
-  # One int64 key per live lane: (state, prefix digits in base C + 1, -1 as 0), so one
-  # sort finds every state's distinct prefixes in ascending order.
+  # One key per live lane: (state, prefix digits in base C + 2, -1 as 0), so one sort
+  # finds every state's distinct prefixes in ascending order. The digits are coded once
+  # per sequence, and the keys are int32 where they fit (Python with Gemma 3: 803 states
+  # x 155^2 codes): 12 -> 8 ms of CPU against int64 keys coded per lane and np.unique.
   radix = int(max(items.max(initial=0), 0)) + 2
-  code = np.zeros(lanes.shape, np.int64)
+  span = radix ** length
+  code = np.zeros(items.shape[0], np.int64)
   for k in range(length):
-    code = code * radix + (prefix[..., k].astype(np.int64) + 1)
-  key = np.arange(lanes.shape[0], dtype=np.int64)[:, None] * radix ** length + code
-  distinct, inverse = np.unique(key[live], return_inverse=True)
-  state = distinct // radix ** length
+    code = code * radix + (items[:, k].astype(np.int64) + 1)
+  dtype = np.int32 if lanes.shape[0] * span < 2**31 else np.int64
+  live = (lanes >= 0) & (items[np.maximum(lanes, 0), 0] >= 0)
+  key = (np.arange(lanes.shape[0], dtype=dtype)[:, None] * span
+         + code[np.maximum(lanes, 0)].astype(dtype))[live]
+  ordered = np.sort(key)
+  first = np.ones(ordered.shape, bool)
+  first[1:] = ordered[1:] != ordered[:-1]
+  distinct = ordered[first]
+  state = distinct // span
   column = np.arange(len(distinct)) - np.searchsorted(state, state)
   width = int(column.max(initial=0)) + 1
   out = np.full((lanes.shape[0], width, length), -1, np.int32)
-  rest = distinct % radix ** length
+  rest = distinct % span
   for k in reversed(range(length)):
     out[state, column, k] = rest % radix - 1
     rest //= radix
   lane_prefix = np.full(lanes.shape, -1, np.int16 if width < 2**15 else np.int32)
-  lane_prefix[live] = column[inverse.reshape(-1)]
+  lane_prefix[live] = column[np.searchsorted(distinct, key)]
   return out, lane_prefix
 
 
