@@ -104,8 +104,12 @@ class _Configurations:
   path pops from the stack below the token is not part of the configuration (that would
   multiply configurations by every pop history): each successor instead carries the
   *chunk* of symbols its epsilon closure popped, and the walk accumulates chunks into
-  pop sequences (`_PopSequences`). Successors are computed once per configuration, as
-  sorted `(config * 256 + byte) -> (config, chunk)` arrays for numpy lookups.
+  pop sequences (`_PopSequences`). Successors are computed once per configuration and
+  listed by (configuration, byte), with offsets per (row, byte) for numpy lookups.
+
+  Only the epsilon closures are Python loops (a few moves per configuration); the byte
+  arcs of a whole batch of closures are gathered, interned and sorted in numpy, with
+  configuration ids assigned in first-seen order (closure by closure, bytes ascending).
   """
 
   def __init__(self, rtn: Rtn, max_pops: int, max_pushes: int):
@@ -113,26 +117,54 @@ class _Configurations:
     self.max_pops = max_pops
     self.max_pushes = max_pushes
     self.items: list[tuple[int, tuple[int, ...]]] = []
-    self.index: dict = {}
+    self.index: dict = {}  # pushed id * num_states + state -> configuration id
+    self.states: list[int] = []  # per configuration: its state and pushed id
+    self.pushes: list[int] = []
+    self.pushed: list[tuple[int, ...]] = [()]
+    self.pushed_index: dict = {(): 0}
     self.chunks: list[tuple[int, ...]] = [()]
     self.chunk_index: dict = {(): 0}
-    self.expanded: set[int] = set()
-    self.keys = np.zeros(0, np.int64)
+    # Successors, listed by (row, byte) over the expanded configurations' rows:
+    # row_of[config] (-1: not expanded), row_start[row * 256 + byte] (CSR offsets).
+    self.row_of = np.zeros(0, np.int64)
+    self.num_rows = 0
+    self.row_start = np.zeros(1, np.int64)
     self.targets = np.zeros(0, np.int64)
     self.target_chunks = np.zeros(0, np.int64)
-    self._byte_rows = [np.nonzero(row >= 0)[0] for row in rtn.transitions]
+    self.target_ops = np.zeros(0, np.int64)
+    # The byte arcs of every state as one sorted (state, byte) list.
+    transitions = rtn.transitions
+    self._arc_state, self._arc_byte = np.nonzero(transitions >= 0)
+    self._arc_target = transitions[self._arc_state, self._arc_byte].astype(np.int64)
+    degree = np.bincount(self._arc_state, minlength=rtn.num_states)
+    self._arc_start = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+    self._is_tail = (rtn.accepting & ~(transitions != NO_STATE).any(axis=1)
+                     & np.array([not c for c in rtn.calls], bool))
     # Register operations read with a byte arc (`Rtn.contracted`): interned op tuples,
     # 0 for none; each successor carries the id of the arc it read.
-    self.arc_ops = {} if rtn.contracted is None else rtn.contracted.arc_ops
+    arc_ops = {} if rtn.contracted is None else rtn.contracted.arc_ops
     self.ops: list[tuple] = [()]
-    self.ops_index: dict = {(): 0}
-    self.target_ops = np.zeros(0, np.int64)
+    ops_index: dict = {(): 0}
+    self._arc_op = np.zeros(len(self._arc_state), np.int64)
+    for (state, b), crossed in arc_ops.items():
+      at = int(np.searchsorted(self._arc_byte[self._arc_start[state]:
+                                              self._arc_start[state + 1]], b))
+      self._arc_op[self._arc_start[state] + at] = ops_index.setdefault(crossed,
+                                                                       len(ops_index))
+    self.ops.extend(sorted(ops_index, key=ops_index.get)[1:])
 
   def intern(self, config) -> int:
-    found = self.index.get(config)
+    state, pushed = config
+    push = self.pushed_index.setdefault(pushed, len(self.pushed_index))
+    if push == len(self.pushed):
+      self.pushed.append(pushed)
+    key = push * self.rtn.num_states + state
+    found = self.index.get(key)
     if found is None:
-      found = self.index[config] = len(self.items)
+      found = self.index[key] = len(self.items)
       self.items.append(config)
+      self.states.append(state)
+      self.pushes.append(push)
     return found
 
   def _closure(self, config):
@@ -146,7 +178,7 @@ class _Configurations:
       moves = []
       for rule, ret in rtn.calls[state]:
         entry = rtn.rule_start[rule]
-        if rtn.is_tail(ret):
+        if self._is_tail[ret]:
           moves.append((entry, pushed, popped))
         elif len(pushed) < self.max_pushes:
           moves.append((entry, pushed + (ret,), popped))
@@ -162,59 +194,98 @@ class _Configurations:
           todo.append(move)
     return seen
 
+  def _intern_many(self, state: np.ndarray, push: np.ndarray) -> np.ndarray:
+    """Configuration ids of (state, pushed id) pairs, new ones numbered in order of
+    first occurrence."""
+    key = push * self.rtn.num_states + state
+    unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    index = self.index
+    ids = np.array([index.get(k, -1) for k in unique.tolist()], np.int64)
+    new = np.flatnonzero(ids < 0)
+    if len(new):
+      new = new[np.argsort(first[new], kind="stable")]
+      ids[new] = len(self.items) + np.arange(len(new))
+      pushed = self.pushed
+      for k, s, p in zip(unique[new].tolist(), state[first[new]].tolist(),
+                         push[first[new]].tolist()):
+        index[k] = len(self.items)
+        self.items.append((s, pushed[p]))
+        self.states.append(s)
+        self.pushes.append(p)
+    return ids[inverse]
+
   def expand(self, wanted: np.ndarray) -> None:
     """Computes the successors of the configurations in `wanted` not expanded yet.
 
     Only configurations the walk actually reached are expanded: expanding every
     interned successor would explore all byte strings, not the vocabulary's.
     """
-    new = sorted(c for c in set(wanted.tolist()) if c not in self.expanded)
-    if not new:
+    if len(self.row_of) < len(self.items):
+      self.row_of = np.concatenate(
+          [self.row_of, np.full(len(self.items) - len(self.row_of), -1, np.int64)])
+    new = _arrays.sorted_unique(wanted)
+    new = new[self.row_of[new] < 0]
+    if not len(new):
       return
-    keys, targets, chunks = [self.keys], [self.targets], [self.target_chunks]
-    ops = [self.target_ops]
-    transitions = self.rtn.transitions
-    arc_ops = self.arc_ops
-    for c in new:
-      self.expanded.add(c)
-      triples = set()
-      for state, pushed, popped in self._closure(self.items[c]):
-        row = transitions[state]
-        chunk = self.chunk_index.setdefault(popped, len(self.chunk_index))
-        if chunk == len(self.chunks):
-          self.chunks.append(popped)
-        for b in self._byte_rows[state].tolist():
-          if arc_ops:
-            crossed = arc_ops.get((state, b), ())
-            op = self.ops_index.setdefault(crossed, len(self.ops_index))
-            if op == len(self.ops):
-              self.ops.append(crossed)
-            triples.add((b, self.intern((int(row[b]), pushed)), chunk, op))
-          else:
-            triples.add((b, self.intern((int(row[b]), pushed)), chunk, 0))
-      if triples:
-        found = np.array(sorted(triples), np.int64)
-        keys.append(c * 256 + found[:, 0])
-        targets.append(found[:, 1])
-        chunks.append(found[:, 2])
-        ops.append(found[:, 3])
-    key = np.concatenate(keys)
-    order = np.argsort(key, kind="stable")
-    self.keys = key[order]
-    self.targets = np.concatenate(targets)[order]
-    self.target_chunks = np.concatenate(chunks)[order]
-    self.target_ops = np.concatenate(ops)[order]
+    # Closure elements of the new configurations, closure by closure.
+    el_config, el_state, el_push, el_chunk = [], [], [], []
+    chunk_index, chunks = self.chunk_index, self.chunks
+    pushed_index, pushed_list = self.pushed_index, self.pushed
+    items = self.items
+    for c in new.tolist():
+      for state, pushed, popped in self._closure(items[c]):
+        chunk = chunk_index.setdefault(popped, len(chunk_index))
+        if chunk == len(chunks):
+          chunks.append(popped)
+        push = pushed_index.setdefault(pushed, len(pushed_index))
+        if push == len(pushed_list):
+          pushed_list.append(pushed)
+        el_config.append(c)
+        el_state.append(state)
+        el_push.append(push)
+        el_chunk.append(chunk)
+    el_state = np.array(el_state, np.int64)
+    degree = self._arc_start[el_state + 1] - self._arc_start[el_state]
+    element = np.repeat(np.arange(len(el_state)), degree)
+    arc = (np.repeat(self._arc_start[el_state] - (np.cumsum(degree) - degree), degree)
+           + np.arange(len(element)))
+    config = np.array(el_config, np.int64)[element]
+    target = self._intern_many(self._arc_target[arc], np.array(el_push, np.int64)[element])
+    chunk = np.array(el_chunk, np.int64)[element]
+    op = self._arc_op[arc]
+    byte = self._arc_byte[arc].astype(np.int64)
+    order = np.lexsort((op, chunk, target, byte, config))
+    config, byte, target, chunk, op = (a[order] for a in (config, byte, target, chunk, op))
+    distinct = np.ones(len(order), bool)
+    distinct[1:] = ((config[1:] != config[:-1]) | (byte[1:] != byte[:-1])
+                    | (target[1:] != target[:-1]) | (chunk[1:] != chunk[:-1])
+                    | (op[1:] != op[:-1]))
+    # The new configurations take the next rows, in id order, so the successor lists,
+    # appended in (configuration, byte) order, stay sorted by (row, byte).
+    if len(self.row_of) < len(self.items):
+      self.row_of = np.concatenate(
+          [self.row_of, np.full(len(self.items) - len(self.row_of), -1, np.int64)])
+    rows = self.num_rows + np.arange(len(new))
+    self.row_of[new] = rows
+    self.num_rows += len(new)
+    flat = (self.row_of[config[distinct]] - rows[0]) * 256 + byte[distinct]
+    counts = np.bincount(flat, minlength=len(new) * 256)
+    self.row_start = np.concatenate([self.row_start, self.row_start[-1] + np.cumsum(counts)])
+    self.targets = np.concatenate([self.targets, target[distinct]])
+    self.target_chunks = np.concatenate([self.target_chunks, chunk[distinct]])
+    self.target_ops = np.concatenate([self.target_ops, op[distinct]])
 
   def step(self, config: np.ndarray, byte: np.ndarray):
     """(which input, successor, popped chunk, operations id) for each (config, byte)
-    input pair."""
-    key = config.astype(np.int64) * 256 + byte
-    lo = np.searchsorted(self.keys, key, "left")
-    hi = np.searchsorted(self.keys, key, "right")
-    count = hi - lo
-    which = np.repeat(np.arange(len(key)), count)
-    slot = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
-    return which, self.targets[slot], self.target_chunks[slot], self.target_ops[slot]
+    input pair (the configurations expanded)."""
+    flat = self.row_of.take(config) * 256 + byte
+    first = self.row_start.take(flat)
+    count = self.row_start.take(flat + 1) - first
+    which = np.repeat(np.arange(len(flat)), count)
+    slot = np.repeat(first - (np.cumsum(count) - count), count)
+    slot += np.arange(len(which))
+    return (which, self.targets.take(slot), self.target_chunks.take(slot),
+            self.target_ops.take(slot))
 
 
 class _Interned:
@@ -373,7 +444,22 @@ def _check_deterministic(rtn: Rtn, configs: _Configurations, pops: _PopSequences
   lengths = np.array([len(p) for p in pops.items], np.int64)
   rank = np.empty(len(pops.items), np.int64)
   rank[np.lexsort(padded.T[::-1])] = np.arange(len(pops.items))
-  key = origin * (1 << 32) + token
+  num_tokens = int(token.max()) + 1
+  key = origin * num_tokens + token
+  # Fast path: one sort of (origin, token, pop rank) packed in an int64 finds the
+  # (origin, token) pairs with several paths; usually there are none.
+  if (int(key.max()) + 1) * len(rank) < 1 << 62:
+    packed = np.sort(key * len(rank) + rank[popped])
+    same = packed[1:] // len(rank) == packed[:-1] // len(rank)
+    if not same.any():
+      return
+    by_rank = np.empty(len(rank), np.int64)
+    by_rank[rank] = np.arange(len(rank))
+    a, b = by_rank[packed[:-1][same] % len(rank)], by_rank[packed[1:][same] % len(rank)]
+    short = np.minimum(lengths[a], lengths[b])
+    columns = np.arange(padded.shape[1])[None, :] < short[:, None]
+    if not np.all((padded[a] == padded[b]) | ~columns, axis=1).any():
+      return
   order = np.lexsort((rank[popped], key))
   same = key[order][1:] == key[order][:-1]
   a, b = popped[order][:-1][same], popped[order][1:][same]
@@ -446,35 +532,43 @@ def compose_token_pda(
   origin, token, cfg, popped, crossed = (np.concatenate(column) for column in zip(*parts))
   _check_deterministic(rtn, configs, pops, origin, token, cfg, popped, vocab_bytes)
 
-  # Edge groups: one per (origin, pop sequence); push sequences interned.
-  items = configs.items
-  push_ids: dict[tuple[int, ...], int] = {(): 0}
-  unique_cfg, inverse = _arrays.sorted_unique(cfg, return_inverse=True)
-  cfg_target = np.array([items[int(c)][0] for c in unique_cfg], np.int64)
-  cfg_push = np.array([push_ids.setdefault(items[int(c)][1], len(push_ids))
-                       for c in unique_cfg], np.int64)
-  pair, group_of_edge = _arrays.sorted_unique(origin * (1 << 32) + popped,
-                                              return_inverse=True)
-  group_ids = {(int(v >> 32), pops.items[int(v & 0xFFFFFFFF)]): g
-               for g, v in enumerate(pair.tolist())}
-  edge_group = group_of_edge.astype(np.int64)
+  # Edge groups: one per (origin, pop sequence), ordered by state, then pops by length
+  # and content; edges by group and token; push sequences numbered as first met in
+  # configuration order.
+  lengths = np.array([len(p) for p in pops.items], np.int64)
+  pop_order = sorted(range(len(pops.items)), key=lambda i: (len(pops.items[i]), pops.items[i]))
+  pop_rank = np.empty(len(pop_order), np.int64)
+  pop_rank[pop_order] = np.arange(len(pop_order))  # the empty sequence first
+  num_pops = len(pop_order)
+  group_key = origin * num_pops + pop_rank[popped]
   # Every state keeps a pop-free group (possibly empty): it carries terminal bits.
-  for s in range(q):
-    group_ids.setdefault((s, ()), len(group_ids))
-  group_keys = sorted(group_ids, key=lambda k: (k[0], len(k[1]), k[1]))
-  renumber = np.empty(len(group_keys), np.int64)
-  for new, k in enumerate(group_keys):
-    renumber[group_ids[k]] = new
-  edge_group = renumber[edge_group]
-  order = np.lexsort((token, edge_group))
-  width = max((len(k[1]) for k in group_keys), default=0)
+  group_keys = _arrays.sorted_unique(
+      np.concatenate([group_key, np.arange(q, dtype=np.int64) * num_pops]))
+  edge_group = np.searchsorted(group_keys, group_key)
+  num_tokens = int(token.max(initial=0)) + 1
+  order = _arrays.sorted_unique(edge_group * num_tokens + token, return_index=True)[1]
+  group_state = group_keys // num_pops
+  group_seq = np.array(pop_order, np.int64)[group_keys % num_pops]
+  width = int(lengths[group_seq].max(initial=0))
   group_pops = np.full((len(group_keys), width), NO_STATE, np.int32)
-  for g, (_, popped) in enumerate(group_keys):
-    group_pops[g, :len(popped)] = popped
-  push_width = max((len(p) for p in push_ids), default=0)
-  push_symbols = np.full((len(push_ids), push_width), NO_STATE, np.int32)
-  push_lengths = np.zeros(len(push_ids), np.int32)
-  for pushed, u in push_ids.items():
+  for g in np.flatnonzero(lengths[group_seq]).tolist():
+    seq = pops.items[int(group_seq[g])]
+    group_pops[g, :len(seq)] = seq
+  unique_cfg, inverse = _arrays.sorted_unique(cfg, return_inverse=True)
+  cfg_target = np.array(configs.states, np.int64)[unique_cfg]
+  pushed_of_cfg = np.array(configs.pushes, np.int64)[unique_cfg]
+  # Push rows: the empty sequence is row 0, the others numbered by first use.
+  pushed_ids, first_use = _arrays.sorted_unique(pushed_of_cfg, return_index=True)
+  first_use, pushed_ids = first_use[pushed_ids > 0], pushed_ids[pushed_ids > 0]
+  pushed_ids = pushed_ids[np.argsort(first_use, kind="stable")]
+  push_row = np.zeros(len(configs.pushed), np.int64)
+  push_row[pushed_ids] = np.arange(1, len(pushed_ids) + 1)
+  cfg_push = push_row[pushed_of_cfg]
+  push_seqs = [()] + [configs.pushed[i] for i in pushed_ids.tolist()]
+  push_width = max((len(p) for p in push_seqs), default=0)
+  push_symbols = np.full((len(push_seqs), push_width), NO_STATE, np.int32)
+  push_lengths = np.zeros(len(push_seqs), np.int32)
+  for u, pushed in enumerate(push_seqs):
     push_symbols[u, :len(pushed)] = pushed
     push_lengths[u] = len(pushed)
 
@@ -488,8 +582,8 @@ def compose_token_pda(
                    else np.zeros((0, num_words), np.uint32))
   token_pda = TokenPda(
       num_states=q, start=rtn.start, accepting=rtn.accepting.copy(),
-      group_state=np.array([k[0] for k in group_keys], np.int32), group_pops=group_pops,
-      group_num_pops=np.array([len(k[1]) for k in group_keys], np.int32),
+      group_state=group_state.astype(np.int32), group_pops=group_pops,
+      group_num_pops=lengths[group_seq].astype(np.int32),
       edge_group=edge_group[order].astype(np.int32), edge_token=token[order].astype(np.int32),
       edge_target=cfg_target[inverse][order].astype(np.int32),
       edge_push=cfg_push[inverse][order].astype(np.int32), push_symbols=push_symbols,
