@@ -133,8 +133,6 @@ def byte_classes(bounds) -> list[int]:
   return sorted(bounds)
 
 
-
-
 def _add_char_class(nfa: Nfa, node: ir.CharClass, src: int, dst: int) -> None:
   """Adds paths src -> dst spelling the UTF-8 encoding of each scalar value of `node`.
 
