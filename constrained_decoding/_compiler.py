@@ -23,6 +23,7 @@ from constrained_decoding.automata import _compose
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _detokenizer
 from constrained_decoding.automata import _embedded_chains
+from constrained_decoding.automata import _pda_chains
 from constrained_decoding.automata import _pda
 from constrained_decoding.automata import _registers
 from constrained_decoding.automata import _splice
@@ -488,14 +489,29 @@ class Compiler:
     """A recursive grammar -> token-level push-down automaton -> tables (Alg. 3)."""
     opts = self.options
     rtn = _pda.build_rtn(grammar)
+    chains = []
+    if opts.wide_states and opts.counted_chains:
+      # Counted chains (`automata/_pda_chains.py`): positions laid out consecutively.
+      chains = _pda_chains.find_chains(rtn, _pda_chains.grammar_classes(grammar))
+    new_of = None
+    if chains:
+      rtn, new_of = _pda_chains.renumber(rtn, chains)
     t1 = time.perf_counter()
-    token_pda = self._token_pda(rtn, what, deadline)
+    counted = {}
+    token_pda = self._token_pda(rtn, what, deadline, chains, new_of, counted)
     report = None
     if opts.streamline:
       token_pda, report = _streamline.streamline(token_pda)
+    terminal_counts = token_counts = None
+    if counted:
+      state_rows, token_counts = counted["state_rows"], counted["token_counts"]
+      token_pda, terminal_counts = _pda_chains.attach_counting(token_pda, state_rows,
+                                                               token_counts)
     t2 = time.perf_counter()
     tables = _packing.pack_pda_tables(token_pda, self.vocab, stack_depth=opts.stack_depth,
-                                     min_bucket=opts.min_bucket, guards=token_pda.guards)
+                                     min_bucket=opts.min_bucket, guards=token_pda.guards,
+                                     terminal_counts=terminal_counts,
+                                     token_counts=token_counts)
     nbytes = _tables.tables_nbytes(tables)
     if nbytes["total"] > opts.max_table_bytes:
       raise CompileBudgetError(
@@ -515,8 +531,11 @@ class Compiler:
         num_groups=groups, dropped_paths=token_pda.dropped_paths, streamlined=report)
     return tables, info
 
-  def _token_pda(self, rtn, what: str, deadline: float):
-    """The token-level push-down automaton of a recursive transition network."""
+  def _token_pda(self, rtn, what: str, deadline: float, chains=(), new_of=None,
+                 counted: dict | None = None):
+    """The token-level push-down automaton of a recursive transition network; with
+    `chains` (`_pda_chains.find_chains`, `rtn` renumbered by `new_of`), `counted` gets
+    their `state_rows` and `token_counts` (`_pda_chains.chain_edges`)."""
     opts = self.options
     if rtn.num_states > opts.max_states:
       raise CompileBudgetError(
@@ -526,6 +545,15 @@ class Compiler:
     skip = (None if rtn.contracted is None
             else _unique_strings.item_borders(rtn.contracted, rtn.num_states))
     wide = self.wide_states.find(rtn.byte_dfa(), skip) if opts.wide_states else {}
+    if chains:
+      # Positions walk only the tokens not wholly in their class; the others get a
+      # terminal made counting after streamlining (`_pda_chains.attach_counting`).
+      extra, state_rows, token_counts = _pda_chains.chain_edges(
+          chains, new_of, wide, self.trie, self.vocab,
+          _tables.num_words(self.vocab.vocab_size), opts.cache_dir)
+      if state_rows:
+        wide = {**wide, **extra}
+        counted.update(state_rows=state_rows, token_counts=token_counts)
     return _pda.compose_token_pda(
         rtn, self.trie, vocab_bytes=self._token_text, wide=wide,
         num_words=_tables.num_words(self.vocab.vocab_size), max_pops=opts.max_pops,

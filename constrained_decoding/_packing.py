@@ -82,6 +82,10 @@ class _Automaton:
   state_terminals: np.ndarray  # int [S, R, 2]: (terminal, target) by precedence, -1 padded
   # A token DFA: group g is state g, and nothing pops or pushes (skips generic work).
   regular: bool = False
+  # Counting terminals (push-down counted chains, `automata/_pda_chains.py`): int [T, 3]
+  # (class row, stride, bias; row -1 for a plain terminal) and int8 [C, V]; None: none.
+  terminal_counts: np.ndarray | None = None
+  token_counts: np.ndarray | None = None
 
 
 def pack_tables(token_dfa, vocab, *, min_bucket: int = DEFAULT_MIN_BUCKET,
@@ -161,8 +165,15 @@ def _with_guards(tables: ConstraintTables, guards, edge_group: np.ndarray,
 
 
 def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
-                    min_bucket: int = DEFAULT_MIN_BUCKET, guards=None) -> ConstraintTables:
+                    min_bucket: int = DEFAULT_MIN_BUCKET, guards=None,
+                    terminal_counts: np.ndarray | None = None,
+                    token_counts: np.ndarray | None = None) -> ConstraintTables:
   """Packs a `TokenPda` (`automata/_pda.py`) with a stack of `stack_depth` symbols.
+
+  `terminal_counts` and `token_counts` (`automata/_pda_chains.attach_counting`) make
+  some terminals counting ones (`tables.py`, "Relative targets"): a state's entry
+  (t, -1) with `terminal_counts[t] = (c, 1, 0)` leads to the state plus the token's
+  characters `token_counts[c, token]`, for every token of `terminal_bits[t]`.
 
   `guards` (the `_registers.Guards` of its explicit edges, `TokenPda.guards`) as in
   `pack_tables`: guarded edges are left out of the mask rows and listed per group, a
@@ -178,7 +189,8 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
       edge_push=token_pda.edge_push, push_symbols=token_pda.push_symbols,
       push_lengths=token_pda.push_lengths, terminal_bits=token_pda.terminal_bits,
       state_terminals=np.stack([token_pda.state_terminal, token_pda.terminal_target],
-                               axis=-1)[:, None, :])
+                               axis=-1)[:, None, :],
+      terminal_counts=terminal_counts, token_counts=token_counts)
   stack_depth = max(int(stack_depth), 1)
   needs = stack_needs(automaton)
   start_need = int(needs[0][token_pda.start])
@@ -257,6 +269,9 @@ def stack_needs(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
   has_term = (term[..., 0] >= 0) & (term[..., 1] >= 0)
   term_source = np.nonzero(has_term)[0]
   term_target = term[..., 1][has_term].astype(np.int64)
+  counted_source, counted_target = _counting_moves(a)
+  term_source = np.concatenate([term_source, counted_source])
+  term_target = np.concatenate([term_target, counted_target])
   need = np.where(accepting, 0, NO_FINISH).astype(np.int64)
   need_return = need.copy()
   # Only these edges count (the others pop below the row's own pushes).
@@ -279,6 +294,46 @@ def stack_needs(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
     if np.array_equal(new_need, need) and np.array_equal(new_return, need_return):
       return need, need_return
     need, need_return = new_need, new_return
+
+
+def _counting_bits(a: _Automaton, terminal: int) -> list[tuple[int, np.ndarray]]:
+  """(characters c, uint32 [W] the tokens of `terminal` with c characters) of a counting
+  terminal, c ascending."""
+  w = a.terminal_bits.shape[1]
+  vocab_size = a.token_counts.shape[1]
+  words = np.asarray(a.terminal_bits[terminal], np.uint32)
+  tokens = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
+  tokens = tokens[tokens < vocab_size]
+  counts = a.token_counts[int(a.terminal_counts[terminal, 0]), tokens].astype(np.int64)
+  return [(int(c), bitmask(tokens[counts == c], vocab_size)[:w])
+          for c in np.unique(counts).tolist()]
+
+
+def _counting_state_terminals(a: _Automaton) -> list[tuple[int, int]]:
+  """(state, terminal) of each counting entry."""
+  if a.terminal_counts is None:
+    return []
+  term = np.asarray(a.state_terminals)
+  ids = np.maximum(term[..., 0], 0)
+  counting = (term[..., 0] >= 0) & (np.asarray(a.terminal_counts)[ids, 0] >= 0)
+  states, slots = np.nonzero(counting)
+  return list(zip(states.tolist(), term[states, slots, 0].tolist()))
+
+
+def _counting_moves(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
+  """(source, target) int64 of every move a counting terminal makes (one per count of
+  its tokens, stride and bias applied): pop-free moves for `stack_needs`."""
+  sources, targets = [], []
+  cached: dict = {}
+  for state, terminal in _counting_state_terminals(a):
+    if terminal not in cached:
+      cached[terminal] = np.array([c for c, _ in _counting_bits(a, terminal)], np.int64)
+    _, stride, bias = (int(x) for x in a.terminal_counts[terminal])
+    sources.append(np.full(len(cached[terminal]), state, np.int64))
+    targets.append(state + stride * cached[terminal] + bias)
+  if not sources:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64)
+  return np.concatenate(sources), np.concatenate(targets)
 
 
 def _edge_requirements(need, need_return, target, push, symbols, lengths,
@@ -316,6 +371,8 @@ def _capped_masks(a: _Automaton, w: int, vocab_size: int, min_bucket: int,
   by_key = {(state, popped): k for k, (state, popped)
             in enumerate(zip(np.asarray(a.group_state).tolist(), pops))}
   term = np.asarray(a.state_terminals)
+  counting = dict(_counting_state_terminals(a))
+  counting_bits: dict = {}
   rows: dict[bytes, int] = {bytes(num_words(vocab_size) * 4): 0}
   bits_list = [np.zeros(w, np.uint32)]
   per_group: list[list[tuple[int, int]]] = [[] for _ in range(g_count)]
@@ -326,20 +383,27 @@ def _capped_masks(a: _Automaton, w: int, vocab_size: int, min_bucket: int,
     edges = np.concatenate([by_group[h] for h in chain if h in by_group] + [demanding[:0]])
     tokens = np.asarray(a.edge_token)[edges].astype(np.int64)
     levels = requirement[edges]
-    terminal_bits = None
+    parts = []  # (tokens, level) of the state's terminal entry
     for terminal, target in term[state].tolist():
-      if terminal >= 0 and target >= 0 and need[target] >= 1:
-        covered = np.concatenate([np.asarray(a.edge_token)[edge_starts[h]:edge_starts[h + 1]]
-                                  for h in chain])
-        terminal_bits = (a.terminal_bits[terminal][:w].astype(np.uint32)
-                         & ~bitmask(covered, vocab_size))
-        terminal_level = int(need[target])
+      if terminal >= 0 and state in counting:
+        _, stride, bias = (int(x) for x in a.terminal_counts[terminal])
+        parts = [(bits, int(need[state + stride * c + bias]))
+                 for c, bits in counting_bits.setdefault(terminal, _counting_bits(a, terminal))
+                 if need[state + stride * c + bias] >= 1]
+      elif terminal >= 0 and target >= 0 and need[target] >= 1:
+        parts = [(a.terminal_bits[terminal][:w], int(need[target]))]
+      if parts:
+        covered = bitmask(np.concatenate(
+            [np.asarray(a.edge_token)[edge_starts[h]:edge_starts[h + 1]] for h in chain]),
+            vocab_size)
+        parts = [(bits.astype(np.uint32) & ~covered, level) for bits, level in parts]
         break  # A push-down state has one terminal entry.
-    values = set(levels.tolist()) | ({terminal_level} if terminal_bits is not None else set())
+    values = set(levels.tolist()) | {level for _, level in parts}
     for v in sorted(values):
       row = bitmask(tokens[levels >= v], vocab_size)
-      if terminal_bits is not None and terminal_level >= v:
-        row |= terminal_bits
+      for bits, level in parts:
+        if level >= v:
+          row |= bits
       key = row.tobytes()
       if key not in rows:
         rows[key] = len(bits_list)
@@ -510,11 +574,20 @@ def _pack(a: _Automaton, vocab, *, stack_depth: int, min_bucket: int,
       eos_bits=bitmask(np.asarray(vocab.eos_ids, np.int64), vocab.vocab_size),
       terminal_bits=terminal_bits, state_terminals=state_terminals,
       state_terminal_rows=np.zeros(0, np.int32),
-      terminal_counts=np.full((terminal_bits.shape[0], 3), NO_STATE, np.int32),
-      token_counts=np.zeros((0, vocab.vocab_size), np.int8),
+      terminal_counts=_padded_terminal_counts(a, terminal_bits.shape[0]),
+      token_counts=(np.zeros((0, vocab.vocab_size), np.int8) if a.token_counts is None
+                    else np.asarray(a.token_counts, np.int8)),
       vocab_size=vocab.vocab_size, stack_depth=stack_depth,
       vocab_fingerprint=vocab.fingerprint,
       edge_search_steps=edge_search_steps(edge_start, min_bucket))
+
+
+def _padded_terminal_counts(a: _Automaton, size: int) -> np.ndarray:
+  """int32 `[T_pad, 3]`: the counting terminals' (row, stride, bias), -1 elsewhere."""
+  out = np.full((size, 3), NO_STATE, np.int32)
+  if a.terminal_counts is not None:
+    out[:len(a.terminal_counts)] = a.terminal_counts
+  return out
 
 
 def _padded(values: np.ndarray, size: int, fill: int) -> np.ndarray:

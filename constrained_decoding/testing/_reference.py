@@ -138,19 +138,38 @@ def reference_allowed(tables: ConstraintTables, state: int,
                              & (tokens < tables.vocab_size)])
   if capped:
     need, _ = reference_stack_needs(tables)
-    for terminal, target in _terminals(tables, state):
+    for term, target in _terminal_moves(tables, state):
       # A terminal edge pushes nothing; tokens an explicit edge takes are judged above.
-      if terminal >= 0 and target >= 0 and len(stack) + need[target] > tables.stack_depth:
+      if len(stack) + need[target] > tables.stack_depth:
         explicit = np.zeros(tables.vocab_size, bool)
         for group in _matching_groups(tables, state, stack):
           tokens = edge_tokens[edge_start[group]:edge_start[group + 1]]
           explicit[tokens[tokens < tables.vocab_size]] = True
-        term = np.unpackbits(np.asarray(tables.terminal_bits)[terminal].view(np.uint8),
-                             bitorder="little")[:tables.vocab_size].astype(bool)
         allowed[term & ~explicit] = False
     for tokens in too_deep:
       allowed[tokens] = False
   return allowed
+
+
+def _terminal_moves(tables: ConstraintTables, state: int) -> list[tuple[np.ndarray, int]]:
+  """(bool [V] tokens, target) of `state`'s terminal entries: a plain entry's bitmap and
+  target, a counting entry's tokens split by their target (state + stride * characters
+  + bias; push-down counted chains have no filter, -1)."""
+  out = []
+  for terminal, field in _terminals(tables, state):
+    row, stride, bias = (int(x) for x in np.asarray(tables.terminal_counts)[terminal])
+    if terminal < 0 or (row < 0 and field < 0):
+      continue
+    term = np.unpackbits(np.asarray(tables.terminal_bits)[terminal].view(np.uint8),
+                         bitorder="little")[:tables.vocab_size].astype(bool)
+    if row < 0:
+      out.append((term, int(field)))
+      continue
+    assert field == -1, "a filtered counting entry in push-down tables"
+    counts = np.asarray(tables.token_counts)[row].astype(np.int64)
+    for c in np.unique(counts[term]).tolist():
+      out.append((term & (counts == c), state + stride * c + bias))
+  return out
 
 
 _NEEDS_CACHE: dict[int, tuple[ConstraintTables, tuple[np.ndarray, np.ndarray]]] = {}
@@ -180,8 +199,13 @@ def reference_stack_needs(tables: ConstraintTables) -> tuple[np.ndarray, np.ndar
         pop_free.append((q, edges))
       elif g >= 0 and num_pops[g] == 1 and accepting[q] and len(edges):
         returning.append((int(group_pops[g, 0]), edges))
+  counting = np.asarray(tables.terminal_counts)[:, 0] >= 0
   terms = [(q, int(target)) for q in range(num_states)
-           for terminal, target in _terminals(tables, q) if terminal >= 0 and target >= 0]
+           for terminal, target in _terminals(tables, q)
+           if terminal >= 0 and target >= 0 and not counting[terminal]]
+  terms += [(q, target) for q in range(num_states)  # Counting entries, per count.
+            for terminal, _ in _terminals(tables, q) if terminal >= 0 and counting[terminal]
+            for _, target in _terminal_moves(tables, q)]
   need = np.where(accepting, 0, never).astype(np.int64)
   need_return = need.copy()
   while True:
