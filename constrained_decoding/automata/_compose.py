@@ -32,6 +32,7 @@ Public names:
 """
 
 import dataclasses
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -75,33 +76,65 @@ class TokenDfa:
 def _live_states(num_states: int, src: np.ndarray, dst: np.ndarray, start: int,
                  accepting: np.ndarray) -> np.ndarray:
   """States reachable from `start` that can also reach an accepting state."""
-  # Collapse parallel token edges to the state graph first: at most Q^2 pairs. Walks
-  # emit a state's tokens to one target together, so dropping repeats of the previous
-  # pair first leaves a third or less to sort.
-  pairs = src.astype(np.int64) * num_states + dst
-  pairs = np.sort(pairs[np.diff(pairs, prepend=-1) != 0])
-  pairs = pairs[np.diff(pairs, prepend=-1) != 0]  # np.unique hashes: ~10x slower.
-  tail, head = pairs // num_states, pairs % num_states
-  bounds = np.arange(num_states + 1)
+  # Collapse parallel token edges to the state graph first: at most Q^2 pairs, each an
+  # int64 (source, target) written as its two int32 halves (no multiply, no division to
+  # split it again). Walks emit a state's tokens to one target together, so dropping
+  # repeats of the previous pair first leaves a third or less to sort.
+  pairs = np.empty(len(src), np.int64)
+  high, low = _halves(pairs)
+  high[:] = src
+  low[:] = dst
+  pairs = _drop_repeats(pairs)
+  pairs.sort()
+  tail, head = (half.copy() for half in _halves(_drop_repeats(pairs)))
+  bounds = np.arange(num_states + 1, dtype=np.int32)
   # Adjacency in CSR form: `pairs` is sorted by tail; the reverse by a stable sort.
   forward = (np.searchsorted(tail, bounds), head)
   order = np.argsort(head, kind="stable")
-  backward = (np.searchsorted(head[order], bounds), tail[order])
+  backward = (np.searchsorted(head.take(order), bounds), tail.take(order))
   return (_reached(num_states, np.array([start]), *forward)
           & _reached(num_states, np.flatnonzero(accepting), *backward))
+
+
+def _halves(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(high, low): strided int32 views of the two halves of each item of int64 `key`.
+
+  Writing bit fields into them (and reading them back) takes one pass each, where
+  shifts and masks of the int64 take two or three and an int64 temporary.
+  """
+  pair = key.view(np.int32).reshape(-1, 2)
+  return (pair[:, 1], pair[:, 0]) if _LITTLE_ENDIAN else (pair[:, 0], pair[:, 1])
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def _drop_repeats(keys: np.ndarray) -> np.ndarray:
+  """`keys` without the items equal to their predecessor."""
+  if len(keys) < 2:
+    return keys
+  first = np.empty(len(keys), bool)
+  first[0] = True
+  np.not_equal(keys[1:], keys[:-1], out=first[1:])
+  return keys[first]
 
 
 def _reached(num_states: int, seeds: np.ndarray, start: np.ndarray,
              neighbour: np.ndarray) -> np.ndarray:
   """bool `[Q]`: the states reachable from `seeds` in the CSR graph (start, neighbour),
-  breadth first, one level per step (a few numpy calls each, whatever its size)."""
+  breadth first, one level per step (a few numpy calls each, whatever its size; gathers
+  by the int32 states are `take`s, see `_trie_walk._numpy_step`)."""
   seen = np.zeros(num_states, bool)
   seen[seeds] = True
   frontier = seeds
   while len(frontier):
-    _, slot = _ranges(start[frontier], start[frontier + 1])
-    new = neighbour[slot]
-    new = new[~seen[new]]
+    lo = start.take(frontier)
+    counts = start.take(frontier + 1) - lo
+    ends = counts.cumsum()
+    slot = (lo - (ends - counts)).repeat(counts)
+    slot += np.arange(len(slot))
+    new = neighbour.take(slot)
+    new = new[~seen.take(new)]
     seen[new] = True
     # Repeats only cost their repeated (then unseen-filtered) neighbours: deduplicate
     # long frontiers alone.
@@ -380,20 +413,23 @@ def _sorted_edges(src: np.ndarray, tok: np.ndarray, dst: np.ndarray, num_states:
                   token_span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The edges sorted by (source, token) (the pairs are unique, so any sort), as int32.
 
-  Sorting one int64 key of bit fields (source, token, target) is about twice as fast as
-  an argsort and three gathers.
+  Sorting one int64 key (source in the high half, token and target bit fields in the
+  low) is about twice as fast as an argsort and three gathers; the halves are written
+  and read through int32 views (`_halves`).
   """
   state_bits = max(int(num_states - 1).bit_length(), 1)
   token_bits = max(int(token_span - 1).bit_length(), 1)
-  if len(src) < _FEW_EDGES or 2 * state_bits + token_bits > 63:
+  if len(src) < _FEW_EDGES or state_bits + token_bits > 31:
     order = (src.astype(np.int64) << 32 | tok).argsort()
     return src[order], tok[order], dst[order]
-  key = (src.astype(np.int64) << token_bits | tok) << state_bits | dst
+  key = np.empty(len(src), np.int64)
+  high, low = _halves(key)
+  high[:] = src
+  np.left_shift(tok, state_bits, out=low, casting="unsafe")
+  np.bitwise_or(low, dst, out=low, casting="unsafe")
   key.sort()
-  state_mask, token_mask = (1 << state_bits) - 1, (1 << token_bits) - 1
-  return ((key >> (token_bits + state_bits)).astype(np.int32),
-          (key >> state_bits & token_mask).astype(np.int32),
-          (key & state_mask).astype(np.int32))
+  low = low.copy()
+  return high.copy(), low >> state_bits, low & ((1 << state_bits) - 1)
 
 
 def _pack_terminals(terminal_edges: dict, new_id, num_states: int,

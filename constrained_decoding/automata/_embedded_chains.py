@@ -492,10 +492,10 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   term_src = [s for s, listed in terminal_edges.items() for _ in listed]
   term_dst = [t for listed in terminal_edges.values() for _, t in listed]
   live = _compose._live_states(  # pylint: disable=protected-access
-      q, np.concatenate([src, np.array(term_src, np.int64)] + [a for a, _ in moves],
-                        dtype=np.int64),
-      np.concatenate([dst, np.array(term_dst, np.int64)] + [b for _, b in moves],
-                     dtype=np.int64),
+      q, np.concatenate([src, np.array(term_src, np.int32)] + [a for a, _ in moves],
+                        dtype=np.int32),
+      np.concatenate([dst, np.array(term_dst, np.int32)] + [b for _, b in moves],
+                     dtype=np.int32),
       dfa.start, dfa.accepting)
   if not live[dfa.start]:
     return None  # Let plain composition report the empty constraint.
@@ -513,9 +513,11 @@ def compile_tables(dfa: ByteDfa, copies: list[_Copy], given: _compose.GivenEdges
   c = len(order)
   state_terminals, terminal_bits = _compose._pack_terminals(  # pylint: disable=protected-access
       terminal_edges, new_id.tolist(), c, w)
-  keep = live[src] & live[dst]
+  # (int32 gathers are `take`s: indexing by int32 arrays is 1.5-4x slower, numpy 2.4.)
+  keep = (live.take(src) & live.take(dst)).nonzero()[0]
+  new_id32 = new_id.astype(np.int32)
   e_src, e_tok, e_dst = _compose._sorted_edges(  # pylint: disable=protected-access
-      new_id[src[keep]].astype(np.int32), tok[keep], new_id[dst[keep]].astype(np.int32), c,
+      new_id32.take(src.take(keep)), tok.take(keep), new_id32.take(dst.take(keep)), c,
       _compose._views(trie).token_span)  # pylint: disable=protected-access
   token_dfa = _compose.TokenDfa(num_states=c, accepting=dfa.accepting[order].astype(bool),
                                 edge_source=e_src, edge_token=e_tok, edge_target=e_dst,
