@@ -102,6 +102,11 @@ class _TrieViews:
     return trie.child_byte[trie.child_start[0]:trie.child_start[1]].astype(np.int64)
 
   @functools.cached_property
+  def root_is_every_byte(self) -> bool:
+    """Whether the root's child bytes are all 256, in order (`root_bytes` = arange)."""
+    return len(self.root_bytes) == 256 and bool((self.root_bytes == np.arange(256)).all())
+
+  @functools.cached_property
   def root_nodes(self) -> np.ndarray:
     """The root's child nodes, int32, aligned with `root_bytes`."""
     trie = self._trie()
@@ -297,13 +302,27 @@ def _root_frontier(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray,
   byte it allows.
   """
   # Level 1 straight from the DFA table: (q, b) with a transition and a root child b.
+  # The rows and columns are gathered in the cheaper order (a terminal's sub-trie has a
+  # few root bytes; the full trie all 256, in order: no column gather at all).
   views = _views(trie)
-  next_state = dfa.transitions.take(origins, axis=0).take(views.root_bytes, axis=1)
+  origins = np.asarray(origins)
+  table, columns = dfa.transitions, views.root_bytes
+  width = len(columns)
+  every_byte = views.root_is_every_byte
+  if every_byte:
+    next_state = table.take(origins, axis=0)
+  elif len(origins) * table.shape[1] <= table.shape[0] * width:
+    next_state = table.take(origins, axis=0).take(columns, axis=1)
+  else:
+    next_state = table.take(columns, axis=1).take(origins, axis=0)
   if first_bytes is not None:
-    next_state = np.where(first_bytes[:, views.root_bytes], next_state, NO_STATE)
-  row, column = (next_state != NO_STATE).nonzero()
-  return (views.root_nodes[column], next_state[row, column],
-          origins[row].astype(np.int32, copy=False))
+    allowed = first_bytes if every_byte else first_bytes.take(columns, axis=1)
+    next_state = np.where(allowed, next_state, NO_STATE)
+  # Row-major flat positions (as `nonzero` orders them): 1-D gathers, not 2-D indexing.
+  at = (next_state != NO_STATE).reshape(-1).nonzero()[0]
+  row, column = np.divmod(at, width)
+  return (views.root_nodes.take(column), next_state.reshape(-1).take(at),
+          origins.take(row).astype(np.int32, copy=False))
 
 
 def _walk(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray, *, max_edges: int,
