@@ -46,8 +46,7 @@ import dataclasses
 
 import numpy as np
 
-from constrained_decoding import _arrays
-from constrained_decoding.automata import _unique_strings
+from constrained_decoding.automata import _compose, _unique_strings
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.errors import CompileBudgetError
@@ -174,15 +173,11 @@ def live_sets(contracted: Contracted) -> dict[int, tuple[tuple[int, int, int], .
       free[state] = True
   src, dst = _distinct_pairs(*_untagged_arcs(dfa, contracted.arc_ops), q)
   # Free propagates backwards along untagged arcs: a breadth-first search over
-  # predecessor lists (arcs sorted by target).
+  # predecessor lists (arcs sorted by target). Its levels are many (keys are chains of
+  # states) and small: `_reached`'s few numpy calls a level.
   order = np.argsort(dst, kind="stable")
-  pred_src, pred_start = src[order], np.searchsorted(dst[order], np.arange(q + 1))
-  frontier = np.flatnonzero(free)
-  while len(frontier):
-    lo, hi = pred_start[frontier], pred_start[frontier + 1]
-    preds = pred_src[np.repeat(lo, hi - lo) + _ranges(hi - lo)]
-    frontier = _arrays.sorted_unique(preds[~free[preds]])
-    free[frontier] = True
+  pred_src, pred_start = src.take(order), np.searchsorted(dst.take(order), np.arange(q + 1))
+  free = _compose._reached(q, np.flatnonzero(free), pred_start, pred_src)  # pylint: disable=protected-access
   successors: dict[int, list] = {}
   stuck = ~free[src]  # Arcs of the states left, the few inside keys.
   for a, b in zip(src[stuck].tolist(), dst[stuck].tolist()):
