@@ -357,6 +357,21 @@ def test_advance_from_the_mask_lanes_agrees_with_advance(setup):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_decode_step_above_the_fused_limit_agrees(setup, monkeypatch):
+  # Where every lane's pushes would be too many to keep (`FUSED_LANES_MAX`, 0 here), the
+  # decode step is the mask from the per-slot queue, then `advance`: the same masks and
+  # states as `allowed_tokens` and `advance` at every step.
+  monkeypatch.setattr(_lexed, "FUSED_LANES_MAX", {"cpu": 0, "default": 0})
+
+  def mask(t, s):
+    bits = _lexed.allowed_bits_and_advance(t, s)[0]
+    unpacked = (bits[:, :, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+    return unpacked.astype(bool).reshape(bits.shape[0], -1)[:, :t.vocab_size]
+
+  other = (jax.jit(mask), jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(t, s)[1](k)))
+  _walk(setup, steps=16, seed=29, compare_with=other)
+
+
 def _fields_in_subset(node: ast.JoinedStr) -> bool:
   """Whether an f-string's fields are names with attributes and name or integer
   subscripts, without nested fields in the format spec (`_FSTRING`)."""
