@@ -97,6 +97,28 @@ class TokenPda:
   guards: "_registers.Guards | None" = None
 
 
+class _Growing:
+  """An int64 array appended to in place (capacity doubled when full): the successor
+  lists grow by a few entries per step, and copying them whole each time cost more
+  than the steps themselves."""
+
+  def __init__(self, initial: np.ndarray):
+    self._data = initial.copy()
+    self._size = len(initial)
+
+  def extend(self, values: np.ndarray) -> None:
+    end = self._size + len(values)
+    if end > len(self._data):
+      grown = np.empty(max(end, 2 * len(self._data), 1024), np.int64)
+      grown[:self._size] = self._data[:self._size]
+      self._data = grown
+    self._data[self._size:end] = values
+    self._size = end
+
+  def view(self) -> np.ndarray:
+    return self._data[:self._size]
+
+
 class _Configurations:
   """Interned walk configurations (state, pushed) and their byte successors.
 
@@ -128,10 +150,11 @@ class _Configurations:
     # row_of[config] (-1: not expanded), row_start[row * 256 + byte] (CSR offsets).
     self.row_of = np.zeros(0, np.int64)
     self.num_rows = 0
-    self.row_start = np.zeros(1, np.int64)
-    self.targets = np.zeros(0, np.int64)
-    self.target_chunks = np.zeros(0, np.int64)
-    self.target_ops = np.zeros(0, np.int64)
+    self._row_start = _Growing(np.zeros(1, np.int64))
+    self._targets, self._target_chunks, self._target_ops = (
+        _Growing(np.zeros(0, np.int64)) for _ in range(3))
+    self.row_start, self.targets = self._row_start.view(), self._targets.view()
+    self.target_chunks, self.target_ops = self._target_chunks.view(), self._target_ops.view()
     # The byte arcs of every state as one sorted (state, byte) list.
     transitions = rtn.transitions
     self._arc_state, self._arc_byte = np.nonzero(transitions >= 0)
@@ -198,7 +221,8 @@ class _Configurations:
     """Configuration ids of (state, pushed id) pairs, new ones numbered in order of
     first occurrence."""
     key = push * self.rtn.num_states + state
-    unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    unique, first, inverse = _arrays.sorted_unique(key, return_index=True,
+                                                   return_inverse=True)
     index = self.index
     ids = np.array([index.get(k, -1) for k in unique.tolist()], np.int64)
     new = np.flatnonzero(ids < 0)
@@ -223,10 +247,10 @@ class _Configurations:
     if len(self.row_of) < len(self.items):
       self.row_of = np.concatenate(
           [self.row_of, np.full(len(self.items) - len(self.row_of), -1, np.int64)])
-    new = _arrays.sorted_unique(wanted)
-    new = new[self.row_of[new] < 0]
+    new = wanted[self.row_of.take(wanted) < 0]
     if not len(new):
       return
+    new = _arrays.sorted_unique(new)
     # Closure elements of the new configurations, closure by closure.
     el_config, el_state, el_push, el_chunk = [], [], [], []
     chunk_index, chunks = self.chunk_index, self.chunks
@@ -270,10 +294,12 @@ class _Configurations:
     self.num_rows += len(new)
     flat = (self.row_of[config[distinct]] - rows[0]) * 256 + byte[distinct]
     counts = np.bincount(flat, minlength=len(new) * 256)
-    self.row_start = np.concatenate([self.row_start, self.row_start[-1] + np.cumsum(counts)])
-    self.targets = np.concatenate([self.targets, target[distinct]])
-    self.target_chunks = np.concatenate([self.target_chunks, chunk[distinct]])
-    self.target_ops = np.concatenate([self.target_ops, op[distinct]])
+    self._row_start.extend(self.row_start[-1] + np.cumsum(counts))
+    self._targets.extend(target[distinct])
+    self._target_chunks.extend(chunk[distinct])
+    self._target_ops.extend(op[distinct])
+    self.row_start, self.targets = self._row_start.view(), self._targets.view()
+    self.target_chunks, self.target_ops = self._target_chunks.view(), self._target_ops.view()
 
   def step(self, config: np.ndarray, byte: np.ndarray):
     """(which input, successor, popped chunk, operations id) for each (config, byte)
@@ -303,7 +329,7 @@ class _Interned:
     if not len(todo):
       return out
     key = sequence[todo] * (1 << 32) + piece[todo]
-    unique, inverse = np.unique(key, return_inverse=True)
+    unique, inverse = _arrays.sorted_unique(key, return_inverse=True)
     ids = np.empty(len(unique), np.int64)
     for k, value in enumerate(unique.tolist()):
       combined = combine(self.items[value >> 32], value & 0xFFFFFFFF)
@@ -363,8 +389,9 @@ def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
   node = root_nodes[col[which]]
   origin = origins[row[which]]
   popped = np.zeros(len(cfg), np.int64)
-  crossed = np.zeros(len(cfg), np.int64)
+  crossed = np.zeros(len(cfg), np.int64) if crossed_ops is not None else None
   parts, num_edges, position = [], 0, 0
+  views = _views(trie)
   while True:
     popped = pops.extend(popped, chunk)
     if crossed_ops is not None:
@@ -373,14 +400,16 @@ def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
     if not keep.all():
       pops.dropped += int((~keep).sum())
       node, cfg, origin, popped = node[keep], cfg[keep], origin[keep], popped[keep]
-      crossed = crossed[keep]
+      if crossed is not None:
+        crossed = crossed[keep]
     if not len(node):
       break
     # Emit with the frontier index as "state", then look the columns up.
-    found = _emit(trie, _views(trie), node, np.arange(len(node)), origin)
+    found = _emit(trie, views, node, np.arange(len(node)), origin)
     if found is not None:
       src, tok, at = found
-      parts.append((src, tok, cfg[at], popped[at], crossed[at]))
+      parts.append((src, tok, cfg.take(at), popped.take(at),
+                    np.zeros(len(at), np.int64) if crossed is None else crossed.take(at)))
       num_edges += len(src)
       if num_edges > max_edges:
         raise errors.CompileBudgetError(
@@ -393,9 +422,12 @@ def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
           "vocabulary. Raise CompileOptions.max_seconds or simplify the grammar.")
     configs.expand(cfg)
     pair, slot = trie.child_slots(node)
-    which, cfg, chunk, op = configs.step(cfg[pair], trie.child_byte[slot])
-    node, origin, popped = trie.child_node[slot[which]], origin[pair[which]], popped[pair[which]]
-    crossed = crossed[pair[which]]
+    which, cfg, chunk, op = configs.step(cfg.take(pair), trie.child_byte.take(slot))
+    pair = pair.take(which)
+    node = trie.child_node.take(slot.take(which))
+    origin, popped = origin.take(pair), popped.take(pair)
+    if crossed is not None:
+      crossed = crossed.take(pair)
     position += 1
   if not parts:
     empty = np.zeros(0, np.int64)
@@ -542,9 +574,16 @@ def compose_token_pda(
   num_pops = len(pop_order)
   group_key = origin * num_pops + pop_rank[popped]
   # Every state keeps a pop-free group (possibly empty): it carries terminal bits.
-  group_keys = _arrays.sorted_unique(
-      np.concatenate([group_key, np.arange(q, dtype=np.int64) * num_pops]))
-  edge_group = np.searchsorted(group_keys, group_key)
+  if q * num_pops <= 4 * len(group_key) + (1 << 20):  # marks, not a sort
+    present = np.zeros(q * num_pops, bool)
+    present[group_key] = True
+    present[::num_pops] = True
+    group_keys = np.flatnonzero(present)
+    edge_group = (np.cumsum(present) - 1).take(group_key)
+  else:
+    group_keys = _arrays.sorted_unique(
+        np.concatenate([group_key, np.arange(q, dtype=np.int64) * num_pops]))
+    edge_group = np.searchsorted(group_keys, group_key)
   num_tokens = int(token.max(initial=0)) + 1
   order = _arrays.sorted_unique(edge_group * num_tokens + token, return_index=True)[1]
   group_state = group_keys // num_pops
@@ -554,16 +593,16 @@ def compose_token_pda(
   for g in np.flatnonzero(lengths[group_seq]).tolist():
     seq = pops.items[int(group_seq[g])]
     group_pops[g, :len(seq)] = seq
-  unique_cfg, inverse = _arrays.sorted_unique(cfg, return_inverse=True)
-  cfg_target = np.array(configs.states, np.int64)[unique_cfg]
-  pushed_of_cfg = np.array(configs.pushes, np.int64)[unique_cfg]
+  used = np.zeros(len(configs.items), bool)
+  used[cfg] = True
+  pushes_of = np.array(configs.pushes, np.int64)
+  pushed_of_cfg = pushes_of[used]  # in configuration order
   # Push rows: the empty sequence is row 0, the others numbered by first use.
   pushed_ids, first_use = _arrays.sorted_unique(pushed_of_cfg, return_index=True)
   first_use, pushed_ids = first_use[pushed_ids > 0], pushed_ids[pushed_ids > 0]
   pushed_ids = pushed_ids[np.argsort(first_use, kind="stable")]
   push_row = np.zeros(len(configs.pushed), np.int64)
   push_row[pushed_ids] = np.arange(1, len(pushed_ids) + 1)
-  cfg_push = push_row[pushed_of_cfg]
   push_seqs = [()] + [configs.pushed[i] for i in pushed_ids.tolist()]
   push_width = max((len(p) for p in push_seqs), default=0)
   push_symbols = np.full((len(push_seqs), push_width), NO_STATE, np.int32)
@@ -585,8 +624,9 @@ def compose_token_pda(
       group_state=group_state.astype(np.int32), group_pops=group_pops,
       group_num_pops=lengths[group_seq].astype(np.int32),
       edge_group=edge_group[order].astype(np.int32), edge_token=token[order].astype(np.int32),
-      edge_target=cfg_target[inverse][order].astype(np.int32),
-      edge_push=cfg_push[inverse][order].astype(np.int32), push_symbols=push_symbols,
+      edge_target=np.array(configs.states, np.int32).take(cfg.take(order)),
+      edge_push=push_row.take(pushes_of.take(cfg.take(order))).astype(np.int32),
+      push_symbols=push_symbols,
       push_lengths=push_lengths, terminal_bits=terminal_bits, state_terminal=state_terminal,
       terminal_target=terminal_target, dropped_paths=pops.dropped)
   if crossed_ops is None or token_bytes is None:
