@@ -31,6 +31,9 @@ shortens the step can lengthen the compile (see docs/lexer_runtime.md).
 python3 benchmarks/lexed_step.py --kit .devkit/lexed --batch-sizes 1,8,64,256 --out $OUT/l.json
 ```
 
+`--decode-step` times the decode loop's form instead (`allowed_bits_and_advance`, then
+its `step`), which differs in how it keeps the lanes' stacks (`_lexed.FUSED_LANES_MAX`).
+
 `--python-walks N` also checks the Python tables with the Gemma vocabulary as the test
 suite does with a small one (too slow there): N rounds of 16 random walks of 80 tokens
 (closing tokens favoured in the second half), every finished text must pass
@@ -101,9 +104,22 @@ JSON_TEXTS = [
 ]
 
 
+# `--decode-step`: time `allowed_bits_and_advance` and its `step` (what the decode loop
+# of `sampling/_loop.py` compiles) instead of `allowed_bits` + `advance`.
+_DECODE_STEP = False
+
+
+def _step_of(module, tables, state, tokens):
+  """The timed step of a runtime module: mask and next state."""
+  if _DECODE_STEP:
+    bits, step = module.allowed_bits_and_advance(tables, state)
+    return bits, step(tokens)
+  return module.allowed_bits(tables, state), module.advance(tables, state, tokens)
+
+
 @jax.jit
 def _lexed_step(tables, state, tokens):
-  return _lexed.allowed_bits(tables, state), _lexed.advance(tables, state, tokens)
+  return _step_of(_lexed, tables, state, tokens)
 
 
 @jax.jit
@@ -330,7 +346,7 @@ def _load_kit(kit, report, names, base=None):
 
 
 def _base_step(base):
-  return jax.jit(lambda t, s, k: (base.allowed_bits(t, s), base.advance(t, s, k)))
+  return jax.jit(lambda t, s, k: _step_of(base, t, s, k))
 
 
 def main(argv=None):
@@ -354,8 +370,13 @@ def main(argv=None):
                       help="lane schedule: 0 = every lane in one loop, n = a work queue of "
                            "n x ceil(sqrt(B)) slots; 'cpu:N' or 'default:N' (off CPU) or "
                            "N for both (runtime default: _lexed_lanes.LANE_POOL)")
+  parser.add_argument("--decode-step", action="store_true",
+                      help="time allowed_bits_and_advance + its step (the decode loop's "
+                           "form) instead of allowed_bits + advance")
   parser.add_argument("--out", default=None)
   args = parser.parse_args(argv)
+  global _DECODE_STEP
+  _DECODE_STEP = args.decode_step
   if args.lane_unroll is not None:
     _lexed_lanes.LANE_UNROLL = {**_lexed_lanes.LANE_UNROLL, "default": args.lane_unroll}
   if args.lane_pool is not None:
