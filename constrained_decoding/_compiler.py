@@ -502,16 +502,16 @@ class Compiler:
     report = None
     if opts.streamline:
       token_pda, report = _streamline.streamline(token_pda)
-    terminal_counts = token_counts = None
+    terminal_counts = token_counts = second = None
     if counted:
       state_rows, token_counts = counted["state_rows"], counted["token_counts"]
-      token_pda, terminal_counts = _pda_chains.attach_counting(token_pda, state_rows,
-                                                               token_counts)
+      token_pda, terminal_counts, second = _pda_chains.attach_counting(
+          token_pda, state_rows, token_counts)
     t2 = time.perf_counter()
     tables = _packing.pack_pda_tables(token_pda, self.vocab, stack_depth=opts.stack_depth,
                                      min_bucket=opts.min_bucket, guards=token_pda.guards,
                                      terminal_counts=terminal_counts,
-                                     token_counts=token_counts)
+                                     token_counts=token_counts, second_terminals=second)
     nbytes = _tables.tables_nbytes(tables)
     if nbytes["total"] > opts.max_table_bytes:
       raise CompileBudgetError(

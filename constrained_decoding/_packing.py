@@ -167,13 +167,15 @@ def _with_guards(tables: ConstraintTables, guards, edge_group: np.ndarray,
 def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
                     min_bucket: int = DEFAULT_MIN_BUCKET, guards=None,
                     terminal_counts: np.ndarray | None = None,
-                    token_counts: np.ndarray | None = None) -> ConstraintTables:
+                    token_counts: np.ndarray | None = None,
+                    second_terminals: list | None = None) -> ConstraintTables:
   """Packs a `TokenPda` (`automata/_pda.py`) with a stack of `stack_depth` symbols.
 
   `terminal_counts` and `token_counts` (`automata/_pda_chains.attach_counting`) make
   some terminals counting ones (`tables.py`, "Relative targets"): a state's entry
   (t, -1) with `terminal_counts[t] = (c, 1, 0)` leads to the state plus the token's
   characters `token_counts[c, token]`, for every token of `terminal_bits[t]`.
+  `second_terminals` [(state, terminal, target)] give those states a second entry.
 
   `guards` (the `_registers.Guards` of its explicit edges, `TokenPda.guards`) as in
   `pack_tables`: guarded edges are left out of the mask rows and listed per group, a
@@ -188,8 +190,7 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
       edge_token=token_pda.edge_token, edge_target=token_pda.edge_target,
       edge_push=token_pda.edge_push, push_symbols=token_pda.push_symbols,
       push_lengths=token_pda.push_lengths, terminal_bits=token_pda.terminal_bits,
-      state_terminals=np.stack([token_pda.state_terminal, token_pda.terminal_target],
-                               axis=-1)[:, None, :],
+      state_terminals=_state_terminals(token_pda, second_terminals),
       terminal_counts=terminal_counts, token_counts=token_counts)
   stack_depth = max(int(stack_depth), 1)
   needs = stack_needs(automaton)
@@ -220,6 +221,17 @@ def pack_pda_tables(token_pda, vocab, *, stack_depth: int,
   chains = _prefix_groups(automaton)
   return _with_guards(tables, guards, automaton.edge_group, len(automaton.group_state),
                       chains=chains)
+
+
+def _state_terminals(token_pda, second: list | None) -> np.ndarray:
+  """int32 `[S, R, 2]`: each state's terminal entry, and its second one if any (R = 2)."""
+  first = np.stack([token_pda.state_terminal, token_pda.terminal_target], axis=-1)[:, None, :]
+  if not second:
+    return first
+  more = np.full_like(first, NO_STATE)
+  for state, terminal, target in second:
+    more[state, 0] = (terminal, target)
+  return np.concatenate([first, more], axis=1)
 
 
 def _prefix_groups(a: _Automaton) -> list[list[int]]:
@@ -383,21 +395,20 @@ def _capped_masks(a: _Automaton, w: int, vocab_size: int, min_bucket: int,
     edges = np.concatenate([by_group[h] for h in chain if h in by_group] + [demanding[:0]])
     tokens = np.asarray(a.edge_token)[edges].astype(np.int64)
     levels = requirement[edges]
-    parts = []  # (tokens, level) of the state's terminal entry
+    parts = []  # (tokens, level) of the state's terminal entries
     for terminal, target in term[state].tolist():
-      if terminal >= 0 and state in counting:
+      if terminal >= 0 and counting.get(state) == terminal:
         _, stride, bias = (int(x) for x in a.terminal_counts[terminal])
-        parts = [(bits, int(need[state + stride * c + bias]))
-                 for c, bits in counting_bits.setdefault(terminal, _counting_bits(a, terminal))
-                 if need[state + stride * c + bias] >= 1]
+        parts += [(bits, int(need[state + stride * c + bias]))
+                  for c, bits in counting_bits.setdefault(terminal, _counting_bits(a, terminal))
+                  if need[state + stride * c + bias] >= 1]
       elif terminal >= 0 and target >= 0 and need[target] >= 1:
-        parts = [(a.terminal_bits[terminal][:w], int(need[target]))]
-      if parts:
-        covered = bitmask(np.concatenate(
-            [np.asarray(a.edge_token)[edge_starts[h]:edge_starts[h + 1]] for h in chain]),
-            vocab_size)
-        parts = [(bits.astype(np.uint32) & ~covered, level) for bits, level in parts]
-        break  # A push-down state has one terminal entry.
+        parts.append((a.terminal_bits[terminal][:w], int(need[target])))
+    if parts:  # (Entries hold disjoint tokens: a saturating chain's second entry.)
+      covered = bitmask(np.concatenate(
+          [np.asarray(a.edge_token)[edge_starts[h]:edge_starts[h + 1]] for h in chain]),
+          vocab_size)
+      parts = [(bits.astype(np.uint32) & ~covered, level) for bits, level in parts]
     values = set(levels.tolist()) | {level for _, level in parts}
     for v in sorted(values):
       row = bitmask(tokens[levels >= v], vocab_size)

@@ -61,6 +61,9 @@ class PdaChain:
 
   char_class: ir.CharClass
   states: tuple[int, ...]
+  # p_m loops on K (`X{n,}`, `minLength` alone): c >= m - i characters from p_i all
+  # lead to p_m (a plain terminal entry beside the counting one).
+  saturating: bool = False
   sides: tuple[tuple[int, int, "ir.CharClass | FirstIn"], ...] = ()
 
 
@@ -151,7 +154,8 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 2) -> lis
   for char_class in classes:
     nxt, dead = _char_steps(rtn.transitions, blocked, char_class)
     nxt[blocked] = -1
-    ends = np.flatnonzero(dead & ~blocked & ~used)
+    loops = nxt == np.arange(rtn.num_states)
+    ends = np.flatnonzero((dead | loops) & ~blocked & ~used)
     # Predecessors along K (several states may lead to one: the path keeps the one with
     # the longest path before it; the others may become sides).
     sources = np.flatnonzero((nxt >= 0) & (nxt != np.arange(rtn.num_states)) & ~used)
@@ -169,7 +173,7 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 2) -> lis
       if len(path) - 1 >= min_positions:
         path.reverse()
         used[path] = True
-        chains.append(PdaChain(char_class, tuple(path)))
+        chains.append(PdaChain(char_class, tuple(path), saturating=bool(loops[path[-1]])))
   # Sides, of the chain's class K or of a class H inside it (the last digit of a
   # `\\u` escape: tokens wholly in H go on as characters of K after it).
   steps = {}
@@ -311,8 +315,9 @@ def _first_in(counts, char_class: ir.CharClass, num_words: int) -> np.ndarray:
 
 def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vocab,
                 num_words: int, cache_dir: str | None):
-  """(wide edges of the chains' positions to add to `wide`, {state: (class row, bias)},
-  token_counts int8 `[C, V]`: the characters of each token wholly in class c, else 0).
+  """(wide edges of the chains' positions to add to `wide`, {state: (class row, bias,
+  counting bitmap, bitmap of the tokens leading to p_m or None, p_m)}, token_counts int8
+  `[C, V]`: the characters of each token wholly in class c, else 0).
 
   Positions that are wide already keep their edge (and are walked as before)."""
   edges: dict = {}
@@ -345,13 +350,20 @@ def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vo
       if isinstance(char_class, FirstIn):
         char_class, first = char_class.outer, char_class.inner
       row, counts, terminal = of_class(char_class)
-      bits = _counting_terminals._bitmap(counts, r, num_words)
+      counted = r - 1 if chain.saturating else r
+      bits = _counting_terminals._bitmap(counts, counted, num_words)
+      whole = _counting_terminals._bitmap(counts, 127, num_words)
       if first is not None:
         bits = bits & _first_in(counts, first, num_words)
+        whole = whole & _first_in(counts, first, num_words)
+      # Saturating: the tokens of r characters or more all lead to p_m.
+      rest = (whole & ~_counting_terminals._bitmap(counts, counted, num_words)
+              if chain.saturating else None)
       # The stand-in target (for `_streamline`): where one character leads.
-      edges[state] = _loops.WideEdge(parts=((terminal, None),), bits=bits,
+      edges[state] = _loops.WideEdge(parts=((terminal, None),),
+                                     bits=whole if chain.saturating else bits,
                                      target=state + 1 + bias)
-      state_rows[state] = (row, bias)
+      state_rows[state] = (row, bias, bits, rest, new[m])
   counts_of = [counts for _, counts, _ in classes.values()]
   token_counts = (np.stack([c.counts for c in counts_of]) if counts_of
                   else np.zeros((0, vocab.vocab_size), np.int8))
@@ -359,29 +371,36 @@ def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vo
 
 
 def attach_counting(token_pda, state_rows: dict, token_counts: np.ndarray):
-  """(token PDA, terminal_counts int32 `[T, 3]`): the positions' terminals made counting.
+  """(token PDA, terminal_counts int32 `[T, 3]`, second entries [(state, terminal,
+  target)]): the positions' terminals made counting.
 
   Their bitmaps get terminal ids of their own (the composition shares equal bitmaps,
   and a loop's may equal a chain's), `terminal_target` becomes the filter -1 (all the
   bitmap's tokens: it holds only those of at most r characters already), and
   `terminal_counts` (class row, stride 1, bias): the device moves to p + count + bias.
+  A saturating chain's positions get a second, plain entry: the longer tokens to p_m.
   """
   bits = [token_pda.terminal_bits]
   state_terminal = token_pda.state_terminal.copy()
   terminal_target = token_pda.terminal_target.copy()
   counts = [np.full((token_pda.terminal_bits.shape[0], 3), NO_STATE, np.int32)]
   own: dict = {}
-  next_id = token_pda.terminal_bits.shape[0]
-  for state, (row, bias) in sorted(state_rows.items()):
-    old = int(state_terminal[state])
-    key = (row, bias, token_pda.terminal_bits[old].tobytes())
+  second = []
+
+  def terminal_id(key, bitmap, count_row) -> int:
     if key not in own:
-      own[key] = next_id
-      next_id += 1
-      bits.append(token_pda.terminal_bits[old][None])
-      counts.append(np.array([[row, 1, bias]], np.int32))
-    state_terminal[state] = own[key]
+      own[key] = len(own) + token_pda.terminal_bits.shape[0]
+      bits.append(bitmap[None])
+      counts.append(np.array([count_row], np.int32))
+    return own[key]
+
+  for state, (row, bias, counting, rest, end) in sorted(state_rows.items()):
+    state_terminal[state] = terminal_id((row, bias, counting.tobytes()), counting,
+                                        [row, 1, bias])
     terminal_target[state] = -1
+    if rest is not None:
+      second.append((state, terminal_id(("plain", rest.tobytes()), rest,
+                                        [NO_STATE] * 3), end))
   out = dataclasses.replace(token_pda, terminal_bits=np.concatenate(bits),
                             state_terminal=state_terminal, terminal_target=terminal_target)
-  return out, np.concatenate(counts)
+  return out, np.concatenate(counts), second
