@@ -435,6 +435,27 @@ def _walk(configs: _Configurations, pops: _PopSequences, trie: VocabTrie,
   return tuple(np.concatenate(column).astype(np.int64) for column in zip(*parts))
 
 
+def _edge_groups(group_key: np.ndarray, num_states: int, num_pops: int, *,
+                 mark_limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(distinct group keys ascending, each edge's index among them) for the edges' keys
+  `state * num_pops + pop rank`, with every state's pop-free key (rank 0) added: it
+  carries the state's terminal bits, possibly without edges.
+
+  Marks a bool per possible key when there are few (`mark_limit`, by default four per
+  edge plus 2**20), which needs no sort; sorts otherwise."""
+  size = num_states * num_pops
+  if mark_limit is None:
+    mark_limit = 4 * len(group_key) + (1 << 20)
+  if size <= mark_limit:
+    present = np.zeros(size, bool)
+    present[group_key] = True
+    present[::num_pops] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1).take(group_key)
+  keys = _arrays.sorted_unique(
+      np.concatenate([group_key, np.arange(num_states, dtype=np.int64) * num_pops]))
+  return keys, np.searchsorted(keys, group_key)
+
+
 def _describe_path(rtn: Rtn, target: int) -> bytes:
   """A short byte string leading from the start to `target` (calls followed, returns not)."""
   previous = {rtn.start: None}
@@ -573,17 +594,7 @@ def compose_token_pda(
   pop_rank[pop_order] = np.arange(len(pop_order))  # the empty sequence first
   num_pops = len(pop_order)
   group_key = origin * num_pops + pop_rank[popped]
-  # Every state keeps a pop-free group (possibly empty): it carries terminal bits.
-  if q * num_pops <= 4 * len(group_key) + (1 << 20):  # marks, not a sort
-    present = np.zeros(q * num_pops, bool)
-    present[group_key] = True
-    present[::num_pops] = True
-    group_keys = np.flatnonzero(present)
-    edge_group = (np.cumsum(present) - 1).take(group_key)
-  else:
-    group_keys = _arrays.sorted_unique(
-        np.concatenate([group_key, np.arange(q, dtype=np.int64) * num_pops]))
-    edge_group = np.searchsorted(group_keys, group_key)
+  group_keys, edge_group = _edge_groups(group_key, q, num_pops)
   num_tokens = int(token.max(initial=0)) + 1
   order = _arrays.sorted_unique(edge_group * num_tokens + token, return_index=True)[1]
   group_state = group_keys // num_pops
