@@ -4,7 +4,7 @@ With `free_form_depth=None` every free-form value calls one shared JSON rule, an
 schema compiles to push-down tables with counted chains (`automata/_pda_chains.py`:
 `maxLength` strings, `format` parts, bounded pattern repeats read by counting
 terminals, some with a bias) and any-order objects checked in registers. These tests
-exercise all of them in one schema at a time, with the byte vocabulary:
+exercise all of them in one schema at a time, mostly with the byte vocabulary:
   - random instances (strings around their length bounds, with escapes and multi-byte
     characters; UUIDs and hex codes one character off; free-form values 0-30 levels
     deep; keys in random order, some missing or unknown) must be accepted exactly when
@@ -13,7 +13,8 @@ exercise all of them in one schema at a time, with the byte vocabulary:
     value is a scalar;
   - random walks of the tables must decode to texts that `jsonschema` validates;
   - free-form values 30 levels deep in every free-form slot are accepted, unclosed ones
-    rejected.
+    rejected;
+  - with Gemma 3, deep values and random instances under random tokenizations.
 Two schemas that the bounded default compiles but `free_form_depth=None` refuses are
 kept as strict xfails (found with the JSON-Schema-Test-Suite, 2026-11-28).
 """
@@ -27,6 +28,7 @@ import jsonschema
 import pytest
 
 import constrained_decoding as cd
+from constrained_decoding.testing import TokenIndex
 from constrained_decoding.testing import reference_accepts
 
 SLOT = "^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$"  # A Kubernetes-style name, 1-32 characters.
@@ -213,3 +215,20 @@ def test_contains_between_free_form_items_compiles(byte_compiler):
   tables = byte_compiler.compile(cd.JsonSchema(schema, free_form_depth=None))
   assert reference_accepts(tables, list(b'[[[[2]]],5,"x"]'))
   assert not reference_accepts(tables, list(b"[[[[7]]],2]"))
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_gemma_random_tokenizations(name, gemma_compiler, gemma_vocab):
+  """Deep free-form values and random instances under random Gemma 3 tokenizations
+  (multi-character tokens cross the counted chains and the calls' brackets)."""
+  tables = gemma_compiler.compile(cd.JsonSchema(SCHEMAS[name], free_form_depth=None))
+  index, rng = TokenIndex(gemma_vocab), random.Random(f"gemma-{name}")
+  for depth in (3, 30):
+    text = _encode(_DEEP_SLOTS[name](_nested(depth, rng)))
+    for tokens in (index.longest_tokenization(text), index.random_tokenization(text, rng)):
+      assert reference_accepts(tables, tokens), text
+  for _ in range(25):
+    value = _MAKERS[name](rng, False)
+    text = _encode(value)
+    assert reference_accepts(tables, index.random_tokenization(text, rng)) == (
+        _VALIDATORS[name].is_valid(value)), text
