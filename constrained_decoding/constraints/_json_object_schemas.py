@@ -387,11 +387,13 @@ def _any_order(lw, members: list, extra: ir.Node | None, depends: dict,
 
   Schema order is kept for objects past `MAX_ANY_ORDER_SIZE`/`_WIDE` and for members that
   call a recursive rule (a subset automaton would be written out as an expression);
-  `dependentRequired` needs the subsets, so there it raises instead.
+  `dependentRequired` needs the subsets, so there it raises instead. Calls of the
+  free-form value rule (`free_form_depth=None`) do not count: that rule never comes back
+  to the object, so its call sites are copied like any other member value.
   """
   sizes = [_json_objects.ir_size(member, lw.memos["size"]) for _, member, _ in members]
   result = None
-  if not any(_rule_refs(lw, member) & _ANY_REF for _, member, _ in members):
+  if not any(_rule_refs(lw, member) & _RECURSIVE_REF for _, member, _ in members):
     result = _json_objects.any_order_members(
         members, extra, lw.ws, depends, MAX_ANY_ORDER_SIZE, sizes,
         0 if extra is None else _json_objects.ir_size(extra, lw.memos["size"]),
@@ -434,12 +436,13 @@ def calls_register_rule(lw, node: ir.Node) -> bool:
 
 
 # Bits of `_rule_refs`.
-_ANY_REF = 1  # Some `ir.RuleRef`, fragment bodies included.
+_RECURSIVE_REF = 1  # A `RuleRef` other than the free-form value rule's, fragment
+                    # bodies included.
 _REGISTER_CALL = 2  # A `RuleRef` other than the free-form value rule's, outside fragments.
 
 
 def _rule_refs(lw, node: ir.Node) -> int:
-  """The `_ANY_REF` and `_REGISTER_CALL` bits of `node`: 0 without a walk while the
+  """The `_RECURSIVE_REF` and `_REGISTER_CALL` bits of `node`: 0 without a walk while the
   lowering has made no `RuleRef` (`may_hold_rule_refs`: no recursion met, free-form
   values inlined), the common case; else `_rule_refs_walk`."""
   return _rule_refs_walk(lw, node) if lw.may_hold_rule_refs() else 0
@@ -453,9 +456,9 @@ def _rule_refs_walk(lw, node: ir.Node) -> int:
 
   def bits(n: ir.Node, children: tuple) -> int:
     if isinstance(n, ir.RuleRef):
-      return _ANY_REF if is_free_form(n) else _ANY_REF | _REGISTER_CALL
-    if isinstance(n, ir.Fragment):  # A leaf to the register analysis, not to `_ANY_REF`.
-      return children[0] & _ANY_REF
+      return 0 if is_free_form(n) else _RECURSIVE_REF | _REGISTER_CALL
+    if isinstance(n, ir.Fragment):  # A leaf to the register analysis, not to the other.
+      return children[0] & _RECURSIVE_REF
     out = 0
     for child in children:
       out |= child
