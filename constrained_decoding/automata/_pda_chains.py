@@ -38,6 +38,7 @@ import dataclasses
 
 import numpy as np
 
+from constrained_decoding import tables as _tables
 from constrained_decoding.automata import _counting
 from constrained_decoding.automata import _counting_terminals
 from constrained_decoding.automata import _loops
@@ -217,10 +218,7 @@ def _side_class(row: np.ndarray, inner: ir.CharClass, outer: ir.CharClass):
   goes on along the chain, and every other token wholly in K dies there), else H."""
   if inner.ranges == outer.ranges or max(hi for _, hi in inner.ranges) >= 0x80:
     return inner
-  in_h = np.zeros(256, bool)
-  for lo, hi in inner.ranges:
-    in_h[lo:hi + 1] = True
-  others = _counting._lead_bytes(outer) & ~in_h
+  others = _counting._lead_bytes(outer) & ~_counting._lead_bytes(inner)  # H: ASCII
   if (row[others] != NO_STATE).any():
     return inner
   return FirstIn(outer, inner)
@@ -312,18 +310,15 @@ def _renumbered_arcs(arcs: np.ndarray, new_of: np.ndarray) -> np.ndarray:
   return out[np.lexsort((out[:, 1], out[:, 0]))].astype(np.asarray(arcs).dtype)
 
 
-def _first_in(counts, char_class: ir.CharClass, num_words: int) -> np.ndarray:
-  """uint32 [W]: the tokens whose first byte is in `char_class` (ASCII)."""
+def _first_in(counts, char_class: ir.CharClass) -> np.ndarray:
+  """uint32 [W]: the tokens whose first byte is in `char_class` (ASCII), kept with the
+  class's other per-vocabulary memos (`_ClassCounts.inner`)."""
   key = ("first", char_class.ranges)
-  if key not in counts.bitmaps:
-    in_h = np.zeros(256, bool)
-    for lo, hi in char_class.ranges:
-      in_h[lo:hi + 1] = True
+  if key not in counts.inner:
+    in_h = _counting._lead_bytes(char_class)  # ASCII: the class's own bytes.
     tokens = np.flatnonzero(in_h[counts.first_bytes[:, 0]] & (counts.lengths > 0))
-    bits = np.zeros(num_words, np.uint32)
-    np.bitwise_or.at(bits, tokens >> 5, np.uint32(1) << (tokens & 31).astype(np.uint32))
-    counts.bitmaps[key] = bits
-  return counts.bitmaps[key]
+    counts.inner[key] = _tables.bitmask(tokens, len(counts.counts))
+  return counts.inner[key]
 
 
 def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vocab,
@@ -367,8 +362,8 @@ def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vo
       bits = _counting_terminals._bitmap(counts, counted, num_words)
       whole = _counting_terminals._bitmap(counts, 127, num_words)
       if first is not None:
-        bits = bits & _first_in(counts, first, num_words)
-        whole = whole & _first_in(counts, first, num_words)
+        bits = bits & _first_in(counts, first)
+        whole = whole & _first_in(counts, first)
       # Saturating: the tokens of r characters or more all lead to p_m.
       rest = (whole & ~_counting_terminals._bitmap(counts, counted, num_words)
               if chain.saturating else None)
