@@ -497,14 +497,13 @@ class Compiler:
     if chains:
       rtn, new_of = _pda_chains.renumber(rtn, chains)
     t1 = time.perf_counter()
-    counted = {}
-    token_pda = self._token_pda(rtn, what, deadline, chains, new_of, counted)
+    token_pda, counted = self._token_pda(rtn, what, deadline, chains, new_of)
     report = None
     if opts.streamline:
       token_pda, report = _streamline.streamline(token_pda)
     terminal_counts = token_counts = second = None
-    if counted:
-      state_rows, token_counts = counted["state_rows"], counted["token_counts"]
+    if counted is not None:
+      state_rows, token_counts = counted
       token_pda, terminal_counts, second = _pda_chains.attach_counting(
           token_pda, state_rows, token_counts)
     t2 = time.perf_counter()
@@ -531,11 +530,11 @@ class Compiler:
         num_groups=groups, dropped_paths=token_pda.dropped_paths, streamlined=report)
     return tables, info
 
-  def _token_pda(self, rtn, what: str, deadline: float, chains=(), new_of=None,
-                 counted: dict | None = None):
-    """The token-level push-down automaton of a recursive transition network; with
-    `chains` (`_pda_chains.find_chains`, `rtn` renumbered by `new_of`), `counted` gets
-    their `state_rows` and `token_counts` (`_pda_chains.chain_edges`)."""
+  def _token_pda(self, rtn, what: str, deadline: float, chains=(), new_of=None):
+    """(The token-level push-down automaton of a recursive transition network, None or
+    the `(state_rows, token_counts)` of its counted chains): with `chains`
+    (`_pda_chains.find_chains`, `rtn` renumbered by `new_of`) their positions walk
+    only the tokens not wholly in their class (`_pda_chains.chain_edges`)."""
     opts = self.options
     if rtn.num_states > opts.max_states:
       raise CompileBudgetError(
@@ -545,6 +544,7 @@ class Compiler:
     skip = (None if rtn.contracted is None
             else _unique_strings.item_borders(rtn.contracted, rtn.num_states))
     wide = self.wide_states.find(rtn.byte_dfa(), skip) if opts.wide_states else {}
+    counted = None
     if chains:
       # Positions walk only the tokens not wholly in their class; the others get a
       # terminal made counting after streamlining (`_pda_chains.attach_counting`).
@@ -553,12 +553,13 @@ class Compiler:
           _tables.num_words(self.vocab.vocab_size), opts.cache_dir)
       if state_rows:
         wide = {**wide, **extra}
-        counted.update(state_rows=state_rows, token_counts=token_counts)
-    return _pda.compose_token_pda(
+        counted = state_rows, token_counts
+    token_pda = _pda.compose_token_pda(
         rtn, self.trie, vocab_bytes=self._token_text, wide=wide,
         num_words=_tables.num_words(self.vocab.vocab_size), max_pops=opts.max_pops,
         max_pushes=opts.max_pushes, max_edges=opts.max_edges, deadline=deadline, what=what,
         token_bytes=self.vocab.token_bytes)
+    return token_pda, counted
 
   def _compile_lexed(self, spec, what: str, t0: float
                      ) -> tuple[_lexed_tables.LexedTables, CompileInfo]:

@@ -116,7 +116,7 @@ def _assert_same_walks(full, slim, walks):
 def _gemma_pdas(compiler, name: str):
   """(TokenPda, unstreamlined tables, streamlined tables) of a built-in grammar."""
   rtn = _pda.build_rtn(cd.Grammar.builtin(name).pushdown_grammar())
-  token_pda = compiler._token_pda(rtn, name, time.perf_counter() + 600)  # pylint: disable=protected-access
+  token_pda, _ = compiler._token_pda(rtn, name, time.perf_counter() + 600)  # pylint: disable=protected-access
   pack = functools.partial(_packing.pack_pda_tables, vocab=compiler.vocab, stack_depth=64)
   return (token_pda, pack(token_pda),
           pack(_streamline.streamline(token_pda)[0]))
