@@ -238,15 +238,19 @@ class _Configurations:
         self.pushes.append(p)
     return ids[inverse]
 
+  def _cover_row_of(self) -> None:
+    """Extends `row_of` with -1 (not expanded) over the configurations interned since."""
+    if len(self.row_of) < len(self.items):
+      self.row_of = np.concatenate(
+          [self.row_of, np.full(len(self.items) - len(self.row_of), -1, np.int64)])
+
   def expand(self, wanted: np.ndarray) -> None:
     """Computes the successors of the configurations in `wanted` not expanded yet.
 
     Only configurations the walk actually reached are expanded: expanding every
     interned successor would explore all byte strings, not the vocabulary's.
     """
-    if len(self.row_of) < len(self.items):
-      self.row_of = np.concatenate(
-          [self.row_of, np.full(len(self.items) - len(self.row_of), -1, np.int64)])
+    self._cover_row_of()
     new = wanted[self.row_of.take(wanted) < 0]
     if not len(new):
       return
@@ -286,9 +290,7 @@ class _Configurations:
                     | (op[1:] != op[:-1]))
     # The new configurations take the next rows, in id order, so the successor lists,
     # appended in (configuration, byte) order, stay sorted by (row, byte).
-    if len(self.row_of) < len(self.items):
-      self.row_of = np.concatenate(
-          [self.row_of, np.full(len(self.items) - len(self.row_of), -1, np.int64)])
+    self._cover_row_of()
     rows = self.num_rows + np.arange(len(new))
     self.row_of[new] = rows
     self.num_rows += len(new)
