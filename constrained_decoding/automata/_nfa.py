@@ -253,20 +253,14 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
   # before it are built, from the start (pseudo-bytes keep their order of appearance).
   # Parts are keyed by value (leaves by their data, other nodes by their cached hash and
   # `==`): equal sub-trees built as separate objects (a definition lowered at each use)
-  # share too (12% fewer NFA states on the corpus). The keys and the adders of one byte
-  # and of ASCII classes are inlined: one corpus pass builds ~16k concatenations.
+  # share too (12% fewer NFA states on the corpus). The adders of one byte and of ASCII
+  # classes are inlined: one corpus pass builds ~16k concatenations.
   cons = nfa.cons
   nxt = dst
   i = len(parts) - 1
   while i:
     part = parts[i]
-    kind = type(part)
-    if kind is _BYTES:
-      key = (kind, part.data, nxt)
-    elif kind is _CHAR_CLASS or kind is _BYTE_CLASS:
-      key = (kind, part.ranges, nxt)
-    else:
-      key = (part, nxt)
+    key = _cons_key(part, nxt)
     state = cons.get(key)
     if state is None:
       break
@@ -278,14 +272,7 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
     arcs += [[] for _ in range(i)]
     cons[key] = before + i
     for k in range(i - 1, 0, -1):
-      part = parts[k]
-      kind = type(part)
-      if kind is _BYTES:
-        cons[(kind, part.data, before + k + 1)] = before + k
-      elif kind is _CHAR_CLASS or kind is _BYTE_CLASS:
-        cons[(kind, part.ranges, before + k + 1)] = before + k
-      else:
-        cons[(part, before + k + 1)] = before + k
+      cons[_cons_key(parts[k], before + k + 1)] = before + k
   adders, bounds = _ADDERS, nfa.bounds
   state = src
   for k in range(i + 1):
@@ -308,6 +295,17 @@ def _add_concat(nfa: Nfa, node: ir.Concat, src: int, dst: int) -> None:
     else:
       adders.get(kind, _add_unknown)(nfa, part, state, target)
     state = target
+
+
+def _cons_key(part, nxt: int):
+  """`Nfa.cons`'s key of the state that spells `part` and then goes on as `nxt`: leaves
+  by their data, other nodes by value (their cached hash and `==`)."""
+  kind = type(part)
+  if kind is _BYTES:
+    return (kind, part.data, nxt)
+  if kind is _CHAR_CLASS or kind is _BYTE_CLASS:
+    return (kind, part.ranges, nxt)
+  return (part, nxt)
 
 
 _BYTES, _CHAR_CLASS, _BYTE_CLASS, _REPEAT = ir.Bytes, ir.CharClass, ir.ByteClass, ir.Repeat
@@ -577,13 +575,12 @@ def _char_class_size(node: ir.CharClass) -> int:
 
 
 # `nfa_size` of the leaf types (by exact type; subclasses go through `ir.fold`).
+_ZERO_SIZE = frozenset((ir.ByteClass, ir.Terminal, ir.RuleRef, ir.Marker))
 _LEAF_SIZE = {
     ir.Bytes: lambda n: max(len(n.data) - 1, 0),
     ir.CharClass: _char_class_size,
-    ir.ByteClass: lambda n: 0, ir.Terminal: lambda n: 0, ir.RuleRef: lambda n: 0,
-    ir.Marker: lambda n: 0,
+    **{kind: lambda n: 0 for kind in _ZERO_SIZE},
 }
-_ZERO_SIZE = frozenset((ir.ByteClass, ir.Terminal, ir.RuleRef, ir.Marker))
 
 
 def build_nfa(node: ir.Node, fragments: bool = False, share: bool = True) -> Nfa:
