@@ -42,8 +42,8 @@ from constrained_decoding.automata._detokenizer import VocabTrie
 from constrained_decoding.automata._loop_edges import _loop_part_edges
 # The walks are `_trie_walk.py`'s; other modules reach some of them through here.
 from constrained_decoding.automata._trie_walk import (  # noqa: F401
-    _NEVER, _concatenate_columns, _emit, _ranges, _root_frontier, _too_many_edges, _views,
-    _walk, _walk_frontier)  # pylint: disable=unused-import
+    _NEVER, _concatenate_columns, _emit, _ranges, _root_frontier, _spans, _too_many_edges,
+    _views, _walk, _walk_frontier)  # pylint: disable=unused-import
 from constrained_decoding.constraints import _ir as ir
 
 
@@ -129,11 +129,7 @@ def _reached(num_states: int, seeds: np.ndarray, start: np.ndarray,
   frontier = seeds
   while len(frontier):
     lo = start.take(frontier)
-    counts = start.take(frontier + 1) - lo
-    ends = counts.cumsum()
-    slot = (lo - (ends - counts)).repeat(counts)
-    slot += np.arange(len(slot))
-    new = neighbour.take(slot)
+    new = neighbour.take(_spans(lo, start.take(frontier + 1) - lo))
     new = new[~seen.take(new)]
     seen[new] = True
     # Repeats only cost their repeated (then unseen-filtered) neighbours: deduplicate

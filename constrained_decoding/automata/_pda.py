@@ -45,6 +45,7 @@ from constrained_decoding.automata import _registers
 from constrained_decoding.automata import _rtn
 from constrained_decoding.automata._byte_dfa import NO_STATE
 from constrained_decoding.automata._compose import _emit
+from constrained_decoding.automata._compose import _ranges
 from constrained_decoding.automata._compose import _views
 from constrained_decoding.automata._compose import walk_plan
 from constrained_decoding.automata._detokenizer import VocabTrie
@@ -307,11 +308,7 @@ class _Configurations:
     """(which input, successor, popped chunk, operations id) for each (config, byte)
     input pair (the configurations expanded)."""
     flat = self.row_of.take(config) * 256 + byte
-    first = self.row_start.take(flat)
-    count = self.row_start.take(flat + 1) - first
-    which = np.repeat(np.arange(len(flat)), count)
-    slot = np.repeat(first - (np.cumsum(count) - count), count)
-    slot += np.arange(len(which))
+    which, slot = _ranges(self.row_start.take(flat), self.row_start.take(flat + 1))
     return (which, self.targets.take(slot), self.target_chunks.take(slot),
             self.target_ops.take(slot))
 

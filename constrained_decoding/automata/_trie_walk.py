@@ -341,10 +341,15 @@ def _walk(dfa: ByteDfa, trie: VocabTrie, origins: np.ndarray, *, max_edges: int,
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """(which, index): every index in lo[k]..hi[k]-1 for each k, and its k."""
   counts = hi - lo
-  ends = np.cumsum(counts)
-  total = int(ends[-1]) if len(ends) else 0
-  which = np.repeat(np.arange(len(lo)), counts)
-  return which, np.repeat(lo - (ends - counts), counts) + np.arange(total)
+  return np.repeat(np.arange(len(lo)), counts), _spans(lo, counts)
+
+
+def _spans(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+  """Every index in lo[k]..lo[k]+counts[k]-1, k ascending (`_ranges` without `which`)."""
+  ends = counts.cumsum()
+  index = (lo - (ends - counts)).repeat(counts)
+  index += np.arange(len(index))
+  return index
 
 
 
