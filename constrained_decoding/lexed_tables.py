@@ -22,6 +22,8 @@ import jax
 import numpy as np
 from jaxtyping import Array, Bool, Int, UInt32
 
+from constrained_decoding import _arrays
+
 
 # numpy on the host, jax arrays (or tracers) on the device.
 _Arr = np.ndarray | Array
@@ -196,10 +198,7 @@ def lane_prefix_tables(state_seq_lanes: np.ndarray, seq_items: np.ndarray,
   live = (lanes >= 0) & (items[np.maximum(lanes, 0), 0] >= 0)
   key = (np.arange(lanes.shape[0], dtype=dtype)[:, None] * span
          + code[np.maximum(lanes, 0)].astype(dtype))[live]
-  ordered = np.sort(key)
-  first = np.ones(ordered.shape, bool)
-  first[1:] = ordered[1:] != ordered[:-1]
-  distinct = ordered[first]
+  distinct = _arrays.sorted_unique(key)
   state = distinct // span
   column = np.arange(len(distinct)) - np.searchsorted(state, state)
   width = int(column.max(initial=0)) + 1
