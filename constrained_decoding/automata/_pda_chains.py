@@ -14,6 +14,10 @@ the recursive transition network (`_rtn.Rtn`) before composition:
    p_i lands on p_(i+1) (intermediate states uniform), and the path ends in a state that
    reads no first byte of K. No state of the path or inside its characters calls a rule
    or is final in its rule (no epsilon move could give a token of K another path).
+   Chains may end in the same state (an e-mail host and a `maxLength` string both
+   followed by the same `"...`: the minimal DFA merges their ends); each chain after
+   the first gets a copy of that end (an equal state: the language is unchanged) so
+   that its positions, too, can be laid out before their own end.
 2. `renumber` lays each path's positions out consecutively (inside its rule's block,
    the start state first as before), so that p_(i+c) = p_i + c.
 3. `chain_edges` gives each position p_i with r = m - i >= 1 characters left a wide
@@ -70,6 +74,11 @@ class PdaChain:
   # lead to p_m (a plain terminal entry beside the counting one).
   saturating: bool = False
   sides: tuple[tuple[int, int, "ir.CharClass | FirstIn"], ...] = ()
+  # (copy, original): new states (numbered from `rtn.num_states` on) that `renumber`
+  # adds as copies of states this chain shares with an earlier one (module doc, step
+  # 1): its end p_m (then `states[-1]` is the copy) and the states inside the
+  # characters of K read from p_(m-1).
+  copies: tuple[tuple[int, int], ...] = ()
 
 
 def grammar_classes(grammar) -> list[ir.CharClass]:
@@ -163,13 +172,16 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 4) -> lis
   used = np.zeros(rtn.num_states, bool)
   used[rtn.start] = True  # The start state keeps its number (tables start at 0).
   chains = []
+  num_copies = 0
   for char_class in classes:
     if _class_size(char_class) < MIN_CHAIN_CLASS_SIZE:
       continue  # (Still a side's class below.)
     nxt, dead = _char_steps(rtn.transitions, blocked, char_class)
     nxt[blocked] = -1
     loops = nxt == np.arange(rtn.num_states)
-    ends = np.flatnonzero((dead | loops) & ~blocked & ~used)
+    # An end another chain holds already is copied (`_end_copies`), a looping one not
+    # (its copy would not loop on itself).
+    ends = np.flatnonzero((dead | loops & ~used) & ~blocked)
     # Predecessors along K (several states may lead to one: the path keeps the one with
     # the longest path before it; the others may become sides).
     sources = np.flatnonzero((nxt >= 0) & (nxt != np.arange(rtn.num_states)) & ~used)
@@ -186,13 +198,22 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 4) -> lis
         path.append(p)
       if len(path) - 1 >= min_positions:
         path.reverse()
-        used[path] = True
-        chains.append(PdaChain(char_class, tuple(path), saturating=bool(loops[path[-1]])))
+        copies = ()
+        if used[end]:
+          copies = _end_copies(rtn.transitions, char_class, path[-2], end,
+                               rtn.num_states + num_copies)
+          num_copies += len(copies)
+          path[-1] = copies[0][0]
+        used[[p for p in path if p < rtn.num_states]] = True
+        chains.append(PdaChain(char_class, tuple(path), saturating=bool(loops[end]),
+                               copies=copies))
   # Sides, of the chain's class K or of a class H inside it (the last digit of a
   # `\\u` escape: tokens wholly in H go on as characters of K after it).
   steps = {}
   for k, chain in enumerate(chains):
-    position = {p: j for j, p in enumerate(chain.states)}
+    # (A copied end belongs to no other state: sides reaching its original go with the
+    # chain that holds the original.)
+    position = {p: j for j, p in enumerate(chain.states) if p < rtn.num_states}
     sides = []
     for char_class in classes:
       if not _inside(char_class, chain.char_class):
@@ -210,6 +231,53 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 4) -> lis
       sides += found
     chains[k] = dataclasses.replace(chain, sides=tuple(sides))
   return chains
+
+
+def _end_copies(transitions: np.ndarray, char_class: ir.CharClass, last: int, end: int,
+                first_id: int) -> tuple[tuple[int, int], ...]:
+  """(copy, original) for `end` and for the states inside the characters of
+  `char_class` read from `last` (p_(m-1), the chain's last position; UTF-8 lead and
+  continuation states), numbered from `first_id`, the end's copy first."""
+  inside = []
+  for seq in (seq for lo, hi in char_class.ranges for seq in _utf8.utf8_sequences(lo, hi)):
+    cur = last
+    for a, _ in seq[:-1]:  # (`_char_steps`: every byte of a range leads alike.)
+      cur = int(transitions[cur, a])
+      if cur not in inside:
+        inside.append(cur)
+  originals = [end] + [s for s in inside if s != end]
+  return tuple((first_id + k, s) for k, s in enumerate(originals))
+
+
+def _with_copies(rtn, chains: list[PdaChain]):
+  """`rtn` with the chains' copied states appended (`PdaChain.copies`), each an equal
+  copy of its original. In the rows of each chain's p_(m-1) and of its copies, arcs to
+  an original the chain copied go to the copy instead: the chain's last character
+  then ends on its own end, and every path still reads the same bytes to equal states."""
+  copies = sorted(c for chain in chains for c in chain.copies)
+  if not copies:
+    return rtn
+  originals = np.array([o for _, o in copies], np.int64)
+  transitions = np.concatenate([rtn.transitions, rtn.transitions[originals]])
+  for chain in chains:
+    if not chain.copies:
+      continue
+    copy_of = np.arange(len(transitions), dtype=np.int64)
+    for copy, original in chain.copies:
+      copy_of[original] = copy
+    rows = [chain.states[-2]] + [c for c, _ in chain.copies]
+    block = transitions[rows]
+    transitions[rows] = np.where(block == NO_STATE, NO_STATE, copy_of[np.maximum(block, 0)])
+  accepting = np.concatenate([rtn.accepting, rtn.accepting[originals]])
+  contracted = rtn.contracted
+  if contracted is not None:  # The same DFA: copies carry no operation (not `blocked`).
+    contracted = dataclasses.replace(
+        contracted, dfa=dataclasses.replace(contracted.dfa, transitions=transitions,
+                                            accepting=accepting), source=None)
+  return dataclasses.replace(
+      rtn, contracted=contracted, transitions=transitions, accepting=accepting,
+      calls=rtn.calls + tuple(rtn.calls[o] for o in originals.tolist()),
+      rule_of_state=np.concatenate([rtn.rule_of_state, rtn.rule_of_state[originals]]))
 
 
 def _side_class(row: np.ndarray, inner: ir.CharClass, outer: ir.CharClass):
@@ -260,8 +328,10 @@ def renumber(rtn, chains: list[PdaChain]):
   """(Rtn with each chain's positions consecutive, old -> new int64 [Q]).
 
   Within each rule's block of states the others keep their order and come first, then
-  the chains' positions in chain order: rules stay consecutive blocks.
+  the chains' positions in chain order: rules stay consecutive blocks. The chains'
+  copied states (`PdaChain.copies`) are added first.
   """
+  rtn = _with_copies(rtn, chains)
   q = rtn.num_states
   chain_rank = np.full(q, -1, np.int64)
   rank = 0
