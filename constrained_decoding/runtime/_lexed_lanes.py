@@ -392,20 +392,13 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
   # Ended lanes' scalars and ends [n, 10] (as `start`, `start_ends`); lanes without
   # lexemes keep their start.
   results = jnp.stack([v.astype(jnp.int32) for v in start + tuple(start_ends)], axis=1)
-  if head_columns:  # then the first pushed entries (read only below `size` / `isize`)
-    results = jnp.pad(results, [(0, 0), (0, head_columns + 1)])
+  if head_columns:  # then the first pushed entries (read only below `size` / `isize`):
+    # a lane that never runs here keeps those it starts with
+    results = jnp.concatenate([results, *_start_heads(heads, n, head_columns)], axis=1)
   # A fresh lane's start: base, paren, ibase from its row; the others are constants.
   start_rows = tuple(v if k in per_lane else None for k, v in enumerate(start))
   start_consts = tuple(None if k in per_lane else jnp.zeros((), v.dtype)
                        for k, v in enumerate(start))
-
-  def with_heads(fresh, lane, suffix, isuf):
-    """The slots' buffers with their fresh lanes' first columns (`heads`)."""
-    if heads is None:
-      return suffix, isuf
-    return tuple(a.at[:, :h.shape[1]].set(jnp.where(fresh[:, None], h[lane],
-                                                    a[:, :h.shape[1]]))
-                 for a, h in zip((suffix, isuf), heads))
 
   def cond(carry):
     return jnp.any(carry[0] >= 0)
@@ -416,12 +409,8 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
     lane = jnp.maximum(slot_lane, 0)
     buf = slots if per_slot else lane
     # A fresh lane's first columns (none where its slot's steps went on).
-    suffix, isuf = with_heads(occupied & (steps == 0), lane, suffix, isuf)
-    if head_columns and per_slot:  # stored heads hold zeros, not a last lane's pushes,
-      # past what their lane wrote (as per-lane buffers: the stacks past the depth)
-      suffix, isuf = tuple(
-          a.at[:, :c].set(jnp.where((occupied & (steps == 0))[:, None], 0, a[:, :c]))
-          for a, c in ((suffix, head_columns), (isuf, 1)))
+    suffix, isuf = _fresh_columns(occupied & (steps == 0), lane, (suffix, isuf), heads,
+                                  head_columns, per_slot)
     for _ in range(unroll):
       lanes, suffix, isuf, (top, itop) = micro(lane, buf, occupied, lanes, suffix, isuf,
                                                False)
@@ -457,6 +446,40 @@ def _queue(micro, count, live, start, start_ends, per_lane, buffers, pool: int,
   if head_columns:
     out += (results[:, 10:10 + head_columns], results[:, 10 + head_columns:])
   return out + (iterations,)
+
+
+def _start_heads(heads, n: int, columns: int):
+  """The first `columns` and 1 pushed entries ([n, columns], [n, 1]) each of n lanes
+  starts with: its `heads` (None: none pushed), cut or padded with zeros."""
+  if heads is None:
+    return jnp.zeros((n, columns), jnp.int32), jnp.zeros((n, 1), jnp.int32)
+  return tuple(jnp.pad(h[:, :c], [(0, 0), (0, c - min(c, h.shape[1]))])
+               for h, c in zip(heads, (columns, 1)))
+
+
+def _fresh_columns(fresh, lane, buffers, heads, zeroed: int, per_slot: bool):
+  """The pushes buffers (`buffers`: [rows, D], [rows, Pi]) where lanes start in the
+  queue's slots (`fresh` [pool]; `lane` [pool] the slots' lanes): with `per_slot`
+  (static; rows = slots) the first `zeroed` columns (static: the stored heads' columns,
+  0 for none; 1 of the second buffer) zeroed, since the slot's last lane wrote them and
+  stored heads hold zeros past what their lane wrote, as per-lane buffers do; then each
+  fresh lane's `heads` ([n, C], [n, 1], its first pushed entries; None: none) written
+  over the first columns of its slot's row (of its own row without `per_slot`).
+  Zeroing comes first: after the heads it would wipe them (as it did before 2026-11-28,
+  unseen while no caller passed both `heads` and `head_columns`)."""
+  out = []
+  for a, h, cols in zip(buffers, (None, None) if heads is None else heads,
+                        (zeroed, min(zeroed, 1))):
+    if per_slot and cols:
+      a = a.at[:, :cols].set(jnp.where(fresh[:, None], 0, a[:, :cols]))
+    if h is not None:
+      c = h.shape[1]
+      if per_slot:
+        a = a.at[:, :c].set(jnp.where(fresh[:, None], h[lane], a[:, :c]))
+      else:
+        a = a.at[jnp.where(fresh, lane, a.shape[0]), :c].set(h[lane], mode="drop")
+    out.append(a)
+  return tuple(out)
 
 
 def _materialize(state: ConstraintState, lanes: dict, row):

@@ -11,9 +11,12 @@ The walks and the compiled tables are `lexed_python_test`'s.
 """
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from lexed_python_test import _BATCH  # pylint: disable=import-error  (same directory)
+from lexed_python_test import SNIPPETS  # pylint: disable=import-error
 from lexed_python_test import _walk  # pylint: disable=import-error
 from lexed_python_test import shared_setup  # pylint: disable=import-error
 from constrained_decoding.runtime import _lexed
@@ -76,3 +79,52 @@ def test_packed_slot_check_at_a_full_indentation_stack(setup, plain, monkeypatch
   assert bool(mask(setup.tables, states[-1])[0, newline]) is False  # no room: refused
   for s, want in zip(states, packed):
     assert bool((mask(setup.tables, s) == want).all())
+
+
+def _states_inside_snippets(setup):
+  """_BATCH single rows, each some bytes into a snippet (one token a byte), stacked."""
+  rows = []
+  for r in range(_BATCH):
+    text = SNIPPETS[r % len(SNIPPETS)].encode()
+    state = _lexed.init_state(setup.tables, 1)
+    for byte in text[:min(len(text) - 1, 6 + 7 * r)]:
+      state = setup.advance(setup.tables, state, jnp.asarray([setup.by_bytes[bytes([byte])]]))
+    assert not bool(state.error[0])
+    rows.append(state)
+  return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *rows)
+
+
+def test_queue_with_prefix_heads_and_stored_heads_agrees(setup, monkeypatch):
+  # `_lanes` with both the lanes' prefix pushes as `heads` (lanes start after shared
+  # prefixes, pushes kept per slot) and stored heads (`heads=`: each lane's first pushed
+  # entries at its end), which no caller passes together yet: a slot's fresh lane must
+  # start from its prefix's pushes, not zeros (the queue once zeroed its slot's first
+  # columns after writing them). Against every lane run whole in one loop: ok, top
+  # state, indentation, and the stored entries below the lane's stack sizes.
+  tables = setup.tables
+  state = _states_inside_snippets(setup)
+  seq = _lexed._sequence_items(tables, tables.state_seq_lanes[state.state])
+  end, _ = _lexed._end_lane(tables, state.state, _lexed._lane_width(tables))
+  items = jnp.concatenate([seq, end[:, None]], axis=1)
+  prefixes = (tables.state_prefix_items[state.state],
+              jnp.pad(tables.state_lane_prefix[state.state], [(0, 0), (0, 1)],
+                      constant_values=-1))
+  columns = _lexed_lanes._PREFIX_COLUMNS + 2  # past the prefixes' copied columns too
+  monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 0})
+  whole = jax.jit(lambda t, s: _lexed_lanes._lanes(t, s, items))(tables, state)
+  monkeypatch.setattr(_lexed_lanes, "LANE_POOL", {"cpu": 1})
+  assert items.size >= _lexed_lanes._SHARE_FROM * 2  # so the lanes share prefixes
+  shared = jax.jit(lambda t, s: _lexed_lanes._lanes(
+      t, s, items, prefixes, queue_slots=2, stacks=False, heads=columns))(tables, state)
+  for key in ("ok", "top", "paren", "room", "base", "size", "ibase", "isize"):
+    np.testing.assert_array_equal(np.asarray(shared[key]), np.asarray(whole[key]), key)
+  ok = np.asarray(whole["ok"])
+  assert 0 < ok.sum() < ok.size
+  size, isize = np.asarray(whole["size"]), np.asarray(whole["isize"])
+  below = np.arange(columns)[None, :] < size[:, None]
+  assert below[:, 1].any()  # lanes that end with pushes past their first entry
+  np.testing.assert_array_equal(np.where(below, np.asarray(shared["head"]), 0),
+                                np.where(below, np.asarray(whole["suffix"])[:, :columns], 0))
+  ibelow = isize[:, None] > 0
+  np.testing.assert_array_equal(np.where(ibelow, np.asarray(shared["ihead"]), 0),
+                                np.where(ibelow, np.asarray(whole["isuf"])[:, :1], 0))
