@@ -79,13 +79,14 @@ def _live_states(num_states: int, src: np.ndarray, dst: np.ndarray, start: int,
   # Collapse parallel token edges to the state graph first: at most Q^2 pairs, each an
   # int64 (source, target) written as its two int32 halves (no multiply, no division to
   # split it again). Walks emit a state's tokens to one target together, so dropping
-  # repeats of the previous pair first leaves a third or less to sort.
+  # repeats of the previous pair first leaves a third or less to sort; by source they
+  # come nearly in order, which timsort (`stable`) exploits (2.4x, see `_sorted_edges`).
   pairs = np.empty(len(src), np.int64)
   high, low = _halves(pairs)
   high[:] = src
   low[:] = dst
   pairs = _drop_repeats(pairs)
-  pairs.sort()
+  pairs.sort(kind="stable")
   tail, head = (half.copy() for half in _halves(_drop_repeats(pairs)))
   bounds = np.arange(num_states + 1, dtype=np.int32)
   # Adjacency in CSR form: `pairs` is sorted by tail; the reverse by a stable sort.
