@@ -182,8 +182,23 @@ def _from_arrays(name: str, dfa: ByteDfa, arrays: dict) -> FragmentAutomaton:
     if rank != len(edges):
       raise ValueError("terminal edges out of order")
     edges.append((bits[k], target))
-  return FragmentAutomaton(name, dfa, (arrays["src"], arrays["tok"], arrays["dst"]), terminals,
+  return FragmentAutomaton(name, dfa, _by_source_and_token(arrays["src"], arrays["tok"],
+                                                           arrays["dst"]), terminals,
                            arrays["exit_from"], arrays["exit_node"], arrays["exit_byte"])
+
+
+def _by_source_and_token(src: np.ndarray, tok: np.ndarray, dst: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """A fragment's edges sorted by (source, token), once per compiler (~2 ms for ~29k).
+
+  `splice` renumbers a copy's states increasingly (its start, then a block of new states
+  above every other), so each copy's edges stay in the order `_compose._sorted_edges`
+  gives the whole automaton: one run its timsort takes whole, where the walks' order left
+  ~12k runs per copy. Half of a corpus schema's edges are copies' (k8s_deployment: 377k
+  of 650k), and its final sort takes 13.0 -> 7.0 ms.
+  """
+  order = (src.astype(np.int64) << 32 | tok).argsort(kind="stable")
+  return src[order], tok[order], dst[order]
 
 
 def _exits(stopped: list, trie: VocabTrie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -321,6 +336,7 @@ def _copy_edges(fragment_of: np.ndarray, phis: list,
   fragment's edges renumbered by its copy's states `phis[i]` (final numbers), written
   once into the output columns: one gather per edge column, no concatenation or later
   renumbering pass (the maps compose on a copy's ~350 states, not its ~29k edges).
+  Each `phis[i]` increases, so a copy's edges keep the fragment's (source, token) order.
   """
   counts = [len(automata[k].edges[0]) for k in fragment_of.tolist()]
   total = sum(counts)
