@@ -64,9 +64,9 @@ MIN_CHAIN_CLASS_SIZE = 32
 class PdaChain:
   """Positions p_0..p_m (states, in chain order) of class `char_class`, and its *side*
   states: (s, j, H) where every character of H (K or a class inside K) leads from s to
-  p_j (j >= 1) though s is no position (after the `-` of a host name
-  `[a-z0-9]|-[a-z0-9]`, of a `-` in a `[a-z0-9-]` slot, the last hex digit of `\\u`):
-  c characters of H lead from s to p_(j - 1 + c)."""
+  p_j though s is no position (after the `-` of a host name `[a-z0-9]|-[a-z0-9]`, of a
+  `-` in a `[a-z0-9-]` slot, the last hex digit of `\\u`; j = 0: the head `[a-z]` of a
+  name `[a-z][a-z0-9_]{2,31}`): c characters of H lead from s to p_(j - 1 + c)."""
 
   char_class: ir.CharClass
   states: tuple[int, ...]
@@ -226,7 +226,7 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 4) -> lis
       found = [(s, position[t], _side_class(rtn.transitions[s], char_class,
                                              chain.char_class))
                for s, t in enumerate(nxt.tolist())
-               if t in position and position[t] >= 1 and not used[s]]
+               if t in position and not used[s]]
       used[[s for s, _, _ in found]] = True
       sides += found
     chains[k] = dataclasses.replace(chain, sides=tuple(sides))
@@ -419,11 +419,9 @@ def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vo
     new = [int(new_of[p]) for p in chain.states]
     # (state, class, characters left r, bias): c characters lead to state + c + bias.
     entries = [(new[i], chain.char_class, m - i, 0) for i in range(m)]
-    entries += [(int(new_of[s]), h, m - j + 1, new[j - 1] - int(new_of[s]))
+    entries += [(int(new_of[s]), h, m - j + 1, new[0] + j - 1 - int(new_of[s]))
                 for s, j, h in chain.sides]
     for state, char_class, r, bias in entries:
-      if state in wide:
-        continue
       first = None
       if isinstance(char_class, FirstIn):
         char_class, first = char_class.outer, char_class.inner

@@ -111,6 +111,8 @@ def test_shared_end_is_copied(compiled, plain):
     copy, original = chain.copies[0]
     assert chain.states[-1] == copy and copy not in owned
     assert any(other.states[-1] == original for other in chains if other is not chain)
+  # The name's head `[a-z]` is a side before p_0 (a letter leads to p_0).
+  assert any(j == 0 for _, j, _ in by_class[_USER].sides)
   # The name's positions are counted too: far fewer explicit edges than token by token.
   assert int(tables.edge_start[-1]) * 20 < int(plain.edge_start[-1])
 
