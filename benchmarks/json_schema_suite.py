@@ -48,13 +48,20 @@ in `--random-tokenizations` random ways (`TokenIndex`). The numpy reference walk
                          if they match its pattern", checked likewise;
                        format asserted / free-form depth: accepted once the schema is
                          compiled with `format` removed (an annotation in the spec) /
-                         with `free_form_depth` as deep as the instance;
+                         with `free_form_depth` as deep as the instance (not with
+                         `--free-form-depth none`: there a deep value is no narrowing);
   rejected_valid     valid, rejected, and no narrowing explains it: wrong;
   accepted_invalid   invalid, and some serialization accepted: wrong;
   inconsistent       two tokenizations of one text disagree: wrong (a token-level bug).
 
   python benchmarks/json_schema_suite.py --vocab bytes   # about a minute
   python benchmarks/json_schema_suite.py                 # Gemma 3 vocabulary, minutes
+  python benchmarks/json_schema_suite.py --vocab bytes --free-form-depth none
+
+`--free-form-depth N|none` compiles with `JsonSchema(free_form_depth=...)` (default 2;
+`none`: free-form values call one JSON rule on the device stack). Under any other
+depth than 2, every case refused is compiled again at depth 2, and those that compile
+there are listed as `only_at_depth_2` (what the other depth still gives up).
 
 Writes `benchmarks/results/json_schema_suite.json` (per file counts, compile times,
 every wrong answer, refusal and crash) and prints a table.
@@ -427,13 +434,15 @@ def registry(resources=None):
 
 def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whitespace: str,
                       speller: Speller, time_limit: float,
-                      implied_types: bool = True, resources=None) -> str | None:
+                      implied_types: bool = True, resources=None,
+                      free_form_depth: int | None = 2) -> str | None:
   """Which documented narrowing makes a rejected valid instance rejected, or None.
 
   `implied type`: the instance is invalid (per `jsonschema`) once every untyped schema
   gets the types its keywords imply. `format asserted` / `free-form depth`: the
   instance is accepted when the schema is compiled with `format` as an annotation /
-  with `free_form_depth` as deep as the instance. Both at once: their names joined.
+  with `free_form_depth` as deep as the instance (only where `free_form_depth`, the
+  depth compiled, is a bound). Both at once: their names joined.
   """
   narrowings = [("patternProperties keys", without_unmatched_keys)]
   if implied_types:
@@ -444,18 +453,20 @@ def explain_rejection(compiler: cd.Compiler, schema, data, *, draft: str, whites
         return reason
     except Exception:  # pylint: disable=broad-except  # jsonschema cannot read it.
       pass
-  depth = max(nesting_depth(data), 2)
-  tried = {(json.dumps(schema), 2)}  # The schema as compiled: nothing turned off.
-  for reason, variant, free_form_depth in (
-      ("format asserted", without_formats(schema), 2),
+  # Unbounded free-form values (None) have no depth to raise.
+  depth = (free_form_depth if free_form_depth is None
+           else max(nesting_depth(data), free_form_depth))
+  tried = {(json.dumps(schema), free_form_depth)}  # As compiled: nothing turned off.
+  for reason, variant, variant_depth in (
+      ("format asserted", without_formats(schema), free_form_depth),
       ("free-form depth", schema, depth),
       ("format asserted, free-form depth", without_formats(schema), depth)):
-    key = (json.dumps(variant), free_form_depth)
+    key = (json.dumps(variant), variant_depth)
     if key in tried:
       continue
     tried.add(key)
     result = compile_case(compiler, variant, whitespace=whitespace, time_limit=time_limit,
-                          free_form_depth=free_form_depth, implied_types=implied_types,
+                          free_form_depth=variant_depth, implied_types=implied_types,
                           resources=resources)
     if result["status"] == "compiled" and judge_instance(
         result["tables"], data, True, speller, whitespace, variant)["verdict"] in ("ok", "narrowed"):
@@ -472,7 +483,7 @@ def _on_alarm(signum, frame):
 
 
 def compile_case(compiler: cd.Compiler, schema, *, whitespace: str, time_limit: float,
-                 free_form_depth: int = 2, implied_types: bool = True,
+                 free_form_depth: int | None = 2, implied_types: bool = True,
                  resources=None, lenient=False, shared_definitions="inline") -> dict:
   """Compiles one schema: {"status": compiled|refused|crashed, "seconds", "tables",
   "error": "Class: first line", "empty": whether the refusal says that the schema
@@ -515,18 +526,23 @@ def _first_line(error: BaseException) -> str:
 
 def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str, *,
              whitespace: str = "compact", time_limit: float = 20.0,
-             implied_types: bool = True, resources=None) -> dict:
+             implied_types: bool = True, resources=None,
+             free_form_depth: int | None = 2) -> dict:
   """Compiles and checks every case of one test file; returns its report."""
   report = {"file": name, "cases": 0, "compiled": 0, "unsatisfiable": 0, "refused": 0,
             "crashed": 0,
             "instances": 0, "ok": 0, "narrowed": 0, "rejected_valid": 0,
             "accepted_invalid": 0, "inconsistent": 0, "compile_seconds": [],
-            "refusals": [], "crashes": [], "wrong": [], "narrowings": []}
+            "refusals": [], "crashes": [], "wrong": [], "narrowings": [],
+            "only_at_depth_2": []}
+  explain = dict(draft=name.split("/")[0], whitespace=whitespace, speller=speller,
+                 time_limit=time_limit, implied_types=implied_types, resources=resources,
+                 free_form_depth=free_form_depth)
   for case in load_cases(suite_dir, name):
     report["cases"] += 1
     result = compile_case(compiler, case["schema"], whitespace=whitespace,
                           time_limit=time_limit, implied_types=implied_types,
-                          resources=resources)
+                          resources=resources, free_form_depth=free_form_depth)
     where = {"file": name, "case": case["description"]}
     if result["status"] == "refused" and result["empty"]:
       # "Accepts nothing": right if the suite agrees, else each valid instance is wrong.
@@ -538,10 +554,7 @@ def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str,
           continue
         detail = {**where, "test": test["description"], "valid": True,
                   "data": test["data"], "text": json.dumps(test["data"]), "accepted": []}
-        reason = explain_rejection(compiler, case["schema"], test["data"],
-                                   draft=name.split("/")[0], whitespace=whitespace,
-                                   speller=speller, time_limit=time_limit,
-                                   implied_types=implied_types, resources=resources)
+        reason = explain_rejection(compiler, case["schema"], test["data"], **explain)
         if reason is not None:  # E.g. `{"contains": false}` of the implied type array.
           report["narrowed"] += 1
           report["narrowings"].append({**detail, "reason": reason})
@@ -558,6 +571,10 @@ def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str,
       # while the suite lists valid instances deserves a look: `valid_tests`.
       report["refusals"].append({**where, "error": result["error"],
                                  "valid_tests": sum(t["valid"] for t in case["tests"])})
+      if free_form_depth != 2 and compile_case(
+          compiler, case["schema"], whitespace=whitespace, time_limit=time_limit,
+          implied_types=implied_types, resources=resources)["status"] == "compiled":
+        report["only_at_depth_2"].append({**where, "error": result["error"]})
       continue
     if result["status"] == "crashed":
       report["crashes"].append({**where, "error": result["error"], "schema": case["schema"]})
@@ -567,10 +584,7 @@ def run_file(compiler: cd.Compiler, speller: Speller, suite_dir: str, name: str,
       judged = judge_instance(result["tables"], test["data"], test["valid"], speller,
                               whitespace, case["schema"])
       if judged["verdict"] == "rejected_valid":
-        reason = explain_rejection(compiler, case["schema"], test["data"],
-                                   draft=name.split("/")[0], whitespace=whitespace,
-                                   speller=speller, time_limit=time_limit,
-                                   implied_types=implied_types, resources=resources)
+        reason = explain_rejection(compiler, case["schema"], test["data"], **explain)
         if reason is not None:
           judged = {**judged, "verdict": "narrowed", "reason": reason}
       report[judged["verdict"]] += 1
@@ -643,6 +657,16 @@ def make_speller(name: str, num_random: int) -> tuple[cd.Vocabulary, Speller]:
   return vocab, Speller(TokenIndex(vocab), encode=spm.EncodeAsIds, num_random=num_random)
 
 
+def _depth(text: str) -> int | None:
+  """`--free-form-depth` value: a non-negative int or 'none'."""
+  if text.lower() == "none":
+    return None
+  depth = int(text)
+  if depth < 0:
+    raise argparse.ArgumentTypeError(f"{text}: expected a non-negative int or 'none'")
+  return depth
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--suite-dir", default=DEFAULT_SUITE_DIR)
@@ -660,6 +684,9 @@ def parse_args(argv=None):
                       help="seconds per compile (CompileOptions.max_seconds; default 20)")
   parser.add_argument("--random-tokenizations", type=int, default=2,
                       help="random tokenizations per text besides the canonical (gemma)")
+  parser.add_argument("--free-form-depth", type=_depth, default=2,
+                      help="JsonSchema(free_form_depth=...): an int, or 'none' for calls to"
+                      " one JSON rule on the device stack (push-down tables; default 2)")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir,
                       help="the compiler's per-vocabulary cache (default: the user's)")
   parser.add_argument("--out", default=None, help="default: benchmarks/results/"
@@ -667,6 +694,8 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.out is None:
     suffix = "" if args.vocab == "gemma" else f"_{args.vocab}"
+    if args.free_form_depth != 2:
+      suffix += f"_free_form_{args.free_form_depth}".lower()
     args.out = os.path.join(_REPO, "benchmarks", "results", f"json_schema_suite{suffix}.json")
   return args
 
@@ -689,7 +718,7 @@ def main(argv=None) -> int:
   for name in names:
     report = run_file(compiler, speller, args.suite_dir, name, whitespace=args.whitespace,
                       time_limit=args.time_limit, implied_types=not args.spec_types,
-                      resources=remotes)
+                      resources=remotes, free_form_depth=args.free_form_depth)
     reports.append(report)
     print(f"{name}: {report['compiled']}/{report['cases']} compiled,"
           f" {report['unsatisfiable']} unsatisfiable, {report['crashed']}"
@@ -708,8 +737,13 @@ def main(argv=None) -> int:
     print(f"WRONG {w['verdict']}: {w['file']} / {w['case']} / {w['test']}: {w['text'][:80]}")
   for c in crashes:
     print(f"CRASH {c['file']} / {c['case']}: {c['error']}")
+  only_at_2 = [o for r in reports for o in r["only_at_depth_2"]]
+  if args.free_form_depth != 2:
+    print(f"only at free_form_depth=2: {len(only_at_2)} cases")
+    for o in only_at_2:
+      print(f"ONLY AT 2 {o['file']} / {o['case']}: {o['error'][:120]}")
   meta = {"vocab": args.vocab, "vocab_size": vocab.vocab_size, "whitespace": args.whitespace,
-          "implied_types": not args.spec_types,
+          "implied_types": not args.spec_types, "free_form_depth": args.free_form_depth,
           "time_limit_s": args.time_limit, "random_tokenizations": speller.num_random,
           "suite_dir": os.path.abspath(args.suite_dir), "optional": args.optional,
           "remotes": len(remotes),
@@ -718,7 +752,8 @@ def main(argv=None) -> int:
           "compile_seconds": times}
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w", encoding="utf-8") as f:
-    json.dump({"meta": meta, "files": reports, "wrong": wrong, "crashes": crashes}, f,
+    json.dump({"meta": meta, "files": reports, "wrong": wrong, "crashes": crashes,
+               "only_at_depth_2": only_at_2}, f,
               indent=1, ensure_ascii=False)
   print(f"\nwrote {args.out}")
   return 0
