@@ -30,10 +30,13 @@ from constrained_decoding.automata import _splice
 from constrained_decoding.automata import _streamline
 from constrained_decoding.automata import _unique_strings
 from constrained_decoding.automata import _wide
+from constrained_decoding.constraints import _grammar
 from constrained_decoding.constraints import _ir as ir
+from constrained_decoding.constraints import _json_schema
 from constrained_decoding.constraints._specs import Grammar
 from constrained_decoding.errors import CompileBudgetError
 from constrained_decoding.errors import EmptyConstraintError
+from constrained_decoding.errors import NondeterministicGrammarError
 from constrained_decoding.vocab._vocabulary import Vocabulary
 
 _log = logging.getLogger(__name__)
@@ -246,7 +249,10 @@ class Compiler:
     pushdown = getattr(spec, "pushdown_grammar", None)
     grammar = pushdown() if pushdown is not None else None
     if grammar is not None:
-      return self._compile_pushdown(grammar, what, t0, time.perf_counter(), deadline)
+      try:
+        return self._compile_pushdown(grammar, what, t0, time.perf_counter(), deadline)
+      except NondeterministicGrammarError as error:
+        return self._compile_aligned(spec, error, what, t0, deadline)
     node = spec.to_ir()
     t1 = time.perf_counter()
     chain = (_counting.find_chain(node) if opts.wide_states and opts.counted_chains
@@ -529,6 +535,28 @@ class Compiler:
                  "pack": t3 - t2, "total": t3 - t0},
         num_groups=groups, dropped_paths=token_pda.dropped_paths, streamlined=report)
     return tables, info
+
+  def _compile_aligned(self, spec, error: NondeterministicGrammarError, what: str,
+                       t0: float, deadline: float):
+    """A JSON schema whose free-form calls (`free_form_depth=None`) made its grammar
+    nondeterministic (`error`), compiled again with the calls inlined where they
+    compete with inline values (`_json_schema.free_form_alignments`: at competition
+    points, then through whole rules; the same language). Raises `error` when no way
+    compiles, or for any other spec."""
+    if getattr(spec, "free_form_depth", 2) is not None or not hasattr(spec, "options"):
+      raise error
+    for scope, language in _json_schema.free_form_alignments(spec.schema_value,
+                                                             spec.options()):
+      _log.info("%s: free-form calls make the grammar nondeterministic (%s); compiling"
+                " with them inlined where they compete (scope %r).", what,
+                str(error).split(":")[0], scope)
+      if not isinstance(language, _grammar.GrammarIR):
+        continue
+      try:
+        return self._compile_pushdown(language, what, t0, time.perf_counter(), deadline)
+      except NondeterministicGrammarError:
+        continue
+    raise error
 
   def _token_pda(self, rtn, what: str, deadline: float, chains=(), new_of=None):
     """(The token-level push-down automaton of a recursive transition network, None or

@@ -103,6 +103,12 @@ def _lower_contains(lw, schema: dict, pointer: str) -> ir.Node:
     if negated is not None:
       miss = lw.lower_conjunction([(items, at), (negated, where)], where)
     positions.append((item, hit, miss))
+  if top is None and all(isinstance(hit, ir.RuleRef) and lw.is_free_form(hit) and hit == item
+                         for item, hit, _ in positions):
+    # Every item counts (`contains: true` next to free-form items, free_form_depth=None):
+    # the count is the length. (The automaton's two call arcs per position would be
+    # one union of calls, which the grammar passes lift into a nondeterministic rule.)
+    return lower_array(lw, {**rest, "minItems": max(low, m)}, pointer)
   ws = lw.ws
   # States: 0 start, 1 after `]`, 2 + n * (cap + 1) + k after `[` and n items of which
   # k count (n capped at `full` without a maxItems, k at `cap` without a maxContains).

@@ -110,7 +110,14 @@ not generated):
   `properties` or `required` unless `additionalProperties` is an explicit schema;
   `{"type": "object"}` alone stays a free-form object.
 * Free-form values (`{}`, `true`, absent `items`, additional property values) are
-  schema-free JSON nested at most `free_form_depth` containers deep.
+  schema-free JSON nested at most `free_form_depth` containers deep. With
+  `free_form_depth=None` each is a call of one rule (`FREE_FORM_RULE`, any JSON up to
+  the device stack). Where such a call competes with an inline value of another branch
+  (a `contains` item, an `anyOf` of objects that declare different keys), the push-down
+  automaton could not choose: the compiler then retries with the free-form values
+  there written inline down to the competitor's depth, then calls (the same language,
+  `_json_free_form_align.py`), and raises `NondeterministicGrammarError` only if that
+  fails too (a recursive `$ref` alike with another branch, below).
 * `enum` and `const` values are written as `json.dumps` writes them (objects in their
   given key order, whitespace per policy); `1` does not also match `1.0`.
 * A schema without `type` takes the types its keywords apply to (`{"properties": ...}`
@@ -213,6 +220,7 @@ from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_array_schemas
 from constrained_decoding.constraints import _json_boolean
 from constrained_decoding.constraints import _json_conjunctions
+from constrained_decoding.constraints import _json_free_form_align
 from constrained_decoding.constraints import _json_keywords
 from constrained_decoding.constraints import _json_object_schemas
 from constrained_decoding.constraints import _json_refs
@@ -267,6 +275,11 @@ class SchemaOptions:
     shared_definitions: "inline": every non-recursive `$ref` target lowered at each
       use; "call": one lowered to the same IR in several places becomes a grammar
       rule called on the device stack (`_json_shared.py`). Needs `max_ref_depth=None`.
+    free_form_align: With `free_form_depth=None`: "none" (every free-form value a
+      call), "points" or "rule" (free-form values inlined where a call would compete
+      with an inline value of another branch, `_json_free_form_align.py`). The
+      compiler asks for them in turn when the calls make the grammar nondeterministic
+      (`free_form_alignments`).
   """
 
   whitespace: jv.Whitespace = jv.Whitespace()
@@ -278,6 +291,7 @@ class SchemaOptions:
   implied_types: bool = True
   resources: tuple[tuple[str, str], ...] = ()
   shared_definitions: str = "inline"
+  free_form_align: str = "none"
 
 
 # The grammar rule every free-form value calls when `free_form_depth=None`.
@@ -320,6 +334,8 @@ def _lower(schema, options: SchemaOptions, use_registers: bool = True):
     # Register constructs in a recursive schema call no rule that uses registers
     # (`_json_object_schemas._calls`): their words survive every push and pop.
     node, rules, called = _json_shared.share(lowerer, node, lowerer.rules)
+    if options.free_form_align != "none":
+      node, rules = _aligned(node, rules, options)
     if rules:
       return (_grammar_passes.recursive_grammar(schema, node, rules, keep=called),
               tuple(lowerer.ignored))
@@ -335,6 +351,48 @@ def _lower(schema, options: SchemaOptions, use_registers: bool = True):
       )
     raise _json_keywords.unsatisfiable(schema)
   return node, tuple(lowerer.ignored)
+
+
+class _NothingAligned(Exception):
+  """`free_form_align` left every rule as it was (`free_form_alignments` skips it)."""
+
+
+def _aligned(node: ir.Node, rules: dict[str, ir.Node], options: SchemaOptions):
+  """(root, rules) with free-form calls inlined where they compete
+  (`_json_free_form_align`); the free-form rule itself stays as it is.
+
+  Raises:
+    _NothingAligned: No free-form call was inlined.
+  """
+  def align(body: ir.Node) -> ir.Node:
+    return _json_free_form_align.align_free_form(body, options.whitespace, FREE_FORM_RULE,
+                                                 options.free_form_align)
+  new_node = align(node)
+  new_rules = {name: body if name == FREE_FORM_RULE else align(body)
+               for name, body in rules.items()}
+  if new_node is node and all(new_rules[name] is body for name, body in rules.items()):
+    raise _NothingAligned()
+  return new_node, new_rules
+
+
+def free_form_alignments(schema, options: SchemaOptions):
+  """(scope, language) for each way `_json_free_form_align` may write the free-form
+  calls of `schema` differently (`free_form_depth=None`), narrowest scope first: what
+  the compiler tries, in turn, when the plain calls make the grammar nondeterministic
+  (the language is the same). Yields nothing for other options, and skips a scope
+  that inlines nothing.
+
+  Raises:
+    As `lower_json_schema`.
+  """
+  if options.free_form_depth is not None or options.free_form_align != "none":
+    return
+  for scope in _json_free_form_align.ALIGN_SCOPES[1:]:
+    try:
+      yield scope, lower_json_schema(
+          schema, dataclasses.replace(options, free_form_align=scope))[0]
+    except _NothingAligned:
+      continue
 
 
 class _Lowerer:

@@ -13,6 +13,7 @@ Public functions and classes:
   text_except(texts)                  decoded texts not in `texts` (IR over characters).
   json_value(ws, max_depth, ...)      schema-free JSON with bounded nesting.
   json_value_rule(ws, name)           schema-free JSON as a grammar rule (unbounded).
+  json_value_inline(ws, name, levels) the same language, `levels` deep inline, then calls.
   json_value_fragment(ws, max_depth)  the same as a shared `ir.Fragment` (spliced by compilers).
   const_value(value, ws)              one Python JSON value, serialized under `ws`.
   delimited(open, close, item, ws, min_count, max_count)  `[item, item, ...]`-style lists.
@@ -529,7 +530,18 @@ def json_value_rule(ws: Whitespace, name: str) -> ir.Node:
   """The body of a grammar rule `name` of schema-free JSON values that nests through
   `ir.RuleRef(name)`: JSON itself, context-free, its nesting bounded only by the
   device stack (`CompileOptions.stack_depth`), unlike `json_value`."""
-  value = ir.RuleRef(name)
+  return json_value_inline(ws, name, 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def json_value_inline(ws: Whitespace, name: str, levels: int) -> ir.Node:
+  """Schema-free JSON values written inline `levels` containers deep, each value below
+  a call `ir.RuleRef(name)` of the rule `json_value_rule(ws, name)`: the same language
+  as that call (0 levels: the call itself). `_json_free_form_align` writes free-form
+  values so where they compete with inline values of another branch."""
+  if levels == 0:
+    return ir.RuleRef(name)
+  value = json_value_inline(ws, name, levels - 1)
   return ir.union(_SCALARS, delimited(b"[", b"]", value, ws), _object_of(ws, value))
 
 
