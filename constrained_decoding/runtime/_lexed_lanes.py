@@ -63,11 +63,19 @@ def _per_platform(fn, table: dict, *operands):
                     for platform, value in table.items()})
 
 
-def _write_column(a, col, value, select: bool):
-  """`a` [N, P] with `a[i, col[i]] = value[i]` where `col[i] < P` (else unchanged)."""
-  if select:
-    return jnp.where(jnp.arange(a.shape[1])[None, :] == col[:, None], value[:, None], a)
-  return a.at[jnp.arange(a.shape[0]), col].set(value, mode="drop")
+def _select_column(a, col, value):
+  """`a` [N, P] with `a[i, col[i]] = value[i]` where `col[i] < P` (else unchanged), by
+  a select over every column (no scatter)."""
+  return jnp.where(jnp.arange(a.shape[1])[None, :] == col[:, None], value[:, None], a)
+
+
+def _first_action(tables: LexedTables, top, members):
+  """(action, terminal) [N] of the first of each lexeme's class `members` [N, M] that
+  parser state `top` [N] has an action for (action 0 where none)."""
+  acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
+  first = jnp.argmax(acts != 0, axis=1)[:, None]
+  return (jnp.take_along_axis(acts, first, axis=1)[:, 0],
+          jnp.take_along_axis(members, first, axis=1)[:, 0])
 
 
 def _registers(tables: LexedTables, state: ConstraintState) -> Int[Array, "B R"]:
@@ -153,10 +161,16 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
                      row_widths[row_of(lane), jnp.clip(ibase - 1, 0, di - 1)])
 
   def write(a, lane, col, value, select):
-    """`a[lane[j], col[j]] = value[j]` where `col[j]` is in range (else unchanged)."""
-    if lane is None:
-      return _write_column(a, col, value, select)
-    return a.at[lane, col].set(value, mode="drop")
+    """`a[lane[j], col[j, k]] = value[j, k]` (or with `col`, `value` [N]: one entry a
+    lane) where `col[j, k]` is in range (else unchanged)."""
+    if col.ndim == 1:
+      col, value = col[:, None], value[:, None]
+    if lane is None and select:
+      for k in range(col.shape[1]):
+        a = _select_column(a, col[:, k], value[:, k])
+      return a
+    rows = jnp.arange(a.shape[0]) if lane is None else lane
+    return a.at[rows[:, None], col].set(value, mode="drop")
 
   def micro(lane, buf, alive, lanes, suffix, isuf, select):
     """One micro-step of lanes `lane` (None: all): their scalars in `lanes`, their
@@ -174,11 +188,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     top = read(lane, buf, base, suffix, depth - 1)
     # An ordinary lexeme: the first member of its class the top state takes.
     members = tables.class_members[c]  # [N, M]
-    acts = jnp.where(members >= 0, tables.action[top[:, None], jnp.maximum(members, 0)], 0)
-    has = acts != 0
-    first = jnp.argmax(has, axis=1)[:, None]
-    a_lexeme = jnp.take_along_axis(acts, first, axis=1)[:, 0]
-    t_lexeme = jnp.take_along_axis(members, first, axis=1)[:, 0]
+    a_lexeme, t_lexeme = _first_action(tables, top, members)
     if indent:
       # A newline lexeme.
       is_nl = width != _WIDTH_NONE
@@ -219,8 +229,17 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
                        | (want_indent & ((phase == 2) | (ibase + isize >= di))))
     ok = active & ~bad
     moved = ok & moves
-    top_after = jnp.where(moved, target, top)
-    suffix = write(suffix, buf, jnp.where(moved, slot, p_width), target, select)
+    # A reduction whose target shifts the same ordinary lexeme: that shift too, as the
+    # next micro-step would take it (the first member the target takes; where the push
+    # would pass D it is left to the next micro-step, which fails the lane).
+    a_next, _ = _first_action(tables, jnp.maximum(target, 0), members)
+    fused = ok & reduce & (a_next > 0) & (new + 2 <= d)
+    if indent:
+      fused &= ~is_nl
+    top_after = jnp.where(fused, a_next - 1, jnp.where(moved, target, top))
+    suffix = write(suffix, buf, jnp.stack([jnp.where(moved, slot, p_width),
+                                           jnp.where(fused, slot + 1, p_width)], axis=1),
+                   jnp.stack([target, a_next - 1], axis=1), select)
     shifted = ok & shift
     if indent:
       # Indentation: push on INDENT, pop on DEDENT.
@@ -232,15 +251,16 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
       ibase = jnp.where(pop & ~own_pop, ibase - 1, ibase)
       itop_after = jnp.where(push, w, itop)
       # Next lexeme after: an ordinary shift, INDENT, dropped or equal newlines.
-      done_item = ok & ((shift & ~is_nl) | push | skip | equal)
+      done_item = ok & ((shift & ~is_nl) | push | skip | equal) | fused
       phase = jnp.where(ok & feeding & (shift | eof_no_nl), 1,
                         jnp.where(pop, 2, jnp.where(done_item, 0, phase)))
-      paren = paren + jnp.where(shifted & ~is_nl, tables.class_paren[c], 0)
+      paren = paren + jnp.where((shifted & ~is_nl) | fused, tables.class_paren[c], 0)
     else:
-      done_item = shifted
+      done_item = shifted | fused
       itop_after = jnp.zeros_like(top)  # no room: `di` is 1, ibase 1
     lanes = (jnp.where(done_item, i + 1, i), jnp.where(moved, new_base, base),
-             jnp.where(moved, slot + 1, size), err | bad, paren, ibase, isize, phase)
+             jnp.where(moved, slot + 1 + fused, size), err | bad, paren, ibase, isize,
+             phase)
     return lanes, suffix, isuf, (top_after, itop_after)
 
   zero = jnp.zeros((n,), jnp.int32)
