@@ -308,17 +308,25 @@ def stack_needs(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
     need, need_return = new_need, new_return
 
 
-def _counting_bits(a: _Automaton, terminal: int) -> list[tuple[int, np.ndarray]]:
-  """(characters c, uint32 [W] the tokens of `terminal` with c characters) of a counting
-  terminal, c ascending."""
-  w = a.terminal_bits.shape[1]
+def _counted_tokens(a: _Automaton, terminal: int) -> tuple[np.ndarray, np.ndarray]:
+  """(tokens, characters of each) of a counting terminal, by characters ascending."""
   vocab_size = a.token_counts.shape[1]
   words = np.asarray(a.terminal_bits[terminal], np.uint32)
   tokens = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
   tokens = tokens[tokens < vocab_size]
   counts = a.token_counts[int(a.terminal_counts[terminal, 0]), tokens].astype(np.int64)
-  return [(int(c), bitmask(tokens[counts == c], vocab_size)[:w])
-          for c in np.unique(counts).tolist()]
+  order = np.argsort(counts, kind="stable")
+  return tokens[order], counts[order]
+
+
+def _counting_bits(a: _Automaton, terminal: int) -> list[tuple[int, np.ndarray]]:
+  """(characters c, uint32 [W] the tokens of `terminal` with c characters) of a counting
+  terminal, c ascending."""
+  w = a.terminal_bits.shape[1]
+  tokens, counts = _counted_tokens(a, terminal)
+  values, starts = np.unique(counts, return_index=True)
+  return [(int(c), bitmask(group, a.token_counts.shape[1])[:w])
+          for c, group in zip(values.tolist(), np.split(tokens, starts[1:]))]
 
 
 def _counting_state_terminals(a: _Automaton) -> list[tuple[int, int]]:
@@ -339,7 +347,7 @@ def _counting_moves(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
   cached: dict = {}
   for state, terminal in _counting_state_terminals(a):
     if terminal not in cached:
-      cached[terminal] = np.array([c for c, _ in _counting_bits(a, terminal)], np.int64)
+      cached[terminal] = np.unique(_counted_tokens(a, terminal)[1])
     _, stride, bias = (int(x) for x in a.terminal_counts[terminal])
     sources.append(np.full(len(cached[terminal]), state, np.int64))
     targets.append(state + stride * cached[terminal] + bias)
@@ -399,8 +407,10 @@ def _capped_masks(a: _Automaton, w: int, vocab_size: int, min_bucket: int,
     for terminal, target in term[state].tolist():
       if terminal >= 0 and counting.get(state) == terminal:
         _, stride, bias = (int(x) for x in a.terminal_counts[terminal])
+        if terminal not in counting_bits:  # Once per terminal (not per group).
+          counting_bits[terminal] = _counting_bits(a, terminal)
         parts += [(bits, int(need[state + stride * c + bias]))
-                  for c, bits in counting_bits.setdefault(terminal, _counting_bits(a, terminal))
+                  for c, bits in counting_bits[terminal]
                   if need[state + stride * c + bias] >= 1]
       elif terminal >= 0 and target >= 0 and need[target] >= 1:
         parts.append((a.terminal_bits[terminal][:w], int(need[target])))
