@@ -21,7 +21,8 @@ One step of a row in lexer state s:
   is the first terminal of its class the top state has an action for; reductions
   (pop `rule_len`, push `goto`, then the unit reductions that follow, as one) until it
   shifts, all in one `lax.while_loop` of
-  micro-steps (one reduce or shift per lane and iteration) over every lane at once;
+  micro-steps (one reduce or shift per lane and iteration, or a reduce and the shift
+  of the same lexeme that follows it) over every lane at once;
 * the lane survives when no lexeme is an error, the stack never passes D, and the
   lexeme pending in f can still become an ignored lexeme or a terminal the final top
   state has an action for (canonical LR(1): an action means the terminal can come next);
@@ -43,7 +44,8 @@ exactly when `allowed_bits` offers it (same lanes, same tables).
 
 Cost per row and step (exact, simple; the design's viable-set classes are not built):
 `allowed_bits` runs Ks + 1 lanes, one micro-step (a reduce, a
-shift or an indentation decision: ~25 gathers) at a time. On CPU (`LANE_POOL`) they
+shift, a reduce and the shift after it, or an indentation decision: ~30 gathers) at a
+time. On CPU (`LANE_POOL`) they
 run as a work queue, so the cost is the micro-steps the lanes take (Python with Gemma
 3: ~4 per lane on average), and where lanes outnumber the queue's slots 8 to 1 (batch
 8 and up) each row first runs each distinct prefix (first two lexemes) of its lexer

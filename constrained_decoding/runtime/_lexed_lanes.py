@@ -2,11 +2,11 @@
 
 `runtime/_lexed.py` checks each candidate token of a row by a *lane*: the parser run over
 the lexemes the token completes, on the row's stack. This module runs the lanes of a
-batch: `_lanes` (micro-steps: one reduce, shift or indentation decision per lane), the
-CPU work queue (`_queue`), the shared lane prefixes (`_after_prefix`), and the stacks a
-lane leaves (`_materialize`). The lane schedule's settings (`LANE_*`, `PREFIX_POOL`) are
-per platform (`lax.platform_dependent`); docs/lexer_runtime.md "Lane schedule" has the
-measurements behind them.
+batch: `_lanes` (micro-steps: one reduce, shift, reduce and shift, or indentation
+decision per lane), the CPU work queue (`_queue`), the shared lane prefixes
+(`_after_prefix`), and the stacks a lane leaves (`_materialize`). The lane schedule's
+settings (`LANE_*`, `PREFIX_POOL`) are per platform (`lax.platform_dependent`);
+docs/lexer_runtime.md "Lane schedule" has the measurements behind them.
 """
 
 import math
@@ -102,7 +102,10 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   The end-of-text class feeds the newline only where the parser takes one, then
   dedents to width 0. A lexeme of any other class shifts the first member the top
   state has an action for and moves the bracket depth. One micro-step: one reduce,
-  shift or indentation decision per lane.
+  shift or indentation decision per lane; a reduce on an ordinary lexeme also takes
+  the shift that follows it (that lexeme's first member the target takes), which cuts
+  the longest lane's micro-steps (the one loop's iterations) for Go 29 -> 15.5, SQL
+  5 -> 4 (median, Gemma 3; Python 16, whose lexemes mostly reduce more than once).
 
   Two schedules of the same micro-steps (`LANE_POOL`): every lane in one `while_loop`
   until the longest is done, or (pool > 0) a work queue: slots take the rows' lanes

@@ -88,7 +88,8 @@ def _states_inside_snippets(setup):
     text = SNIPPETS[r % len(SNIPPETS)].encode()
     state = _lexed.init_state(setup.tables, 1)
     for byte in text[:min(len(text) - 1, 6 + 7 * r)]:
-      state = setup.advance(setup.tables, state, jnp.asarray([setup.by_bytes[bytes([byte])]]))
+      token = jnp.asarray([setup.by_bytes[bytes([byte])]])
+      state = setup.advance(setup.tables, state, token)
     assert not bool(state.error[0])
     rows.append(state)
   return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *rows)
@@ -123,8 +124,9 @@ def test_queue_with_prefix_heads_and_stored_heads_agrees(setup, monkeypatch):
   size, isize = np.asarray(whole["size"]), np.asarray(whole["isize"])
   below = np.arange(columns)[None, :] < size[:, None]
   assert below[:, 1].any()  # lanes that end with pushes past their first entry
+  whole_head = np.asarray(whole["suffix"])[:, :columns]
   np.testing.assert_array_equal(np.where(below, np.asarray(shared["head"]), 0),
-                                np.where(below, np.asarray(whole["suffix"])[:, :columns], 0))
+                                np.where(below, whole_head, 0))
   ibelow = isize[:, None] > 0
   np.testing.assert_array_equal(np.where(ibelow, np.asarray(shared["ihead"]), 0),
                                 np.where(ibelow, np.asarray(whole["isuf"])[:, :1], 0))
