@@ -693,10 +693,11 @@ def _compose_compressed(chain: Chain, n2: int, m2: int, span: int, trie, vocab, 
       down=np.array([down], np.int64) if unbounded else None)
 
 
-def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):
+def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie, shorter_than: int = 1):
   """The trie of the tokens not wholly in K whose first byte after their K prefix is
-  `readable` (bool [256]) from some chain state (cached per readable set)."""
-  key = readable.tobytes()
+  `readable` (bool [256]) from some chain state, and of the tokens wholly in K of fewer
+  than `shorter_than` characters (cached per readable set and bound)."""
+  key = readable.tobytes() + (b"" if shorter_than <= 1 else b"<%d" % shorter_than)
   hit = counts.subtries.get(key)
   if hit is not None:
     return hit
@@ -708,6 +709,7 @@ def _chain_subtrie(counts: _ClassCounts, readable: np.ndarray, trie):
   if hit is None:
     nb = counts.next_byte
     wanted = (nb == 256) | ((nb >= 0) & (nb < 256) & readable[np.clip(nb, 0, 255)])
+    wanted |= (counts.counts > 0) & (counts.counts < shorter_than)
     special = np.zeros(int(trie.token_ids.max(initial=0)) + 1, bool)
     special[:] = wanted[:len(special)]
     hit = _loops._subtrie(trie, special, trie.fingerprint + ":counted")[0]

@@ -27,6 +27,10 @@ the recursive transition network (`_rtn.Rtn`) before composition:
    `_streamline.py` reads for reachability) becomes, in `counting`, a counting terminal
    p_i -> p_i + count(token).
 
+Sides (`PdaChain.sides`) count the same way from states next to the positions: after the
+`-` of a host name, after the `\\` or `\\uX` of an escape inside a counted string
+(`_byte_sides`, kept where their terminal saves `_MARGIN` times its bytes in edges).
+
 Exact: a token wholly in K of c <= r characters has exactly one path from p_i (no calls,
 no returns on the way), ending at p_(i+c); one of c > r characters dies at p_m; every
 other token is walked as before.
@@ -229,8 +233,104 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 4) -> lis
                if t in position and not used[s]]
       used[[s for s, _, _ in found]] = True
       sides += found
+    sides += _byte_sides(rtn.transitions, chain, position, used, blocked)
     chains[k] = dataclasses.replace(chain, sides=tuple(sides))
   return chains
+
+
+def _byte_sides(transitions: np.ndarray, chain: PdaChain, position: dict,
+                used: np.ndarray, blocked: np.ndarray) -> list:
+  """Sides found byte by byte, marked `used`: a state s, no position and not blocked,
+  from which d <= `MAX_SIDE_DEPTH` ASCII characters of K, the k-th in a class H_k, lead
+  to one position p_j, every state on the way reading no other character of K.
+
+  The state after the `\\` of an escape inside a counted string is one with d = 1 (`n`,
+  `t`, `/`, ... end the escape at p_j, so a token `nice` goes on to p_(j+3)), and so
+  are those after `\\u`, `\\uX`, ... (d = 4, 3, ...: `\\u00e9` is one character of
+  the string). The characters of K that s reads outside H_1 (the `u` of `\\u`) are in
+  `FirstIn.others`: their tokens are walked as before."""
+  k_bytes = _counting._lead_bytes(chain.char_class)
+  ascii_k = np.flatnonzero(k_bytes[:128])
+  j_of_state = np.full(transitions.shape[0] + 1, -1, np.int64)  # [-1]: NO_STATE.
+  j_of_state[list(position)] = list(position.values())
+  near = _near_positions(transitions, k_bytes, ascii_k, j_of_state >= 0, blocked)
+  reach = near[transitions[:, ascii_k]]  # (NO_STATE reads near[-1], False.)
+  sides = []
+  for s in np.flatnonzero(reach.any(axis=1) & ~used & ~blocked).tolist():
+    found = _side_path(transitions, s, k_bytes, ascii_k, j_of_state, blocked)
+    if found is None:
+      continue
+    j, heads, others = found
+    sides.append((s, j, FirstIn(chain.char_class, heads[0], others, tuple(heads[1:]),
+                                bytewise=True)))
+    used[s] = True
+  return sides
+
+
+MAX_SIDE_DEPTH = 4  # `\\uXXXX`: from the state after `\\u`, four hex digits.
+
+
+def _near_positions(transitions: np.ndarray, k_bytes: np.ndarray, ascii_k: np.ndarray,
+                    is_position: np.ndarray, blocked: np.ndarray) -> np.ndarray:
+  """bool [Q + 1] (last: False, for NO_STATE): positions, and the states (not blocked)
+  whose characters of K are all ASCII and lead to one state that is near in turn, less
+  than `MAX_SIDE_DEPTH` such steps from a position (`_side_path`'s intermediate
+  states): the candidates' targets, so that only those are followed one by one."""
+  targets = transitions[:, ascii_k]
+  live = targets != NO_STATE
+  first = targets[np.arange(len(targets)), live.argmax(axis=1)]
+  uniform = live.any(axis=1) & ((targets == first[:, None]) | ~live).all(axis=1)
+  wide_bytes = k_bytes.copy()
+  wide_bytes[:128] = False
+  uniform &= ~(transitions[:, wide_bytes] != NO_STATE).any(axis=1) & ~blocked
+  near = np.append(is_position[:-1], False)
+  for _ in range(MAX_SIDE_DEPTH - 1):
+    near[:-1] |= uniform & near[np.where(uniform, first, -1)]
+  return near
+
+
+def _side_path(transitions: np.ndarray, s: int, k_bytes: np.ndarray, ascii_k: np.ndarray,
+               j_of_state: np.ndarray, blocked: np.ndarray):
+  """(j, [H_1, ..., H_d], others) of a side found byte by byte at `s`
+  (`_byte_sides`), or None."""
+  heads = []
+  state = s
+  others = ()
+  for depth in range(MAX_SIDE_DEPTH):
+    targets = transitions[state, ascii_k]
+    live = targets != NO_STATE
+    if not live.any():
+      return None
+    # The most common target of the ASCII characters of K (a position first).
+    at_position = live & (j_of_state[targets] >= 0)
+    pool = targets[at_position] if at_position.any() else targets[live]
+    values, counts = np.unique(pool, return_counts=True)
+    nxt = int(values[counts.argmax()])
+    h = np.zeros(256, bool)
+    h[ascii_k[targets == nxt]] = True
+    outside = k_bytes & ~h & (transitions[state] != NO_STATE)
+    if depth == 0:
+      others = tuple(np.flatnonzero(outside).tolist())
+    elif outside.any():  # A character of K that leaves the path: its tokens are lost.
+      return None
+    heads.append(_byte_class(h))
+    if j_of_state[nxt] >= 0:
+      return int(j_of_state[nxt]), heads, others
+    if blocked[nxt]:
+      return None
+    state = nxt
+  return None
+
+
+def _byte_class(ascii_bytes: np.ndarray) -> ir.CharClass:
+  """The `CharClass` of the ASCII characters set in bool [256] `ascii_bytes`."""
+  ranges = []
+  for b in np.flatnonzero(ascii_bytes).tolist():
+    if ranges and ranges[-1][1] == b - 1:
+      ranges[-1] = (ranges[-1][0], b)
+    else:
+      ranges.append((b, b))
+  return ir.CharClass(tuple(ranges))
 
 
 def _end_copies(transitions: np.ndarray, char_class: ir.CharClass, last: int, end: int,
@@ -294,10 +394,22 @@ def _side_class(row: np.ndarray, inner: ir.CharClass, outer: ir.CharClass):
 
 @dataclasses.dataclass(frozen=True)
 class FirstIn:
-  """Tokens wholly in `outer` whose first character is in `inner` (ASCII)."""
+  """Tokens wholly in `outer` whose first character is in `inner` (ASCII) and, with
+  `later`, whose next characters are in those classes (ASCII; tokens of fewer
+  characters are walked). `others`: first bytes of `outer` outside `inner` that the
+  side reads too (elsewhere): tokens starting with them are walked, whether wholly in
+  `outer` or not."""
 
   outer: ir.CharClass
   inner: ir.CharClass
+  others: tuple[int, ...] = ()
+  later: tuple[ir.CharClass, ...] = ()
+  bytewise: bool = False  # Found by `_byte_sides` (kept only where it pays).
+
+  @property
+  def depth(self) -> int:
+    """Characters from the side to its position p_j."""
+    return 1 + len(self.later)
 
 
 def _inside(inner: ir.CharClass, outer: ir.CharClass) -> bool:
@@ -336,7 +448,10 @@ def renumber(rtn, chains: list[PdaChain]):
   chain_rank = np.full(q, -1, np.int64)
   rank = 0
   for chain in chains:
-    for s in chain.states + tuple(s for s, _, _ in chain.sides):
+    sides = ([side for side in chain.sides if not _optional(side[2])]
+             + sorted((side for side in chain.sides if _optional(side[2])),
+                      key=lambda side: (_side_kind(side[2]), side[1])))
+    for s in chain.states + tuple(s for s, _, _ in sides):
       chain_rank[s] = rank
       rank += 1
   rule = np.asarray(rtn.rule_of_state, np.int64)
@@ -369,6 +484,22 @@ def renumber(rtn, chains: list[PdaChain]):
   return out, new_of
 
 
+def _optional(side_class) -> bool:
+  """Whether a side was found byte by byte (`_byte_sides`): kept only where it pays
+  (`_unprofitable`)."""
+  return isinstance(side_class, FirstIn) and side_class.bytewise
+
+
+def _side_kind(side_class) -> tuple:
+  """A sort key of a side's class: `renumber` lays out the sides of one class in order
+  of their position j, so that consecutive ones share their bias p_(j-1) - s (and, with
+  equal bitmaps, their counting terminal: `attach_counting`)."""
+  if isinstance(side_class, FirstIn):
+    return (1, side_class.outer.ranges, side_class.inner.ranges, side_class.others,
+            tuple(c.ranges for c in side_class.later))
+  return (0, side_class.ranges)
+
+
 def _renumbered_arcs(arcs: np.ndarray, new_of: np.ndarray) -> np.ndarray:
   """(state, label, target) rows with both states renumbered, sorted again by
   (state, label) as `ByteDfa` keeps them."""
@@ -380,14 +511,17 @@ def _renumbered_arcs(arcs: np.ndarray, new_of: np.ndarray) -> np.ndarray:
   return out[np.lexsort((out[:, 1], out[:, 0]))].astype(np.asarray(arcs).dtype)
 
 
-def _first_in(counts, char_class: ir.CharClass) -> np.ndarray:
-  """uint32 [W]: the tokens whose first byte is in `char_class` (ASCII), kept with the
-  class's other per-vocabulary memos (`_ClassCounts.inner`)."""
-  key = ("first", char_class.ranges)
+def _first_in(counts, first_in: FirstIn) -> np.ndarray:
+  """uint32 [W]: the tokens whose k-th byte is in the k-th class of `first_in` (`inner`,
+  then `later`: ASCII), kept with the class's other per-vocabulary memos
+  (`_ClassCounts.inner`)."""
+  heads = (first_in.inner,) + first_in.later
+  key = ("first",) + tuple(c.ranges for c in heads)
   if key not in counts.inner:
-    in_h = _counting._lead_bytes(char_class)  # ASCII: the class's own bytes.
-    tokens = np.flatnonzero(in_h[counts.first_bytes[:, 0]] & (counts.lengths > 0))
-    counts.inner[key] = _tables.bitmask(tokens, len(counts.counts))
+    ok = counts.lengths >= len(heads)
+    for k, char_class in enumerate(heads):  # ASCII: the classes' own bytes.
+      ok &= _counting._lead_bytes(char_class)[counts.first_bytes[:, k]]
+    counts.inner[key] = _tables.bitmask(np.flatnonzero(ok), len(counts.counts))
   return counts.inner[key]
 
 
@@ -397,35 +531,49 @@ def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vo
   counting bitmap, bitmap of the tokens leading to p_m or None, p_m)}, token_counts int8
   `[C, V]`: the characters of each token wholly in class c, else 0).
 
-  Positions that are wide already keep their edge (and are walked as before)."""
+  Positions that are wide already get this edge instead (a chain's tokens are counted
+  wherever they start)."""
   edges: dict = {}
-  classes: dict = {}  # ranges -> (row, counts, terminal)
+  classes: dict = {}  # ranges -> (row, counts)
+  terminals: dict = {}  # (ranges, depth) -> terminal
   state_rows: dict = {}
 
-  def of_class(char_class):
+  def of_class(char_class, depth: int):
     if char_class.ranges not in classes:
       counts = _counting._class_counts(vocab, char_class, cache_dir)
-      row = len(classes)
-      # Every token not wholly in the class (a byte no position reads just dies there).
-      subtrie = _counting._chain_subtrie(counts, np.ones(256, bool), trie)
+      classes[char_class.ranges] = (len(classes), counts)
+    row, counts = classes[char_class.ranges]
+    if (char_class.ranges, depth) not in terminals:
+      # Every token not wholly in the class (a byte no position reads just dies there),
+      # and those of fewer characters than a side's depth (they stop short of p_j).
+      subtrie = _counting._chain_subtrie(counts, np.ones(256, bool), trie,
+                                         shorter_than=depth)
       # A terminal that is no loop's (`loop` None): the walk reads its key and sub-trie.
-      classes[char_class.ranges] = (row, counts, _loops.LoopTerminal(
-          key=f"counted-chain:{row}", bits=_counting_terminals._bitmap(counts, 127, num_words),
-          num_tokens=0, subtrie=subtrie))
-    return classes[char_class.ranges]
+      terminals[char_class.ranges, depth] = _loops.LoopTerminal(
+          key=f"counted-chain:{row}" + (f":{depth}" if depth > 1 else ""),
+          bits=_counting_terminals._bitmap(counts, 127, num_words), num_tokens=0,
+          subtrie=subtrie)
+    return row, counts, terminals[char_class.ranges, depth]
 
+  side_rows = []  # (state, terminal key, tokens counted), of the sides.
   for chain in chains:
     m = len(chain.states) - 1
     new = [int(new_of[p]) for p in chain.states]
     # (state, class, characters left r, bias): c characters lead to state + c + bias.
-    entries = [(new[i], chain.char_class, m - i, 0) for i in range(m)]
-    entries += [(int(new_of[s]), h, m - j + 1, new[0] + j - 1 - int(new_of[s]))
-                for s, j, h in chain.sides]
-    for state, char_class, r, bias in entries:
-      first = None
+    # (A side's first d characters lead to p_j: c characters to p_(j - d + c).)
+    entries = [(new[i], chain.char_class, m - i, 0, 1) for i in range(m)]
+    entries += [(int(new_of[s]), h, m - j + d, new[0] + j - d - int(new_of[s]), d)
+                for s, j, h in chain.sides
+                for d in [h.depth if isinstance(h, FirstIn) else 1]]
+    for state, char_class, r, bias, depth in entries:
+      first = walked = None
+      optional = _optional(char_class)
       if isinstance(char_class, FirstIn):
-        char_class, first = char_class.outer, char_class.inner
-      row, counts, terminal = of_class(char_class)
+        if char_class.others:  # Walked in the full trie (`_compose._narrow`).
+          walked = np.ones(256, bool)
+          walked[list(char_class.others)] = False
+        char_class, first = char_class.outer, char_class
+      row, counts, terminal = of_class(char_class, depth)
       counted = r - 1 if chain.saturating else r
       bits = _counting_terminals._bitmap(counts, counted, num_words)
       whole = _counting_terminals._bitmap(counts, 127, num_words)
@@ -435,15 +583,38 @@ def chain_edges(chains: list[PdaChain], new_of: np.ndarray, wide: dict, trie, vo
       # Saturating: the tokens of r characters or more all lead to p_m.
       rest = (whole & ~_counting_terminals._bitmap(counts, counted, num_words)
               if chain.saturating else None)
-      # The stand-in target (for `_streamline`): where one character leads.
-      edges[state] = _loops.WideEdge(parts=((terminal, None),),
+      # The stand-in target (for `_streamline`): where `depth` characters lead.
+      edges[state] = _loops.WideEdge(parts=((terminal, walked),),
                                      bits=whole if chain.saturating else bits,
-                                     target=state + 1 + bias)
+                                     target=state + depth + bias)
       state_rows[state] = (row, bias, bits, rest, new[m])
-  counts_of = [counts for _, counts, _ in classes.values()]
+      if optional:
+        counted = _loops.popcount(bits) + (0 if rest is None else _loops.popcount(rest))
+        side_rows.append((state, (row, bias, bits.tobytes()), counted))
+  for state in _unprofitable(side_rows, num_words):
+    del edges[state], state_rows[state]  # Walked token by token as before.
+  counts_of = [counts for _, counts in classes.values()]
   token_counts = (np.stack([c.counts for c in counts_of]) if counts_of
                   else np.zeros((0, vocab.vocab_size), np.int8))
   return edges, state_rows, token_counts
+
+
+def _unprofitable(side_rows: list, num_words: int) -> list:
+  """The sides whose counting terminal (a bitmap of `num_words` words, shared by the
+  sides with the same key: `attach_counting`) would not replace explicit edges (12
+  bytes each: token, target, push) worth `_MARGIN` times its bytes."""
+  counted: dict = {}
+  for _, key, tokens in side_rows:
+    counted[key] = counted.get(key, 0) + tokens
+  return [state for state, key, _ in side_rows
+          if counted[key] * _EDGE_BYTES < _MARGIN * num_words * 4]
+
+
+_EDGE_BYTES = 12
+# Tables grow in powers of two (more terminals can cross a bucket where fewer edges do
+# not): measured on the corpus under free_form_depth=None, a margin of 1 or 2 made
+# k8s_container's tables 4 MiB larger, 4 never larger.
+_MARGIN = 4
 
 
 def attach_counting(token_pda, state_rows: dict, token_counts: np.ndarray):
