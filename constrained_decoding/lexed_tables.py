@@ -14,6 +14,7 @@ Public:
   LexedTables                               the tables (an immutable pytree).
   lexed_tables_from_arrays(arrays, ...)     them from a host `LexedArrays`.
   lane_prefix_tables(state_seq_lanes, seq_items)   the derived lane-prefix tables.
+  chain_shift_table(goto_chain, action, class_members)   the derived goto + shift table.
 """
 
 import dataclasses
@@ -41,8 +42,9 @@ _ARRAY_FIELDS = (
 _META_FIELDS = ("vocab_size", "stack_depth", "indent_depth", "vocab_fingerprint")
 # Derived from the array fields on the host when the tables are made (never saved):
 # each lexer state's distinct lane prefixes (first two lexemes), so a step runs each
-# once per row (`runtime/_lexed_lanes.py`, `lane_prefix_tables`).
-_DERIVED_FIELDS = ("state_prefix_items", "state_lane_prefix")
+# once per row (`runtime/_lexed_lanes.py`, `lane_prefix_tables`); `goto_chain` with the
+# shift that follows each reduction (`chain_shift_table`).
+_DERIVED_FIELDS = ("state_prefix_items", "state_lane_prefix", "goto_chain_shift")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -101,6 +103,9 @@ class LexedTables:
   # other leaves (the runtime then runs every lane from its first lexeme).
   state_prefix_items: Int[_Arr, "S F P"] | None = None
   state_lane_prefix: Int[_Arr, "S Ks"] | None = None
+  # Derived (`chain_shift_table`) from `goto_chain`, `action` and `class_members` when
+  # those are concrete (None: the runtime looks the shift up in `action`).
+  goto_chain_shift: Int[_Arr, "E T"] | None = None
 
   def __post_init__(self):
     if self.state_prefix_items is None and _concrete(self.state_seq_lanes, self.seq_items):
@@ -108,6 +113,11 @@ class LexedTables:
                                                  np.asarray(self.seq_items))
       object.__setattr__(self, "state_prefix_items", prefixes)
       object.__setattr__(self, "state_lane_prefix", lane_prefix)
+    if (self.goto_chain_shift is None
+        and _concrete(self.goto_chain, self.action, self.class_members)):
+      object.__setattr__(self, "goto_chain_shift", chain_shift_table(
+          np.asarray(self.goto_chain), np.asarray(self.action),
+          np.asarray(self.class_members)))
 
   @property
   def num_constraints(self) -> int:
@@ -131,7 +141,9 @@ class LexedTables:
 
   def replace(self, **changes) -> "LexedTables":
     if {"state_seq_lanes", "seq_items"} & changes.keys():  # derived again from the new
-      changes = {**dict.fromkeys(_DERIVED_FIELDS), **changes}
+      changes = {**dict.fromkeys(_DERIVED_FIELDS[:2]), **changes}
+    if {"goto_chain", "action", "class_members"} & changes.keys():
+      changes = {"goto_chain_shift": None, **changes}
     return dataclasses.replace(self, **changes)
 
   def save(self, path, *, vocab, description: str = "") -> None:
@@ -210,6 +222,36 @@ def lane_prefix_tables(state_seq_lanes: np.ndarray, seq_items: np.ndarray,
   lane_prefix = np.full(lanes.shape, -1, np.int16 if width < 2**15 else np.int32)
   lane_prefix[live] = column[np.searchsorted(distinct, key)]
   return out, lane_prefix
+
+
+def chain_shift_table(goto_chain: np.ndarray, action: np.ndarray,
+                      class_members: np.ndarray) -> np.ndarray | None:
+  """`goto_chain` [E, T] with, for each entry, the shift the same terminal takes next.
+
+  A lane's reduction on terminal t enters `goto_chain[e, t]` (state q, or -1); its next
+  micro-step shifts the lexeme there when t is the first member of the lexeme's class
+  that q has an action for and that action is a shift. Packed per (e, t) in one int32:
+  `q + 1` in the low 16 bits, `s + 1` above, s the shift's target, or -1 where q takes
+  no shift on t or where an earlier member of a class holding t has an action at q (the
+  next micro-step might take that member: no shift is fused there; exact either way).
+  So a micro-step reads the goto and the following shift in one gather
+  (`runtime/_lexed_lanes.py`). None where parser states pass 65,534.
+  """
+  chain = np.asarray(goto_chain).astype(np.int32)
+  action = np.asarray(action)
+  if action.shape[0] >= 2**16 - 1:
+    return None
+  state = np.maximum(chain, 0)
+  terms = np.arange(chain.shape[1])[None, :]
+  act = np.where(chain >= 0, action[state, terms], 0)
+  blocked = np.zeros(chain.shape, bool)
+  for row in np.asarray(class_members):
+    row = row[row >= 0]
+    for k in range(1, len(row)):  # an earlier member with an action at q
+      blocked[:, row[k]] |= (action[state[:, row[k]][:, None], row[:k][None, :]]
+                             != 0).any(axis=1)
+  shift = np.where((act > 0) & ~blocked, act - 1, -1)
+  return ((chain + 1) | ((shift + 1) << 16)).astype(np.int32)
 
 
 def lexed_tables_from_arrays(arrays, *, vocab_fingerprint: str = "") -> LexedTables:

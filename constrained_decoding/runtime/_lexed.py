@@ -44,7 +44,7 @@ exactly when `allowed_bits` offers it (same lanes, same tables).
 
 Cost per row and step (exact, simple; the design's viable-set classes are not built):
 `allowed_bits` runs Ks + 1 lanes, one micro-step (a reduce, a
-shift, a reduce and the shift after it, or an indentation decision: ~30 gathers) at a
+shift, a reduce and the shift after it, or an indentation decision: ~25 gathers) at a
 time. On CPU (`LANE_POOL`) they
 run as a work queue, so the cost is the micro-steps the lanes take (Python with Gemma
 3: ~4 per lane on average), and where lanes outnumber the queue's slots 8 to 1 (batch

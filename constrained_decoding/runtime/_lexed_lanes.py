@@ -103,7 +103,8 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   dedents to width 0. A lexeme of any other class shifts the first member the top
   state has an action for and moves the bracket depth. One micro-step: one reduce,
   shift or indentation decision per lane; a reduce on an ordinary lexeme also takes
-  the shift that follows it (that lexeme's first member the target takes), which cuts
+  the shift that follows it (that lexeme's first member the target takes; read with
+  the goto from the derived `goto_chain_shift` where the tables have it), which cuts
   the longest lane's micro-steps (the one loop's iterations) for Go 29 -> 15.5, SQL
   5 -> 4 (median, Gemma 3; Python 16, whose lexemes mostly reduce more than once).
 
@@ -128,6 +129,7 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
   """
   b, x, length = items.shape
   d = p_width = state.stack.shape[1]
+  packed = tables.goto_chain_shift  # None: the shift after a reduction from `action`
   regs = _registers(tables, state)
   di = regs.shape[1] - 2
   indent = di > 1  # Static: tables without indentation skip its steps.
@@ -218,10 +220,12 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     rule = jnp.maximum(-a - 1, 0)
     new = depth - jnp.where(reduce, tables.rule_len[rule], 0)  # where the push goes
     below = read(lane, buf, base, suffix, new - 1)
-    # A reduction enters goto[below, lhs] and runs the unit reductions after it.
+    # A reduction enters goto[below, lhs] and runs the unit reductions after it (with
+    # `goto_chain_shift`, the same gather gives the shift that follows: +1, -1 none).
     entry = tables.goto_id[below, tables.rule_lhs[rule]]
-    chained = jnp.where(entry >= 0, tables.goto_chain[jnp.maximum(entry, 0),
-                                                      jnp.maximum(term, 0)], -1)
+    chain = (tables.goto_chain if packed is None else packed)[jnp.maximum(entry, 0),
+                                                             jnp.maximum(term, 0)]
+    chained = jnp.where(entry >= 0, chain if packed is None else (chain & 0xFFFF) - 1, -1)
     target = jnp.where(shift, a - 1, chained)
     new_base = jnp.minimum(base, new)
     slot = new - new_base
@@ -235,7 +239,10 @@ def _lanes(tables: LexedTables, state: ConstraintState, items: Int[Array, "B X L
     # A reduction whose target shifts the same ordinary lexeme: that shift too, as the
     # next micro-step would take it (the first member the target takes; where the push
     # would pass D it is left to the next micro-step, which fails the lane).
-    a_next, _ = _first_action(tables, jnp.maximum(target, 0), members)
+    if packed is None:
+      a_next, _ = _first_action(tables, jnp.maximum(target, 0), members)
+    else:  # the target's shift, where the next micro-step surely takes it
+      a_next = jnp.where(entry >= 0, chain >> 16, 0)
     fused = ok & reduce & (a_next > 0) & (new + 2 <= d)
     if indent:
       fused &= ~is_nl

@@ -130,3 +130,14 @@ def test_queue_with_prefix_heads_and_stored_heads_agrees(setup, monkeypatch):
   ibelow = isize[:, None] > 0
   np.testing.assert_array_equal(np.where(ibelow, np.asarray(shared["ihead"]), 0),
                                 np.where(ibelow, np.asarray(whole["isuf"])[:, :1], 0))
+
+
+def test_shift_after_a_reduction_from_action_agrees(setup):
+  # Tables without the derived `goto_chain_shift` (None: as when made from traced
+  # leaves) read the shift that follows a reduction from `action` instead of the packed
+  # goto entry: the same masks and states, the fused decode step included.
+  assert setup.tables.goto_chain_shift is not None
+  bare = lambda t: t.replace(goto_chain_shift=None)
+  other = (jax.jit(lambda t, s: _lexed.allowed_tokens(bare(t), s)),
+           jax.jit(lambda t, s, k: _lexed.allowed_bits_and_advance(bare(t), s)[1](k)))
+  _walk(setup, steps=16, seed=29, compare_with=other)
