@@ -139,3 +139,31 @@ def test_random_walks_from_inside_escapes_validate(compiled, index, gemma_vocab)
                                                        registers)
         data += gemma_vocab.token_bytes[token]
       jsonschema.validate(json.loads(data.decode()), SCHEMA)
+
+
+def test_two_character_chain_agrees_with_jsonschema(gemma_vocab, index):
+  """A two-letter code (`minLength` = `maxLength` = 2) is a chain of two positions:
+  codes of 1, 2 and 3 characters (escapes and multi-byte ones too) against `jsonschema`
+  under random tokenizations."""
+  schema = {"type": "object",
+            "properties": {"cc": {"type": "string", "minLength": 2, "maxLength": 2}}}
+  found = []
+  real = _pda_chains.find_chains
+
+  def spy(*args, **kwargs):
+    found.extend(real(*args, **kwargs))
+    return found
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(_pda_chains, "find_chains", spy)
+    tables = cd.Compiler(gemma_vocab, cd.CompileOptions(memoize=False)).compile(
+        cd.JsonSchema(schema, free_form_depth=None))
+  assert [len(c.states) for c in found] == [3]  # p_0, p_1, p_2
+  rng = random.Random("codes")
+  for code in ["U", "US", "USA", "é", "éé", "\\n", "a\\", "中国", "中国人", "", "ab"]:
+    doc = {"cc": code, "x": [code]}
+    ok = jsonschema.Draft202012Validator(schema).is_valid(doc)
+    for ascii_only in (False, True):
+      data = json.dumps(doc, ensure_ascii=ascii_only, separators=(",", ":")).encode()
+      for tokens in (index.random_tokenization(data, rng), index.longest_tokenization(data)):
+        assert reference_accepts(tables, tokens) == ok, data
