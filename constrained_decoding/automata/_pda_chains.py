@@ -195,6 +195,11 @@ def find_chains(rtn, classes: list[ir.CharClass], min_positions: int = 2) -> lis
     before: dict = {}
     for s, t in zip(sources.tolist(), nxt[sources].tolist()):
       before.setdefault(t, []).append(s)
+    # Only ends with a predecessor can end a chain (an end is never one: it reads no K
+    # or loops on it), so the others are left out of the walks (2 x 40 -> ms a compile).
+    reached = np.zeros(rtn.num_states, bool)
+    reached[nxt[sources]] = True
+    ends = ends[reached[ends]]
     height = _heights(before, ends.tolist())
     for end in ends.tolist():
       path = [end]
