@@ -17,12 +17,15 @@ from constrained_decoding.constraints import _ir as ir
 from constrained_decoding.constraints import _json_keywords
 
 def recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node],
-                      keep: frozenset[str] = frozenset()):
+                      keep: frozenset[str] = frozenset(),
+                      graph_calls: frozenset[str] = frozenset()):
   """The normalized grammar of the root's IR and the rules of recursive `$ref` targets.
 
   Returns a regular IR node instead when normalization leaves no recursion (as for
   `{"anyOf": [{"$ref": "#"}, {"type": "null"}]}`, which is just `null`). The rules in
   `keep` (shared definitions, `_json_shared.py`) stay rules though not recursive.
+  Graphs whose calls are all to rules in `graph_calls` stay graphs (see
+  `_without_rule_graphs`).
 
   Raises:
     SchemaError: The start derives no finite JSON text (recursion that never ends).
@@ -31,12 +34,12 @@ def recursive_grammar(schema, root: ir.Node, rules: dict[str, ir.Node],
   # The grammar analyses and the push-down builder work on plain IR.
   root = ir.inline_fragments(root)
   rules = {name: ir.inline_fragments(body) for name, body in rules.items()}
-  bodies = {name: _without_rule_graphs(body, memo) for name, body in rules.items()}
+  bodies = {name: _without_rule_graphs(body, memo, graph_calls) for name, body in rules.items()}
   if isinstance(root, ir.RuleRef):
     start = root.name
   else:
     start = next(n for n in ("#", "# (root)") if n not in bodies)
-    bodies = {start: _without_rule_graphs(root, memo), **bodies}
+    bodies = {start: _without_rule_graphs(root, memo, graph_calls), **bodies}
   grammar = _grammar.GrammarIR(start, tuple(bodies.items()))
   productive = _grammar.productive_rules(grammar)
   if start not in productive:
@@ -183,12 +186,19 @@ def has_rule_ref(node: ir.Node, memo: dict) -> bool:
   return hit[1]
 
 
-def _without_rule_graphs(node: ir.Node, memo: dict) -> ir.Node:
+def _without_rule_graphs(node: ir.Node, memo: dict,
+                         graph_calls: frozenset[str] = frozenset()) -> ir.Node:
   """`node` with each `ir.Graph` that contains a `RuleRef` rewritten as Concat/Union/Repeat.
 
-  The grammar analyses and the push-down builder do not look inside graphs, so a rule
-  reference must not hide in one (`separated` arrays of a recursive item, `_members`
-  with a recursive additional property). Graphs without references stay as they are.
+  The grammar analyses (`_grammar._nullable`, `_productive`, `_left_references`) read a
+  graph as one opaque symbol that consumes input, so a rule reference must not hide in
+  one (`separated` arrays of a recursive item, `_members` with a recursive additional
+  property). Graphs without references stay as they are, and so do graphs that only
+  call rules in `graph_calls` and whose start is not final: rules that derive no empty
+  string and never call back (the free-form value rule), for which that reading is
+  exact. State elimination could turn such a graph (an any-order object whose extra
+  values are calls: 66 states) into millions of IR nodes; the push-down builder compiles
+  a graph's arcs, calls included, as it compiles expressions.
   """
   refs: dict = {}
 
@@ -205,8 +215,15 @@ def _without_rule_graphs(node: ir.Node, memo: dict) -> ir.Node:
         return _grammar.repeat(body, lo, hi)
     return n
 
-  return ir.transform(node, rewrite, before=lambda n: None if has_rule_ref(n, refs) else n,
-                      memo=memo)
+  def before(n: ir.Node) -> ir.Node | None:
+    if not has_rule_ref(n, refs):
+      return n
+    if (isinstance(n, ir.Graph) and graph_calls and 0 not in n.finals
+        and set(_grammar.references(n)) <= graph_calls):
+      return n
+    return None
+
+  return ir.transform(node, rewrite, before=before, memo=memo)
 
 
 def _graph_expression(num_states: int, arcs: list, finals) -> ir.Node:

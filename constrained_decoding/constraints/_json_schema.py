@@ -337,7 +337,11 @@ def _lower(schema, options: SchemaOptions, use_registers: bool = True):
     if options.free_form_align != "none":
       node, rules = _aligned(node, rules, options)
     if rules:
-      return (_grammar_passes.recursive_grammar(schema, node, rules, keep=called),
+      # The free-form rule derives no empty string and calls no other rule, so graphs
+      # (any-order objects) that only call it may stay graphs.
+      graph_calls = frozenset({FREE_FORM_RULE} & rules.keys())
+      return (_grammar_passes.recursive_grammar(schema, node, rules, keep=called,
+                                                graph_calls=graph_calls),
               tuple(lowerer.ignored))
   else:
     node = lowerer.lower(schema, "#")
