@@ -273,6 +273,8 @@ def _walk_frontier(transitions: np.ndarray, trie: VocabTrie, node, state, origin
         break
       node, row, origin = (np.asarray(node, np.int32), np.asarray(state, np.int32) << 8,
                            np.asarray(origin, np.int32))
+      # The grown frontier was not checked against `stop_at` yet: back to the top.
+      continue
     if len(node) >= _EMIT_AT_ONCE:  # Large: emitted now, not copied into a concatenation.
       edges = _emit(trie, views, node, row >> 8, origin)
       if edges is not None:
