@@ -20,22 +20,13 @@ Public names (to `_pda.py`):
   PlainStates(rtn)   the special states and the byte DFA renumbered for stopping walks.
 """
 
-import time
 
 import numpy as np
 
-from constrained_decoding import errors
 from constrained_decoding.automata._byte_dfa import NO_STATE, ByteDfa
 from constrained_decoding.automata._rtn import Rtn
-from constrained_decoding.automata._trie_walk import _EMIT_AT_ONCE
-from constrained_decoding.automata._trie_walk import _PY_FRONTIER
-from constrained_decoding.automata._trie_walk import _emit
-from constrained_decoding.automata._trie_walk import _emit_rows
-from constrained_decoding.automata._trie_walk import _numpy_step
-from constrained_decoding.automata._trie_walk import _python_steps
 from constrained_decoding.automata._trie_walk import _root_frontier
-from constrained_decoding.automata._trie_walk import _too_many_edges
-from constrained_decoding.automata._trie_walk import _views
+from constrained_decoding.automata._trie_walk import _walk_frontier
 
 
 def special_states(rtn: Rtn) -> np.ndarray:
@@ -95,77 +86,20 @@ class PlainStates:
 def _stopping_walk(transitions: np.ndarray, trie, node, state, origin, *, stop_at: int,
                    max_edges: int, deadline: float, what: str):
   """The lockstep walk of `trie` and the DFA from a frontier (node, state, origin),
-  stopping the pairs that reach a state >= `stop_at`: `_trie_walk._walk_frontier`'s
-  walk, except that a frontier grown in the Python steps is checked for stops before it
-  is emitted and stepped (`_walk_frontier` lets it pass one level unchecked).
+  stopping the pairs that reach a state >= `stop_at` (`_trie_walk._walk_frontier`).
 
   Returns:
     (origin, token, state) and (node, state, origin) int64 arrays: the edges, and the
     pairs stopped (neither emitted nor walked further).
   """
-  views = _views(trie)
-  flat = transitions.reshape(-1)
-  flat_view = None
-  row = state << 8
-  limit = stop_at << 8
-  # Small frontiers' tokens are emitted together at the end (`levels`), and their deep,
-  # narrow levels stepped in Python (`found`: flat edge triples; `stopped`: arrays or
-  # (node, state, origin) tuples), as `_walk_frontier` does.
-  parts, levels, found, stopped = [], [], [], []
-  num_edges = 0
-  while len(node):
-    at_stop = row >= limit
-    if at_stop.any():
-      stopped.append((node[at_stop], row[at_stop] >> 8, origin[at_stop]))
-      keep = ~at_stop
-      node, row, origin = node[keep], row[keep], origin[keep]
-      if not len(node):
-        break
-    if len(node) <= _PY_FRONTIER:
-      if flat_view is None:
-        flat_view = memoryview(np.ascontiguousarray(flat, np.int32))
-      before = len(found)
-      node, state, origin = _python_steps(views, flat_view, node.tolist(),
-                                          (row >> 8).tolist(), origin.tolist(), found,
-                                          stop_at, stopped)
-      num_edges += (len(found) - before) // 3
-      _check_budget(num_edges, max_edges, deadline, what)
-      if not node:
-        break
-      # A grown frontier is a level of its own: checked for stops first.
-      node, row, origin = (np.asarray(node, np.int32), np.asarray(state, np.int32) << 8,
-                           np.asarray(origin, np.int32))
-      continue
-    if len(node) >= _EMIT_AT_ONCE:
-      edges = _emit(trie, views, node, row >> 8, origin)
-      if edges is not None:
-        parts.append(edges)
-        num_edges += len(edges[0])
-    else:
-      levels.append((node, row, origin))
-    _check_budget(num_edges, max_edges, deadline, what)
-    node, row, origin = _numpy_step(views, flat, node, row, origin)
-  if levels:
-    edges = _emit_rows(trie, views, levels)
-    if edges is not None:
-      parts.append(edges)
-      _check_budget(num_edges + len(edges[0]), max_edges, deadline, what)
-  if found:  # Flat (origin, token, state) triples.
-    parts.append(np.array(found, np.int64).reshape(-1, 3).T)
+  stopped = []  # Arrays, or (node, state, origin) tuples from the Python steps.
+  parts = _walk_frontier(transitions, trie, node, state, origin, max_edges=max_edges,
+                         deadline=deadline, what=what, stop_at=stop_at, stopped=stopped)
   singles = [s for s in stopped if not np.ndim(s[0])]
   stopped = [s for s in stopped if np.ndim(s[0])]
   if singles:
     stopped.append(np.array(singles, np.int64).reshape(-1, 3).T)
   return _columns(parts, 3), _columns(stopped, 3)
-
-
-def _check_budget(num_edges: int, max_edges: int, deadline: float, what: str) -> None:
-  if num_edges > max_edges:
-    raise _too_many_edges(what, f"more than {max_edges}", max_edges)
-  if time.perf_counter() > deadline:
-    raise errors.CompileBudgetError(
-        f"{what} exceeded its compile time budget during composition with the "
-        "vocabulary. Raise CompileOptions.max_seconds or simplify the grammar.")
 
 
 def _columns(parts: list, width: int) -> tuple[np.ndarray, ...]:
