@@ -186,6 +186,9 @@ class JsonSchema:
       language), or None for any JSON, nested up to the device stack
       (`CompileOptions.stack_depth`): the schema then compiles to a push-down
       automaton, and large any-order objects keep schema order (no registers).
+      Where a free-form call would compete with an inline value (a union member,
+      `contains`), those values are written inline a few levels, then called: the
+      same language, compiled deterministically (`_json_free_form_align.py`).
     max_whitespace: Longest whitespace run under `flexible`.
     property_order: `any` (default): declared properties in any order, each at most
       once, additional ones anywhere among them. A small object is an automaton over
