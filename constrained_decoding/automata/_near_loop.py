@@ -205,6 +205,12 @@ def _fix_terminal(trie: VocabTrie, nodes: np.ndarray, num_words: int
   return fix
 
 
+def _enters_loop_only(row: np.ndarray, in_loop: np.ndarray) -> bool:
+  """Whether every byte a state reads (its transition `row`) leads into the loop."""
+  read = row[row != NO_STATE]
+  return bool(len(read)) and bool(in_loop[read].all())
+
+
 def _tokens_of(trie: VocabTrie, nodes: np.ndarray) -> np.ndarray:
   """The token ids spelled by `nodes`, node by node."""
   _, slots = _compose._ranges(trie.token_start[nodes], trie.token_start[nodes + 1])  # pylint: disable=protected-access
@@ -237,7 +243,12 @@ def near_loop_edges(wide_states: Any, dfa: ByteDfa, loops: list,
       continue
     members = np.asarray(members_list, np.int64)
     inside = set(members_list)  # L's own states are not near it (they are in it).
-    states = [p for p in candidates[q] if p not in out and p not in inside]
+    # A state whose every byte enters the loop (after `\\uD800\\uDC0` in a key, say) is
+    # left to `WideStates.find`'s entry terminals, which cover all of its tokens that
+    # stay in the loop; a near partner may lack some of its bytes (6,519 explicit edges).
+    in_loop = _loops.member_mask(dfa.num_states, members_list)
+    states = [p for p in candidates[q] if p not in out and p not in inside
+              and not _enters_loop_only(trans[p], in_loop)]
     chosen, entries, walk = [], [], []
     for p, partner in zip(states, _partners(dfa, members, loop, states) if states else ()):
       if partner is not None:

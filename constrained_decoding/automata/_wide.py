@@ -260,7 +260,9 @@ class WideStates:
         bits, count = self._entry_bits(parts)
         if count >= _loops.MIN_TERMINAL_TOKENS:
           phi = np.asarray(members, np.int32)
-          parts = tuple((self.with_subtrie(tail), first) for tail, first in parts)
+          # Sub-tries of only the tokens that start with a part's bytes: a narrow loop
+          # entered on a few bytes (hex digits, say) leaves most tokens outside it.
+          parts = tuple((self.with_subtrie(tail, first), first) for tail, first in parts)
           wide[p] = WideEdge(parts, bits, q, (phi,) * len(parts))
     self._add_pre_entries(dfa, wide, loops, skip, predecessors, deadline=deadline, what=what)
     return wide
