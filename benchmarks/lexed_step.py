@@ -31,6 +31,12 @@ shortens the step can lengthen the compile (see docs/lexer_runtime.md).
 python3 benchmarks/lexed_step.py --kit .devkit/lexed --batch-sizes 1,8,64,256 --out $OUT/l.json
 ```
 
+`--first-call N` measures only the first call instead: each lexed case (and `@base`)
+at each batch size in a fresh process (the jit cache is per process, and in one process
+the first case compiled also pays for JAX's shared helpers: 0.3-0.6 s CPU for Python at
+batch 1), N interleaved repeats; CPU seconds of trace + lower, XLA compile and the run,
+and the compiled HLO's instruction count (JAX's persistent compilation cache must be off).
+
 `--decode-step` times the decode loop's form instead (`allowed_bits_and_advance`, then
 its `step`), which differs in how it keeps the lanes' stacks (`_lexed.FUSED_LANES_MAX`).
 
@@ -348,6 +354,62 @@ def _load_kit(kit, report, names, base=None):
   return cases, walks
 
 
+def _first_call(cases, walks, name, b):
+  """CPU seconds of the first call of case `name`'s jitted step at batch `b` (in this
+  process, which must have compiled nothing else): trace + lower, compile, run; and the
+  compiled HLO's instruction count."""
+  init, step, tables = cases[name]
+  state = init(tables, b)
+  tokens = jnp.full((b,), walks[name][0][0], jnp.int32)
+  jax.block_until_ready((tables, state, tokens))
+  c0 = time.process_time()
+  lowered = step.lower(tables, state, tokens)
+  c1 = time.process_time()
+  compiled = lowered.compile()
+  c2 = time.process_time()
+  jax.block_until_ready(compiled(tables, state, tokens))
+  c3 = time.process_time()
+  instructions = sum(1 for line in compiled.as_text().splitlines() if " = " in line)
+  return {"lower_cpu_s": round(c1 - c0, 3), "compile_cpu_s": round(c2 - c1, 3),
+          "run_cpu_s": round(c3 - c2, 4), "first_cpu_s": round(c3 - c0, 3),
+          "hlo_instructions": instructions}
+
+
+def _first_calls(args, argv, names, report):
+  """`--first-call N`: each case's first call at each batch size, in fresh processes
+  (`--first-call-child`), N rounds interleaved over the cases, every other round in
+  reverse order (the order of a pair moved the difference between them by a few %
+  here); the median per row."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  own = list(sys.argv[1:] if argv is None else argv)
+  keep = []
+  skip = False
+  for a in own:  # this command line without --first-call N, --batch-sizes B, --cases C
+    if skip:
+      skip = False
+    elif a in ("--first-call", "--batch-sizes", "--cases", "--out"):
+      skip = True
+    elif not a.startswith(("--first-call=", "--batch-sizes=", "--cases=", "--out=")):
+      keep.append(a)
+  runs = {}
+  for r in range(args.first_call):
+    for b in [int(x) for x in args.batch_sizes.split(",")]:
+      for name in names if r % 2 == 0 else names[::-1]:  # a fresh process drifts too
+        cmd = [sys.executable, os.path.abspath(__file__), *keep,
+               "--cases", name.removesuffix("@base"), "--first-call-child", f"{name}:{b}"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        row = json.loads(out.strip().splitlines()[-1])
+        row["load"] = round(os.getloadavg()[0], 2)
+        runs.setdefault(f"{name}/B={b}", []).append(row)
+        print(f"{name:11s} B={b:3d}  " + "  ".join(f"{k} {v}" for k, v in row.items()),
+              flush=True)
+  for key, rows in runs.items():
+    report["cases"][key] = {
+        "first_call_runs": rows,
+        **{f"median_{k}": float(np.median([r[k] for r in rows])) for k in rows[0]}}
+  return report
+
+
 def _base_step(base):
   return jax.jit(lambda t, s, k: _step_of(base, t, s, k))
 
@@ -376,8 +438,17 @@ def main(argv=None):
   parser.add_argument("--decode-step", action="store_true",
                       help="time allowed_bits_and_advance + its step (the decode loop's "
                            "form) instead of allowed_bits + advance")
+  parser.add_argument("--first-call", type=int, default=0,
+                      help="measure only the first call (trace, compile, run: CPU s) of "
+                           "each case in fresh processes, this many rounds (needs --kit)")
+  parser.add_argument("--first-call-child", default=None, help=argparse.SUPPRESS)
   parser.add_argument("--out", default=None)
   args = parser.parse_args(argv)
+  if (args.first_call or args.first_call_child) and not args.kit:
+    raise SystemExit("--first-call needs --kit")
+  if jax.config.jax_compilation_cache_dir and (args.first_call or args.first_call_child):
+    raise SystemExit("--first-call: JAX's persistent compilation cache is on "
+                     f"({jax.config.jax_compilation_cache_dir}): the compile would be read")
   global _DECODE_STEP
   _DECODE_STEP = args.decode_step
   if args.lane_unroll is not None:
@@ -397,6 +468,18 @@ def main(argv=None):
   if args.kit:
     cases, walks = _load_kit(args.kit, report,
                              None if args.cases is None else set(args.cases.split(",")), base)
+    if args.first_call_child:
+      name, b = args.first_call_child.split(":")
+      print(json.dumps(_first_call(cases, walks, name, int(b))))
+      return
+    if args.first_call:
+      report = _first_calls(args, argv, [k for k in cases if cases[k][1] is not _flat_step],
+                            report)
+      print(json.dumps(report, indent=1, default=str))
+      if args.out:
+        with open(args.out, "w") as f:
+          json.dump(report, f, indent=1, default=str)
+      return
   else:
     names = (args.cases or "sql,python,json").split(",")
     cases, walks, compiled, vocab = _compile_cases(names, report, args.python_walks, base)
