@@ -37,6 +37,7 @@ Public:
 
 import dataclasses
 import functools
+import weakref
 
 from constrained_decoding import errors
 from constrained_decoding.constraints import _ir as ir
@@ -137,8 +138,22 @@ class SourceText:
 # Walking IR nodes.
 
 
+# node -> `references(node)`, for nodes passed to `references` (rule bodies): the grammar
+# passes ask again and again for the same bodies, which `substitute` returns unchanged.
+# Weak keys: an entry lives as long as its node.
+_REFERENCES: "weakref.WeakKeyDictionary[ir.Node, tuple[str, ...]]" = weakref.WeakKeyDictionary()
+
+
 def references(node: ir.Node) -> tuple[str, ...]:
-  """The rule names `node` references, each once, in first-occurrence order."""
+  """The rule names `node` references, each once, in first-occurrence order.
+
+  Memoized per node (`_REFERENCES`); a sub-node already answered adds its answer in
+  place of a walk of its sub-tree (the same names in the same order: first occurrences
+  in a pre-order walk).
+  """
+  cached = _REFERENCES.get(node)
+  if cached is not None:
+    return cached
   found: dict[str, None] = {}
   seen: set[int] = set()
   stack = [node]
@@ -149,8 +164,16 @@ def references(node: ir.Node) -> tuple[str, ...]:
     seen.add(id(n))
     if isinstance(n, ir.RuleRef):
       found.setdefault(n.name)
-    stack.extend(reversed(ir.children(n)))
-  return tuple(found)
+      continue
+    kids = ir.children(n)
+    known = _REFERENCES.get(n) if kids and n is not node else None
+    if known is not None:
+      found.update(dict.fromkeys(known))
+    else:
+      stack.extend(reversed(kids))
+  result = tuple(found)
+  _REFERENCES[node] = result
+  return result
 
 
 def concat(*parts: ir.Node) -> ir.Node:

@@ -466,3 +466,27 @@ def test_arithmetic_with_gemma_vocabulary(gemma_compiler, gemma_vocab):
     for _ in range(3):
       states, ok = reference_walk(tables, index.random_tokenization(text, rng))
       assert not (ok and accepting[states[-1]]), text
+
+
+def _refs_in_order(node: ir.Node) -> tuple[str, ...]:
+  """Oracle for `references`: a plain recursive pre-order walk, no sharing, no memo."""
+  if isinstance(node, ir.RuleRef):
+    return (node.name,)
+  out: list[str] = []
+  for child in ir.children(node):
+    out.extend(r for r in _refs_in_order(child) if r not in out)
+  return tuple(out)
+
+
+def test_references_reuses_answered_sub_nodes_in_first_occurrence_order():
+  # `references` answers a sub-node it was asked about before from its memo; the names
+  # it then adds must still come in the order of a full walk.
+  rng = random.Random(7)
+  names = "abcdefg"
+  for _ in range(200):
+    nodes = [REF(rng.choice(names)) for _ in range(4)] + [ir.Bytes(b"x")]
+    for _ in range(12):
+      parts = tuple(rng.choice(nodes) for _ in range(rng.randint(1, 3)))
+      nodes.append(ir.Concat(parts) if rng.random() < 0.5 else ir.Union(parts))
+    for node in rng.sample(nodes, 5) + [nodes[-1]]:
+      assert _grammar.references(node) == _refs_in_order(node)
