@@ -290,9 +290,9 @@ def stack_needs(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
   counted = np.concatenate([pop_free, returning_edges])
   target, push = edge_target[counted], push[counted]
   returning_group = a.edge_group[returning_edges]
+  requirements = _requirements_of(target, push, symbols, lengths, positions)
   while True:
-    required = _edge_requirements(need, need_return, target, push, symbols, lengths,
-                                  positions)
+    required = requirements(need, need_return)
     new_need = np.full(n, NO_FINISH, np.int64)
     np.minimum.at(new_need, pop_free_source, required[:len(pop_free)])
     np.minimum.at(new_need, term_source, need[term_target])
@@ -376,10 +376,25 @@ def _counting_moves(a: _Automaton) -> tuple[np.ndarray, np.ndarray]:
 def _edge_requirements(need, need_return, target, push, symbols, lengths,
                        positions) -> np.ndarray:
   """int64 [E]: each edge's requirement above its base (see `stack_needs`)."""
-  pushed = np.where(symbols >= 0, positions + need_return[np.maximum(symbols, 0)], 0)
-  push_need = pushed.max(axis=1, initial=0)  # [U]
-  return np.minimum(np.maximum(lengths[push] + need[np.maximum(target, 0)], push_need[push]),
-                    NO_FINISH)
+  return _requirements_of(target, push, symbols, lengths, positions)(need, need_return)
+
+
+def _requirements_of(target, push, symbols, lengths, positions):
+  """`_edge_requirements` as a function of (need, need_return) alone, with what does not
+  depend on them computed once (`stack_needs` asks once a fixpoint round)."""
+  pushed_symbols = np.maximum(symbols, 0)
+  no_symbol = symbols < 0
+  pushed_lengths = lengths[push]
+  target_index = np.maximum(target, 0)
+
+  def requirements(need, need_return) -> np.ndarray:
+    pushed = positions + need_return[pushed_symbols]
+    pushed[no_symbol] = 0
+    push_need = pushed.max(axis=1, initial=0)  # [U]
+    return np.minimum(np.maximum(pushed_lengths + need[target_index], push_need[push]),
+                      NO_FINISH)
+
+  return requirements
 
 
 def _capped_masks(a: _Automaton, w: int, vocab_size: int, min_bucket: int,
