@@ -22,9 +22,11 @@ occurrence as one pseudo-byte arc s --F--> c, and here
 
 The result is the automaton inlining the fragment would give (not necessarily
 minimal), with the same token edges, found without walking the copies' states.
-Splicing needs s to read nothing but the fragment and c to read only `EXIT_BYTES` that
-no accepting fragment state reads; otherwise `splice` returns None and the compiler
-inlines the fragment.
+Splicing needs c to read only `EXIT_BYTES` that no accepting fragment state reads;
+otherwise `splice` returns None and the compiler inlines the fragment. A source s that
+also reads bytes of its own (a union of objects where one declares a key another leaves
+free-form: `"age":` reads an integer or any value) is walked plainly, its row the union
+of both sides, made deterministic by a small subset construction (`_merge_rows`).
 
 Public names:
   EXIT_BYTES                         bytes that may follow a fragment's text.
@@ -235,14 +237,19 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
   q = dfa.num_states
   trans = dfa.transitions
   if (len(np.unique(sources)) != len(sources) or dfa.accepting[sources].any()
-      or (trans[sources] != NO_STATE).any() or np.isin(sources, dfa.token_arcs[:, 0]).any()
+      or np.isin(sources, dfa.token_arcs[:, 0]).any()
       or np.isin(arcs[:, 2], dfa.token_arcs[:, 0]).any()):
     return None
+  # A source that also reads bytes of its own (a union where one side is free-form):
+  # walked plainly, its row the union of both (`_merge_rows`).
+  mixed = (trans[sources] != NO_STATE).any(axis=1)
   sizes = []
-  for _, k, _ in arcs.tolist():
+  for (_, k, _), own in zip(arcs.tolist(), mixed.tolist()):
     fragment = automata[k].dfa
     if fragment.num_states == 0 or fragment.accepting[0]:
       return None
+    if own and (fragment.transitions == 0).any():
+      return None  # Its copy's start is the source: a loop back would read its bytes too.
     sizes.append(fragment.num_states - 1)
   total = q + sum(sizes)
   # A continuation c that only the fragment arcs led to is unreachable once spliced (the
@@ -267,8 +274,9 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
   accepting[:q] = dfa.accepting
   copies = np.zeros(total, bool)
   phis, new_phis = [], []
+  own_rows = {}  # Mixed source (final number) -> its own row (final numbering).
   offset = q
-  for (s, k, _), size in zip(arcs.tolist(), sizes):
+  for (s, k, _), size, own in zip(arcs.tolist(), sizes, mixed.tolist()):
     phi = np.empty(size + 1, np.int32)
     phi[0] = s
     phi[1:] = np.arange(offset, offset + size, dtype=np.int32)
@@ -277,10 +285,12 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
     # copy's states after its start are a block (all kept: only states of dfa drop).
     lookup = np.concatenate([[NO_STATE], new_phi])
     shifted = automata[k].shifted_transitions
+    if own:
+      own_rows[int(new_phi[0])] = base[s].copy()
     base[s] = lookup.take(shifted[0])
     np.take(lookup, shifted[1:], out=new_trans[offset - dropped:offset - dropped + size])
     offset += size
-    copies[phi] = True
+    copies[phi[int(own):]] = True
     phis.append(phi)
     new_phis.append(new_phi)
   # Accepting copy states also continue like c (whose row is final now: c is no copy).
@@ -289,7 +299,7 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
   ops_of: dict[int, list] = {}
   for (state, byte), crossed in (arc_ops or {}).items():
     ops_of.setdefault(state, []).append((byte, crossed))
-  for (_, k, c), phi, new_phi in zip(arcs.tolist(), phis, new_phis):
+  for (_, k, c), phi, new_phi, own in zip(arcs.tolist(), phis, new_phis, mixed.tolist()):
     automaton = automata[k]
     finals = phi[automaton.dfa.accepting]
     new_finals = new_phi[automaton.dfa.accepting]
@@ -303,47 +313,111 @@ def splice(dfa: ByteDfa, automata: list[FragmentAutomaton | None], *,
       for f in finals.tolist():
         ops[(f, byte)] = crossed
     for state, edges in automaton.terminals.items():
-      terminals[int(new_phi[state])] = [(bits, int(new_phi[target])) for bits, target in edges]
+      if not (own and state == 0):  # A mixed source is walked.
+        terminals[int(new_phi[state])] = [(bits, int(new_phi[target]))
+                                          for bits, target in edges]
     nxt = base[c].take(automaton.exit_byte)
-    reads = np.flatnonzero(nxt != NO_STATE)
+    reads = np.flatnonzero((nxt != NO_STATE) & ((automaton.exit_from != 0) | (not own)))
     frontier_parts.append((automaton.exit_node[reads], nxt[reads],
                            new_phi.take(automaton.exit_from[reads])))
   new_trans[:q - dropped] = base if new_id is None else base[keep[:q]]
   class_edges = [np.arange(257) if d.class_edges is None else d.class_edges
                  for d in [dfa] + [a.dfa for a in automata]]
   class_edges = np.unique(np.concatenate(class_edges))
-  edges = _copy_edges(arcs[:, 1], new_phis, automata)
+  edges = _copy_edges(arcs[:, 1], new_phis, automata, mixed)
   frontier = _columns(frontier_parts)
-  if new_id is None:
-    return (ByteDfa(transitions=new_trans, accepting=accepting, start=dfa.start,
-                    token_arcs=dfa.token_arcs, class_edges=class_edges),
-            _compose.GivenEdges(copies, edges, terminals, frontier, ops))
-  token_arcs = dfa.token_arcs.copy()
-  token_arcs[:, [0, 2]] = new_id.take(token_arcs[:, [0, 2]])
-  spliced = ByteDfa(transitions=new_trans, accepting=accepting[keep],
-                    start=int(new_id[dfa.start]), token_arcs=token_arcs,
-                    class_edges=class_edges)
-  given = _compose.GivenEdges(
-      copies[keep], edges, terminals, frontier,
-      None if ops is None else {(int(new_id[s]), b): crossed for (s, b), crossed in ops.items()
-                                if new_id[s] >= 0})
-  return spliced, given
+  token_arcs, start = dfa.token_arcs, dfa.start
+  if new_id is not None:
+    token_arcs = token_arcs.copy()
+    token_arcs[:, [0, 2]] = new_id.take(token_arcs[:, [0, 2]])
+    start = int(new_id[dfa.start])
+    accepting, copies = accepting[keep], copies[keep]
+    if ops is not None:
+      ops = {(int(new_id[s]), b): crossed for (s, b), crossed in ops.items() if new_id[s] >= 0}
+  if own_rows:
+    merged = _merge_rows(new_trans, accepting, own_rows, token_arcs, ops)
+    if merged is None:
+      return None
+    new_trans, accepting = merged
+    copies = np.concatenate([copies, np.zeros(len(accepting) - len(copies), bool)])
+  return (ByteDfa(transitions=new_trans, accepting=accepting, start=start,
+                  token_arcs=token_arcs, class_edges=class_edges),
+          _compose.GivenEdges(copies, edges, terminals, frontier, ops))
 
 
-def _copy_edges(fragment_of: np.ndarray, phis: list,
-                automata: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+# At most this many union states per spliced DFA (a mixed source's shared prefixes are
+# a few bytes: a number or `true` both sides read); beyond it, inline instead.
+_MAX_UNION_STATES = 4096
+
+
+def _merge_rows(trans: np.ndarray, accepting: np.ndarray, own_rows: dict,
+                token_arcs: np.ndarray, ops: dict | None):
+  """(transitions, accepting) with each mixed source s reading both its own bytes
+  (`own_rows[s]`) and its copy's (its row in `trans`), made deterministic by the
+  subset construction: a byte both sides read leads to a new state, the union of the
+  targets, until all sides but one stop or they meet. A state that is no copy's keeps
+  reading what it did, so the spliced copies' edges stay right; union states are
+  appended, walked plainly as the sources are. (A copy's start, the source, is not
+  entered again: `splice` checks.) None (inline instead) when a union holds a state
+  with token arcs or register operations, or there are over `_MAX_UNION_STATES`.
+  """
+  n = len(trans)
+  own_of = {s: n + j for j, s in enumerate(own_rows)}  # s -> its own row's number.
+  base = np.concatenate([trans, np.array(list(own_rows.values()), np.int32)])
+  base_accepting = np.concatenate([accepting, accepting[list(own_rows)]])
+  special = set(token_arcs[:, 0].tolist()) | set(token_arcs[:, 2].tolist())
+  if ops:
+    special |= {s for s, _ in ops}
+  ids = {frozenset((s, own)): s for s, own in own_of.items()}
+  pending = list(ids)
+  rows, finals = {}, {}
+  while pending:
+    members = pending.pop()
+    if special & members:
+      return None
+    table = base.take(sorted(members), axis=0)
+    row = table.max(axis=0)  # One side's target, where at most one reads the byte.
+    several = np.flatnonzero(((table != NO_STATE).sum(axis=0) > 1)
+                             & ((table != row).any(axis=0)))
+    for byte in several.tolist():
+      targets = set()
+      for target in set(table[:, byte].tolist()) - {NO_STATE}:
+        targets |= {target, own_of[target]} if target in own_of else {target}
+      union = frozenset(targets)
+      if union not in ids:
+        if len(ids) >= len(own_of) + _MAX_UNION_STATES:
+          return None
+        ids[union] = n + len(ids) - len(own_of)
+        pending.append(union)
+      row[byte] = ids[union]
+    rows[ids[members]] = row
+    finals[ids[members]] = bool(base_accepting[sorted(members)].any())
+  trans = np.concatenate([trans, np.zeros((len(ids) - len(own_of), 256), np.int32)])
+  accepting = np.concatenate([accepting, np.zeros(len(ids) - len(own_of), bool)])
+  for state, row in rows.items():
+    trans[state] = row
+    accepting[state] = finals[state]
+  return trans, accepting
+
+
+def _copy_edges(fragment_of: np.ndarray, phis: list, automata: list,
+                mixed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The copies' explicit edges (source, token, target) int32, copy by copy: each
   fragment's edges renumbered by its copy's states `phis[i]` (final numbers), written
   once into the output columns: one gather per edge column, no concatenation or later
   renumbering pass (the maps compose on a copy's ~350 states, not its ~29k edges).
   Each `phis[i]` increases, so a copy's edges keep the fragment's (source, token) order.
+  A mixed source (`mixed[i]`, walked) gets none of its start state's edges.
   """
-  counts = [len(automata[k].edges[0]) for k in fragment_of.tolist()]
+  # Edges are sorted by source: a start state's edges come first.
+  skips = [int(np.searchsorted(automata[k].edges[0], 1)) if own else 0
+           for k, own in zip(fragment_of.tolist(), mixed.tolist())]
+  counts = [len(automata[k].edges[0]) - skip for k, skip in zip(fragment_of.tolist(), skips)]
   total = sum(counts)
   src, tok, dst = (np.empty(total, np.int32) for _ in range(3))
   at = 0
-  for k, phi, n in zip(fragment_of.tolist(), phis, counts):
-    fragment_src, fragment_tok, fragment_dst = automata[k].edges
+  for k, phi, n, skip in zip(fragment_of.tolist(), phis, counts, skips):
+    fragment_src, fragment_tok, fragment_dst = (e[skip:] for e in automata[k].edges)
     np.take(phi, fragment_src, out=src[at:at + n])
     tok[at:at + n] = fragment_tok
     np.take(phi, fragment_dst, out=dst[at:at + n])

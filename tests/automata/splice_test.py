@@ -160,14 +160,57 @@ def test_spliced_ir_equals_inlined(compiler, node):
 @pytest.mark.parametrize("node", [
     ir.concat(_value(), ir.Bytes(b"5")),  # A digit may continue a number: not an exit.
     ir.concat(_value(), ir.Bytes(b"x")),  # Not a byte that may follow a JSON value.
-    ir.union(_value(), ir.Bytes(b"x")),  # The fragment's start also reads other bytes.
     ir.concat(_value(), _value()),  # A value right after a value.
-    ir.concat(ir.repeat(ir.Bytes(b" "), 0, 2), _value()),  # Flexible whitespace before.
-], ids=["digit", "x", "alternative", "two-values", "space-before"])
+], ids=["digit", "x", "two-values"])
 def test_unspliceable_arcs_are_refused(compiler, node):
   dfa = _fsa.compile_byte_dfa(node, fragments=True)
   automata = [_fragment(compiler, f) for f in dfa.fragments]
   assert _splice.splice(dfa, automata) is None
+
+
+# A source that also reads bytes of its own: walked, its row the union of its own and the
+# fragment's first bytes (the bytes both read lead to union states).
+_MIXED = [
+    ir.union(_value(), ir.Bytes(b"x")),  # Disjoint first bytes.
+    ir.concat(ir.union(_value(), ir.Bytes(b"12"), ir.Bytes(b"true"), ir.Bytes(b'"a')),
+              ir.Bytes(b"}")),  # Shared prefixes, one continuation.
+    ir.union(ir.concat(_value(), ir.Bytes(b"}")),  # Different continuations: `12]`
+             ir.concat(ir.Bytes(b"1"), ir.repeat(ir.Bytes(b"2"), 0, None), ir.Bytes(b"]")),
+             ir.concat(ir.Bytes(b"[1"), ir.Bytes(b","), _value(0), ir.Bytes(b"]]"))),
+    ir.concat(ir.Bytes(b"["), ir.union(ir.concat(_value(), ir.Bytes(b",")),
+                                       ir.concat(ir.Bytes(b"-"), ir.Bytes(b"0"), ir.Bytes(b","))),
+              _value(0), ir.Bytes(b"]")),  # Two sources, one mixed.
+    ir.concat(ir.repeat(ir.Bytes(b" "), 0, 2), _value()),  # Flexible whitespace before.
+]
+
+
+@pytest.mark.parametrize("node", _MIXED, ids=["disjoint", "shared", "diverging", "two", "space-before"])
+def test_mixed_sources_splice_as_inlined(compiler, node):
+  dfa = _fsa.compile_byte_dfa(node, fragments=True)
+  sources = dfa.fragment_arcs[:, 0]
+  assert (dfa.transitions[sources] >= 0).any(), "no mixed source: the test would be vacuous"
+  assert_same_language(_token_dfa(compiler, node, True), _token_dfa(compiler, node, False),
+                       compiler.vocab.vocab_size)
+
+
+_PETS = {"anyOf": [
+    {"type": "object", "properties": {"kind": {"const": "cat"}, "age": {"type": "integer"}},
+     "required": ["kind"]},
+    {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"},
+                                      "age": {"type": "number"}}, "required": ["kind"]},
+    {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}]}
+
+
+@pytest.mark.parametrize("whitespace", ["compact", "flexible"])
+def test_discriminated_union_splices_as_inlined(compiler, whitespace):
+  """Each object leaves the others' keys free-form: `"age":` reads an integer or a
+  number, `"good":` a boolean, either side a free-form value."""
+  node = cd.JsonSchema(_PETS, whitespace=whitespace).to_ir()
+  dfa = _fsa.compile_byte_dfa(node, fragments=True)
+  assert not len(dfa.marker_arcs)
+  assert (dfa.transitions[dfa.fragment_arcs[:, 0]] >= 0).any(), "no mixed source"
+  assert_same_language(_token_dfa(compiler, node, True), _token_dfa(compiler, node, False),
+                       compiler.vocab.vocab_size)
 
 
 def test_compiler_splices_default_schemas(compiler, spy):
