@@ -657,7 +657,7 @@ def make_speller(name: str, num_random: int) -> tuple[cd.Vocabulary, Speller]:
   return vocab, Speller(TokenIndex(vocab), encode=spm.EncodeAsIds, num_random=num_random)
 
 
-def _depth(text: str) -> int | None:
+def free_form_depth_arg(text: str) -> int | None:
   """`--free-form-depth` value: a non-negative int or 'none'."""
   if text.lower() == "none":
     return None
@@ -684,7 +684,7 @@ def parse_args(argv=None):
                       help="seconds per compile (CompileOptions.max_seconds; default 20)")
   parser.add_argument("--random-tokenizations", type=int, default=2,
                       help="random tokenizations per text besides the canonical (gemma)")
-  parser.add_argument("--free-form-depth", type=_depth, default=2,
+  parser.add_argument("--free-form-depth", type=free_form_depth_arg, default=2,
                       help="JsonSchema(free_form_depth=...): an int, or 'none' for calls to"
                       " one JSON rule on the device stack (push-down tables; default 2)")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir,

@@ -189,16 +189,6 @@ def markdown(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
-def _depth(text: str) -> int | None:
-  """`--free-form-depth` value: a non-negative int or 'none'."""
-  if text.lower() == "none":
-    return None
-  depth = int(text)
-  if depth < 0:
-    raise argparse.ArgumentTypeError(f"{text}: expected a non-negative int or 'none'")
-  return depth
-
-
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--corpus-dir", default=CORPUS_DIR)
@@ -210,7 +200,7 @@ def parse_args(argv=None):
   parser.add_argument("--random-tokenizations", type=int, default=2)
   parser.add_argument("--shared-definitions", choices=("inline", "call"),
                       default="inline", help="JsonSchema(shared_definitions=...)")
-  parser.add_argument("--free-form-depth", type=_depth, default=2,
+  parser.add_argument("--free-form-depth", type=suite.free_form_depth_arg, default=2,
                       help="JsonSchema(free_form_depth=...): an int, or 'none' for calls to"
                       " one JSON rule on the device stack (push-down tables; default 2)")
   parser.add_argument("--cache-dir", default=cd.CompileOptions().cache_dir)

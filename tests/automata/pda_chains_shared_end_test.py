@@ -17,10 +17,10 @@ import re
 
 import jsonschema
 import numpy as np
+import pda_chains_sides_test  # pylint: disable=import-error  (same directory)
 import pytest
 
 import constrained_decoding as cd
-from constrained_decoding.automata import _pda_chains
 from constrained_decoding.constraints import _json_formats
 from constrained_decoding.testing import TokenIndex, reference_accepts, reference_allowed
 from constrained_decoding.testing import reference_step_stack
@@ -40,18 +40,8 @@ _USER = ((48, 57), (95, 95), (97, 122))  # [0-9_a-z]
 @pytest.fixture(scope="module", name="compiled")
 def fixture_compiled(gemma_vocab):
   """(tables, the chains `find_chains` returned for them)."""
-  found = []
-  real = _pda_chains.find_chains
-
-  def spy(*args, **kwargs):
-    found.extend(real(*args, **kwargs))
-    return found
-
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(_pda_chains, "find_chains", spy)
-    compiler = cd.Compiler(gemma_vocab, cd.CompileOptions(memoize=False))
-    tables = compiler.compile(cd.JsonSchema(SCHEMA, free_form_depth=None))
-  return tables, list(found)
+  return pda_chains_sides_test.compile_spying_chains(gemma_vocab, SCHEMA,
+                                                     cd.CompileOptions(memoize=False))
 
 
 @pytest.fixture(scope="module", name="plain")

@@ -28,9 +28,9 @@ SCHEMA = {"type": "object", "properties": {"note": {"type": "string", "maxLength
 _PIECES = ["a", "Z", "7", " ", "é", "\n", '"', "\\", "\t", "中", "abc", "étude", "ff"]
 
 
-def _compile(vocab, margin: float):
-  """(tables, the chains `find_chains` returned), with sides kept where they save
-  `margin` times their terminal's bytes (0: all of them)."""
+def compile_spying_chains(vocab, schema, options, **patches):
+  """(tables of `schema` under `free_form_depth=None`, the chains `find_chains`
+  returned while compiling it), with the `_pda_chains` attributes in `patches` set."""
   found = []
   real = _pda_chains.find_chains
 
@@ -40,11 +40,18 @@ def _compile(vocab, margin: float):
 
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(_pda_chains, "find_chains", spy)
-    patch.setattr(_pda_chains, "_MARGIN", margin)
-    # (No disk cache: the sub-tries of the sides' walks are built here.)
-    compiler = cd.Compiler(vocab, cd.CompileOptions(memoize=False, cache_dir=None))
-    tables = compiler.compile(cd.JsonSchema(SCHEMA, free_form_depth=None))
+    for name, value in patches.items():
+      patch.setattr(_pda_chains, name, value)
+    tables = cd.Compiler(vocab, options).compile(cd.JsonSchema(schema, free_form_depth=None))
   return tables, list(found)
+
+
+def _compile(vocab, margin: float):
+  """(tables, the chains `find_chains` returned), with sides kept where they save
+  `margin` times their terminal's bytes (0: all of them)."""
+  # (No disk cache: the sub-tries of the sides' walks are built here.)
+  return compile_spying_chains(vocab, SCHEMA, cd.CompileOptions(memoize=False, cache_dir=None),
+                               _MARGIN=margin)
 
 
 @pytest.fixture(scope="module", name="compiled")
@@ -147,17 +154,8 @@ def test_two_character_chain_agrees_with_jsonschema(gemma_vocab, index):
   under random tokenizations."""
   schema = {"type": "object",
             "properties": {"cc": {"type": "string", "minLength": 2, "maxLength": 2}}}
-  found = []
-  real = _pda_chains.find_chains
-
-  def spy(*args, **kwargs):
-    found.extend(real(*args, **kwargs))
-    return found
-
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(_pda_chains, "find_chains", spy)
-    tables = cd.Compiler(gemma_vocab, cd.CompileOptions(memoize=False)).compile(
-        cd.JsonSchema(schema, free_form_depth=None))
+  tables, found = compile_spying_chains(gemma_vocab, schema,
+                                        cd.CompileOptions(memoize=False))
   assert [len(c.states) for c in found] == [3]  # p_0, p_1, p_2
   rng = random.Random("codes")
   for code in ["U", "US", "USA", "é", "éé", "\\n", "a\\", "中国", "中国人", "", "ab"]:
