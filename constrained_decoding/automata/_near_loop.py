@@ -243,7 +243,7 @@ def near_loop_edges(wide_states: Any, dfa: ByteDfa, loops: list,
       continue
     members = np.asarray(members_list, np.int64)
     inside = set(members_list)  # L's own states are not near it (they are in it).
-    # A state whose every byte enters the loop (after `\\uD800\\uDC0` in a key, say) is
+    # A state whose every byte enters the loop (after `\uD800\uDC0` in a key, say) is
     # left to `WideStates.find`'s entry terminals, which cover all of its tokens that
     # stay in the loop; a near partner may lack some of its bytes (6,519 explicit edges).
     in_loop = _loops.member_mask(dfa.num_states, members_list)
